@@ -1,0 +1,94 @@
+//! Nodes (agent hosts), their GPUs, and the messages an agent sends about them.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "UPPERCASE")]
+pub enum NodeStatus {
+    Online,
+    Offline,
+}
+
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Online => "ONLINE",
+            NodeStatus::Offline => "OFFLINE",
+        }
+    }
+}
+
+/// Where a GPU's inventory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum GpuSource {
+    /// Read from the NVIDIA driver through NVML.
+    Nvml,
+    /// Simulated by `gpuplane-agent --fake-gpus N`; runs no CUDA code.
+    Simulated,
+}
+
+/// One GPU as the agent last reported it. Readings the driver could not give are `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Gpu {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    pub source: GpuSource,
+    pub memory_total_mib: Option<u64>,
+    pub memory_used_mib: Option<u64>,
+    /// Percent, 0–100.
+    pub utilization_percent: Option<u32>,
+    pub temperature_c: Option<u32>,
+}
+
+/// Sent by an agent when it connects: who it is and what it has.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AgentHello {
+    /// The node's name, unique in the cluster (defaults to the host name).
+    pub name: String,
+    pub hostname: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub gpus: Vec<Gpu>,
+    pub agent_version: String,
+}
+
+/// The server's answer to [`AgentHello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentWelcome {
+    pub node_id: String,
+    /// How often the server expects a heartbeat.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// Sent by an agent every heartbeat interval with fresh GPU readings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    pub node_id: String,
+    pub gpus: Vec<Gpu>,
+}
+
+/// A node as `GET /api/v1/nodes` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Node {
+    pub id: String,
+    pub name: String,
+    pub hostname: String,
+    pub status: NodeStatus,
+    pub labels: BTreeMap<String, String>,
+    pub gpus: Vec<Gpu>,
+    pub agent_version: String,
+    /// RFC 3339 time of the last heartbeat.
+    pub last_seen_at: String,
+}

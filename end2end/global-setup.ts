@@ -1,0 +1,51 @@
+// Starts a real gpuplane-server on a free port with a fresh data dir and a
+// bootstrapped admin, and hands its URL and token to the tests through the
+// environment. Returns the teardown that stops it.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+
+const root = path.resolve(__dirname, '..');
+const targetDir = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target');
+const serverBin = path.join(targetDir, 'debug', 'gpuplane-server');
+
+export const ADMIN_USER = 'e2e-admin';
+export const ADMIN_PASSWORD = 'e2e-password-1234';
+
+export default async function globalSetup(): Promise<() => Promise<void>> {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'gpuplane-e2e-'));
+  const admin = (args: string[], input?: string) =>
+    execFileSync(serverBin, ['--data-dir', dataDir, 'admin', ...args], { input, encoding: 'utf8' }).trim();
+  admin(['create-user', ADMIN_USER, '--admin', '--password-stdin'], ADMIN_PASSWORD + '\n');
+  const token = admin(['create-token', '--user', ADMIN_USER, '--scope', 'write']);
+
+  const server = spawn(
+    serverBin,
+    ['--data-dir', dataDir, 'serve', '--bind', '127.0.0.1:0', '--site-root', path.join(targetDir, 'site')],
+    { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, GPUPLANE_LOG: 'info' } },
+  );
+  const url = await new Promise<string>((resolve, reject) => {
+    let log = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30_000);
+    server.stderr!.on('data', (chunk: Buffer) => {
+      log += chunk.toString();
+      const match = log.match(/listening on (http:\/\/\S+)/);
+      if (match) {
+        clearTimeout(timer);
+        resolve(match[1]);
+      }
+    });
+    server.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
+  });
+  server.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk));
+
+  process.env.GPUPLANE_URL = url;
+  process.env.GPUPLANE_TOKEN = token;
+  process.env.GPUPLANE_DATA_DIR = dataDir;
+
+  return async () => {
+    server.kill('SIGTERM');
+    await new Promise((resolve) => server.once('exit', resolve));
+  };
+}

@@ -1,0 +1,102 @@
+//! `gpuplane-server admin ...`: bootstrap users and tokens on the data dir
+//! without a running server. Each command prints only its secret on stdout.
+
+use crate::auth::{NewToken, create_token, hash_password};
+use crate::config::AdminCommand;
+use crate::db::DbError;
+use crate::ids::new_id;
+use crate::time::now_ms;
+use anyhow::{Context, bail};
+use gpuplane_api::auth::Scope;
+use sqlx::SqlitePool;
+use std::io::Read;
+
+/// The shortest password a local account accepts.
+pub const MIN_PASSWORD_LEN: usize = 8;
+
+/// Runs one admin command; returns what to print on stdout, if anything.
+pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Option<String>> {
+    match command {
+        AdminCommand::CreateUser { name, admin, .. } => {
+            let mut input = String::new();
+            std::io::stdin()
+                .read_to_string(&mut input)
+                .context("cannot read the password from stdin")?;
+            let password = input.strip_suffix('\n').unwrap_or(&input);
+            let password = password.strip_suffix('\r').unwrap_or(password);
+            create_user(db, &name, password, admin).await?;
+            eprintln!("created user {name}{}", if admin { " (admin)" } else { "" });
+            Ok(None)
+        }
+        AdminCommand::CreateToken {
+            user,
+            scope,
+            name,
+            expires_in,
+        } => {
+            if scope == Scope::Agent {
+                bail!("agent tokens belong to no user: use `admin create-agent-token`");
+            }
+            let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = ?")
+                .bind(&user)
+                .fetch_optional(db)
+                .await?;
+            let user_id = user_id.with_context(|| format!("no user named `{user}`"))?;
+            let expires_at = expires_in.map(|lifetime| now_ms() + lifetime.as_millis() as i64);
+            let (_, secret) = create_token(
+                db,
+                NewToken {
+                    user_id: Some(&user_id),
+                    name: &name,
+                    scope,
+                    expires_at,
+                },
+            )
+            .await?;
+            Ok(Some(secret))
+        }
+        AdminCommand::CreateAgentToken { name } => {
+            let new = NewToken {
+                user_id: None,
+                name: &name,
+                scope: Scope::Agent,
+                expires_at: None,
+            };
+            let (_, secret) = create_token(db, new).await?;
+            Ok(Some(secret))
+        }
+    }
+}
+
+/// Creates a local user with an argon2-hashed password.
+pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: bool) -> anyhow::Result<String> {
+    if !valid_user_name(name) {
+        bail!("user names are 1-64 characters of letters, digits, '.', '_', '-' or '@'");
+    }
+    if password.chars().count() < MIN_PASSWORD_LEN {
+        bail!("the password must have at least {MIN_PASSWORD_LEN} characters");
+    }
+    let id = new_id("usr");
+    let result = sqlx::query(
+        "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(name)
+    .bind(hash_password(password)?)
+    .bind(admin)
+    .bind(now_ms())
+    .execute(db)
+    .await;
+    match result.map_err(DbError::from) {
+        Ok(_) => Ok(id),
+        Err(DbError::Conflict(_)) => bail!("a user named `{name}` already exists"),
+        Err(other) => Err(other.into()),
+    }
+}
+
+fn valid_user_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+}

@@ -1,0 +1,79 @@
+//! The JSON API under `/api/v1`: every route is registered through
+//! [`OpenApiRouter`], so the OpenAPI document cannot miss one.
+
+mod agent;
+mod auth;
+pub(crate) mod health;
+mod nodes;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::response::IntoResponse;
+use axum::routing::any;
+use axum::{Extension, Router};
+use gpuplane_api::error::ErrorBody;
+use std::sync::Arc;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+/// The prefix of every API route.
+pub const PREFIX: &str = "/api/v1";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "GPUPlane API", description = "Jobs, runs, metrics and nodes of a GPUPlane cluster. \
+        Bearer tokens carry one scope: read, write (includes read), sdk (metric ingest only) or agent."),
+    components(schemas(ErrorBody)),
+    modifiers(&BearerScheme),
+)]
+struct ApiDoc;
+
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The API router and its OpenAPI document.
+pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let api = OpenApiRouter::new()
+        .routes(routes!(health::health))
+        .routes(routes!(auth::whoami))
+        .routes(routes!(nodes::list_nodes))
+        .routes(routes!(agent::hello))
+        .routes(routes!(agent::heartbeat))
+        .routes(routes!(openapi_json));
+    let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .nest(PREFIX, api)
+        .split_for_parts();
+    doc.info.version = gpuplane_api::VERSION.to_string();
+    let json = OpenApiJson(Arc::from(doc.to_pretty_json().unwrap_or_default()));
+    let api = api
+        .route(PREFIX, any(no_route))
+        .route(&format!("{PREFIX}/{{*rest}}"), any(no_route))
+        .layer(Extension(json));
+    (api, doc)
+}
+
+#[derive(Clone)]
+struct OpenApiJson(Arc<str>);
+
+/// This document: every route, body and scope of the API.
+#[utoipa::path(get, path = "/openapi.json", tag = "server",
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json")))]
+async fn openapi_json(Extension(OpenApiJson(json)): Extension<OpenApiJson>) -> impl IntoResponse {
+    (
+        [(http::header::CONTENT_TYPE, "application/json")],
+        json.to_string(),
+    )
+}
+
+/// Unknown API paths answer in the API's error shape, not with a console page.
+async fn no_route(method: http::Method, uri: http::Uri) -> ApiError {
+    ApiError::NotFound(format!("no route {method} {}", uri.path()))
+}

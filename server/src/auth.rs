@@ -1,0 +1,257 @@
+//! Bearer tokens (RFC 6750) and passwords.
+//!
+//! A token is 256 random bits shown once; the database keeps only its SHA-256,
+//! which is enough for a secret of that entropy and lets lookups use an index.
+//! Handlers declare the scope they need in their signature with [`Authed`].
+
+use crate::db::DbError;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::state::AppState;
+use crate::time::now_ms;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use axum::extract::FromRequestParts;
+use axum::http::header;
+use axum::http::request::Parts;
+use base64::Engine;
+use gpuplane_api::auth::Scope;
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use sqlx::SqlitePool;
+use std::marker::PhantomData;
+
+/// Every token starts with this, so leaked tokens are easy to recognise in logs and scanners.
+pub const TOKEN_PREFIX: &str = "gpp_";
+
+/// `last_used_at` is refreshed at most this often, to keep reads from writing.
+const LAST_USED_RESOLUTION_MS: i64 = 60_000;
+
+/// A new secret token: the prefix and 256 random bits, base64url.
+pub fn generate_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// Hex SHA-256 of a token, the only form in which tokens are stored.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+pub fn hash_password(password: &str) -> anyhow::Result<String> {
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let salt =
+        SaltString::encode_b64(&salt).map_err(|error| anyhow::anyhow!("cannot encode salt: {error}"))?;
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|error| anyhow::anyhow!("cannot hash password: {error}"))
+}
+
+pub fn verify_password(password: &str, stored: &str) -> bool {
+    PasswordHash::new(stored)
+        .map(|hash| {
+            argon2::Argon2::default()
+                .verify_password(password.as_bytes(), &hash)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+/// A token to create: who owns it and what it may do.
+pub struct NewToken<'a> {
+    pub user_id: Option<&'a str>,
+    pub name: &'a str,
+    pub scope: Scope,
+    pub expires_at: Option<i64>,
+}
+
+/// Stores a new token and returns `(token id, secret)`; the secret is not kept.
+pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String, String), DbError> {
+    let id = new_id("tok");
+    let secret = generate_token();
+    sqlx::query(
+        "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(new.user_id)
+    .bind(new.name)
+    .bind(new.scope.as_str())
+    .bind(hash_token(&secret))
+    .bind(now_ms())
+    .bind(new.expires_at)
+    .execute(db)
+    .await?;
+    Ok((id, secret))
+}
+
+/// Who made a request: the token and, for user tokens, its user.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_id: String,
+    pub token_name: String,
+    pub scope: Scope,
+    pub expires_at: Option<i64>,
+    pub user_id: Option<String>,
+    pub user_name: Option<String>,
+    pub is_admin: bool,
+}
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: String,
+    name: String,
+    scope: String,
+    expires_at: Option<i64>,
+    revoked_at: Option<i64>,
+    last_used_at: Option<i64>,
+    user_id: Option<String>,
+    user_name: Option<String>,
+    is_admin: Option<bool>,
+    disabled_at: Option<i64>,
+}
+
+/// Resolves a presented token, or says why it is not valid.
+pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiError> {
+    let row: Option<TokenRow> = sqlx::query_as(
+        "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at,
+                u.id AS user_id, u.name AS user_name, u.is_admin, u.disabled_at
+         FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
+         WHERE t.token_hash = ?",
+    )
+    .bind(hash_token(token))
+    .fetch_optional(db)
+    .await?;
+    let row = row.ok_or(ApiError::InvalidToken("the token is not known"))?;
+    let now = now_ms();
+    if row.revoked_at.is_some() {
+        return Err(ApiError::InvalidToken("the token was revoked"));
+    }
+    if row.expires_at.is_some_and(|expires| expires <= now) {
+        return Err(ApiError::InvalidToken("the token has expired"));
+    }
+    if row.disabled_at.is_some() {
+        return Err(ApiError::InvalidToken("the token's user is disabled"));
+    }
+    let scope: Scope = row
+        .scope
+        .parse()
+        .map_err(|error: String| ApiError::Internal(anyhow::anyhow!(error)))?;
+    if row
+        .last_used_at
+        .is_none_or(|used| now - used > LAST_USED_RESOLUTION_MS)
+    {
+        sqlx::query("UPDATE api_tokens SET last_used_at = ? WHERE id = ?")
+            .bind(now)
+            .bind(&row.id)
+            .execute(db)
+            .await?;
+    }
+    Ok(Caller {
+        token_id: row.id,
+        token_name: row.name,
+        scope,
+        expires_at: row.expires_at,
+        user_id: row.user_id,
+        user_name: row.user_name,
+        is_admin: row.is_admin.unwrap_or(false),
+    })
+}
+
+/// The bearer token of a request, if it has one.
+fn bearer_token(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The scopes a route accepts, named in the handler's signature.
+pub trait Access: Send + Sync + 'static {
+    /// The scope a refusal names in its `WWW-Authenticate` challenge.
+    const NEEDED: Scope;
+    fn allows(scope: Scope) -> bool {
+        scope.grants(Self::NEEDED)
+    }
+}
+
+/// Reading: `read` or `write` tokens.
+pub struct Read;
+impl Access for Read {
+    const NEEDED: Scope = Scope::Read;
+}
+
+/// Changing things: `write` tokens.
+pub struct Write;
+impl Access for Write {
+    const NEEDED: Scope = Scope::Write;
+}
+
+/// Agent protocol: `agent` tokens.
+pub struct Agent;
+impl Access for Agent {
+    const NEEDED: Scope = Scope::Agent;
+}
+
+/// Any valid token (whoami).
+pub struct AnyScope;
+impl Access for AnyScope {
+    const NEEDED: Scope = Scope::Read;
+    fn allows(_: Scope) -> bool {
+        true
+    }
+}
+
+/// A request with a valid bearer token whose scope `A` allows; anything else
+/// is refused with 401 or 403 before the handler runs.
+pub struct Authed<A: Access> {
+    pub caller: Caller,
+    access: PhantomData<A>,
+}
+
+impl<A: Access> FromRequestParts<AppState> for Authed<A> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let token = bearer_token(parts).ok_or(ApiError::Unauthorized)?;
+        let caller = authenticate(&state.db, token).await?;
+        if !A::allows(caller.scope) {
+            return Err(ApiError::InsufficientScope(A::NEEDED));
+        }
+        Ok(Authed {
+            caller,
+            access: PhantomData,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_long_random_and_prefixed() {
+        let a = generate_token();
+        let b = generate_token();
+        assert_ne!(a, b);
+        assert!(a.starts_with(TOKEN_PREFIX));
+        // 32 bytes in unpadded base64 are 43 characters: 256 bits.
+        assert_eq!(a.len(), TOKEN_PREFIX.len() + 43);
+    }
+
+    #[test]
+    fn passwords_verify_only_themselves() {
+        let stored = hash_password("correct horse").unwrap();
+        assert!(stored.starts_with("$argon2"));
+        assert!(verify_password("correct horse", &stored));
+        assert!(!verify_password("correct horsf", &stored));
+        assert!(!verify_password("x", "not a hash"));
+    }
+}

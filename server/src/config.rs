@@ -1,0 +1,301 @@
+//! Command line and configuration: defaults, then the config file, then
+//! `GPUPLANE_*` environment variables, then flags (each flag reads its
+//! variable through clap, so the last two layers are one).
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use gpuplane_api::auth::Scope;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuplane-server",
+    version,
+    about = "The GPUPlane server: API, console and scheduler."
+)]
+pub struct Cli {
+    /// Directory holding the SQLite database (default: $XDG_DATA_HOME/gpuplane or ~/.local/share/gpuplane).
+    #[arg(long, env = "GPUPLANE_DATA_DIR", global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// TOML configuration file (default: DATA_DIR/gpuplane.toml when it exists).
+    #[arg(long, env = "GPUPLANE_CONFIG", global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the API and the console.
+    Serve(ServeArgs),
+    /// Bootstrap users and tokens without a running server.
+    #[command(subcommand)]
+    Admin(AdminCommand),
+    /// Configuration helpers.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// Every field is also a config-file key of the same name (with `_`) and a
+/// `GPUPLANE_` variable.
+#[derive(Debug, Default, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GPUPLANE_BIND", value_name = "HOST:PORT")]
+    pub bind: Option<SocketAddr>,
+
+    /// URL users and jobs reach this server at (default: http://BIND).
+    #[arg(long, env = "GPUPLANE_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
+
+    /// Directory with the console's static files and wasm bundle (default: ../site next to the binary).
+    #[arg(long, env = "GPUPLANE_SITE_ROOT", value_name = "DIR")]
+    pub site_root: Option<PathBuf>,
+
+    /// How often agents send a heartbeat, in milliseconds.
+    #[arg(long, env = "GPUPLANE_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
+    pub heartbeat_interval_ms: Option<u64>,
+
+    /// A node with no heartbeat for this long turns OFFLINE, in milliseconds.
+    #[arg(long, env = "GPUPLANE_NODE_TIMEOUT_MS", value_name = "MS")]
+    pub node_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create a local user; the password is read from stdin.
+    CreateUser {
+        name: String,
+        /// Make the user an administrator.
+        #[arg(long)]
+        admin: bool,
+        /// Read the password from stdin (the only way: it never appears in argv).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+    },
+    /// Create an API token for a user and print it (only) on stdout.
+    CreateToken {
+        #[arg(long)]
+        user: String,
+        /// read, write or sdk.
+        #[arg(long)]
+        scope: Scope,
+        /// A label to recognise the token by.
+        #[arg(long, default_value = "admin-cli")]
+        name: String,
+        /// Lifetime such as `30d` or `12h` (default: no expiry).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires_in: Option<Duration>,
+    },
+    /// Create a token for `gpuplane-agent` and print it (only) on stdout.
+    CreateAgentToken {
+        #[arg(long, default_value = "agent")]
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print an example configuration file with every key and its default.
+    Example,
+}
+
+/// The config file: every key optional, unknown keys refused by name.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub bind: Option<SocketAddr>,
+    pub public_url: Option<String>,
+    pub site_root: Option<PathBuf>,
+    pub heartbeat_interval_ms: Option<u64>,
+    pub node_timeout_ms: Option<u64>,
+}
+
+pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 2_000;
+pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 15_000;
+pub const CONFIG_FILE: &str = "gpuplane.toml";
+
+/// Everything `serve` needs, resolved from every layer.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    pub bind: SocketAddr,
+    pub public_url: Option<String>,
+    pub site_root: PathBuf,
+    pub heartbeat_interval: Duration,
+    pub node_timeout: Duration,
+}
+
+impl ServerConfig {
+    /// A configuration with every default, for `data_dir`.
+    pub fn with_defaults(data_dir: PathBuf) -> Self {
+        ServerConfig {
+            data_dir,
+            bind: DEFAULT_BIND.parse().expect("the default bind address parses"),
+            public_url: None,
+            site_root: default_site_root(),
+            heartbeat_interval: Duration::from_millis(DEFAULT_HEARTBEAT_INTERVAL_MS),
+            node_timeout: Duration::from_millis(DEFAULT_NODE_TIMEOUT_MS),
+        }
+    }
+
+    /// Layers the file and then the flags/environment over the defaults.
+    pub fn resolve(data_dir: PathBuf, file: FileConfig, args: ServeArgs) -> anyhow::Result<Self> {
+        let mut config = ServerConfig::with_defaults(data_dir);
+        let pick = |arg: Option<u64>, file: Option<u64>| arg.or(file).map(Duration::from_millis);
+        if let Some(bind) = args.bind.or(file.bind) {
+            config.bind = bind;
+        }
+        config.public_url = args.public_url.or(file.public_url);
+        if let Some(root) = args.site_root.or(file.site_root) {
+            config.site_root = root;
+        }
+        if let Some(interval) = pick(args.heartbeat_interval_ms, file.heartbeat_interval_ms) {
+            config.heartbeat_interval = interval;
+        }
+        if let Some(timeout) = pick(args.node_timeout_ms, file.node_timeout_ms) {
+            config.node_timeout = timeout;
+        }
+        if config.heartbeat_interval.is_zero() {
+            bail!("heartbeat_interval_ms must be at least 1");
+        }
+        if config.node_timeout <= config.heartbeat_interval {
+            bail!("node_timeout_ms must be longer than heartbeat_interval_ms");
+        }
+        if let Some(url) = &config.public_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                bail!("public_url must start with http:// or https://, got `{url}`");
+            }
+        }
+        Ok(config)
+    }
+
+    /// The URL jobs and users reach the server at.
+    pub fn public_url(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!("http://{}", self.bind),
+        }
+    }
+}
+
+/// `$XDG_DATA_HOME/gpuplane`, else `~/.local/share/gpuplane`, else `./gpuplane-data`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("gpuplane");
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/gpuplane"),
+        None => PathBuf::from("gpuplane-data"),
+    }
+}
+
+/// `site/` beside the directory holding the binary: `target/site` for a
+/// binary in `target/debug`, `PREFIX/site` for one in `PREFIX/bin`.
+fn default_site_root() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("site")))
+        .unwrap_or_else(|| PathBuf::from("target/site"))
+}
+
+/// Reads the config file: `explicit` must exist; otherwise `DATA_DIR/gpuplane.toml` is optional.
+pub fn load_file(explicit: Option<&Path>, data_dir: &Path) -> anyhow::Result<FileConfig> {
+    let (path, required) = match explicit {
+        Some(path) => (path.to_path_buf(), true),
+        None => (data_dir.join(CONFIG_FILE), false),
+    };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(FileConfig::default());
+        }
+        Err(error) => {
+            return Err(error).with_context(|| format!("cannot read config file {}", path.display()));
+        }
+    };
+    toml::from_str(&text).map_err(|error| {
+        let message = error.message().trim().to_string();
+        anyhow::anyhow!("config file {}: {message}", path.display())
+    })
+}
+
+/// Creates the data directory and proves it is writable.
+pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    let probe = dir.join(".write-test");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("data directory {} is not writable", dir.display()))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+pub fn example_config() -> String {
+    format!(
+        r#"# GPUPlane server configuration ({CONFIG_FILE} in the data directory, or --config FILE).
+# Every key is also a flag (--bind) and an environment variable (GPUPLANE_BIND);
+# flags and variables win over this file. Unknown keys are refused.
+
+# Address to listen on.
+bind = "{DEFAULT_BIND}"
+
+# URL users, agents and jobs reach this server at (default: http:// + bind).
+# public_url = "https://gpuplane.example.com"
+
+# Console static files and wasm bundle (default: ../site next to the binary).
+# site_root = "/opt/gpuplane/site"
+
+# How often agents send a heartbeat, and how long a silent node stays ONLINE.
+heartbeat_interval_ms = {DEFAULT_HEARTBEAT_INTERVAL_MS}
+node_timeout_ms = {DEFAULT_NODE_TIMEOUT_MS}
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_config_parses_to_the_defaults() {
+        let file: FileConfig = toml::from_str(&example_config()).unwrap();
+        let config = ServerConfig::resolve("d".into(), file, ServeArgs::default()).unwrap();
+        let defaults = ServerConfig::with_defaults("d".into());
+        assert_eq!(config.bind, defaults.bind);
+        assert_eq!(config.heartbeat_interval, defaults.heartbeat_interval);
+        assert_eq!(config.node_timeout, defaults.node_timeout);
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file = FileConfig {
+            bind: Some("127.0.0.1:1".parse().unwrap()),
+            node_timeout_ms: Some(9_000),
+            ..FileConfig::default()
+        };
+        let args = ServeArgs {
+            bind: Some("127.0.0.1:2".parse().unwrap()),
+            ..ServeArgs::default()
+        };
+        let config = ServerConfig::resolve("d".into(), file, args).unwrap();
+        assert_eq!(config.bind.port(), 2);
+        assert_eq!(config.node_timeout, Duration::from_secs(9));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let error = toml::from_str::<FileConfig>("bnd = \"x\"").unwrap_err();
+        assert!(
+            error.message().contains("unknown field `bnd`"),
+            "{}",
+            error.message()
+        );
+    }
+}

@@ -1,0 +1,231 @@
+//! The API's one error type and its one conversion into a response.
+//!
+//! Client errors carry a code and field details; a 5xx says only
+//! "internal error" and leaves its cause in the response extensions, where the
+//! logging middleware ([`log_internal_errors`]) picks it up.
+
+use crate::db::DbError;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use gpuplane_api::auth::Scope;
+use gpuplane_api::error::{ErrorBody, ErrorInfo, FieldError, codes};
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+
+/// The `realm` of every `WWW-Authenticate` challenge.
+pub const REALM: &str = "gpuplane";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("invalid fields")]
+    Validation(Vec<FieldError>),
+    #[error("missing bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    InvalidToken(&'static str),
+    #[error("this route needs a token with the `{0}` scope")]
+    InsufficientScope(Scope),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// A 422 for one field.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::Validation(vec![FieldError {
+            field: field.into(),
+            message: message.into(),
+        }])
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(error: DbError) -> Self {
+        match error {
+            DbError::NotFound => ApiError::NotFound("not found".into()),
+            DbError::Conflict(message) => ApiError::Conflict(message),
+            DbError::Other(error) => ApiError::Internal(error.into()),
+        }
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(error: sqlx::Error) -> Self {
+        DbError::from(error).into()
+    }
+}
+
+/// The cause of a 500, kept out of the body and logged by [`log_internal_errors`].
+#[derive(Clone)]
+struct InternalCause(Arc<anyhow::Error>);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, codes::BAD_REQUEST),
+            ApiError::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::VALIDATION_ERROR),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
+            ApiError::InvalidToken(_) => (StatusCode::UNAUTHORIZED, codes::INVALID_TOKEN),
+            ApiError::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+        };
+        let message = match &self {
+            ApiError::Validation(details) => match details.as_slice() {
+                [one] => format!("{}: {}", one.field, one.message),
+                _ => format!("{} fields are invalid", details.len()),
+            },
+            ApiError::Internal(_) => "internal error; the server log has the cause".to_string(),
+            other => other.to_string(),
+        };
+        let details = match &self {
+            ApiError::Validation(details) => details.clone(),
+            _ => Vec::new(),
+        };
+        let body = ErrorBody {
+            error: ErrorInfo {
+                code: code.to_string(),
+                message,
+                details,
+            },
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        // RFC 6750 §3: tell the client how to authenticate.
+        let challenge = match &self {
+            ApiError::Unauthorized => Some(format!("Bearer realm=\"{REALM}\"")),
+            ApiError::InvalidToken(why) => Some(format!(
+                "Bearer realm=\"{REALM}\", error=\"invalid_token\", error_description=\"{why}\""
+            )),
+            ApiError::InsufficientScope(scope) => Some(format!(
+                "Bearer realm=\"{REALM}\", error=\"insufficient_scope\", scope=\"{scope}\""
+            )),
+            _ => None,
+        };
+        if let Some(challenge) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        if let ApiError::Internal(cause) = self {
+            response.extensions_mut().insert(InternalCause(Arc::new(cause)));
+        }
+        response
+    }
+}
+
+/// Logs the hidden cause of every 500 the API answers.
+pub async fn log_internal_errors(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    if let Some(InternalCause(cause)) = response.extensions().get::<InternalCause>() {
+        tracing::error!(%method, %path, error = format!("{cause:#}"), "request failed");
+    }
+    response
+}
+
+/// A JSON body whose problems answer in the API's error shape: 400 for a body
+/// that is not JSON, 422 naming the field for one that does not fit.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("application/json"));
+        if !is_json {
+            return Err(ApiError::BadRequest(
+                "expected a JSON body with `Content-Type: application/json`".into(),
+            ));
+        }
+        let bytes =
+            axum::body::Bytes::from_request(request, state)
+                .await
+                .map_err(|rejection| match rejection.status() {
+                    StatusCode::PAYLOAD_TOO_LARGE => {
+                        ApiError::PayloadTooLarge("the request body is too large".into())
+                    }
+                    _ => ApiError::BadRequest(format!("cannot read the request body: {rejection}")),
+                })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// Parses a JSON document, naming the offending field on a shape error.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(json_error)?;
+    deserializer
+        .end()
+        .map_err(|error| ApiError::BadRequest(format!("the body is not valid JSON: {error}")))?;
+    Ok(value)
+}
+
+fn json_error(error: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    if inner.is_syntax() || inner.is_eof() {
+        return ApiError::BadRequest(format!("the body is not valid JSON: {inner}"));
+    }
+    let message = strip_position(&inner.to_string());
+    // serde reports an unknown field at its parent's path: name the field itself.
+    let field = match unknown_field_name(&message) {
+        Some(name) if path == "." => name.to_string(),
+        Some(name) => format!("{path}.{name}"),
+        None if path == "." => "body".to_string(),
+        None => path,
+    };
+    ApiError::field(field, message)
+}
+
+fn unknown_field_name(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.split('`').next()
+}
+
+/// serde_json appends " at line 1 column 42"; the field path says more.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// A query string whose problems answer as a 422 naming the parameter.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(ApiQuery)
+            .map_err(|error| {
+                let path = error.path().to_string();
+                let message = error.into_inner().to_string();
+                let field = match unknown_field_name(&message) {
+                    Some(name) => name.to_string(),
+                    None if path == "." => "query".to_string(),
+                    None => path,
+                };
+                ApiError::field(field, message)
+            })
+    }
+}

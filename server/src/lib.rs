@@ -1,0 +1,192 @@
+//! The GPUPlane server as a library: `main.rs` parses arguments and calls
+//! [`run`]; tests call [`start`] to get a real server on a free port.
+
+pub mod admin;
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod console;
+pub mod db;
+pub mod error;
+pub mod ids;
+pub mod nodes;
+pub mod state;
+pub mod time;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::{MatchedPath, Request};
+use config::{Cli, Command, ConfigCommand, ServerConfig};
+use state::AppState;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tower_http::trace::TraceLayer;
+
+/// How long open connections may take to finish after a shutdown signal.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The whole HTTP surface: API, console pages and static files.
+pub fn app(state: AppState) -> Router {
+    let (api, _doc) = api::router();
+    api.merge(console::router(&state))
+        .layer(axum::middleware::from_fn(error::log_internal_errors))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let route = request
+                .extensions()
+                .get::<MatchedPath>()
+                .map(|path| path.as_str().to_owned())
+                .unwrap_or_else(|| request.uri().path().to_owned());
+            tracing::info_span!("request", method = %request.method(), route)
+        }))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` completes, then drains connections for at most
+/// [`DRAIN_TIMEOUT`] and stops the background tasks.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), stop_rx.clone()));
+    let mut graceful = stop_rx.clone();
+    let server = axum::serve(
+        listener,
+        app(state).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = graceful.wait_for(|stop| *stop).await;
+    })
+    .into_future();
+    tokio::pin!(server);
+    tokio::select! {
+        result = &mut server => result.context("the HTTP server failed")?,
+        () = shutdown => {
+            tracing::info!("shutting down");
+            let _ = stop_tx.send(true);
+            if tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await.is_err() {
+                tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+            }
+        }
+    }
+    let _ = stop_tx.send(true);
+    let _ = monitor.await;
+    Ok(())
+}
+
+/// A server started by [`start`]: its URL and state, and a way to stop it.
+pub struct RunningServer {
+    pub url: String,
+    pub state: AppState,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops the server gracefully and waits for it.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await.context("the server task panicked")?
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Binds `config.bind` (port 0 picks a free one), opens the database and
+/// serves in the background.
+pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let (listener, state) = bind_and_open(config).await?;
+    let url = state.config.public_url();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, state.clone(), async move {
+        let _ = stop_rx.await;
+    }));
+    Ok(RunningServer {
+        url,
+        state,
+        stop: Some(stop_tx),
+        task,
+    })
+}
+
+/// Prepares the data dir, binds the listener (recording the real port) and opens the database.
+async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener, AppState)> {
+    config::prepare_data_dir(&config.data_dir)?;
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.bind))?;
+    config.bind = listener.local_addr()?;
+    let db = db::open(&config.data_dir).await?;
+    Ok((listener, AppState::new(db, config)))
+}
+
+/// What `gpuplane-server` does with its command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let data_dir = cli.data_dir.clone().unwrap_or_else(config::default_data_dir);
+    match cli.command {
+        Command::Config(ConfigCommand::Example) => {
+            print!("{}", config::example_config());
+            Ok(())
+        }
+        Command::Admin(command) => {
+            config::prepare_data_dir(&data_dir)?;
+            let db = db::open(&data_dir).await?;
+            if let Some(secret) = admin::run(&db, command).await? {
+                println!("{secret}");
+            }
+            db.close().await;
+            Ok(())
+        }
+        Command::Serve(args) => {
+            let file = config::load_file(cli.config.as_deref(), &data_dir)?;
+            let config = ServerConfig::resolve(data_dir, file, args)?;
+            let (listener, state) = bind_and_open(config).await?;
+            tracing::info!(
+                url = state.config.public_url(),
+                data_dir = %state.config.data_dir.display(),
+                site_root = %state.config.site_root.display(),
+                "GPUPlane server listening on http://{}",
+                state.config.bind
+            );
+            if !state.config.site_root.join("pkg").exists() {
+                tracing::warn!(
+                    site_root = %state.config.site_root.display(),
+                    "no console bundle found: pages render but stay non-interactive (build it with `cargo xtask site`)"
+                );
+            }
+            serve(listener, state, shutdown_signal()).await
+        }
+    }
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}
