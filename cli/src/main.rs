@@ -1,1 +1,112 @@
-fn main() {}
+//! `gpuctl`, the GPUPlane command line. Every command takes `--json` (anywhere
+//! on the line) and exits with a code from [`exit::Failure`].
+
+mod client;
+mod commands;
+mod credentials;
+mod exit;
+
+use clap::{Parser, Subcommand};
+use client::{CliError, Client};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "gpuctl", version, about = "Submit and watch GPU jobs on a GPUPlane cluster.", after_help = exit::HELP)]
+struct Cli {
+    /// Server URL (default: stored credentials, else http://127.0.0.1:8600).
+    #[arg(long, env = "GPUCTL_SERVER", global = true)]
+    server: Option<String>,
+
+    /// API token (default: stored credentials from `gpuctl login`).
+    #[arg(long, env = "GPUCTL_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check `--token T` against the server and store it in ~/.gpuctl/credentials.json (mode 0600).
+    Login,
+    /// Forget the stored credentials.
+    Logout,
+    /// Show who the token belongs to and what it may do.
+    Whoami,
+    /// Cluster overview: server, nodes, GPUs.
+    Status,
+    /// Nodes and their GPUs.
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeCommand {
+    /// Every node with its GPUs and their latest readings.
+    Status,
+}
+
+/// Where a command writes: text for people or JSON for programs.
+pub struct Output {
+    pub json: bool,
+}
+
+impl Output {
+    /// Prints `value` as JSON, or the text `human` renders.
+    pub fn emit<T: serde::Serialize>(&self, value: &T, human: impl FnOnce(&T) -> String) {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(value).unwrap_or_default());
+        } else {
+            let text = human(value);
+            if !text.is_empty() {
+                println!("{}", text.trim_end());
+            }
+        }
+    }
+
+    fn fail(&self, error: &CliError) -> ExitCode {
+        if self.json {
+            let body = gpuplane_api::error::ErrorBody {
+                error: error.error.clone(),
+            };
+            println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
+        }
+        eprintln!("error: {}", error.error.message);
+        for detail in &error.error.details {
+            eprintln!("  {}: {}", detail.field, detail.message);
+        }
+        error.failure.code()
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Output { json: cli.json };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli, &out)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => out.fail(&error),
+    }
+}
+
+async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
+    match cli.command {
+        Command::Login => commands::auth::login(cli.server, cli.token, out).await,
+        Command::Logout => commands::auth::logout(out),
+        Command::Whoami => commands::auth::whoami(&Client::new(cli.server, cli.token)?, out).await,
+        Command::Status => commands::status::status(&Client::new(cli.server, cli.token)?, out).await,
+        Command::Node(NodeCommand::Status) => {
+            commands::status::node_status(&Client::new(cli.server, cli.token)?, out).await
+        }
+    }
+}

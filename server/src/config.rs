@@ -168,10 +168,10 @@ impl ServerConfig {
         if config.node_timeout <= config.heartbeat_interval {
             bail!("node_timeout_ms must be longer than heartbeat_interval_ms");
         }
-        if let Some(url) = &config.public_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                bail!("public_url must start with http:// or https://, got `{url}`");
-            }
+        if let Some(url) = &config.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("public_url must start with http:// or https://, got `{url}`");
         }
         Ok(config)
     }

@@ -183,19 +183,9 @@ fn json_error(error: serde_path_to_error::Error<serde_json::Error>) -> ApiError 
         return ApiError::BadRequest(format!("the body is not valid JSON: {inner}"));
     }
     let message = strip_position(&inner.to_string());
-    // serde reports an unknown field at its parent's path: name the field itself.
-    let field = match unknown_field_name(&message) {
-        Some(name) if path == "." => name.to_string(),
-        Some(name) => format!("{path}.{name}"),
-        None if path == "." => "body".to_string(),
-        None => path,
-    };
+    // The path names unknown fields too (`resources.colour`); `.` is the body itself.
+    let field = if path == "." { "body".to_string() } else { path };
     ApiError::field(field, message)
-}
-
-fn unknown_field_name(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("unknown field `")?;
-    rest.split('`').next()
 }
 
 /// serde_json appends " at line 1 column 42"; the field path says more.
@@ -220,11 +210,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
             .map_err(|error| {
                 let path = error.path().to_string();
                 let message = error.into_inner().to_string();
-                let field = match unknown_field_name(&message) {
-                    Some(name) => name.to_string(),
-                    None if path == "." => "query".to_string(),
-                    None => path,
-                };
+                let field = if path == "." { "query".to_string() } else { path };
                 ApiError::field(field, message)
             })
     }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod ids;
 pub mod nodes;
 pub mod state;
+pub mod testkit;
 pub mod time;
 
 use anyhow::Context;
@@ -105,6 +106,7 @@ impl Drop for RunningServer {
 /// Binds `config.bind` (port 0 picks a free one), opens the database and
 /// serves in the background.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    config::prepare_data_dir(&config.data_dir)?;
     let (listener, state) = bind_and_open(config).await?;
     let url = state.config.public_url();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -119,9 +121,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
 }
 
-/// Prepares the data dir, binds the listener (recording the real port) and opens the database.
+/// Binds the listener (recording the real port) and opens the database.
 async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener, AppState)> {
-    config::prepare_data_dir(&config.data_dir)?;
     let listener = TcpListener::bind(config.bind)
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
@@ -148,6 +149,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Serve(args) => {
+            let shutdown = shutdown_signal()?;
+            config::prepare_data_dir(&data_dir)?;
             let file = config::load_file(cli.config.as_deref(), &data_dir)?;
             let config = ServerConfig::resolve(data_dir, file, args)?;
             let (listener, state) = bind_and_open(config).await?;
@@ -164,29 +167,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     "no console bundle found: pages render but stay non-interactive (build it with `cargo xtask site`)"
                 );
             }
-            serve(listener, state, shutdown_signal()).await
+            serve(listener, state, shutdown).await
         }
     }
 }
 
-/// Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled, so no early signal is lost.
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
+    })
 }

@@ -1,0 +1,78 @@
+//! The agent's HTTP client for the server's `/api/v1/agent/*` routes.
+
+use gpuplane_api::error::ErrorBody;
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server could not be reached or did not answer.
+    #[error("cannot reach the server: {0}")]
+    Unreachable(reqwest::Error),
+    /// The server refused the agent token: retrying will not help.
+    #[error("the server refused the agent token ({status}): {message}")]
+    Refused { status: StatusCode, message: String },
+    /// The server does not know this node (restarted with a new database, say).
+    #[error("the server does not know this node")]
+    UnknownNode,
+    #[error("the server answered {status}: {message}")]
+    Failed { status: StatusCode, message: String },
+}
+
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    pub fn new(server: &str, token: &str) -> anyhow::Result<Client> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(30))
+            .user_agent(concat!("gpuplane-agent/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Client {
+            http,
+            base: format!("{}/api/v1", server.trim_end_matches('/')),
+            token: token.to_string(),
+        })
+    }
+
+    /// POSTs `body` to `/api/v1/{path}` and decodes the answer (`()` for 204).
+    pub async fn post<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<R, ClientError> {
+        let response = self
+            .http
+            .post(format!("{}/{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .map_err(ClientError::Unreachable)?;
+        let status = response.status();
+        if status == StatusCode::NO_CONTENT {
+            return serde_json::from_str("null").map_err(|e| ClientError::Failed {
+                status,
+                message: e.to_string(),
+            });
+        }
+        if status.is_success() {
+            return response.json().await.map_err(ClientError::Unreachable);
+        }
+        let message = match response.json::<ErrorBody>().await {
+            Ok(body) => body.error.message,
+            Err(_) => status.canonical_reason().unwrap_or("error").to_string(),
+        };
+        Err(match status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ClientError::Refused { status, message },
+            StatusCode::NOT_FOUND => ClientError::UnknownNode,
+            _ => ClientError::Failed { status, message },
+        })
+    }
+}

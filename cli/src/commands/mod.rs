@@ -1,0 +1,4 @@
+//! One module per command family.
+
+pub mod auth;
+pub mod status;

@@ -1,0 +1,112 @@
+//! `gpuctl status` and `gpuctl node status`.
+
+use crate::Output;
+use crate::client::{CliError, Client};
+use gpuplane_api::Page;
+use gpuplane_api::health::Health;
+use gpuplane_api::node::{GpuSource, Node, NodeStatus};
+use serde::Serialize;
+use std::fmt::Write;
+
+#[derive(Serialize)]
+struct ClusterStatus {
+    server: String,
+    health: Health,
+    nodes: NodeCounts,
+    gpus: GpuCounts,
+}
+
+#[derive(Serialize)]
+struct NodeCounts {
+    online: usize,
+    offline: usize,
+}
+
+#[derive(Serialize)]
+struct GpuCounts {
+    /// GPUs on ONLINE nodes.
+    total: usize,
+    simulated: usize,
+}
+
+pub async fn status(client: &Client, out: &Output) -> Result<(), CliError> {
+    let health: Health = client.get("health").await?;
+    let nodes: Page<Node> = client.get("nodes").await?;
+    let online: Vec<&Node> = nodes
+        .items
+        .iter()
+        .filter(|n| n.status == NodeStatus::Online)
+        .collect();
+    let gpus = online.iter().flat_map(|n| &n.gpus);
+    let status = ClusterStatus {
+        server: client.server.clone(),
+        health,
+        nodes: NodeCounts {
+            online: online.len(),
+            offline: nodes.items.len() - online.len(),
+        },
+        gpus: GpuCounts {
+            total: gpus.clone().count(),
+            simulated: gpus.filter(|g| g.source == GpuSource::Simulated).count(),
+        },
+    };
+    out.emit(&status, |s| {
+        let simulated = if s.gpus.simulated > 0 { format!(" ({} simulated)", s.gpus.simulated) } else { String::new() };
+        format!(
+            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} on online nodes{simulated}",
+            s.server, s.health.version, s.health.status, s.nodes.online, s.nodes.offline, s.gpus.total
+        )
+    });
+    Ok(())
+}
+
+pub async fn node_status(client: &Client, out: &Output) -> Result<(), CliError> {
+    let nodes: Page<Node> = client.get("nodes").await?;
+    out.emit(&nodes, |nodes| render_nodes(&nodes.items));
+    Ok(())
+}
+
+fn render_nodes(nodes: &[Node]) -> String {
+    if nodes.is_empty() {
+        return "No nodes yet: start `gpuplane-agent --server URL --token T` on a GPU host.".to_string();
+    }
+    let mut text = String::new();
+    for node in nodes {
+        let labels: Vec<String> = node.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(
+            text,
+            "{}  {}  {} GPU{}  labels: {}  last seen {}",
+            node.name,
+            node.status.as_str(),
+            node.gpus.len(),
+            if node.gpus.len() == 1 { "" } else { "s" },
+            if labels.is_empty() {
+                "-".to_string()
+            } else {
+                labels.join(",")
+            },
+            node.last_seen_at
+        );
+        for gpu in &node.gpus {
+            let memory = match (gpu.memory_used_mib, gpu.memory_total_mib) {
+                (Some(used), Some(total)) => format!("{used}/{total} MiB"),
+                _ => "memory ?".to_string(),
+            };
+            let utilization = gpu
+                .utilization_percent
+                .map_or("?".to_string(), |u| format!("{u}%"));
+            let temperature = gpu.temperature_c.map_or("-".to_string(), |t| format!("{t}°C"));
+            let simulated = if gpu.source == GpuSource::Simulated {
+                "  [simulated]"
+            } else {
+                ""
+            };
+            let _ = writeln!(
+                text,
+                "  gpu {}  {}  {memory}  util {utilization}  temp {temperature}{simulated}",
+                gpu.index, gpu.model
+            );
+        }
+    }
+    text
+}

@@ -1,0 +1,223 @@
+//! The real `gpuctl` binary against a real server: output for people and for
+//! programs (`--json` anywhere), stored credentials, and exit codes.
+
+use expect_test::expect;
+use gpuplane_api::auth::Scope;
+use gpuplane_server::testkit::{agent_token, eventually, start_server, user_token};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const GPUCTL: &str = env!("CARGO_BIN_EXE_gpuctl");
+
+/// `gpuctl` with a private home and no credentials from the environment.
+fn gpuctl(home: &Path, args: &[&str]) -> Output {
+    Command::new(GPUCTL)
+        .args(args)
+        .env("GPUCTL_HOME", home)
+        .env_remove("GPUCTL_SERVER")
+        .env_remove("GPUCTL_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).to_string()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).to_string()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(output)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn whoami_for_people_and_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let token = user_token(&server.state.db, "alice", Scope::Write, true).await;
+    let base = ["--server", server.url.as_str(), "--token", token.as_str()];
+
+    let human = gpuctl(home.path(), &[&base[..], &["whoami"]].concat());
+    assert!(human.status.success(), "{}", stderr(&human));
+    let text = stdout(&human).replace(&server.url, "URL");
+    let text = regex_lite_replace(&text, "tok_", 26);
+    expect![[r#"
+        alice (admin) on URL
+        token test (tok_…), scope write, expires never
+    "#]]
+    .assert_eq(&text);
+
+    // --json before the command, after it, or at the very end.
+    for args in [vec!["--json", "whoami"], vec!["whoami", "--json"]] {
+        let output = gpuctl(home.path(), &[&base[..], &args[..]].concat());
+        let me = json(&output);
+        assert_eq!(me["user"], "alice");
+        assert_eq!(me["scope"], "write");
+    }
+}
+
+/// Replaces `prefix` and the `len` characters after it with `prefix…`.
+fn regex_lite_replace(text: &str, prefix: &str, len: usize) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find(prefix) {
+        out.push_str(&rest[..at + prefix.len()]);
+        out.push('…');
+        rest = &rest[(at + prefix.len() + len).min(rest.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exit_codes_tell_scripts_what_went_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let url = server.url.as_str();
+
+    // No token anywhere: 3, with a hint to log in.
+    let output = gpuctl(home.path(), &["--server", url, "whoami"]);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(stderr(&output).contains("gpuctl login"), "{}", stderr(&output));
+
+    // A refused token: 3, and with --json the API's error body on stdout.
+    let output = gpuctl(
+        home.path(),
+        &["--server", url, "--token", "gpp_nope", "whoami", "--json"],
+    );
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(json(&output)["error"]["code"], "invalid_token");
+
+    // An agent token on a read route: 4.
+    let agent = agent_token(&server.state.db).await;
+    let output = gpuctl(
+        home.path(),
+        &["--server", url, "--token", &agent, "node", "status"],
+    );
+    assert_eq!(output.status.code(), Some(4), "{}", stderr(&output));
+
+    // Nobody listening: 8.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let output = gpuctl(
+        home.path(),
+        &["--server", &format!("http://{closed}"), "--token", "x", "status"],
+    );
+    assert_eq!(output.status.code(), Some(8));
+    assert!(
+        stderr(&output).contains("cannot reach the GPUPlane server"),
+        "{}",
+        stderr(&output)
+    );
+
+    // Bad usage: clap's 2.
+    assert_eq!(gpuctl(home.path(), &["no-such-command"]).status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn login_stores_credentials_privately_and_logout_forgets_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let token = user_token(&server.state.db, "bob", Scope::Read, false).await;
+
+    let refused = gpuctl(
+        home.path(),
+        &["--server", &server.url, "login", "--token", "gpp_wrong"],
+    );
+    assert_eq!(refused.status.code(), Some(3));
+    assert!(
+        !home.path().join("credentials.json").exists(),
+        "a refused token is not stored"
+    );
+
+    let login = gpuctl(
+        home.path(),
+        &["--server", &server.url, "login", "--token", &token],
+    );
+    assert!(login.status.success(), "{}", stderr(&login));
+    let file = home.path().join("credentials.json");
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    // Now plain commands use the stored server and token.
+    let me = json(&gpuctl(home.path(), &["whoami", "--json"]));
+    assert_eq!(me["user"], "bob");
+
+    let logout = gpuctl(home.path(), &["logout"]);
+    assert!(logout.status.success());
+    assert!(!file.exists());
+    assert_eq!(
+        gpuctl(home.path(), &["--server", &server.url, "whoami"])
+            .status
+            .code(),
+        Some(3)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_and_node_status_show_the_agents_gpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let token = user_token(&server.state.db, "carol", Scope::Read, false).await;
+    let base = ["--server", server.url.as_str(), "--token", token.as_str()];
+
+    let empty = gpuctl(home.path(), &[&base[..], &["node", "status"]].concat());
+    assert!(stdout(&empty).contains("No nodes yet"), "{}", stdout(&empty));
+
+    // The agent binary belongs to another package (its own tests run it); here the
+    // node registers over the agent API exactly as the agent does.
+    let agent_token = agent_token(&server.state.db).await;
+    let http = reqwest::Client::new();
+    let gpus: Vec<Value> = (0..3)
+        .map(|i| {
+            serde_json::json!({
+                "index": i, "uuid": format!("GPU-{i}"), "model": "Simulated GPU", "source": "simulated",
+                "memory_total_mib": 81920, "memory_used_mib": 1024, "utilization_percent": 50, "temperature_c": null
+            })
+        })
+        .collect();
+    let hello = serde_json::json!({
+        "name": "box-a", "hostname": "box-a", "labels": {"gpu": "sim"}, "agent_version": "test", "gpus": gpus,
+    });
+    let response = http
+        .post(format!("{}/api/v1/agent/hello", server.url))
+        .bearer_auth(&agent_token)
+        .json(&hello)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success());
+
+    let status = json(&gpuctl(home.path(), &[&base[..], &["status", "--json"]].concat()));
+    assert_eq!(status["nodes"]["online"], 1);
+    assert_eq!(status["gpus"]["total"], 3);
+    assert_eq!(status["gpus"]["simulated"], 3);
+
+    let text = stdout(&gpuctl(home.path(), &[&base[..], &["node", "status"]].concat()));
+    assert!(
+        text.starts_with("box-a  ONLINE  3 GPUs  labels: gpu=sim"),
+        "{text}"
+    );
+    assert!(
+        text.contains("gpu 2  Simulated GPU  1024/81920 MiB  util 50%  temp -  [simulated]"),
+        "{text}"
+    );
+
+    // Without heartbeats the node turns OFFLINE, and status says so.
+    eventually("the node to go OFFLINE", Duration::from_secs(10), || async {
+        let status = json(&gpuctl(home.path(), &[&base[..], &["status", "--json"]].concat()));
+        (status["nodes"]["offline"] == 1).then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs every GPUPlane check: formatting, clippy, the Rust tests (real server,
+# agent, CLI and SQLite), and the browser tests (Playwright + Chromium).
+# On a fresh machine it first installs what it needs; every install step is
+# skipped when its tool is already there. `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+NEXTEST_VERSION=0.9.143
+started=$(date +%s)
+current=""
+step() {
+  current="$1"
+  echo
+  echo "==> $1 ($(( $(date +%s) - started ))s)"
+}
+trap 'status=$?; if [ $status -ne 0 ]; then echo; echo "FAILED: ${current} (after $(( $(date +%s) - started ))s)"; fi' EXIT
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+step "install: Rust components and the wasm32 target"
+rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
+fi
+
+step "install: Chromium (Debian) and the browser-test packages (npm)"
+if ! command -v chromium >/dev/null 2>&1; then
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+fi
+npm ci --prefix end2end --no-audit --no-fund --loglevel=error
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy (warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo nextest (Rust unit and integration tests)"
+cargo nextest run --workspace --locked --no-fail-fast
+
+step "build the console bundle and binaries"
+cargo xtask site
+cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
+
+step "browser tests (Playwright, headless Chromium)"
+(cd end2end && npx playwright test)
+
+current=""
+echo
+echo "PASSED: fmt, clippy, Rust tests, browser tests in $(( $(date +%s) - started ))s"

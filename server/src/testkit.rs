@@ -1,0 +1,64 @@
+//! Helpers for tests of every crate: a real server on a free port over a
+//! real SQLite file, and bootstrapped users and tokens. No mocks.
+
+use crate::auth::{NewToken, create_token};
+use crate::config::ServerConfig;
+use crate::{RunningServer, admin, start};
+use gpuplane_api::auth::Scope;
+use sqlx::SqlitePool;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Starts a server on `127.0.0.1:0` with its database in `data_dir`, fast
+/// heartbeats (100 ms) and a short node timeout (1 s).
+pub async fn start_server(data_dir: &Path) -> RunningServer {
+    let mut config = ServerConfig::with_defaults(data_dir.to_path_buf());
+    config.bind = "127.0.0.1:0".parse().expect("a valid address");
+    config.heartbeat_interval = Duration::from_millis(100);
+    config.node_timeout = Duration::from_secs(1);
+    start(config).await.expect("the test server starts")
+}
+
+/// Creates a user (admin when asked) and returns a token of `scope` for it.
+pub async fn user_token(db: &SqlitePool, name: &str, scope: Scope, is_admin: bool) -> String {
+    let user_id = admin::create_user(db, name, "test-password", is_admin)
+        .await
+        .expect("the user is created");
+    let new = NewToken {
+        user_id: Some(&user_id),
+        name: "test",
+        scope,
+        expires_at: None,
+    };
+    create_token(db, new).await.expect("the token is created").1
+}
+
+/// Returns a new agent token.
+pub async fn agent_token(db: &SqlitePool) -> String {
+    let new = NewToken {
+        user_id: None,
+        name: "test-agent",
+        scope: Scope::Agent,
+        expires_at: None,
+    };
+    create_token(db, new).await.expect("the token is created").1
+}
+
+/// Polls `check` every 20 ms until it gives `Some`, panicking with `what`
+/// after `timeout`. For conditions another process brings about.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if started.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

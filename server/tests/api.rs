@@ -1,0 +1,387 @@
+//! The real server over HTTP with a real SQLite file: health, whoami, every
+//! bearer error, scopes on every documented route, error bodies, token hashing.
+
+use expect_test::expect;
+use gpuplane_api::auth::Scope;
+use gpuplane_server::testkit::{agent_token, start_server, user_token};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: gpuplane_server::RunningServer,
+    http: reqwest::Client,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start_server(dir.path()).await;
+        Fixture {
+            _dir: dir,
+            server,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url)
+    }
+
+    async fn get(&self, path: &str, token: Option<&str>) -> (StatusCode, Option<String>, Value) {
+        let mut request = self.http.get(self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        split(request.send().await.unwrap()).await
+    }
+
+    async fn post(&self, path: &str, token: &str, content_type: &str, body: &str) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(self.url(path))
+            .bearer_auth(token)
+            .header("content-type", content_type)
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let (status, _, body) = split(response).await;
+        (status, body)
+    }
+}
+
+/// Status, `WWW-Authenticate`, and the JSON body (or `null`).
+async fn split(response: reqwest::Response) -> (StatusCode, Option<String>, Value) {
+    let status = response.status();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = response.text().await.unwrap();
+    (
+        status,
+        challenge,
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_answers_without_a_token() {
+    let f = Fixture::new().await;
+    let (status, _, body) = f.get("/api/v1/health", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["version"], gpuplane_api::VERSION);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn whoami_names_the_user_and_scope() {
+    let f = Fixture::new().await;
+    let token = user_token(&f.server.state.db, "alice", Scope::Write, true).await;
+    let (status, _, body) = f.get("/api/v1/auth/whoami", Some(&token)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["user"], "alice");
+    assert_eq!(body["is_admin"], true);
+    assert_eq!(body["scope"], "write");
+    assert_eq!(body["expires_at"], Value::Null);
+    assert!(body["token_id"].as_str().unwrap().starts_with("tok_"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bearer_errors_follow_rfc_6750() {
+    let f = Fixture::new().await;
+    let db = &f.server.state.db;
+    let token = user_token(db, "bob", Scope::Read, false).await;
+
+    // No token: 401 with a bare challenge.
+    let (status, challenge, body) = f.get("/api/v1/auth/whoami", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(challenge.as_deref(), Some("Bearer realm=\"gpuplane\""));
+    assert_eq!(body["error"]["code"], "unauthorized");
+
+    // A token of another scheme counts as none.
+    let response = f
+        .http
+        .get(f.url("/api/v1/auth/whoami"))
+        .header("authorization", format!("Basic {token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    // Unknown, expired, revoked, and disabled-user tokens: 401 invalid_token.
+    let expect_invalid = |(status, challenge, body): (StatusCode, Option<String>, Value), why: &str| {
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{why}");
+        assert!(challenge.unwrap().contains("error=\"invalid_token\""), "{why}");
+        assert_eq!(body["error"]["code"], "invalid_token", "{why}");
+        assert_eq!(body["error"]["message"], why);
+    };
+    expect_invalid(
+        f.get("/api/v1/auth/whoami", Some("gpp_nonsense")).await,
+        "the token is not known",
+    );
+
+    let hash = gpuplane_server::auth::hash_token(&token);
+    sqlx::query("UPDATE api_tokens SET expires_at = 1 WHERE token_hash = ?")
+        .bind(&hash)
+        .execute(db)
+        .await
+        .unwrap();
+    expect_invalid(
+        f.get("/api/v1/auth/whoami", Some(&token)).await,
+        "the token has expired",
+    );
+
+    sqlx::query("UPDATE api_tokens SET expires_at = NULL, revoked_at = 1 WHERE token_hash = ?")
+        .bind(&hash)
+        .execute(db)
+        .await
+        .unwrap();
+    expect_invalid(
+        f.get("/api/v1/auth/whoami", Some(&token)).await,
+        "the token was revoked",
+    );
+
+    let other = user_token(db, "carol", Scope::Read, false).await;
+    assert_eq!(f.get("/api/v1/auth/whoami", Some(&other)).await.0, StatusCode::OK);
+    sqlx::query("UPDATE users SET disabled_at = 1 WHERE name = 'carol'")
+        .execute(db)
+        .await
+        .unwrap();
+    expect_invalid(
+        f.get("/api/v1/auth/whoami", Some(&other)).await,
+        "the token's user is disabled",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_token_is_refused_on_an_agent_route_with_403() {
+    let f = Fixture::new().await;
+    let token = user_token(&f.server.state.db, "dave", Scope::Write, false).await;
+    let response = f
+        .http
+        .post(f.url("/api/v1/agent/heartbeat"))
+        .bearer_auth(&token)
+        .json(&json!({"node_id": "node_x", "gpus": []}))
+        .send()
+        .await
+        .unwrap();
+    let (status, challenge, body) = split(response).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        challenge.as_deref(),
+        Some("Bearer realm=\"gpuplane\", error=\"insufficient_scope\", scope=\"agent\"")
+    );
+    assert_eq!(body["error"]["code"], "insufficient_scope");
+}
+
+/// Walks the OpenAPI document: every route it lists exists, and every secured
+/// route refuses a missing token (401) and a token without its scope (403).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_documented_route_exists_and_enforces_its_scope() {
+    let f = Fixture::new().await;
+    let db = &f.server.state.db;
+    let read = user_token(db, "reader", Scope::Read, false).await;
+    let sdk = user_token(db, "sdk-user", Scope::Sdk, false).await;
+    let agent = agent_token(db).await;
+    let (status, _, doc) = f.get("/api/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let mut summary = String::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let scopes: Vec<String> = operation["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|requirement| requirement["bearer"].as_array().unwrap())
+                .map(|scope| scope.as_str().unwrap().to_string())
+                .collect();
+            let secured = operation.get("security").is_some();
+            summary.push_str(&format!(
+                "{method:6} {path}  {}\n",
+                if secured {
+                    format!("bearer {scopes:?}")
+                } else {
+                    "public".into()
+                }
+            ));
+
+            let call = |token: Option<&str>| {
+                let mut request = f
+                    .http
+                    .request(method.to_uppercase().parse().unwrap(), f.url(path));
+                if let Some(token) = token {
+                    request = request.bearer_auth(token);
+                }
+                request
+                    .header("content-type", "application/json")
+                    .body("{}")
+                    .send()
+            };
+            let (status, _, body) = split(call(None).await.unwrap()).await;
+            assert_ne!(
+                body["error"]["message"]
+                    .as_str()
+                    .map(|m| m.starts_with("no route")),
+                Some(true),
+                "{method} {path} is documented but not routed"
+            );
+            if !secured {
+                assert_ne!(status, StatusCode::UNAUTHORIZED, "{method} {path} is public");
+                continue;
+            }
+            assert_eq!(
+                status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {path} without a token"
+            );
+            // A token whose scope the route does not list must get 403.
+            let needed: Vec<Scope> = scopes.iter().map(|s| s.parse().unwrap()).collect();
+            let wrong = [(&read, Scope::Read), (&sdk, Scope::Sdk), (&agent, Scope::Agent)]
+                .into_iter()
+                .find(|(_, held)| !needed.is_empty() && !needed.iter().any(|n| held.grants(*n)));
+            if let Some((token, held)) = wrong {
+                let (status, _, _) = split(call(Some(token)).await.unwrap()).await;
+                assert_eq!(
+                    status,
+                    StatusCode::FORBIDDEN,
+                    "{method} {path} with a {held} token"
+                );
+            }
+        }
+    }
+    expect![[r#"
+        post   /api/v1/agent/heartbeat  bearer ["agent"]
+        post   /api/v1/agent/hello  bearer ["agent"]
+        get    /api/v1/auth/whoami  bearer []
+        get    /api/v1/health  public
+        get    /api/v1/nodes  bearer ["read"]
+        get    /api/v1/openapi.json  public
+    "#]]
+    .assert_eq(&summary);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_bodies_get_the_standard_error_shape() {
+    let f = Fixture::new().await;
+    let agent = agent_token(&f.server.state.db).await;
+    let hello = "/api/v1/agent/hello";
+
+    let (status, body) = f.post(hello, &agent, "application/json", "{not json").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["code"], "bad_request");
+
+    let (status, body) = f.post(hello, &agent, "text/plain", "{}").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("application/json")
+    );
+
+    let valid = json!({"name": "n1", "hostname": "h", "gpus": [], "agent_version": "1"});
+    let mut unknown = valid.clone();
+    unknown["colour"] = json!("blue");
+    let (status, body) = f
+        .post(hello, &agent, "application/json", &unknown.to_string())
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["code"], "validation_error");
+    assert_eq!(body["error"]["details"][0]["field"], "colour");
+
+    let mut wrong_type = valid.clone();
+    wrong_type["gpus"] = json!([{"index": -1}]);
+    let (status, body) = f
+        .post(hello, &agent, "application/json", &wrong_type.to_string())
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["details"][0]["field"], "gpus[0].index");
+
+    let mut bad_name = valid.clone();
+    bad_name["name"] = json!("");
+    let (status, body) = f
+        .post(hello, &agent, "application/json", &bad_name.to_string())
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["details"][0]["field"], "name");
+    let (_, _, nodes) = f
+        .get(
+            "/api/v1/nodes",
+            Some(&user_token(&f.server.state.db, "r", Scope::Read, false).await),
+        )
+        .await;
+    assert_eq!(nodes["items"], json!([]), "a refused hello writes no node");
+
+    let (status, body) = f
+        .post(hello, &agent, "application/json", &valid.to_string())
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["node_id"].as_str().unwrap().starts_with("node_"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_api_routes_answer_json_404() {
+    let f = Fixture::new().await;
+    let (status, _, body) = f.get("/api/v1/no/such/route", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_renders_without_a_wasm_bundle() {
+    let f = Fixture::new().await;
+    let response = f.http.get(f.url("/")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let html = response.text().await.unwrap();
+    assert!(html.contains("<h1>Dashboard</h1>"), "{html}");
+    assert!(
+        html.contains("/pkg/gpuplane.js"),
+        "the page asks for the hydrate bundle"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_are_stored_only_as_hashes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let token = user_token(&server.state.db, "erin", Scope::Write, false).await;
+    let agent = agent_token(&server.state.db).await;
+    // Use the tokens so every code path that touches them has run.
+    let http = reqwest::Client::new();
+    for t in [&token, &agent] {
+        http.get(format!("{}/api/v1/auth/whoami", server.url))
+            .bearer_auth(t)
+            .send()
+            .await
+            .unwrap();
+    }
+    let db = server.state.db.clone();
+    server.stop().await.unwrap();
+    db.close().await;
+
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    assert!(bytes.len() > 4096, "the database files were read");
+    for secret in [&token, &agent] {
+        let body = secret.trim_start_matches("gpp_");
+        assert!(
+            !contains(&bytes, body.as_bytes()),
+            "a token appears in the database files"
+        );
+        assert!(
+            !contains(&bytes, &body.as_bytes()[..16]),
+            "part of a token appears in the database files"
+        );
+    }
+    let hash = gpuplane_server::auth::hash_token(&token);
+    assert!(contains(&bytes, hash.as_bytes()), "its hash is what is stored");
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|window| window == needle)
+}
