@@ -41,6 +41,30 @@ impl Client {
         })
     }
 
+    /// Streams a file to `/api/v1/{path}` (a full log the server asked for).
+    pub async fn upload_file(&self, path: &str, file: &std::path::Path) -> anyhow::Result<()> {
+        let body = match tokio::fs::File::open(file).await {
+            Ok(file) => reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file)),
+            Err(error) => reqwest::Body::from(format!(
+                "[gpuplane-agent: cannot read {}: {error}]\n",
+                file.display()
+            )),
+        };
+        let response = self
+            .http
+            .post(format!("{}/{path}", self.base))
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .timeout(Duration::from_secs(3600))
+            .body(body)
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            anyhow::bail!("the server answered {}", response.status());
+        }
+        Ok(())
+    }
+
     /// POSTs `body` to `/api/v1/{path}` and decodes the answer (`()` for 204).
     pub async fn post<B: Serialize, R: DeserializeOwned>(
         &self,

@@ -1,14 +1,26 @@
 //! `gpuplane-agent`: runs on every GPU host. Registers the node with the
-//! server, keeps it ONLINE with heartbeats carrying fresh GPU readings, and
-//! reconnects whenever the server goes away.
+//! server, long-polls it for work (each poll is a heartbeat with fresh GPU
+//! readings), runs the jobs it is given and reports their output and end,
+//! and reconnects whenever the server goes away.
 
 pub mod client;
+pub mod files;
 pub mod gpus;
+pub mod jobs;
+pub mod reporter;
+pub mod runner;
+pub mod shim;
+pub mod tail;
 
+use anyhow::Context;
 use client::{Client, ClientError};
-use gpuplane_api::node::{AgentHello, AgentWelcome, Heartbeat};
+use gpuplane_api::agent::{AgentHello, AgentWelcome, Poll, PollAnswer};
 use gpus::GpuProbe;
+use jobs::Manager;
+use reporter::Reporter;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The longest wait between reconnection attempts.
@@ -40,6 +52,15 @@ pub struct Args {
     /// Simulate N GPUs instead of asking NVML (development and CI).
     #[arg(long, env = "GPUPLANE_FAKE_GPUS", value_name = "N")]
     pub fake_gpus: Option<u32>,
+
+    /// Where job output and state live (default: ~/.gpuctl/jobs).
+    #[arg(long, env = "GPUPLANE_JOBS_DIR", value_name = "DIR")]
+    pub jobs_dir: Option<PathBuf>,
+
+    /// Report this free-space percentage for every job's filesystem instead
+    /// of measuring it (to exercise DISK_LOW).
+    #[arg(long, hide = true, value_name = "PERCENT")]
+    pub disk_free_percent_override: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -74,40 +95,57 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let hostname = hostname();
     let name = args.name.clone().unwrap_or_else(|| hostname.clone());
     let probe = GpuProbe::detect(args.fake_gpus, &name);
-    let client = Client::new(&args.server, &args.token)?;
-    tracing::info!(
-        server = args.server,
-        name,
-        gpus = probe.describe(),
-        "agent starting"
-    );
+    let client = Arc::new(Client::new(&args.server, &args.token)?);
+    let reporter = Arc::new(Reporter::new());
+    let jobs_dir = args.jobs_dir.clone().unwrap_or_else(files::default_jobs_dir);
+    std::fs::create_dir_all(&jobs_dir)
+        .with_context(|| format!("cannot create the jobs directory {}", jobs_dir.display()))?;
+    let manager = Arc::new(Manager::new(
+        jobs_dir.clone(),
+        name.clone(),
+        reporter.clone(),
+        client.clone(),
+        args.disk_free_percent_override,
+    ));
+    tracing::info!(server = args.server, name, gpus = probe.describe(), jobs_dir = %jobs_dir.display(), "agent starting");
+    let sender = {
+        let reporter = reporter.clone();
+        let client = client.clone();
+        tokio::spawn(async move { reporter.run(&client).await })
+    };
     let hello = |gpus| AgentHello {
         name: name.clone(),
         hostname: hostname.clone(),
         labels: args.labels.0.clone(),
         gpus,
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        attempts: manager.known(),
     };
     tokio::pin!(shutdown);
     let mut backoff = Duration::from_millis(200);
-    loop {
+    let result = loop {
         let session = async {
             let welcome: AgentWelcome = match client.post("agent/hello", &hello(probe.read())).await {
                 Ok(welcome) => welcome,
                 Err(error) => return error,
             };
             tracing::info!(node_id = welcome.node_id, "connected to the server");
-            heartbeats(&client, &probe, &welcome).await
+            reporter.set_node(&welcome.node_id);
+            manager.resume(&welcome.resume);
+            tokio::select! {
+                error = polls(&client, &probe, &manager, &welcome) => error,
+                () = reporter.forgotten.notified() => ClientError::UnknownNode,
+            }
         };
         let error = tokio::select! {
             error = session => error,
             () = &mut shutdown => {
-                tracing::info!("agent stopping");
-                return Ok(());
+                tracing::info!("agent stopping; running jobs continue and are adopted by the next agent");
+                break Ok(());
             }
         };
         match error {
-            ClientError::Refused { .. } => return Err(error.into()),
+            ClientError::Refused { .. } => break Err(error.into()),
             ClientError::UnknownNode => {
                 tracing::warn!("the server forgot this node; registering again");
                 backoff = Duration::from_millis(200);
@@ -117,25 +155,35 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => break Ok(()),
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+    };
+    sender.abort();
+    result
 }
 
-/// Sends heartbeats until one fails; returns why.
-async fn heartbeats(client: &Client, probe: &GpuProbe, welcome: &AgentWelcome) -> ClientError {
-    let mut ticker = tokio::time::interval(Duration::from_millis(welcome.heartbeat_interval_ms.max(100)));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
+/// Long-polls for commands until a poll fails; returns why. Each poll is
+/// also the node's heartbeat, with fresh GPU readings.
+async fn polls(
+    client: &Client,
+    probe: &GpuProbe,
+    manager: &Arc<Manager>,
+    welcome: &AgentWelcome,
+) -> ClientError {
     loop {
-        ticker.tick().await;
-        let beat = Heartbeat {
+        let poll = Poll {
             node_id: welcome.node_id.clone(),
             gpus: probe.read(),
+            running: manager.running(),
         };
-        if let Err(error) = client.post::<_, ()>("agent/heartbeat", &beat).await {
-            return error;
+        match client.post::<_, PollAnswer>("agent/poll", &poll).await {
+            Ok(answer) => {
+                for command in answer.commands {
+                    manager.handle(command);
+                }
+            }
+            Err(error) => return error,
         }
     }
 }

@@ -6,6 +6,17 @@ use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    // `gpuplane-agent shim DIR`: the parent of one job (started by the agent itself).
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.len() == 3 && argv[1] == "shim" {
+        return match gpuplane_agent::shim::run(std::path::Path::new(&argv[2])) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = gpuplane_agent::Args::parse();
     let filter = EnvFilter::try_from_env("GPUPLANE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()

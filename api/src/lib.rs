@@ -1,9 +1,13 @@
 //! Types shared by every GPUPlane process: states, scopes, failure reasons and
 //! the JSON bodies that cross the wire. One definition each, no I/O.
 
+pub mod agent;
 pub mod auth;
 pub mod error;
+pub mod event;
 pub mod health;
+pub mod job;
+pub mod log;
 pub mod node;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):
@@ -19,5 +23,5 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub struct Page<T> {
     pub items: Vec<T>,
     /// Pass as `before` to get the next page; `null` on the last page.
-    pub next_before: Option<String>,
+    pub next_before: Option<i64>,
 }

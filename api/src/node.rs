@@ -1,4 +1,4 @@
-//! Nodes (agent hosts), their GPUs, and the messages an agent sends about them.
+//! Nodes (agent hosts) and their GPUs.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -44,38 +44,6 @@ pub struct Gpu {
     /// Percent, 0–100.
     pub utilization_percent: Option<u32>,
     pub temperature_c: Option<u32>,
-}
-
-/// Sent by an agent when it connects: who it is and what it has.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct AgentHello {
-    /// The node's name, unique in the cluster (defaults to the host name).
-    pub name: String,
-    pub hostname: String,
-    #[serde(default)]
-    pub labels: BTreeMap<String, String>,
-    pub gpus: Vec<Gpu>,
-    pub agent_version: String,
-}
-
-/// The server's answer to [`AgentHello`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct AgentWelcome {
-    pub node_id: String,
-    /// How often the server expects a heartbeat.
-    pub heartbeat_interval_ms: u64,
-}
-
-/// Sent by an agent every heartbeat interval with fresh GPU readings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(deny_unknown_fields)]
-pub struct Heartbeat {
-    pub node_id: String,
-    pub gpus: Vec<Gpu>,
 }
 
 /// A node as `GET /api/v1/nodes` shows it.

@@ -64,6 +64,22 @@ pub struct ServeArgs {
     /// A node with no heartbeat for this long turns OFFLINE, in milliseconds.
     #[arg(long, env = "GPUPLANE_NODE_TIMEOUT_MS", value_name = "MS")]
     pub node_timeout_ms: Option<u64>,
+
+    /// How long after going OFFLINE a node's running jobs turn LOST, in milliseconds.
+    #[arg(long, env = "GPUPLANE_LOST_GRACE_MS", value_name = "MS")]
+    pub lost_grace_ms: Option<u64>,
+
+    /// Time between SIGTERM and SIGKILL when a job is cancelled, in milliseconds.
+    #[arg(long, env = "GPUPLANE_CANCEL_GRACE_MS", value_name = "MS")]
+    pub cancel_grace_ms: Option<u64>,
+
+    /// How many cpu_only-lane (gpu = 0) jobs may run at once on one node.
+    #[arg(long, env = "GPUPLANE_CPU_SLOTS_PER_NODE", value_name = "N")]
+    pub cpu_slots_per_node: Option<u32>,
+
+    /// Newest output lines kept per stream of each attempt (the agent keeps the whole file).
+    #[arg(long, env = "GPUPLANE_LOG_TAIL_LINES", value_name = "N")]
+    pub log_tail_lines: Option<i64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,11 +130,19 @@ pub struct FileConfig {
     pub site_root: Option<PathBuf>,
     pub heartbeat_interval_ms: Option<u64>,
     pub node_timeout_ms: Option<u64>,
+    pub lost_grace_ms: Option<u64>,
+    pub cancel_grace_ms: Option<u64>,
+    pub cpu_slots_per_node: Option<u32>,
+    pub log_tail_lines: Option<i64>,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 2_000;
 pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 15_000;
+pub const DEFAULT_LOST_GRACE_MS: u64 = 60_000;
+pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
+pub const DEFAULT_CPU_SLOTS_PER_NODE: u32 = 4;
+pub const DEFAULT_LOG_TAIL_LINES: i64 = 2_000;
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
 /// Everything `serve` needs, resolved from every layer.
@@ -130,6 +154,10 @@ pub struct ServerConfig {
     pub site_root: PathBuf,
     pub heartbeat_interval: Duration,
     pub node_timeout: Duration,
+    pub lost_grace: Duration,
+    pub cancel_grace: Duration,
+    pub cpu_slots_per_node: u32,
+    pub log_tail_lines: i64,
 }
 
 impl ServerConfig {
@@ -142,6 +170,10 @@ impl ServerConfig {
             site_root: default_site_root(),
             heartbeat_interval: Duration::from_millis(DEFAULT_HEARTBEAT_INTERVAL_MS),
             node_timeout: Duration::from_millis(DEFAULT_NODE_TIMEOUT_MS),
+            lost_grace: Duration::from_millis(DEFAULT_LOST_GRACE_MS),
+            cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
+            cpu_slots_per_node: DEFAULT_CPU_SLOTS_PER_NODE,
+            log_tail_lines: DEFAULT_LOG_TAIL_LINES,
         }
     }
 
@@ -161,6 +193,21 @@ impl ServerConfig {
         }
         if let Some(timeout) = pick(args.node_timeout_ms, file.node_timeout_ms) {
             config.node_timeout = timeout;
+        }
+        if let Some(grace) = pick(args.lost_grace_ms, file.lost_grace_ms) {
+            config.lost_grace = grace;
+        }
+        if let Some(grace) = pick(args.cancel_grace_ms, file.cancel_grace_ms) {
+            config.cancel_grace = grace;
+        }
+        if let Some(slots) = args.cpu_slots_per_node.or(file.cpu_slots_per_node) {
+            config.cpu_slots_per_node = slots;
+        }
+        if let Some(lines) = args.log_tail_lines.or(file.log_tail_lines) {
+            if lines < 1 {
+                bail!("log_tail_lines must be at least 1");
+            }
+            config.log_tail_lines = lines;
         }
         if config.heartbeat_interval.is_zero() {
             bail!("heartbeat_interval_ms must be at least 1");
@@ -255,6 +302,20 @@ bind = "{DEFAULT_BIND}"
 # How often agents send a heartbeat, and how long a silent node stays ONLINE.
 heartbeat_interval_ms = {DEFAULT_HEARTBEAT_INTERVAL_MS}
 node_timeout_ms = {DEFAULT_NODE_TIMEOUT_MS}
+
+# After a node goes OFFLINE, how long its running jobs wait for it before they
+# turn LOST (and are requeued when attempts remain).
+lost_grace_ms = {DEFAULT_LOST_GRACE_MS}
+
+# Between SIGTERM and SIGKILL when a job is cancelled.
+cancel_grace_ms = {DEFAULT_CANCEL_GRACE_MS}
+
+# cpu_only-lane jobs (resources.gpu = 0) that may run at once on one node.
+cpu_slots_per_node = {DEFAULT_CPU_SLOTS_PER_NODE}
+
+# Newest output lines the server keeps per stream of each attempt; the agent
+# keeps the whole files (gpuctl logs -n 0 fetches them).
+log_tail_lines = {DEFAULT_LOG_TAIL_LINES}
 "#
     )
 }
@@ -271,6 +332,10 @@ mod tests {
         assert_eq!(config.bind, defaults.bind);
         assert_eq!(config.heartbeat_interval, defaults.heartbeat_interval);
         assert_eq!(config.node_timeout, defaults.node_timeout);
+        assert_eq!(config.lost_grace, defaults.lost_grace);
+        assert_eq!(config.cancel_grace, defaults.cancel_grace);
+        assert_eq!(config.cpu_slots_per_node, defaults.cpu_slots_per_node);
+        assert_eq!(config.log_tail_lines, defaults.log_tail_lines);
     }
 
     #[test]

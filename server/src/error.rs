@@ -36,6 +36,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// 503: something the request needs (an agent) is not reachable now.
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
 }
@@ -81,6 +84,7 @@ impl IntoResponse for ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
         };
         let message = match &self {
@@ -143,27 +147,55 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = request
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| value.starts_with("application/json"));
-        if !is_json {
-            return Err(ApiError::BadRequest(
-                "expected a JSON body with `Content-Type: application/json`".into(),
-            ));
+        let json = is_json(&request);
+        let bytes = read_body(request, state).await?;
+        if !json {
+            return Err(not_json());
         }
-        let bytes =
-            axum::body::Bytes::from_request(request, state)
-                .await
-                .map_err(|rejection| match rejection.status() {
-                    StatusCode::PAYLOAD_TOO_LARGE => {
-                        ApiError::PayloadTooLarge("the request body is too large".into())
-                    }
-                    _ => ApiError::BadRequest(format!("cannot read the request body: {rejection}")),
-                })?;
         parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// Like [`ApiJson`], but an empty body means `T::default()`.
+pub struct OptionalJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for OptionalJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let json = is_json(&request);
+        let bytes = read_body(request, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(T::default()));
+        }
+        if !json {
+            return Err(not_json());
+        }
+        parse_json(&bytes).map(OptionalJson)
+    }
+}
+
+fn is_json(request: &Request) -> bool {
+    request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("application/json"))
+}
+
+fn not_json() -> ApiError {
+    ApiError::BadRequest("expected a JSON body with `Content-Type: application/json`".into())
+}
+
+async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::PayloadTooLarge("the request body is too large".into())
+            }
+            _ => ApiError::BadRequest(format!("cannot read the request body: {rejection}")),
+        })
 }
 
 /// Parses a JSON document, naming the offending field on a shape error.

@@ -2,14 +2,19 @@
 //! [`run`]; tests call [`start`] to get a real server on a free port.
 
 pub mod admin;
+pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod config;
 pub mod console;
 pub mod db;
 pub mod error;
+pub mod events;
 pub mod ids;
+pub mod jobs;
+pub mod logs;
 pub mod nodes;
+pub mod secrets;
 pub mod state;
 pub mod testkit;
 pub mod time;
@@ -22,7 +27,7 @@ use state::AppState;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tower_http::trace::TraceLayer;
 
@@ -52,9 +57,10 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), stop_rx.clone()));
-    let mut graceful = stop_rx.clone();
+    let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), state.shutdown.clone()));
+    let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
+    let mut graceful = state.shutdown.clone();
+    let stopper = state.clone();
     let server = axum::serve(
         listener,
         app(state).into_make_service_with_connect_info::<SocketAddr>(),
@@ -68,14 +74,15 @@ pub async fn serve(
         result = &mut server => result.context("the HTTP server failed")?,
         () = shutdown => {
             tracing::info!("shutting down");
-            let _ = stop_tx.send(true);
+            stopper.begin_shutdown();
             if tokio::time::timeout(DRAIN_TIMEOUT, &mut server).await.is_err() {
                 tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
             }
         }
     }
-    let _ = stop_tx.send(true);
+    stopper.begin_shutdown();
     let _ = monitor.await;
+    let _ = scheduler.await;
     Ok(())
 }
 
@@ -128,7 +135,8 @@ async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener,
         .with_context(|| format!("cannot listen on {}", config.bind))?;
     config.bind = listener.local_addr()?;
     let db = db::open(&config.data_dir).await?;
-    Ok((listener, AppState::new(db, config)))
+    let secret = secrets::SecretKey::load_or_create(&config.data_dir)?;
+    Ok((listener, AppState::new(db, config, secret)))
 }
 
 /// What `gpuplane-server` does with its command line.

@@ -1,22 +1,32 @@
 //! Nodes: registration and heartbeats from agents, the liveness monitor that
-//! turns silent nodes OFFLINE, and the node list.
+//! turns silent nodes OFFLINE (and their jobs LOST after a grace period), and
+//! the node list.
 
 use crate::db::DbError;
+use crate::error::ApiError;
+use crate::events::{self, Links};
 use crate::ids::new_id;
+use crate::jobs::lifecycle;
 use crate::state::AppState;
 use crate::time::{now_ms, rfc3339};
-use gpuplane_api::node::{AgentHello, Gpu, GpuSource, Node, NodeStatus};
+use gpuplane_api::agent::AgentHello;
+use gpuplane_api::event::{EventKind, Severity};
+use gpuplane_api::node::{Gpu, GpuSource, Node, NodeStatus};
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// Registers a node (or refreshes one with the same name) and marks it ONLINE.
-pub async fn register(db: &SqlitePool, hello: &AgentHello) -> Result<String, DbError> {
+/// Registers a node (or refreshes the one with the same name) and marks it
+/// ONLINE; returns its id and whether it was OFFLINE before.
+pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result<(String, bool), DbError> {
     let now = now_ms();
     // A map of strings always serialises.
     let labels = serde_json::to_string(&hello.labels).unwrap_or_else(|_| "{}".to_string());
-    let mut tx = db.begin().await?;
+    let was_offline: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE name = ?")
+        .bind(&hello.name)
+        .fetch_optional(&mut *conn)
+        .await?;
     let node_id: String = sqlx::query_scalar(
         "INSERT INTO nodes (id, name, hostname, labels, agent_version, status, registered_at, last_seen_at)
          VALUES (?, ?, ?, ?, ?, 'ONLINE', ?, ?)
@@ -33,30 +43,62 @@ pub async fn register(db: &SqlitePool, hello: &AgentHello) -> Result<String, DbE
     .bind(&hello.agent_version)
     .bind(now)
     .bind(now)
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
     sqlx::query("DELETE FROM gpus WHERE node_id = ?")
         .bind(&node_id)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-    write_gpus(&mut tx, &node_id, &hello.gpus).await?;
-    tx.commit().await?;
-    Ok(node_id)
+    write_gpus(conn, &node_id, &hello.gpus).await?;
+    Ok((node_id, was_offline.as_deref() == Some("OFFLINE")))
 }
 
-/// Records a heartbeat; `NotFound` when the node is unknown (the agent then says hello again).
-pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<(), DbError> {
-    let mut tx = db.begin().await?;
-    let updated = sqlx::query("UPDATE nodes SET status = 'ONLINE', last_seen_at = ? WHERE id = ?")
-        .bind(now_ms())
+/// Records a heartbeat (an agent's poll); `NotFound` when the node is unknown
+/// (the agent then says hello again). A node that was OFFLINE is back:
+/// AGENT_RECONNECTED. Returns whether it was.
+pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<bool, DbError> {
+    let now = now_ms();
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let previous: Option<(String, String)> = sqlx::query_as("SELECT status, name FROM nodes WHERE id = ?")
+        .bind(node_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let (previous, name) = previous.ok_or(DbError::NotFound)?;
+    sqlx::query("UPDATE nodes SET status = 'ONLINE', last_seen_at = ? WHERE id = ?")
+        .bind(now)
         .bind(node_id)
         .execute(&mut *tx)
         .await?;
-    if updated.rows_affected() == 0 {
-        return Err(DbError::NotFound);
-    }
     write_gpus(&mut tx, node_id, gpus).await?;
+    let reconnected = previous == "OFFLINE";
+    if reconnected {
+        record_reconnect(&mut tx, node_id, &name, now).await?;
+    }
     tx.commit().await?;
+    Ok(reconnected)
+}
+
+/// AGENT_RECONNECTED for a node that was OFFLINE.
+pub async fn record_reconnect(
+    conn: &mut SqliteConnection,
+    node_id: &str,
+    name: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    let links = Links {
+        node_id: Some(node_id),
+        ..Links::default()
+    };
+    let message = format!("node {name} is back; its running jobs continue");
+    events::record(
+        conn,
+        now,
+        Severity::Info,
+        EventKind::AgentReconnected,
+        links,
+        &message,
+    )
+    .await?;
     Ok(())
 }
 
@@ -163,15 +205,14 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, DbError> {
         .collect())
 }
 
-/// Turns nodes OFFLINE once their last heartbeat is older than the timeout.
-/// Sleeps until the earliest node could expire, and wakes early on heartbeats.
+/// Turns nodes OFFLINE once their last heartbeat is older than the timeout
+/// (AGENT_DISCONNECTED), and their active attempts LOST once the node has
+/// also missed the grace period (JOB_LOST; requeued when attempts remain).
+/// Sleeps until the next such deadline; heartbeats wake it early.
 pub async fn liveness_monitor(state: AppState, mut shutdown: watch::Receiver<bool>) {
-    let timeout_ms = state.config.node_timeout.as_millis() as i64;
     loop {
-        let next_check = match expire_silent_nodes(&state.db, timeout_ms).await {
-            Ok(Some(oldest_seen)) => {
-                Duration::from_millis((oldest_seen + timeout_ms - now_ms()).max(1) as u64)
-            }
+        let next_check = match check_liveness(&state).await {
+            Ok(Some(deadline)) => Duration::from_millis((deadline - now_ms()).max(1) as u64),
             Ok(None) => Duration::from_secs(3600),
             Err(error) => {
                 tracing::warn!(%error, "liveness check failed; retrying");
@@ -186,21 +227,75 @@ pub async fn liveness_monitor(state: AppState, mut shutdown: watch::Receiver<boo
     }
 }
 
-/// Marks silent nodes OFFLINE; returns the oldest `last_seen_at` among those still ONLINE.
-async fn expire_silent_nodes(db: &SqlitePool, timeout_ms: i64) -> Result<Option<i64>, DbError> {
-    let deadline = now_ms() - timeout_ms;
+/// One liveness check; returns the next deadline, if any.
+async fn check_liveness(state: &AppState) -> Result<Option<i64>, ApiError> {
+    let timeout_ms = state.config.node_timeout.as_millis() as i64;
+    let grace_ms = state.config.lost_grace.as_millis() as i64;
+    let now = now_ms();
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
     let expired: Vec<(String, String)> = sqlx::query_as(
         "UPDATE nodes SET status = 'OFFLINE' WHERE status = 'ONLINE' AND last_seen_at <= ? RETURNING id, name",
     )
-    .bind(deadline)
-    .fetch_all(db)
+    .bind(now - timeout_ms)
+    .fetch_all(&mut *tx)
     .await?;
+    for (node_id, name) in &expired {
+        let active: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM attempts WHERE node_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
+        )
+        .bind(node_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        let message = format!(
+            "node {name} missed its heartbeats for {}s; {active} active job(s) turn LOST in {}s unless it reconnects",
+            timeout_ms / 1000,
+            grace_ms / 1000
+        );
+        let links = Links {
+            node_id: Some(node_id),
+            ..Links::default()
+        };
+        events::record(
+            &mut tx,
+            now,
+            Severity::Warning,
+            EventKind::AgentDisconnected,
+            links,
+            &message,
+        )
+        .await?;
+    }
+    let lost: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
+        "SELECT a.job_id, a.n, n.id, n.name, n.last_seen_at FROM attempts a JOIN nodes n ON n.id = a.node_id
+         WHERE a.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= ?",
+    )
+    .bind(now - timeout_ms - grace_ms)
+    .fetch_all(&mut *tx)
+    .await?;
+    for (job_id, attempt, node_id, name, last_seen) in &lost {
+        let detail = format!("node {name} has not answered since {}", rfc3339(*last_seen));
+        lifecycle::lose_attempt(&mut tx, state, job_id, *attempt, node_id, &detail, now).await?;
+    }
+    let next_offline: Option<i64> =
+        sqlx::query_scalar("SELECT min(last_seen_at) FROM nodes WHERE status = 'ONLINE'")
+            .fetch_one(&mut *tx)
+            .await?;
+    let next_lost: Option<i64> = sqlx::query_scalar(
+        "SELECT min(n.last_seen_at) FROM nodes n JOIN attempts a ON a.node_id = n.id
+         WHERE n.status = 'OFFLINE' AND a.status IN ('DISPATCHING', 'RUNNING')",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
     for (node_id, name) in expired {
         tracing::warn!(node_id, name, "node missed its heartbeats and is now OFFLINE");
     }
-    let oldest: Option<i64> =
-        sqlx::query_scalar("SELECT min(last_seen_at) FROM nodes WHERE status = 'ONLINE'")
-            .fetch_one(db)
-            .await?;
-    Ok(oldest)
+    if !lost.is_empty() {
+        state.scheduler_wake.notify_one();
+    }
+    let deadlines = [
+        next_offline.map(|t| t + timeout_ms),
+        next_lost.map(|t| t + timeout_ms + grace_ms),
+    ];
+    Ok(deadlines.into_iter().flatten().min())
 }

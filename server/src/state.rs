@@ -1,36 +1,63 @@
 //! What every handler and background task shares.
 
+use crate::agents::AgentLink;
 use crate::config::ServerConfig;
+use crate::secrets::SecretKey;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::SqlitePool;
 use std::sync::Arc;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, broadcast, watch};
 
 #[derive(Clone)]
 pub struct AppState {
     pub db: SqlitePool,
     pub config: Arc<ServerConfig>,
     pub leptos: LeptosOptions,
+    pub secret: SecretKey,
     /// Woken when a node connects or sends a heartbeat, so the liveness
     /// monitor recomputes its next deadline.
     pub nodes_changed: Arc<Notify>,
+    /// Woken whenever a scheduling pass could place something new.
+    pub scheduler_wake: Arc<Notify>,
+    /// Long polls, one-shot commands and log uploads of connected agents.
+    pub agents: Arc<AgentLink>,
+    /// The id of a job with new output lines (for SSE followers).
+    pub log_appended: broadcast::Sender<String>,
+    /// Something was recorded in `events` (for SSE followers).
+    pub event_recorded: broadcast::Sender<()>,
+    /// Turns true when the server shuts down: long-lived responses end.
+    pub shutdown: watch::Receiver<bool>,
+    shutdown_sender: Arc<watch::Sender<bool>>,
 }
 
 impl AppState {
-    pub fn new(db: SqlitePool, config: ServerConfig) -> Self {
+    pub fn new(db: SqlitePool, config: ServerConfig, secret: SecretKey) -> Self {
         let leptos = LeptosOptions::builder()
             .output_name("gpuplane")
             .site_root(config.site_root.to_string_lossy().to_string())
             .site_pkg_dir("pkg")
             .site_addr(config.bind)
             .build();
+        let (shutdown_sender, shutdown) = watch::channel(false);
         AppState {
             db,
             config: Arc::new(config),
             leptos,
+            secret,
             nodes_changed: Arc::new(Notify::new()),
+            scheduler_wake: Arc::new(Notify::new()),
+            agents: Arc::new(AgentLink::default()),
+            log_appended: broadcast::channel(1024).0,
+            event_recorded: broadcast::channel(64).0,
+            shutdown,
+            shutdown_sender: Arc::new(shutdown_sender),
         }
+    }
+
+    /// Tells background tasks and long-lived responses to finish.
+    pub fn begin_shutdown(&self) {
+        let _ = self.shutdown_sender.send(true);
     }
 }
 

@@ -161,9 +161,9 @@ async fn a_read_token_is_refused_on_an_agent_route_with_403() {
     let token = user_token(&f.server.state.db, "dave", Scope::Write, false).await;
     let response = f
         .http
-        .post(f.url("/api/v1/agent/heartbeat"))
+        .post(f.url("/api/v1/agent/poll"))
         .bearer_auth(&token)
-        .json(&json!({"node_id": "node_x", "gpus": []}))
+        .json(&json!({"node_id": "node_x", "gpus": [], "running": []}))
         .send()
         .await
         .unwrap();
@@ -253,10 +253,22 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         }
     }
     expect![[r#"
-        post   /api/v1/agent/heartbeat  bearer ["agent"]
         post   /api/v1/agent/hello  bearer ["agent"]
+        post   /api/v1/agent/log-fetch/{request_id}  bearer ["agent"]
+        post   /api/v1/agent/poll  bearer ["agent"]
+        post   /api/v1/agent/report  bearer ["agent"]
         get    /api/v1/auth/whoami  bearer []
+        get    /api/v1/events  bearer ["read"]
+        get    /api/v1/events/stream  bearer ["read"]
         get    /api/v1/health  public
+        get    /api/v1/jobs  bearer ["read"]
+        post   /api/v1/jobs  bearer ["write"]
+        get    /api/v1/jobs/{job_id}  bearer ["read"]
+        post   /api/v1/jobs/{job_id}/cancel  bearer ["write"]
+        get    /api/v1/jobs/{job_id}/logs  bearer ["read"]
+        get    /api/v1/jobs/{job_id}/logs/full  bearer ["read"]
+        get    /api/v1/jobs/{job_id}/logs/stream  bearer ["read"]
+        post   /api/v1/jobs/{job_id}/retry  bearer ["write"]
         get    /api/v1/nodes  bearer ["read"]
         get    /api/v1/openapi.json  public
     "#]]

@@ -1,16 +1,23 @@
-//! The agent protocol: an agent says hello when it connects, then sends heartbeats.
+//! The agent protocol (see `gpuplane_api::agent`): hello, long poll, reports,
+//! and full-log uploads.
 
 use crate::auth::{Agent, Authed};
+use crate::db::DbError;
 use crate::error::{ApiError, ApiJson};
+use crate::jobs::lifecycle;
 use crate::nodes;
 use crate::state::AppState;
+use crate::time::now_ms;
 use axum::Json;
-use axum::extract::State;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use gpuplane_api::agent::{AgentHello, AgentWelcome, Poll, PollAnswer, Report};
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::node::{AgentHello, AgentWelcome, Heartbeat};
 use std::collections::HashSet;
 
-/// Registers the agent's node (by name) with its labels and GPUs.
+/// Registers the agent's node (by name) with its labels and GPUs, and tells
+/// it, for each attempt it still has, where to resume or whether to drop it.
 #[utoipa::path(post, path = "/agent/hello", tag = "agent",
     security(("bearer" = ["agent"])),
     request_body = AgentHello,
@@ -22,42 +29,115 @@ pub async fn hello(
     ApiJson(hello): ApiJson<AgentHello>,
 ) -> Result<Json<AgentWelcome>, ApiError> {
     validate_hello(&hello)?;
-    let node_id = nodes::register(&state.db, &hello).await?;
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let (node_id, was_offline) = nodes::register(&mut tx, &hello).await?;
+    if was_offline {
+        nodes::record_reconnect(&mut tx, &node_id, &hello.name, now_ms()).await?;
+    }
+    let resume = lifecycle::reconcile(&mut tx, &state, &node_id, &hello.name, &hello.attempts).await?;
+    tx.commit().await?;
     state.nodes_changed.notify_one();
+    state.scheduler_wake.notify_one();
+    let _ = state.event_recorded.send(());
     tracing::info!(
         node_id,
         name = hello.name,
         gpus = hello.gpus.len(),
+        attempts = hello.attempts.len(),
         "agent connected"
     );
     Ok(Json(AgentWelcome {
         node_id,
         heartbeat_interval_ms: state.config.heartbeat_interval.as_millis() as u64,
+        resume,
     }))
 }
 
-/// Keeps the node ONLINE and refreshes its GPU readings; 404 tells the agent to say hello again.
-#[utoipa::path(post, path = "/agent/heartbeat", tag = "agent",
+/// The agent's heartbeat and command channel: answers at once when there
+/// are commands, else waits up to the heartbeat interval for some.
+#[utoipa::path(post, path = "/agent/poll", tag = "agent",
     security(("bearer" = ["agent"])),
-    request_body = Heartbeat,
-    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    request_body = Poll,
+    responses((status = 200, body = PollAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn heartbeat(
+pub async fn poll(
     _auth: Authed<Agent>,
     State(state): State<AppState>,
-    ApiJson(beat): ApiJson<Heartbeat>,
-) -> Result<http::StatusCode, ApiError> {
-    nodes::heartbeat(&state.db, &beat.node_id, &beat.gpus)
+    ApiJson(poll): ApiJson<Poll>,
+) -> Result<Json<PollAnswer>, ApiError> {
+    let reconnected = nodes::heartbeat(&state.db, &poll.node_id, &poll.gpus)
         .await
         .map_err(|error| match error {
-            crate::db::DbError::NotFound => ApiError::NotFound(format!(
+            DbError::NotFound => ApiError::NotFound(format!(
                 "node {} is not registered; send hello first",
-                beat.node_id
+                poll.node_id
             )),
             other => other.into(),
         })?;
     state.nodes_changed.notify_one();
-    Ok(http::StatusCode::NO_CONTENT)
+    if reconnected {
+        state.scheduler_wake.notify_one();
+        let _ = state.event_recorded.send(());
+    }
+    let waker = state.agents.waker(&poll.node_id);
+    let deadline = tokio::time::Instant::now() + state.config.heartbeat_interval;
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        let commands = lifecycle::commands_for(&state, &poll.node_id, &poll.running).await?;
+        if !commands.is_empty() {
+            return Ok(Json(PollAnswer { commands }));
+        }
+        tokio::select! {
+            () = waker.notified() => {}
+            () = tokio::time::sleep_until(deadline) => return Ok(Json(PollAnswer { commands })),
+            _ = shutdown.wait_for(|stop| *stop) => return Ok(Json(PollAnswer { commands })),
+        }
+    }
+}
+
+/// What the agent saw: starts, output lines, exits, disk readings. Applied
+/// in one transaction; replays change nothing.
+#[utoipa::path(post, path = "/agent/report", tag = "agent",
+    security(("bearer" = ["agent"])),
+    request_body = Report,
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn report(
+    _auth: Authed<Agent>,
+    State(state): State<AppState>,
+    ApiJson(report): ApiJson<Report>,
+) -> Result<StatusCode, ApiError> {
+    let applied = lifecycle::apply_report(&state, &report).await?;
+    for job_id in applied.logs_for {
+        let _ = state.log_appended.send(job_id);
+    }
+    if applied.jobs_changed {
+        state.scheduler_wake.notify_one();
+        let _ = state.event_recorded.send(());
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The body of a full log file the server asked for (`fetch_log` command),
+/// relayed to the waiting reader; answers once the reader has it all.
+#[utoipa::path(post, path = "/agent/log-fetch/{request_id}", tag = "agent",
+    security(("bearer" = ["agent"])),
+    params(("request_id" = String, Path)),
+    request_body(content = String, content_type = "application/octet-stream"),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn log_upload(
+    _auth: Authed<Agent>,
+    State(state): State<AppState>,
+    Path(request_id): Path<String>,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let done = state
+        .agents
+        .deliver_upload(&request_id, body)
+        .ok_or_else(|| ApiError::NotFound(format!("nobody is waiting for {request_id} any more")))?;
+    let _ = done.await;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 fn validate_hello(hello: &AgentHello) -> Result<(), ApiError> {

@@ -3,7 +3,10 @@
 
 mod agent;
 mod auth;
+mod events;
 pub(crate) mod health;
+pub(crate) mod jobs;
+mod logs;
 mod nodes;
 
 use crate::error::ApiError;
@@ -45,8 +48,19 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::health))
         .routes(routes!(auth::whoami))
         .routes(routes!(nodes::list_nodes))
+        .routes(routes!(jobs::submit_job, jobs::list_jobs))
+        .routes(routes!(jobs::get_job))
+        .routes(routes!(jobs::cancel_job))
+        .routes(routes!(jobs::retry_job))
+        .routes(routes!(logs::job_logs))
+        .routes(routes!(logs::follow_logs))
+        .routes(routes!(logs::full_log))
+        .routes(routes!(events::list_events))
+        .routes(routes!(events::follow_events))
         .routes(routes!(agent::hello))
-        .routes(routes!(agent::heartbeat))
+        .routes(routes!(agent::poll))
+        .routes(routes!(agent::report))
+        .routes(routes!(agent::log_upload))
         .routes(routes!(openapi_json));
     let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(PREFIX, api)

@@ -1,0 +1,516 @@
+//! The attempts this agent runs: starting them (through a shim), shipping
+//! their output, stopping them on request, reporting how they ended, and
+//! adopting those a previous agent process started.
+
+use crate::client::Client;
+use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState};
+use crate::reporter::Reporter;
+use crate::runner;
+use crate::tail::LineReader;
+use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, ReportItem, Resume};
+use gpuplane_api::job::Runner;
+use gpuplane_api::log::LogStream;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Output lines queued for the server above which readers pause (the files keep everything).
+const MAX_BACKLOG_LINES: usize = 200_000;
+/// How often a running attempt's filesystem is measured.
+const DISK_CHECK_EVERY: Duration = Duration::from_secs(30);
+/// How long the shim may take to start the job.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct Manager {
+    pub jobs_dir: PathBuf,
+    pub host: String,
+    reporter: Arc<Reporter>,
+    client: Arc<Client>,
+    attempts: Mutex<HashMap<AttemptRef, Handle>>,
+    /// Adopted at start-up, waiting for the first hello to say where to resume.
+    adopted: Mutex<Vec<(PathBuf, Dispatch)>>,
+    /// Replaces the measured free space (tests of DISK_LOW).
+    disk_free_override: Option<f64>,
+}
+
+struct Handle {
+    messages: mpsc::UnboundedSender<Message>,
+    running: Arc<AtomicBool>,
+}
+
+enum Message {
+    /// Stop it: SIGTERM, then SIGKILL after the grace period.
+    Stop { grace: Duration },
+}
+
+/// Where an attempt task starts.
+enum Start {
+    New,
+    Adopted { stdout_lines: i64, stderr_lines: i64 },
+}
+
+impl Manager {
+    pub fn new(
+        jobs_dir: PathBuf,
+        host: String,
+        reporter: Arc<Reporter>,
+        client: Arc<Client>,
+        disk_free_override: Option<f64>,
+    ) -> Manager {
+        let adopted = files::unfinished_attempts(&jobs_dir);
+        if !adopted.is_empty() {
+            tracing::info!(
+                count = adopted.len(),
+                "found attempts started by an earlier agent"
+            );
+        }
+        Manager {
+            jobs_dir,
+            host,
+            reporter,
+            client,
+            attempts: Mutex::new(HashMap::new()),
+            adopted: Mutex::new(adopted),
+            disk_free_override,
+        }
+    }
+
+    /// Every attempt this agent has whose end the server has not acknowledged.
+    pub fn known(&self) -> Vec<AttemptRef> {
+        let mut known: Vec<AttemptRef> = self.lock().keys().cloned().collect();
+        let adopted = self.adopted.lock().unwrap_or_else(|e| e.into_inner());
+        known.extend(adopted.iter().map(|(_, d)| attempt_ref(d)));
+        known.sort();
+        known
+    }
+
+    /// Attempts whose process is alive.
+    pub fn running(&self) -> Vec<AttemptRef> {
+        let mut running: Vec<AttemptRef> = self
+            .lock()
+            .iter()
+            .filter(|(_, handle)| handle.running.load(Ordering::Relaxed))
+            .map(|(key, _)| key.clone())
+            .collect();
+        running.sort();
+        running
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<AttemptRef, Handle>> {
+        self.attempts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After a hello: start following adopted attempts where the server
+    /// left off, and stop those the server has given up on.
+    pub fn resume(self: &Arc<Self>, resume: &[Resume]) {
+        let adopted: Vec<(PathBuf, Dispatch)> =
+            std::mem::take(&mut *self.adopted.lock().unwrap_or_else(|e| e.into_inner()));
+        for (dir, dispatch) in adopted {
+            let key = attempt_ref(&dispatch);
+            let point = resume
+                .iter()
+                .find(|r| r.job_id == key.job_id && r.attempt == key.attempt);
+            let (stdout_lines, stderr_lines, keep) =
+                point.map_or((0, 0, false), |p| (p.stdout_lines, p.stderr_lines, p.keep));
+            let handle = self.spawn(
+                dir,
+                dispatch,
+                Start::Adopted {
+                    stdout_lines,
+                    stderr_lines,
+                },
+            );
+            if !keep {
+                let _ = handle.send(Message::Stop {
+                    grace: Duration::from_secs(2),
+                });
+            }
+        }
+        for point in resume.iter().filter(|p| !p.keep) {
+            let key = AttemptRef {
+                job_id: point.job_id.clone(),
+                attempt: point.attempt,
+            };
+            if let Some(handle) = self.lock().get(&key) {
+                let _ = handle.messages.send(Message::Stop {
+                    grace: Duration::from_secs(2),
+                });
+            }
+        }
+    }
+
+    pub fn handle(self: &Arc<Self>, command: AgentCommand) {
+        match command {
+            AgentCommand::Dispatch(dispatch) => {
+                let key = attempt_ref(&dispatch);
+                let dir = files::attempt_dir(&self.jobs_dir, &key);
+                if self.lock().contains_key(&key) || dir.join(files::DISPATCH).exists() {
+                    return; // Already started (a re-sent dispatch).
+                }
+                tracing::info!(job_id = key.job_id, attempt = key.attempt, gpus = ?dispatch.gpus, "dispatch");
+                if let Err(error) = std::fs::create_dir_all(&dir)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch))
+                {
+                    self.reporter.push(ReportItem::DispatchFailed {
+                        job_id: key.job_id,
+                        attempt: key.attempt,
+                        detail: format!(
+                            "the agent on {} cannot write {}: {error:#}",
+                            self.host,
+                            dir.display()
+                        ),
+                    });
+                    return;
+                }
+                self.spawn(dir, *dispatch, Start::New);
+            }
+            AgentCommand::Cancel {
+                job_id,
+                attempt,
+                grace_ms,
+            } => {
+                let key = AttemptRef { job_id, attempt };
+                if let Some(handle) = self.lock().get(&key) {
+                    let _ = handle.messages.send(Message::Stop {
+                        grace: Duration::from_millis(grace_ms),
+                    });
+                }
+            }
+            AgentCommand::FetchLog {
+                request_id,
+                job_id,
+                attempt,
+                stream,
+            } => {
+                let path = files::attempt_dir(&self.jobs_dir, &AttemptRef { job_id, attempt })
+                    .join(stream.file_name());
+                let client = self.client.clone();
+                tokio::spawn(async move {
+                    if let Err(error) = client
+                        .upload_file(&format!("agent/log-fetch/{request_id}"), &path)
+                        .await
+                    {
+                        tracing::warn!(%error, path = %path.display(), "log upload failed");
+                    }
+                });
+            }
+        }
+    }
+
+    fn spawn(
+        self: &Arc<Self>,
+        dir: PathBuf,
+        dispatch: Dispatch,
+        start: Start,
+    ) -> mpsc::UnboundedSender<Message> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let running = Arc::new(AtomicBool::new(false));
+        let key = attempt_ref(&dispatch);
+        self.lock().insert(
+            key.clone(),
+            Handle {
+                messages: sender.clone(),
+                running: running.clone(),
+            },
+        );
+        let manager = self.clone();
+        tokio::spawn(async move {
+            let task = Attempt {
+                manager: manager.clone(),
+                dir,
+                dispatch,
+                running,
+                messages: receiver,
+            };
+            task.run(start).await;
+            manager.lock().remove(&key);
+        });
+        sender
+    }
+}
+
+fn attempt_ref(dispatch: &Dispatch) -> AttemptRef {
+    AttemptRef {
+        job_id: dispatch.job_id.clone(),
+        attempt: dispatch.attempt,
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One attempt, followed from dispatch (or adoption) to the acknowledged end.
+struct Attempt {
+    manager: Arc<Manager>,
+    dir: PathBuf,
+    dispatch: Dispatch,
+    running: Arc<AtomicBool>,
+    messages: mpsc::UnboundedReceiver<Message>,
+}
+
+impl Attempt {
+    fn reporter(&self) -> &Reporter {
+        &self.manager.reporter
+    }
+
+    async fn run(mut self, start: Start) {
+        let (stdout_lines, stderr_lines) = match start {
+            Start::New => {
+                if let Err(detail) = runner::check(&self.dispatch, &self.dir, &self.manager.host).await {
+                    tracing::warn!(job_id = self.dispatch.job_id, detail, "dispatch failed");
+                    self.end(ReportItem::DispatchFailed {
+                        job_id: self.dispatch.job_id.clone(),
+                        attempt: self.dispatch.attempt,
+                        detail,
+                    })
+                    .await;
+                    return;
+                }
+                if let Err(error) = self.start_shim() {
+                    let detail = format!(
+                        "the agent on {} cannot start its shim: {error:#}",
+                        self.manager.host
+                    );
+                    self.end(self.dispatch_failed(detail)).await;
+                    return;
+                }
+                (0, 0)
+            }
+            Start::Adopted {
+                stdout_lines,
+                stderr_lines,
+            } => (stdout_lines, stderr_lines),
+        };
+        let Some(shim) = self.wait_for_start().await else {
+            return;
+        };
+        self.running.store(true, Ordering::Relaxed);
+        self.reporter().push(ReportItem::Started {
+            job_id: self.dispatch.job_id.clone(),
+            attempt: self.dispatch.attempt,
+            pid: shim.child_pid,
+            time: shim.started_at,
+        });
+        self.follow(shim, stdout_lines, stderr_lines).await;
+    }
+
+    fn dispatch_failed(&self, detail: String) -> ReportItem {
+        ReportItem::DispatchFailed {
+            job_id: self.dispatch.job_id.clone(),
+            attempt: self.dispatch.attempt,
+            detail,
+        }
+    }
+
+    fn start_shim(&self) -> anyhow::Result<()> {
+        let exe = std::env::current_exe()?;
+        let mut child = tokio::process::Command::new(exe)
+            .arg("shim")
+            .arg(&self.dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        // Reap the shim when it exits; it outlives this agent if the agent dies first.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        Ok(())
+    }
+
+    /// Waits for `shim.json`; reports DISPATCH_FAILED if the program could not start.
+    async fn wait_for_start(&mut self) -> Option<ShimState> {
+        let began = Instant::now();
+        loop {
+            if let Some(shim) = files::read_json::<ShimState>(&self.dir.join(SHIM)) {
+                return Some(shim);
+            }
+            if let Some(exit) = files::read_json::<ExitState>(&self.dir.join(EXIT)) {
+                let detail = exit
+                    .spawn_error
+                    .unwrap_or_else(|| "the job ended before it started".into());
+                self.end(self.dispatch_failed(detail)).await;
+                return None;
+            }
+            if began.elapsed() > START_TIMEOUT {
+                let detail = format!("the job did not start within {}s", START_TIMEOUT.as_secs());
+                self.end(self.dispatch_failed(detail)).await;
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Ships output until the job ends, stopping it when asked.
+    async fn follow(&mut self, shim: ShimState, stdout_lines: i64, stderr_lines: i64) {
+        let mut readers = [
+            (
+                LogStream::Stdout,
+                LineReader::resume(&self.dir.join("stdout.log"), stdout_lines),
+            ),
+            (
+                LogStream::Stderr,
+                LineReader::resume(&self.dir.join("stderr.log"), stderr_lines),
+            ),
+        ];
+        let mut kill_at: Option<Instant> = None;
+        let mut next_disk_check = Instant::now();
+        let mut idle = Duration::from_millis(20);
+        loop {
+            let shipped = if self.reporter().backlog() < MAX_BACKLOG_LINES {
+                self.ship(&mut readers)
+            } else {
+                0
+            };
+            let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
+            let gone = exit.is_none() && !files::alive(shim.shim_pid) && !files::alive(shim.child_pid);
+            if exit.is_some() || gone {
+                // Everything written before the exit, then the exit.
+                while self.ship(&mut readers) > 0 {}
+                for (stream, reader) in &mut readers {
+                    if let Some((n, line)) = reader.finish() {
+                        self.push_lines(*stream, n, vec![line]);
+                    }
+                }
+                let exit = exit.unwrap_or(ExitState {
+                    exit_code: None,
+                    signal: None,
+                    oom_killed: false,
+                    ended_at: now_ms(),
+                    spawn_error: None,
+                });
+                self.running.store(false, Ordering::Relaxed);
+                let item = ReportItem::Exited {
+                    job_id: self.dispatch.job_id.clone(),
+                    attempt: self.dispatch.attempt,
+                    exit_code: exit.exit_code,
+                    signal: exit.signal,
+                    oom_killed: exit.oom_killed,
+                    cancelled: self.dir.join(CANCELLED).exists(),
+                    time: exit.ended_at,
+                };
+                tracing::info!(job_id = self.dispatch.job_id, code = ?exit.exit_code, signal = ?exit.signal, "job ended");
+                self.end(item).await;
+                return;
+            }
+            if let Some(at) = kill_at
+                && Instant::now() >= at
+            {
+                self.signal(&shim, libc::SIGKILL).await;
+                kill_at = None;
+            }
+            if Instant::now() >= next_disk_check {
+                next_disk_check = Instant::now() + DISK_CHECK_EVERY;
+                self.report_disk();
+            }
+            idle = if shipped > 0 {
+                Duration::from_millis(20)
+            } else {
+                (idle * 2).min(Duration::from_millis(100))
+            };
+            tokio::select! {
+                message = self.messages.recv() => match message {
+                    Some(Message::Stop { grace }) if kill_at.is_none() => {
+                        let _ = files::touch(&self.dir.join(CANCELLED));
+                        tracing::info!(job_id = self.dispatch.job_id, ?grace, "stopping job");
+                        self.signal(&shim, libc::SIGTERM).await;
+                        kill_at = Some(Instant::now() + grace);
+                    }
+                    _ => {}
+                },
+                () = tokio::time::sleep(idle) => {}
+            }
+        }
+    }
+
+    /// Reads new lines of both streams into the report queue; returns how many.
+    fn ship(&self, readers: &mut [(LogStream, LineReader); 2]) -> usize {
+        let mut shipped = 0;
+        for (stream, reader) in readers.iter_mut() {
+            let (first, lines) = reader.read();
+            shipped += lines.len();
+            if !lines.is_empty() {
+                self.push_lines(*stream, first, lines);
+            }
+        }
+        shipped
+    }
+
+    fn push_lines(&self, stream: LogStream, first_n: i64, lines: Vec<String>) {
+        self.reporter().push(ReportItem::Lines {
+            job_id: self.dispatch.job_id.clone(),
+            attempt: self.dispatch.attempt,
+            stream,
+            first_n,
+            time: now_ms(),
+            lines,
+        });
+    }
+
+    async fn signal(&self, shim: &ShimState, signal: i32) {
+        if self.dir.join(EXIT).exists() {
+            return; // Ended already: its pid may belong to someone else by now.
+        }
+        // The job leads its own process group: signal the whole group.
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe {
+            libc::kill(-(shim.child_pid as libc::pid_t), signal);
+        }
+        if self.dispatch.spec.runner == Runner::Docker {
+            let name = runner::container_name(&self.dispatch);
+            let signal_name = if signal == libc::SIGKILL { "KILL" } else { "TERM" };
+            let _ = tokio::process::Command::new("docker")
+                .args(["kill", "--signal", signal_name, &name])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .await;
+        }
+    }
+
+    fn report_disk(&self) {
+        let dir = runner::working_dir(&self.dispatch, &self.dir);
+        let free = self.manager.disk_free_override.or_else(|| free_percent(&dir));
+        if let Some(free_percent) = free {
+            self.reporter().push(ReportItem::Disk {
+                job_id: self.dispatch.job_id.clone(),
+                attempt: self.dispatch.attempt,
+                path: dir.display().to_string(),
+                free_percent,
+            });
+        }
+    }
+
+    /// Sends the attempt's last item, waits for the server to have it, and forgets the attempt.
+    async fn end(&self, item: ReportItem) {
+        let seq = self.reporter().push(item);
+        self.reporter().delivered(seq).await;
+        let _ = files::touch(&self.dir.join(REPORTED));
+    }
+}
+
+/// Free space of the filesystem holding `path`, in percent of its size.
+fn free_percent(path: &Path) -> Option<f64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs writes into the zeroed struct we own; the path is NUL-terminated.
+    let stats = unsafe {
+        let mut stats: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c_path.as_ptr(), &mut stats) != 0 {
+            return None;
+        }
+        stats
+    };
+    if stats.f_blocks == 0 {
+        return None;
+    }
+    Some(stats.f_bavail as f64 / stats.f_blocks as f64 * 100.0)
+}

@@ -1,0 +1,189 @@
+//! Turning a dispatch into a command line, and the checks that fail a
+//! dispatch (DISPATCH_FAILED) before anything starts: the working_dir, the
+//! program, and for the docker runner the client, the engine and the image.
+
+use gpuplane_api::agent::Dispatch;
+use gpuplane_api::job::Runner;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The directory the job runs in: its spec's, else the attempt's own.
+pub fn working_dir(dispatch: &Dispatch, attempt_dir: &Path) -> PathBuf {
+    match &dispatch.spec.working_dir {
+        Some(dir) => PathBuf::from(dir),
+        None => attempt_dir.to_path_buf(),
+    }
+}
+
+/// The variables the job gets on top of the agent's own: the spec's, then
+/// the server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win.
+pub fn job_env(dispatch: &Dispatch) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
+    env.retain(|(key, _)| !dispatch.env.contains_key(key));
+    env.extend(dispatch.env.clone());
+    env
+}
+
+/// The name of an attempt's container (docker runner).
+pub fn container_name(dispatch: &Dispatch) -> String {
+    format!("gpuplane-{}-{}", dispatch.job_id.to_lowercase(), dispatch.attempt)
+}
+
+/// Program, arguments, working directory and extra environment of an attempt.
+pub fn command_line(
+    dispatch: &Dispatch,
+    attempt_dir: &Path,
+) -> (PathBuf, Vec<String>, PathBuf, Vec<(String, String)>) {
+    let dir = working_dir(dispatch, attempt_dir);
+    let env = job_env(dispatch);
+    match dispatch.spec.runner {
+        Runner::Process => {
+            let program =
+                resolve_program(dispatch, &dir).unwrap_or_else(|_| PathBuf::from(&dispatch.spec.command[0]));
+            (program, dispatch.spec.command[1..].to_vec(), dir, env)
+        }
+        Runner::Docker => {
+            let mount = dir.display().to_string();
+            let mut args = vec![
+                "run".to_string(),
+                "--rm".to_string(),
+                "--init".to_string(),
+                "--name".to_string(),
+                container_name(dispatch),
+                "--volume".to_string(),
+                format!("{mount}:{mount}"),
+                "--workdir".to_string(),
+                mount,
+            ];
+            if !dispatch.gpus.is_empty() {
+                let devices: Vec<String> = dispatch.gpus.iter().map(u32::to_string).collect();
+                args.push("--gpus".to_string());
+                args.push(format!("\"device={}\"", devices.join(",")));
+            }
+            // `-e NAME` passes the value from the docker client's environment: no secrets in argv.
+            for (key, _) in &env {
+                args.push("--env".to_string());
+                args.push(key.clone());
+            }
+            args.push(dispatch.spec.image.clone().unwrap_or_default());
+            args.extend(dispatch.spec.command.iter().cloned());
+            (PathBuf::from("docker"), args, dir, env)
+        }
+    }
+}
+
+/// `command[0]` as a path: relative to working_dir when it has a slash,
+/// else looked up on the job's PATH.
+pub fn resolve_program(dispatch: &Dispatch, working_dir: &Path) -> Result<PathBuf, String> {
+    let name = &dispatch.spec.command[0];
+    if name.contains('/') {
+        let path = working_dir.join(name);
+        return executable(&path).map(|()| path);
+    }
+    let path_var = dispatch
+        .spec
+        .env
+        .get("PATH")
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    for dir in path_var.split(':').filter(|d| !d.is_empty()) {
+        let candidate = Path::new(dir).join(name);
+        if candidate.is_file() {
+            return executable(&candidate).map(|()| candidate);
+        }
+    }
+    Err(format!(
+        "command[0] `{name}` was not found on this host's PATH ({path_var})"
+    ))
+}
+
+fn executable(path: &Path) -> Result<(), String> {
+    let metadata = std::fs::metadata(path)
+        .map_err(|_| format!("command[0] {} does not exist on this host", path.display()))?;
+    if !metadata.is_file() {
+        return Err(format!("command[0] {} is not a file", path.display()));
+    }
+    if metadata.permissions().mode() & 0o111 == 0 {
+        return Err(format!(
+            "command[0] {} is not executable (chmod +x it)",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Everything that would make the attempt fail to start, named.
+pub async fn check(dispatch: &Dispatch, attempt_dir: &Path, host: &str) -> Result<(), String> {
+    let dir = working_dir(dispatch, attempt_dir);
+    match std::fs::metadata(&dir) {
+        Ok(metadata) if metadata.is_dir() => {}
+        Ok(_) => {
+            return Err(format!(
+                "working_dir {} on {host} is not a directory",
+                dir.display()
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "working_dir {} does not exist on {host} (paths are the agent host's, never the submitter's)",
+                dir.display()
+            ));
+        }
+    }
+    match dispatch.spec.runner {
+        Runner::Process => resolve_program(dispatch, &dir).map(|_| ()),
+        Runner::Docker => check_docker(dispatch.spec.image.as_deref().unwrap_or_default(), host).await,
+    }
+}
+
+async fn check_docker(image: &str, host: &str) -> Result<(), String> {
+    let run = |args: Vec<&'static str>, extra: Option<String>| async move {
+        let mut command = tokio::process::Command::new("docker");
+        command.args(&args);
+        if let Some(extra) = extra {
+            command.arg(extra);
+        }
+        command.stdin(std::process::Stdio::null()).kill_on_drop(true);
+        tokio::time::timeout(Duration::from_secs(20), command.output()).await
+    };
+    let info = match run(vec!["info", "--format", "{{.ServerVersion}}"], None).await {
+        Err(_) => {
+            return Err(format!(
+                "runner docker: `docker info` on {host} did not answer within 20s"
+            ));
+        }
+        Ok(Err(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("runner docker: `docker` is not installed on {host}"));
+        }
+        Ok(Err(error)) => return Err(format!("runner docker: cannot run `docker` on {host}: {error}")),
+        Ok(Ok(output)) => output,
+    };
+    if !info.status.success() {
+        let why = first_line(&info.stderr);
+        return Err(format!(
+            "runner docker: no Docker engine is reachable on {host}: {why}"
+        ));
+    }
+    match run(
+        vec!["image", "inspect", "--format", "{{.Id}}"],
+        Some(image.to_string()),
+    )
+    .await
+    {
+        Ok(Ok(output)) if output.status.success() => Ok(()),
+        _ => Err(format!(
+            "runner docker: image {image} is not on {host} (run `docker pull {image}` there)"
+        )),
+    }
+}
+
+fn first_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no details")
+        .trim()
+        .to_string()
+}

@@ -1,0 +1,102 @@
+//! `gpuplane-agent shim DIR`: the parent of one job process.
+//!
+//! The agent starts a shim per attempt. The shim leaves the agent's session
+//! (so it outlives an agent crash or restart), starts the job in its own
+//! process group with stdin from /dev/null and its output appended to
+//! `stdout.log` / `stderr.log`, records its pid in `shim.json`, waits for it,
+//! and records how it ended in `exit.json`. A restarted agent reads these
+//! files to adopt jobs it started before.
+
+use crate::files::{self, DISPATCH, EXIT, ExitState, SHIM, ShimState};
+use crate::runner::command_line;
+use gpuplane_api::agent::Dispatch;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+pub fn run(dir: &Path) -> anyhow::Result<()> {
+    // SAFETY: setsid has no memory-safety preconditions; it fails harmlessly
+    // if this process already leads a group.
+    unsafe {
+        libc::setsid();
+    }
+    let dispatch: Dispatch = files::read_json(&dir.join(DISPATCH))
+        .ok_or_else(|| anyhow::anyhow!("cannot read {}", dir.join(DISPATCH).display()))?;
+    let stdout = append(&dir.join("stdout.log"))?;
+    let stderr = append(&dir.join("stderr.log"))?;
+    let (program, args, working_dir, env) = command_line(&dispatch, dir);
+    let oom_before = oom_kills();
+    let child = Command::new(&program)
+        .args(&args)
+        .current_dir(&working_dir)
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(error) => {
+            let state = ExitState {
+                exit_code: None,
+                signal: None,
+                oom_killed: false,
+                ended_at: now_ms(),
+                spawn_error: Some(format!("cannot start {}: {error}", program.display())),
+            };
+            return files::write_json(&dir.join(EXIT), &state);
+        }
+    };
+    files::write_json(
+        &dir.join(SHIM),
+        &ShimState {
+            shim_pid: std::process::id(),
+            child_pid: child.id(),
+            started_at: now_ms(),
+        },
+    )?;
+    let status = child.wait()?;
+    let signal = status.signal();
+    let state = ExitState {
+        exit_code: status.code(),
+        signal,
+        // A SIGKILL while the cgroup's OOM-kill count rose: the kernel's OOM killer.
+        oom_killed: signal == Some(libc::SIGKILL) && oom_kills() > oom_before,
+        ended_at: now_ms(),
+        spawn_error: None,
+    };
+    files::write_json(&dir.join(EXIT), &state)
+}
+
+fn append(path: &Path) -> anyhow::Result<std::fs::File> {
+    Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// The `oom_kill` count of this process's cgroup (v2), or 0 when unknown.
+fn oom_kills() -> u64 {
+    let Ok(cgroup) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return 0;
+    };
+    let Some(path) = cgroup.lines().find_map(|line| line.strip_prefix("0::")) else {
+        return 0;
+    };
+    let events = Path::new("/sys/fs/cgroup")
+        .join(path.trim_start_matches('/'))
+        .join("memory.events");
+    std::fs::read_to_string(events)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("oom_kill "))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}

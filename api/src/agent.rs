@@ -1,0 +1,169 @@
+//! The agent protocol (`/api/v1/agent/*`, `agent` scope).
+//!
+//! An agent says [`AgentHello`] when it connects, listing the attempts it
+//! still has; the answer tells it where to resume shipping their output and
+//! which are stale. It then long-polls ([`Poll`] → [`PollAnswer`]): a poll is
+//! its heartbeat, and the server answers as soon as it has commands. What the
+//! agent observes (starts, exits, output lines) goes up in [`Report`]s, in
+//! order, retried until acknowledged; the server applies them idempotently.
+
+use crate::job::JobSpec;
+use crate::log::LogStream;
+use crate::node::Gpu;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One attempt of one job.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AttemptRef {
+    pub job_id: String,
+    pub attempt: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct AgentHello {
+    /// The node's name, unique in the cluster (defaults to the host name).
+    pub name: String,
+    pub hostname: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    pub gpus: Vec<Gpu>,
+    pub agent_version: String,
+    /// Attempts the agent has on disk whose end the server has not acknowledged.
+    #[serde(default)]
+    pub attempts: Vec<AttemptRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentWelcome {
+    pub node_id: String,
+    /// How long a poll may wait for commands; also the heartbeat period.
+    pub heartbeat_interval_ms: u64,
+    /// For each attempt of the hello: where to resume, or to drop it.
+    pub resume: Vec<Resume>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Resume {
+    pub job_id: String,
+    pub attempt: i64,
+    /// Lines of each stream the server already has: ship from the next one.
+    pub stdout_lines: i64,
+    pub stderr_lines: i64,
+    /// False when the server has given up on the attempt (LOST and requeued,
+    /// or cancelled): stop it if it still runs, report its end, forget it.
+    pub keep: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Poll {
+    pub node_id: String,
+    pub gpus: Vec<Gpu>,
+    /// Attempts whose process is alive on this host right now.
+    pub running: Vec<AttemptRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PollAnswer {
+    pub commands: Vec<AgentCommand>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentCommand {
+    /// Start an attempt. Sent until the agent reports it started or failed;
+    /// the agent ignores an attempt it already has.
+    Dispatch(Box<Dispatch>),
+    /// Stop an attempt: SIGTERM to its process group, SIGKILL after the grace period.
+    Cancel {
+        job_id: String,
+        attempt: i64,
+        grace_ms: u64,
+    },
+    /// Upload a whole log file to `POST /agent/log-fetch/{request_id}`.
+    FetchLog {
+        request_id: String,
+        job_id: String,
+        attempt: i64,
+        stream: LogStream,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Dispatch {
+    pub job_id: String,
+    pub attempt: i64,
+    pub run_id: String,
+    pub spec: JobSpec,
+    /// GPU indices to expose through `CUDA_VISIBLE_DEVICES`.
+    pub gpus: Vec<u32>,
+    /// Variables the server sets for the job (`GPUCTL_*`); they win over `spec.env`.
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub node_id: String,
+    pub items: Vec<ReportItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ReportItem {
+    /// The process started.
+    Started {
+        job_id: String,
+        attempt: i64,
+        pid: u32,
+        /// Epoch milliseconds.
+        time: i64,
+    },
+    /// The agent could not start it; `detail` names the path, binary or image.
+    DispatchFailed {
+        job_id: String,
+        attempt: i64,
+        detail: String,
+    },
+    /// Consecutive lines of one stream, numbered from `first_n`.
+    Lines {
+        job_id: String,
+        attempt: i64,
+        stream: LogStream,
+        first_n: i64,
+        time: i64,
+        lines: Vec<String>,
+    },
+    /// The process ended. Sent after all of its lines.
+    Exited {
+        job_id: String,
+        attempt: i64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        /// The kernel's OOM killer acted while it ran (cgroup `memory.events`).
+        oom_killed: bool,
+        /// The agent stopped it because the server asked.
+        cancelled: bool,
+        time: i64,
+    },
+    /// Free space on the filesystem of the attempt's working_dir.
+    Disk {
+        job_id: String,
+        attempt: i64,
+        path: String,
+        free_percent: f64,
+    },
+}

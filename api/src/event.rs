@@ -1,0 +1,98 @@
+//! Events: what happened to jobs, runs and nodes, with a severity.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Severity> {
+        [Severity::Info, Severity::Warning, Severity::Critical]
+            .into_iter()
+            .find(|severity| severity.as_str() == s)
+    }
+}
+
+/// Kinds of events. Stored and shown as SCREAMING_SNAKE_CASE strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventKind {
+    /// A job's attempt failed (warning) with its reason.
+    JobFailed,
+    /// A failed or lost job was queued again for another attempt.
+    JobRetrying,
+    /// The agent could not start a job.
+    DispatchFailed,
+    /// CUDA or host out of memory.
+    Oom,
+    /// A node stopped sending heartbeats.
+    AgentDisconnected,
+    /// A node came back.
+    AgentReconnected,
+    /// A running job's agent stayed away past the grace period.
+    JobLost,
+    /// The filesystem of a job's working_dir has less than 5 % free.
+    DiskLow,
+    /// A loss-like metric turned NaN or infinite.
+    LossNan,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 9] = [
+        EventKind::JobFailed,
+        EventKind::JobRetrying,
+        EventKind::DispatchFailed,
+        EventKind::Oom,
+        EventKind::AgentDisconnected,
+        EventKind::AgentReconnected,
+        EventKind::JobLost,
+        EventKind::DiskLow,
+        EventKind::LossNan,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::JobFailed => "JOB_FAILED",
+            EventKind::JobRetrying => "JOB_RETRYING",
+            EventKind::DispatchFailed => "DISPATCH_FAILED",
+            EventKind::Oom => "OOM",
+            EventKind::AgentDisconnected => "AGENT_DISCONNECTED",
+            EventKind::AgentReconnected => "AGENT_RECONNECTED",
+            EventKind::JobLost => "JOB_LOST",
+            EventKind::DiskLow => "DISK_LOW",
+            EventKind::LossNan => "LOSS_NAN",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|kind| kind.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Event {
+    pub id: String,
+    pub time: String,
+    pub severity: Severity,
+    pub kind: EventKind,
+    pub job_id: Option<String>,
+    pub run_id: Option<String>,
+    pub node_id: Option<String>,
+    pub message: String,
+}

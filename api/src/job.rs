@@ -1,0 +1,355 @@
+//! Jobs: what users submit, their states, failure reasons and attempts.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// `QUEUED → DISPATCHING → RUNNING → SUCCEEDED | FAILED | CANCELLED | LOST`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "UPPERCASE")]
+pub enum JobStatus {
+    Queued,
+    Dispatching,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Lost,
+}
+
+impl JobStatus {
+    pub const ALL: [JobStatus; 7] = [
+        JobStatus::Queued,
+        JobStatus::Dispatching,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Cancelled,
+        JobStatus::Lost,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "QUEUED",
+            JobStatus::Dispatching => "DISPATCHING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Cancelled => "CANCELLED",
+            JobStatus::Lost => "LOST",
+        }
+    }
+
+    /// Whether the job has ended (and may be retried, unless it succeeded).
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Cancelled | JobStatus::Lost
+        )
+    }
+
+    /// Whether an attempt holds GPUs on a node.
+    pub fn is_active(self) -> bool {
+        matches!(self, JobStatus::Dispatching | JobStatus::Running)
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for JobStatus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let names: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+                format!("unknown status `{s}`; expected one of {}", names.join(", "))
+            })
+    }
+}
+
+/// Why a job failed. Each names what the user should look at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum FailureReason {
+    /// The agent could not start it: working_dir, command, docker or image missing.
+    DispatchFailed,
+    /// CUDA out of memory in its output, or the kernel's OOM killer.
+    Oom,
+    /// It exited with a non-zero code.
+    ExitCode,
+    /// A signal ended it (SIGSEGV, SIGKILL, ...).
+    Signal,
+    /// An evaluation exited 0 without a valid `{"metrics": {...}}` result.
+    EvaluationResultInvalid,
+    /// Its agent went away for longer than the grace period.
+    JobLost,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::DispatchFailed => "DISPATCH_FAILED",
+            FailureReason::Oom => "OOM",
+            FailureReason::ExitCode => "EXIT_CODE",
+            FailureReason::Signal => "SIGNAL",
+            FailureReason::EvaluationResultInvalid => "EVALUATION_RESULT_INVALID",
+            FailureReason::JobLost => "JOB_LOST",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FailureReason> {
+        [
+            FailureReason::DispatchFailed,
+            FailureReason::Oom,
+            FailureReason::ExitCode,
+            FailureReason::Signal,
+            FailureReason::EvaluationResultInvalid,
+            FailureReason::JobLost,
+        ]
+        .into_iter()
+        .find(|reason| reason.as_str() == s)
+    }
+
+    /// Whether retrying the same spec can reasonably succeed; automatic
+    /// retries happen only for these.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            FailureReason::ExitCode | FailureReason::Signal | FailureReason::JobLost
+        )
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "UPPERCASE")]
+pub enum JobKind {
+    #[default]
+    Train,
+    Evaluate,
+}
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Train => "TRAIN",
+            JobKind::Evaluate => "EVALUATE",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Runner {
+    /// A child process of the agent (argv, no shell).
+    #[default]
+    Process,
+    /// `docker run` with `image`.
+    Docker,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    /// GPUs the job needs on one node; 0 runs it in the cpu_only lane.
+    #[serde(default)]
+    pub gpu: i64,
+}
+
+/// Defaults of optional spec fields.
+pub const DEFAULT_MAX_ATTEMPTS: i64 = 1;
+pub const DEFAULT_RETRY_COOLDOWN_S: i64 = 30;
+
+/// What `POST /api/v1/jobs` takes (and `gpuctl job submit -f` reads).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub name: String,
+    #[serde(default)]
+    pub kind: JobKind,
+    #[serde(default = "default_project")]
+    pub project: String,
+    /// argv; `command[0]` must exist on the agent host. Never run through a shell.
+    pub command: Vec<String>,
+    /// Absolute path as the agent host sees it. Default: the attempt's own
+    /// directory under `~/.gpuctl/jobs/` on the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub runner: Runner,
+    /// Required with `runner = docker`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub resources: Resources,
+    /// Labels a node must have.
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+    /// Higher runs first; FIFO within a priority. |priority| ≤ 2^62.
+    #[serde(default)]
+    pub priority: i64,
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: i64,
+    /// Seconds between a failure and the automatic retry.
+    #[serde(default = "default_retry_cooldown_s")]
+    pub retry_cooldown_s: i64,
+    /// TensorBoard and checkpoint directories to watch (relative to working_dir).
+    #[serde(default)]
+    pub watch_dirs: Vec<String>,
+}
+
+fn default_project() -> String {
+    "default".to_string()
+}
+
+fn default_max_attempts() -> i64 {
+    DEFAULT_MAX_ATTEMPTS
+}
+
+fn default_retry_cooldown_s() -> i64 {
+    DEFAULT_RETRY_COOLDOWN_S
+}
+
+impl JobSpec {
+    /// A spec with every default, for `command`.
+    pub fn new(name: impl Into<String>, command: Vec<String>) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            kind: JobKind::Train,
+            project: default_project(),
+            command,
+            working_dir: None,
+            env: BTreeMap::new(),
+            runner: Runner::Process,
+            image: None,
+            resources: Resources::default(),
+            node_selector: BTreeMap::new(),
+            priority: 0,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            retry_cooldown_s: DEFAULT_RETRY_COOLDOWN_S,
+            watch_dirs: Vec::new(),
+        }
+    }
+}
+
+/// One try at running a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Attempt {
+    pub n: i64,
+    /// The node's name.
+    pub node: String,
+    pub node_id: String,
+    /// GPU indices on that node (also the job's `CUDA_VISIBLE_DEVICES`).
+    pub gpus: Vec<u32>,
+    pub status: JobStatus,
+    pub dispatched_at: String,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    pub exit_code: Option<i32>,
+    /// Signal number that ended it, and its name (`SIGSEGV`).
+    pub signal: Option<i32>,
+    pub signal_name: Option<String>,
+    pub failure_reason: Option<FailureReason>,
+    pub failure_detail: Option<String>,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Job {
+    pub id: String,
+    pub name: String,
+    pub project: String,
+    pub kind: JobKind,
+    pub status: JobStatus,
+    pub failure_reason: Option<FailureReason>,
+    pub failure_detail: Option<String>,
+    /// Why it is waiting, while QUEUED.
+    pub queued_reason: Option<String>,
+    pub run_id: String,
+    pub priority: i64,
+    pub resources: Resources,
+    pub max_attempts: i64,
+    pub attempts: Vec<Attempt>,
+    pub spec: JobSpec,
+    pub submitted_by: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// `POST /api/v1/jobs/{id}/cancel`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// Must be `true`: cancelling stops a running job.
+    #[serde(default)]
+    pub confirm: bool,
+}
+
+/// Signal names for the numbers jobs commonly die of (Linux numbering).
+pub fn signal_name(signal: i32) -> Option<&'static str> {
+    Some(match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_parse_case_insensitively() {
+        assert_eq!("queued".parse::<JobStatus>(), Ok(JobStatus::Queued));
+        assert_eq!("LOST".parse::<JobStatus>(), Ok(JobStatus::Lost));
+        assert!("DONE".parse::<JobStatus>().unwrap_err().contains("QUEUED"));
+    }
+
+    #[test]
+    fn a_minimal_spec_gets_the_defaults() {
+        let spec: JobSpec = serde_json::from_str(r#"{"name": "x", "command": ["true"]}"#).unwrap();
+        assert_eq!(spec, JobSpec::new("x", vec!["true".into()]));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        assert!(serde_json::from_str::<JobSpec>(r#"{"name": "x", "command": ["true"], "gpus": 1}"#).is_err());
+    }
+}

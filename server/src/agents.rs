@@ -1,0 +1,70 @@
+//! The live side of the agent protocol, in memory: wakers for long polls,
+//! one-shot commands waiting for a node's next poll, and full-log fetches
+//! relayed from an agent's upload to the user who asked.
+
+use axum::body::Body;
+use gpuplane_api::agent::AgentCommand;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::sync::{Notify, oneshot};
+
+/// An agent's upload and a signal to send when its reader has finished with it.
+pub type Upload = (Body, oneshot::Sender<()>);
+
+#[derive(Default)]
+pub struct AgentLink {
+    wakers: Mutex<HashMap<String, Arc<Notify>>>,
+    pending: Mutex<HashMap<String, Vec<AgentCommand>>>,
+    fetches: Mutex<HashMap<String, oneshot::Sender<Upload>>>,
+}
+
+impl AgentLink {
+    /// The notifier a node's long poll waits on.
+    pub fn waker(&self, node_id: &str) -> Arc<Notify> {
+        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        wakers.entry(node_id.to_string()).or_default().clone()
+    }
+
+    /// Ends a node's long poll now (or its next one at once) so it picks up commands.
+    pub fn wake(&self, node_id: &str) {
+        self.waker(node_id).notify_one();
+    }
+
+    /// Queues a command for the node's next poll.
+    pub fn push(&self, node_id: &str, command: AgentCommand) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.entry(node_id.to_string()).or_default().push(command);
+        drop(pending);
+        self.wake(node_id);
+    }
+
+    pub fn take_pending(&self, node_id: &str) -> Vec<AgentCommand> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.remove(node_id).unwrap_or_default()
+    }
+
+    /// Registers a fetch; the receiver gets the agent's upload.
+    pub fn expect_upload(&self, request_id: &str) -> oneshot::Receiver<Upload> {
+        let (sender, receiver) = oneshot::channel();
+        let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
+        fetches.insert(request_id.to_string(), sender);
+        receiver
+    }
+
+    /// Forgets a fetch nobody will answer.
+    pub fn abandon_upload(&self, request_id: &str) {
+        let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
+        fetches.remove(request_id);
+    }
+
+    /// Hands an upload to whoever asked for it; `None` when nobody waits.
+    pub fn deliver_upload(&self, request_id: &str, body: Body) -> Option<oneshot::Receiver<()>> {
+        let sender = {
+            let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
+            fetches.remove(request_id)?
+        };
+        let (done_sender, done) = oneshot::channel();
+        sender.send((body, done_sender)).ok()?;
+        Some(done)
+    }
+}

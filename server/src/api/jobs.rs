@@ -1,0 +1,175 @@
+//! `/api/v1/jobs`: submit, list, show, cancel, retry.
+
+use crate::auth::{Authed, Read, Write};
+use crate::error::{ApiError, ApiJson, ApiQuery, OptionalJson};
+use crate::jobs::spec;
+use crate::jobs::store::{self, Cancelled};
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use gpuplane_api::error::{ErrorBody, FieldError};
+use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus};
+use gpuplane_api::{MAX_I64_SAFE, Page};
+use serde::Deserialize;
+
+/// Default and largest page sizes of lists.
+pub const DEFAULT_LIMIT: i64 = 50;
+pub const MAX_LIMIT: i64 = 500;
+
+/// Queues a job; the answer carries its id and its run's id.
+#[utoipa::path(post, path = "/jobs", tag = "jobs",
+    security(("bearer" = ["write"])),
+    request_body = JobSpec,
+    responses((status = 201, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn submit_job(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    ApiJson(spec): ApiJson<JobSpec>,
+) -> Result<(StatusCode, Json<Job>), ApiError> {
+    spec::validate(&spec).map_err(ApiError::Validation)?;
+    let job_id = store::submit(&state.db, &spec, auth.caller.user_id.as_deref()).await?;
+    state.scheduler_wake.notify_one();
+    tracing::info!(
+        job_id,
+        name = spec.name,
+        gpus = spec.resources.gpu,
+        "job submitted"
+    );
+    Ok((StatusCode::CREATED, Json(store::get(&state.db, &job_id).await?)))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only jobs in this state (QUEUED, RUNNING, ...).
+    status: Option<String>,
+    project: Option<String>,
+    /// Page size, 1–500 (default 50).
+    limit: Option<i64>,
+    /// `next_before` of the previous page.
+    before: Option<i64>,
+}
+
+/// Jobs, newest first.
+#[utoipa::path(get, path = "/jobs", tag = "jobs",
+    security(("bearer" = ["read"])),
+    params(ListQuery),
+    responses((status = 200, body = Page<Job>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn list_jobs(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Page<Job>>, ApiError> {
+    let mut errors = Vec::new();
+    let status = match query.status.as_deref().map(str::parse::<JobStatus>) {
+        Some(Err(message)) => {
+            errors.push(FieldError {
+                field: "status".into(),
+                message,
+            });
+            None
+        }
+        Some(Ok(status)) => Some(status),
+        None => None,
+    };
+    let limit = page_limit(query.limit, &mut errors);
+    let before = cursor(query.before, &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    Ok(Json(
+        store::list(&state.db, status, query.project.as_deref(), limit, before).await?,
+    ))
+}
+
+/// `limit` must be 1..=MAX_LIMIT.
+pub fn page_limit(limit: Option<i64>, errors: &mut Vec<FieldError>) -> i64 {
+    match limit {
+        Some(limit) if !(1..=MAX_LIMIT).contains(&limit) => {
+            errors.push(FieldError {
+                field: "limit".into(),
+                message: format!("must be between 1 and {MAX_LIMIT}"),
+            });
+            DEFAULT_LIMIT
+        }
+        Some(limit) => limit,
+        None => DEFAULT_LIMIT,
+    }
+}
+
+/// `before` must be 1..=MAX_I64_SAFE.
+pub fn cursor(before: Option<i64>, errors: &mut Vec<FieldError>) -> Option<i64> {
+    match before {
+        Some(before) if !(1..=MAX_I64_SAFE).contains(&before) => {
+            errors.push(FieldError {
+                field: "before".into(),
+                message: "must be between 1 and 2^62 (MAX_I64_SAFE)".into(),
+            });
+            None
+        }
+        other => other,
+    }
+}
+
+/// One job with its attempts and, while QUEUED, why it waits.
+#[utoipa::path(get, path = "/jobs/{job_id}", tag = "jobs",
+    security(("bearer" = ["read"])),
+    params(("job_id" = String, Path)),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn get_job(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}
+
+/// Cancels a job. Needs `{"confirm": true}`: a running job is stopped
+/// (SIGTERM, then SIGKILL after the grace period).
+#[utoipa::path(post, path = "/jobs/{job_id}/cancel", tag = "jobs",
+    security(("bearer" = ["write"])),
+    params(("job_id" = String, Path)),
+    request_body = CancelRequest,
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn cancel_job(
+    _auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    OptionalJson(request): OptionalJson<CancelRequest>,
+) -> Result<Json<Job>, ApiError> {
+    if !request.confirm {
+        // Unknown jobs are still 404, not 422.
+        store::get(&state.db, &job_id).await?;
+        return Err(ApiError::field(
+            "confirm",
+            "must be true: cancelling stops the job (gpuctl job cancel ID --confirm)",
+        ));
+    }
+    match store::cancel(&state.db, &job_id).await? {
+        Cancelled::Now => state.scheduler_wake.notify_one(),
+        Cancelled::Stopping { node_id } => state.agents.wake(&node_id),
+    }
+    let _ = state.event_recorded.send(());
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}
+
+/// Queues a FAILED, LOST or CANCELLED job for another attempt.
+#[utoipa::path(post, path = "/jobs/{job_id}/retry", tag = "jobs",
+    security(("bearer" = ["write"])),
+    params(("job_id" = String, Path)),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn retry_job(
+    _auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    store::retry(&state.db, &job_id).await?;
+    state.scheduler_wake.notify_one();
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}

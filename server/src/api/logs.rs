@@ -1,0 +1,297 @@
+//! Job output: the kept tail, a live SSE follow that resumes from
+//! `Last-Event-ID`, and the full file fetched from the agent.
+
+use crate::auth::{Authed, Read};
+use crate::error::{ApiError, ApiQuery};
+use crate::ids::new_id;
+use crate::jobs::store;
+use crate::logs;
+use crate::state::AppState;
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use gpuplane_api::agent::AgentCommand;
+use gpuplane_api::error::{ErrorBody, FieldError};
+use gpuplane_api::log::{LogStream, Logs};
+use serde::Deserialize;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+pub const DEFAULT_TAIL: i64 = 200;
+const MAX_TAIL: i64 = 10_000;
+/// How long the server waits for an agent to start uploading a full log.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LogQuery {
+    /// `stdout` or `stderr` (default: both, in arrival order).
+    stream: Option<LogStream>,
+    /// The newest N lines, 1–10000 (default 200).
+    tail: Option<i64>,
+    /// Attempt number (default: the latest).
+    attempt: Option<i64>,
+}
+
+fn check_log_query(query: &LogQuery) -> Result<i64, ApiError> {
+    let mut errors = Vec::new();
+    let tail = query.tail.unwrap_or(DEFAULT_TAIL);
+    if !(1..=MAX_TAIL).contains(&tail) {
+        errors.push(FieldError {
+            field: "tail".into(),
+            message: format!("must be between 1 and {MAX_TAIL} (use /logs/full for everything)"),
+        });
+    }
+    if query.attempt.is_some_and(|a| a < 1) {
+        errors.push(FieldError {
+            field: "attempt".into(),
+            message: "must be 1 or more".into(),
+        });
+    }
+    if errors.is_empty() {
+        Ok(tail)
+    } else {
+        Err(ApiError::Validation(errors))
+    }
+}
+
+/// The newest lines the server keeps (the newest 2000 per stream by default).
+#[utoipa::path(get, path = "/jobs/{job_id}/logs", tag = "logs",
+    security(("bearer" = ["read"])),
+    params(("job_id" = String, Path), LogQuery),
+    responses((status = 200, body = Logs), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn job_logs(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    ApiQuery(query): ApiQuery<LogQuery>,
+) -> Result<Json<Logs>, ApiError> {
+    let tail = check_log_query(&query)?;
+    store::get(&state.db, &job_id).await?;
+    let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
+    let (_, logs) = logs::tail(&state.db, &job_id, attempt, query.stream, tail).await?;
+    Ok(Json(logs))
+}
+
+/// Follows a job's output as server-sent events: `line` events (id = a
+/// cursor; send it back as `Last-Event-ID` to resume without gaps or
+/// repeats), then one `end` event when the job has ended. Without
+/// `attempt`, follows every attempt, retries included.
+#[utoipa::path(get, path = "/jobs/{job_id}/logs/stream", tag = "logs",
+    security(("bearer" = ["read"])),
+    params(("job_id" = String, Path), LogQuery),
+    responses((status = 200, description = "`line` events carrying a LogLine, then `end`", content_type = "text/event-stream"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn follow_logs(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<LogQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let tail = check_log_query(&query)?;
+    store::get(&state.db, &job_id).await?;
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<i64>().ok());
+    let last_id = match resume {
+        Some(id) => id,
+        None => {
+            // Start with the newest `tail` lines of the latest attempt.
+            let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
+            let (lines, _) = logs::tail(&state.db, &job_id, attempt, query.stream, tail).await?;
+            match lines.first() {
+                Some((id, _)) => id - 1,
+                None => logs::newest_id(&state.db, &job_id).await?,
+            }
+        }
+    };
+    let follow = Follow {
+        receiver: state.log_appended.subscribe(),
+        state,
+        job_id,
+        attempt: query.attempt,
+        stream: query.stream,
+        last_id,
+        pending: VecDeque::new(),
+        done: false,
+    };
+    let events = futures_util::stream::unfold(follow, |mut follow| async move {
+        let event = follow.next().await?;
+        Some((Ok(event), follow))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+struct Follow {
+    state: AppState,
+    receiver: tokio::sync::broadcast::Receiver<String>,
+    job_id: String,
+    attempt: Option<i64>,
+    stream: Option<LogStream>,
+    last_id: i64,
+    pending: VecDeque<Event>,
+    done: bool,
+}
+
+impl Follow {
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            if self.done {
+                return None;
+            }
+            let lines = match logs::after(
+                &self.state.db,
+                &self.job_id,
+                self.attempt,
+                self.stream,
+                self.last_id,
+                500,
+            )
+            .await
+            {
+                Ok(lines) => lines,
+                Err(error) => {
+                    tracing::warn!(%error, job_id = self.job_id, "log follow failed");
+                    self.done = true;
+                    return Some(
+                        Event::default()
+                            .event("error")
+                            .data("the server could not read the log"),
+                    );
+                }
+            };
+            if !lines.is_empty() {
+                for (id, line) in lines {
+                    self.last_id = id;
+                    let data = serde_json::to_string(&line).unwrap_or_default();
+                    self.pending
+                        .push_back(Event::default().event("line").id(id.to_string()).data(data));
+                }
+                continue;
+            }
+            let status = store::get(&self.state.db, &self.job_id)
+                .await
+                .map(|job| job.status);
+            match status {
+                Ok(status) if status.is_terminal() => {
+                    self.done = true;
+                    return Some(Event::default().event("end").data(status.as_str()));
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.done = true;
+                    continue;
+                }
+            }
+            if !self.wait_for_lines().await {
+                self.done = true;
+            }
+        }
+    }
+
+    /// Waits until this job may have new lines; false on shutdown.
+    async fn wait_for_lines(&mut self) -> bool {
+        let mut shutdown = self.state.shutdown.clone();
+        loop {
+            tokio::select! {
+                received = self.receiver.recv() => match received {
+                    Ok(job_id) if job_id == self.job_id => return true,
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => return true,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
+                },
+                // The job may end without writing more.
+                () = tokio::time::sleep(Duration::from_secs(2)) => return true,
+                _ = shutdown.wait_for(|stop| *stop) => return false,
+            }
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct FullLogQuery {
+    /// `stdout` (default) or `stderr`.
+    stream: Option<LogStream>,
+    /// Attempt number (default: the latest).
+    attempt: Option<i64>,
+}
+
+/// The whole log file of an attempt, streamed from its agent as plain text.
+/// 503 when the agent is offline (the server's kept lines are still at /logs).
+#[utoipa::path(get, path = "/jobs/{job_id}/logs/full", tag = "logs",
+    security(("bearer" = ["read"])),
+    params(("job_id" = String, Path), FullLogQuery),
+    responses((status = 200, description = "The file", content_type = "text/plain"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn full_log(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    ApiQuery(query): ApiQuery<FullLogQuery>,
+) -> Result<Response, ApiError> {
+    store::get(&state.db, &job_id).await?;
+    let stream = query.stream.unwrap_or(LogStream::Stdout);
+    let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
+    let node: Option<(String, String, String)> = sqlx::query_as(
+        "SELECT n.id, n.name, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id WHERE a.job_id = ? AND a.n = ?",
+    )
+    .bind(&job_id)
+    .bind(attempt)
+    .fetch_optional(&state.db)
+    .await?;
+    let (node_id, node_name, node_status) =
+        node.ok_or_else(|| ApiError::NotFound(format!("job {job_id} has no attempt {attempt}")))?;
+    let path = format!("~/.gpuctl/jobs/{job_id}/attempt-{attempt}/{}", stream.file_name());
+    if node_status != "ONLINE" {
+        return Err(ApiError::Unavailable(format!(
+            "the agent on {node_name} is offline, and the full log is on that host at {path}; \
+             the server keeps the newest {} lines per stream (gpuctl logs -n {})",
+            state.config.log_tail_lines, state.config.log_tail_lines
+        )));
+    }
+    let request_id = new_id("fetch");
+    let upload = state.agents.expect_upload(&request_id);
+    state.agents.push(
+        &node_id,
+        AgentCommand::FetchLog {
+            request_id: request_id.clone(),
+            job_id: job_id.clone(),
+            attempt,
+            stream,
+        },
+    );
+    let (body, done) = match tokio::time::timeout(FETCH_TIMEOUT, upload).await {
+        Ok(Ok(upload)) => upload,
+        _ => {
+            state.agents.abandon_upload(&request_id);
+            return Err(ApiError::Unavailable(format!(
+                "the agent on {node_name} did not send {path} within {}s",
+                FETCH_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    // `done` lives as long as the relayed stream, so the agent's upload
+    // request stays open until the reader has everything (or goes away).
+    let relayed = body.into_data_stream().map(move |chunk| {
+        let _ = &done;
+        chunk
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        Body::from_stream(relayed),
+    )
+        .into_response())
+}

@@ -1,0 +1,211 @@
+//! The scheduler loop: wakes on submit, finish, heartbeat and cooldown ends
+//! (never on a slow tick), plans a pass over the whole queue and applies it
+//! in one transaction, then wakes the agents it dispatched to.
+
+use crate::auth::hash_token;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
+use crate::state::AppState;
+use crate::time::now_ms;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let next = match pass(&state).await {
+            Ok(Some(wake_at)) => Duration::from_millis((wake_at - now_ms()).max(1) as u64),
+            Ok(None) => Duration::from_secs(3600),
+            Err(error) => {
+                tracing::warn!(%error, "scheduling pass failed; retrying");
+                Duration::from_secs(1)
+            }
+        };
+        tokio::select! {
+            _ = state.scheduler_wake.notified() => {}
+            _ = tokio::time::sleep(next) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct QueueRow {
+    id: String,
+    gpus: i64,
+    priority: i64,
+    node_selector: String,
+    not_before: Option<i64>,
+    attempt_count: i64,
+    max_attempts: i64,
+    queued_reason: Option<String>,
+}
+
+/// One pass; returns when to plan again at the latest (a cooldown's end).
+pub async fn pass(state: &AppState) -> Result<Option<i64>, ApiError> {
+    let (queue, current_reasons) = load_queue(state).await?;
+    if queue.is_empty() {
+        return Ok(None);
+    }
+    let nodes = load_nodes(state).await?;
+    let now = now_ms();
+    let plan = plan(&queue, &nodes, state.config.cpu_slots_per_node, now);
+    apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
+    Ok(plan.wake_at)
+}
+
+/// The QUEUED jobs in dispatch order, and the reason each carries now.
+pub async fn load_queue(
+    state: &AppState,
+) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), ApiError> {
+    let rows: Vec<QueueRow> = sqlx::query_as(
+        "SELECT id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason
+         FROM jobs WHERE status = 'QUEUED' ORDER BY priority DESC, queued_at, seq",
+    )
+    .fetch_all(&state.db)
+    .await?;
+    let mut selectors: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    let mut reasons = HashMap::with_capacity(rows.len());
+    let queue = rows
+        .into_iter()
+        .map(|row| {
+            let selector = selectors
+                .entry(row.node_selector.clone())
+                .or_insert_with(|| serde_json::from_str(&row.node_selector).unwrap_or_default())
+                .clone();
+            reasons.insert(row.id.clone(), row.queued_reason);
+            QueuedJob {
+                id: row.id,
+                gpus: row.gpus.max(0) as u32,
+                priority: row.priority,
+                node_selector: selector,
+                not_before: row.not_before,
+                next_attempt: row.attempt_count + 1,
+                max_attempts: row.max_attempts,
+            }
+        })
+        .collect();
+    Ok((queue, reasons))
+}
+
+/// ONLINE nodes with their GPUs and what active attempts hold.
+pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, ApiError> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT id, name, labels FROM nodes WHERE status = 'ONLINE' ORDER BY name")
+            .fetch_all(&state.db)
+            .await?;
+    let mut nodes: Vec<NodeCapacity> = rows
+        .into_iter()
+        .map(|(id, name, labels)| NodeCapacity {
+            id,
+            name,
+            labels: serde_json::from_str(&labels).unwrap_or_default(),
+            gpus: Vec::new(),
+            busy_gpus: Default::default(),
+            cpu_jobs: 0,
+        })
+        .collect();
+    let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id.clone(), i)).collect();
+    let gpus: Vec<(String, i64)> = sqlx::query_as("SELECT node_id, idx FROM gpus ORDER BY node_id, idx")
+        .fetch_all(&state.db)
+        .await?;
+    for (node_id, idx) in gpus {
+        if let Some(&i) = index.get(&node_id) {
+            nodes[i].gpus.push(idx as u32);
+        }
+    }
+    let active: Vec<(String, String)> =
+        sqlx::query_as("SELECT node_id, gpus FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')")
+            .fetch_all(&state.db)
+            .await?;
+    for (node_id, held) in active {
+        if let Some(&i) = index.get(&node_id) {
+            let held: Vec<u32> = serde_json::from_str(&held).unwrap_or_default();
+            if held.is_empty() {
+                nodes[i].cpu_jobs += 1;
+            }
+            nodes[i].busy_gpus.extend(held);
+        }
+    }
+    Ok(nodes)
+}
+
+async fn apply(
+    state: &AppState,
+    placements: &[Placement],
+    reasons: &[(String, String)],
+    current: &HashMap<String, Option<String>>,
+    now: i64,
+) -> Result<(), ApiError> {
+    let changed: Vec<&(String, String)> = reasons
+        .iter()
+        .filter(|(job, reason)| current.get(job).and_then(|r| r.as_deref()) != Some(reason.as_str()))
+        .collect();
+    if placements.is_empty() && changed.is_empty() {
+        return Ok(());
+    }
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut dispatched_to = Vec::new();
+    for placement in placements {
+        // The job may have been cancelled since the queue was read.
+        let claimed: Option<(i64, Option<String>, String)> = sqlx::query_as(
+            "UPDATE jobs SET status = 'DISPATCHING', attempt_count = attempt_count + 1, queued_reason = NULL,
+                 not_before = NULL, updated_at = ?
+             WHERE id = ? AND status = 'QUEUED' RETURNING attempt_count, submitted_by, run_id",
+        )
+        .bind(now)
+        .bind(&placement.job_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((attempt, submitted_by, run_id)) = claimed else {
+            continue;
+        };
+        let token_id = match &submitted_by {
+            Some(user_id) => {
+                let token_id = new_id("tok");
+                let secret = state.secret.attempt_token(&placement.job_id, attempt);
+                sqlx::query(
+                    "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, run_id)
+                     VALUES (?, ?, ?, 'sdk', ?, ?, ?)",
+                )
+                .bind(&token_id)
+                .bind(user_id)
+                .bind(format!("job {} attempt {attempt}", placement.job_id))
+                .bind(hash_token(&secret))
+                .bind(now)
+                .bind(&run_id)
+                .execute(&mut *tx)
+                .await?;
+                Some(token_id)
+            }
+            None => None,
+        };
+        sqlx::query(
+            "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id)
+             VALUES (?, ?, ?, ?, 'DISPATCHING', ?, ?)",
+        )
+        .bind(&placement.job_id)
+        .bind(attempt)
+        .bind(&placement.node_id)
+        .bind(serde_json::to_string(&placement.gpus).map_err(anyhow::Error::from)?)
+        .bind(now)
+        .bind(token_id)
+        .execute(&mut *tx)
+        .await?;
+        dispatched_to.push(placement.node_id.clone());
+    }
+    for (job_id, reason) in changed {
+        sqlx::query("UPDATE jobs SET queued_reason = ? WHERE id = ? AND status = 'QUEUED'")
+            .bind(reason)
+            .bind(job_id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    dispatched_to.dedup();
+    for node_id in dispatched_to {
+        state.agents.wake(&node_id);
+    }
+    Ok(())
+}

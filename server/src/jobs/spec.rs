@@ -1,0 +1,155 @@
+//! Validation of submitted job specs: every bad field is reported, in one
+//! 422, before anything is written.
+
+use gpuplane_api::MAX_I64_SAFE;
+use gpuplane_api::error::FieldError;
+use gpuplane_api::job::{JobSpec, Runner};
+
+/// The most GPUs one job may ask for on one node.
+pub const MAX_GPUS_PER_JOB: i64 = 1024;
+pub const MAX_ATTEMPTS: i64 = 100;
+const MAX_NAME_LEN: usize = 200;
+
+/// Checks a spec; returns one error per bad field.
+pub fn validate(spec: &JobSpec) -> Result<(), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let mut bad = |field: &str, message: String| {
+        errors.push(FieldError {
+            field: field.to_string(),
+            message,
+        })
+    };
+    if spec.name.trim().is_empty() {
+        bad("name", "must not be empty".into());
+    } else if spec.name.chars().count() > MAX_NAME_LEN {
+        bad("name", format!("must be at most {MAX_NAME_LEN} characters"));
+    }
+    match spec.command.first() {
+        None => bad(
+            "command",
+            "must not be empty: give the program and its arguments as a list".into(),
+        ),
+        Some(program) if program.trim().is_empty() => bad("command[0]", "must name a program".into()),
+        Some(_) => {}
+    }
+    if let Some(at) = spec.command.iter().position(|arg| arg.contains('\0')) {
+        bad(&format!("command[{at}]"), "must not contain NUL bytes".into());
+    }
+    if let Some(dir) = &spec.working_dir
+        && !dir.starts_with('/')
+    {
+        bad(
+            "working_dir",
+            format!("must be an absolute path on the agent host, got `{dir}` (paths are never rewritten)"),
+        );
+    }
+    for key in spec.env.keys() {
+        if !valid_env_name(key) {
+            bad(
+                "env",
+                format!("`{key}` is not a valid variable name (letters, digits, '_', not first a digit)"),
+            );
+        }
+    }
+    for (key, value) in &spec.env {
+        if value.contains('\0') {
+            bad("env", format!("the value of `{key}` contains a NUL byte"));
+        }
+    }
+    match (spec.runner, &spec.image) {
+        (Runner::Docker, None) => bad("image", "is required with runner = docker".into()),
+        (Runner::Docker, Some(image)) if image.trim().is_empty() => {
+            bad("image", "is required with runner = docker".into())
+        }
+        (Runner::Process, Some(_)) => bad("image", "is only used with runner = docker".into()),
+        _ => {}
+    }
+    if spec.resources.gpu < 0 {
+        bad("resources.gpu", "must be 0 (the cpu_only lane) or more".into());
+    } else if spec.resources.gpu > MAX_GPUS_PER_JOB {
+        bad("resources.gpu", format!("must be at most {MAX_GPUS_PER_JOB}"));
+    }
+    if spec.priority.abs() > MAX_I64_SAFE {
+        bad("priority", "must be between -2^62 and 2^62 (MAX_I64_SAFE)".into());
+    }
+    if spec.max_attempts < 1 {
+        bad("max_attempts", "must be at least 1".into());
+    } else if spec.max_attempts > MAX_ATTEMPTS {
+        bad("max_attempts", format!("must be at most {MAX_ATTEMPTS}"));
+    }
+    if !(0..=86_400).contains(&spec.retry_cooldown_s) {
+        bad("retry_cooldown_s", "must be between 0 and 86400 seconds".into());
+    }
+    for (key, value) in &spec.node_selector {
+        if key.is_empty() {
+            bad("node_selector", format!("has an empty key (value `{value}`)"));
+        }
+    }
+    for (at, dir) in spec.watch_dirs.iter().enumerate() {
+        if dir.trim().is_empty() {
+            bad(&format!("watch_dirs[{at}]"), "must not be empty".into());
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    fn check(spec: JobSpec) -> String {
+        match validate(&spec) {
+            Ok(()) => "ok".into(),
+            Err(errors) => errors
+                .iter()
+                .map(|e| format!("{}: {}\n", e.field, e.message))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_plain_spec_is_valid() {
+        assert_eq!(
+            check(JobSpec::new("train", vec!["python".into(), "train.py".into()])),
+            "ok"
+        );
+    }
+
+    #[test]
+    fn every_bad_field_is_reported() {
+        let mut spec = JobSpec::new("", vec![]);
+        spec.working_dir = Some("relative/dir".into());
+        spec.resources.gpu = -1;
+        spec.priority = MAX_I64_SAFE + 1;
+        spec.max_attempts = 0;
+        spec.runner = Runner::Docker;
+        spec.env.insert("1BAD".into(), "x".into());
+        expect![[r#"
+            name: must not be empty
+            command: must not be empty: give the program and its arguments as a list
+            working_dir: must be an absolute path on the agent host, got `relative/dir` (paths are never rewritten)
+            env: `1BAD` is not a valid variable name (letters, digits, '_', not first a digit)
+            image: is required with runner = docker
+            resources.gpu: must be 0 (the cpu_only lane) or more
+            priority: must be between -2^62 and 2^62 (MAX_I64_SAFE)
+            max_attempts: must be at least 1
+        "#]]
+        .assert_eq(&check(spec));
+    }
+
+    #[test]
+    fn priority_bounds_are_inclusive() {
+        let mut spec = JobSpec::new("p", vec!["true".into()]);
+        spec.priority = MAX_I64_SAFE;
+        assert_eq!(check(spec.clone()), "ok");
+        spec.priority = -MAX_I64_SAFE;
+        assert_eq!(check(spec), "ok");
+    }
+}

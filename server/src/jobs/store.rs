@@ -1,0 +1,378 @@
+//! Jobs in SQLite: submit, read, list, cancel, retry. Transitions driven by
+//! agents live in `lifecycle`, dispatch decisions in `scheduler`.
+
+use crate::db::DbError;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::time::{now_ms, rfc3339};
+use gpuplane_api::Page;
+use gpuplane_api::job::{Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, signal_name};
+use sqlx::{SqliteConnection, SqlitePool};
+use std::collections::HashMap;
+
+/// The reason a job carries until the scheduler has looked at it.
+pub const WAITING_FOR_SCHEDULER: &str = "waiting for the scheduler";
+
+/// Stores a validated spec as a QUEUED job with its run; returns the job id.
+pub async fn submit(db: &SqlitePool, spec: &JobSpec, user_id: Option<&str>) -> Result<String, ApiError> {
+    let now = now_ms();
+    let job_id = new_id("job");
+    let run_id = new_id("run");
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let project: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+        .bind(&spec.project)
+        .fetch_optional(&mut *tx)
+        .await?;
+    if project.is_none() {
+        return Err(ApiError::field(
+            "project",
+            format!("no project named `{}`", spec.project),
+        ));
+    }
+    let spec_json = serde_json::to_string(spec).map_err(anyhow::Error::from)?;
+    let selector = serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?;
+    sqlx::query(
+        "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
+                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&job_id)
+    .bind(&spec.project)
+    .bind(&spec.name)
+    .bind(spec.kind.as_str())
+    .bind(spec_json)
+    .bind(spec.resources.gpu)
+    .bind(selector)
+    .bind(spec.priority)
+    .bind(spec.max_attempts)
+    .bind(WAITING_FOR_SCHEDULER)
+    .bind(now)
+    .bind(&run_id)
+    .bind(user_id)
+    .bind(now)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("INSERT INTO runs (id, job_id, project, name, created_at) VALUES (?, ?, ?, ?, ?)")
+        .bind(&run_id)
+        .bind(&job_id)
+        .bind(&spec.project)
+        .bind(&spec.name)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(job_id)
+}
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    seq: i64,
+    id: String,
+    project: String,
+    name: String,
+    spec: String,
+    status: String,
+    failure_reason: Option<String>,
+    failure_detail: Option<String>,
+    queued_reason: Option<String>,
+    run_id: String,
+    priority: i64,
+    max_attempts: i64,
+    submitted_by: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct AttemptRow {
+    job_id: String,
+    n: i64,
+    node_id: String,
+    node_name: String,
+    gpus: String,
+    status: String,
+    dispatched_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    exit_code: Option<i64>,
+    signal: Option<i64>,
+    failure_reason: Option<String>,
+    failure_detail: Option<String>,
+}
+
+const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,
+    j.queued_reason, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at";
+
+/// One job with its attempts.
+pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, ApiError> {
+    let row: Option<JobRow> = sqlx::query_as(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by WHERE j.id = ?"
+    ))
+    .bind(job_id)
+    .fetch_optional(db)
+    .await?;
+    let row = row.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?;
+    let mut attempts = attempts_of(db, std::slice::from_ref(&row.id)).await?;
+    job_from_row(row, attempts.remove(job_id).unwrap_or_default())
+}
+
+/// Jobs newest first, optionally of one status and project, `limit` per page.
+pub async fn list(
+    db: &SqlitePool,
+    status: Option<JobStatus>,
+    project: Option<&str>,
+    limit: i64,
+    before: Option<i64>,
+) -> Result<Page<Job>, ApiError> {
+    let rows: Vec<JobRow> = sqlx::query_as(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by
+         WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
+         ORDER BY j.seq DESC LIMIT ?4"
+    ))
+    .bind(status.map(JobStatus::as_str))
+    .bind(project)
+    .bind(before)
+    .bind(limit + 1)
+    .fetch_all(db)
+    .await?;
+    let has_more = rows.len() as i64 > limit;
+    let rows: Vec<JobRow> = rows.into_iter().take(limit as usize).collect();
+    let next_before = if has_more {
+        rows.last().map(|row| row.seq)
+    } else {
+        None
+    };
+    let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
+    let mut attempts = attempts_of(db, &ids).await?;
+    let items = rows
+        .into_iter()
+        .map(|row| {
+            let attempts = attempts.remove(&row.id).unwrap_or_default();
+            job_from_row(row, attempts)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Page { items, next_before })
+}
+
+async fn attempts_of(
+    db: impl sqlx::SqliteExecutor<'_>,
+    job_ids: &[String],
+) -> Result<HashMap<String, Vec<Attempt>>, ApiError> {
+    let mut by_job: HashMap<String, Vec<Attempt>> = HashMap::new();
+    if job_ids.is_empty() {
+        return Ok(by_job);
+    }
+    let ids = serde_json::to_string(job_ids).map_err(anyhow::Error::from)?;
+    let rows: Vec<AttemptRow> = sqlx::query_as(
+        "SELECT a.job_id, a.n, a.node_id, n.name AS node_name, a.gpus, a.status, a.dispatched_at,
+                a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail
+         FROM attempts a JOIN nodes n ON n.id = a.node_id
+         WHERE a.job_id IN (SELECT value FROM json_each(?))
+         ORDER BY a.job_id, a.n",
+    )
+    .bind(ids)
+    .fetch_all(db)
+    .await?;
+    for row in rows {
+        let signal = row.signal.map(|s| s as i32);
+        by_job.entry(row.job_id).or_default().push(Attempt {
+            n: row.n,
+            node: row.node_name,
+            node_id: row.node_id,
+            gpus: serde_json::from_str(&row.gpus).unwrap_or_default(),
+            status: parse_status(&row.status)?,
+            dispatched_at: rfc3339(row.dispatched_at),
+            started_at: row.started_at.map(rfc3339),
+            ended_at: row.ended_at.map(rfc3339),
+            exit_code: row.exit_code.map(|c| c as i32),
+            signal,
+            signal_name: signal.and_then(signal_name).map(str::to_string),
+            failure_reason: row.failure_reason.as_deref().and_then(FailureReason::parse),
+            failure_detail: row.failure_detail,
+        });
+    }
+    Ok(by_job)
+}
+
+fn parse_status(text: &str) -> Result<JobStatus, ApiError> {
+    text.parse()
+        .map_err(|error: String| ApiError::Internal(anyhow::anyhow!("bad status in database: {error}")))
+}
+
+fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, ApiError> {
+    let spec: JobSpec = serde_json::from_str(&row.spec).map_err(|error| {
+        ApiError::Internal(anyhow::anyhow!("bad spec of {} in database: {error}", row.id))
+    })?;
+    let status = parse_status(&row.status)?;
+    Ok(Job {
+        id: row.id,
+        name: row.name,
+        project: row.project,
+        kind: spec.kind,
+        status,
+        failure_reason: row.failure_reason.as_deref().and_then(FailureReason::parse),
+        failure_detail: row.failure_detail,
+        queued_reason: if status == JobStatus::Queued {
+            row.queued_reason
+        } else {
+            None
+        },
+        run_id: row.run_id,
+        priority: row.priority,
+        resources: Resources {
+            gpu: spec.resources.gpu,
+        },
+        max_attempts: row.max_attempts,
+        attempts,
+        spec,
+        submitted_by: row.submitted_by,
+        created_at: rfc3339(row.created_at),
+        updated_at: rfc3339(row.updated_at),
+    })
+}
+
+/// What a cancel request did.
+pub enum Cancelled {
+    /// It had not started (or its node is gone): CANCELLED now.
+    Now,
+    /// Its agent was asked to stop it; it turns CANCELLED when the process ends.
+    Stopping { node_id: String },
+}
+
+/// Cancels a job that has not ended; 409 for one that has.
+pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError> {
+    let now = now_ms();
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let status = current_status(&mut tx, job_id).await?;
+    let outcome = match status {
+        JobStatus::Queued => {
+            finish_job(
+                &mut tx,
+                job_id,
+                JobStatus::Cancelled,
+                None,
+                Some("cancelled before it started"),
+                now,
+            )
+            .await?;
+            Cancelled::Now
+        }
+        JobStatus::Dispatching | JobStatus::Running => {
+            let (node_id, node_status): (String, String) = sqlx::query_as(
+                "SELECT a.node_id, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id
+                 WHERE a.job_id = ? AND a.status IN ('DISPATCHING', 'RUNNING')",
+            )
+            .bind(job_id)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE jobs SET cancel_requested_at = ?, updated_at = ? WHERE id = ?")
+                .bind(now)
+                .bind(now)
+                .bind(job_id)
+                .execute(&mut *tx)
+                .await?;
+            if node_status == "ONLINE" {
+                Cancelled::Stopping { node_id }
+            } else {
+                // Nobody can stop it now; the agent stops it if it comes back.
+                super::lifecycle::cancel_offline(&mut tx, job_id, now).await?;
+                Cancelled::Now
+            }
+        }
+        ended => {
+            return Err(ApiError::Conflict(format!(
+                "job {job_id} has already ended ({ended})"
+            )));
+        }
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+/// Queues a FAILED, LOST or CANCELLED job for a new attempt (beyond max_attempts if need be).
+pub async fn retry(db: &SqlitePool, job_id: &str) -> Result<(), ApiError> {
+    let now = now_ms();
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    match current_status(&mut tx, job_id).await? {
+        JobStatus::Failed | JobStatus::Lost | JobStatus::Cancelled => {}
+        JobStatus::Succeeded => {
+            return Err(ApiError::Conflict(format!(
+                "job {job_id} succeeded; submit a new job to run it again"
+            )));
+        }
+        other => {
+            return Err(ApiError::Conflict(format!(
+                "job {job_id} is {other}; only ended jobs can be retried"
+            )));
+        }
+    }
+    sqlx::query(
+        "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL,
+             queued_reason = ?, queued_at = ?, not_before = NULL, cancel_requested_at = NULL,
+             max_attempts = max(max_attempts, attempt_count + 1), updated_at = ?
+         WHERE id = ?",
+    )
+    .bind(WAITING_FOR_SCHEDULER)
+    .bind(now)
+    .bind(now)
+    .bind(job_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+pub async fn current_status(conn: &mut SqliteConnection, job_id: &str) -> Result<JobStatus, ApiError> {
+    let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    parse_status(&status.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?)
+}
+
+/// Moves a job to an end state.
+pub async fn finish_job(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    status: JobStatus,
+    reason: Option<FailureReason>,
+    detail: Option<&str>,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE jobs SET status = ?, failure_reason = ?, failure_detail = ?, queued_reason = NULL, updated_at = ?
+         WHERE id = ?",
+    )
+    .bind(status.as_str())
+    .bind(reason.map(FailureReason::as_str))
+    .bind(detail)
+    .bind(now)
+    .bind(job_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Ends the job's DISPATCHING or RUNNING attempt, if it has one.
+pub async fn end_active_attempt(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    status: JobStatus,
+    reason: Option<FailureReason>,
+    detail: Option<&str>,
+    now: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE attempts SET status = ?, failure_reason = ?, failure_detail = ?, ended_at = ?
+         WHERE job_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
+    )
+    .bind(status.as_str())
+    .bind(reason.map(FailureReason::as_str))
+    .bind(detail)
+    .bind(now)
+    .bind(job_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}

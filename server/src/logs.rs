@@ -1,0 +1,216 @@
+//! Job output kept on the server: the newest lines of each stream of each
+//! attempt (the agent has the full files), ingested idempotently by line
+//! number, read as a tail or followed after an SSE event id.
+
+use crate::db::DbError;
+use crate::error::ApiError;
+use crate::time::rfc3339;
+use gpuplane_api::log::{LogLine, LogStream, Logs};
+use sqlx::{SqliteConnection, SqlitePool};
+
+/// Longest line kept on the server; the agent's file has the whole line.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
+/// Consecutive lines of one stream of one attempt, numbered from `first_n`.
+pub struct Batch<'a> {
+    pub job_id: &'a str,
+    pub attempt: i64,
+    pub stream: LogStream,
+    pub first_n: i64,
+    pub time: i64,
+    pub lines: &'a [String],
+}
+
+/// Stores a batch, ignoring lines already stored, then drops lines older
+/// than the newest `keep` of that stream.
+pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) -> Result<(), DbError> {
+    let Batch {
+        job_id,
+        attempt,
+        stream,
+        first_n,
+        time,
+        lines,
+    } = batch;
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let clipped: Vec<&str> = lines.iter().map(|line| clip(line)).collect();
+    // One statement for the whole batch: json_each numbers the lines.
+    let json = serde_json::to_string(&clipped).map_err(|e| DbError::Other(sqlx::Error::Encode(e.into())))?;
+    sqlx::query(
+        "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
+         SELECT ?1, ?2, ?3, ?4 + key, ?5, value FROM json_each(?6)",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(stream.as_str())
+    .bind(first_n)
+    .bind(time)
+    .bind(json)
+    .execute(&mut *conn)
+    .await?;
+    let last_n = first_n + lines.len() as i64 - 1;
+    sqlx::query("DELETE FROM log_lines WHERE job_id = ? AND attempt = ? AND stream = ? AND n <= ?")
+        .bind(job_id)
+        .bind(attempt)
+        .bind(stream.as_str())
+        .bind(last_n - keep)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+fn clip(line: &str) -> &str {
+    if line.len() <= MAX_LINE_BYTES {
+        return line;
+    }
+    let mut end = MAX_LINE_BYTES;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    &line[..end]
+}
+
+/// The highest line number stored for a stream (0 when none): where the agent resumes.
+pub async fn last_n(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    stream: LogStream,
+) -> Result<i64, DbError> {
+    let n: Option<i64> =
+        sqlx::query_scalar("SELECT max(n) FROM log_lines WHERE job_id = ? AND attempt = ? AND stream = ?")
+            .bind(job_id)
+            .bind(attempt)
+            .bind(stream.as_str())
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(n.unwrap_or(0))
+}
+
+#[derive(sqlx::FromRow)]
+struct LineRow {
+    id: i64,
+    attempt: i64,
+    stream: String,
+    n: i64,
+    time: i64,
+    text: String,
+}
+
+impl LineRow {
+    fn into_line(self) -> (i64, LogLine) {
+        let stream = if self.stream == "stderr" {
+            LogStream::Stderr
+        } else {
+            LogStream::Stdout
+        };
+        (
+            self.id,
+            LogLine {
+                n: self.n,
+                stream,
+                text: self.text,
+                attempt: self.attempt,
+                time: rfc3339(self.time),
+            },
+        )
+    }
+}
+
+/// The attempt a log request means: the one asked for, else the latest (0 when none yet).
+pub async fn resolve_attempt(db: &SqlitePool, job_id: &str, attempt: Option<i64>) -> Result<i64, ApiError> {
+    if let Some(attempt) = attempt {
+        return Ok(attempt);
+    }
+    let latest: Option<i64> = sqlx::query_scalar("SELECT max(n) FROM attempts WHERE job_id = ?")
+        .bind(job_id)
+        .fetch_one(db)
+        .await?;
+    Ok(latest.unwrap_or(0))
+}
+
+/// The newest `tail` lines of an attempt (one stream or both), oldest first.
+pub async fn tail(
+    db: &SqlitePool,
+    job_id: &str,
+    attempt: i64,
+    stream: Option<LogStream>,
+    tail: i64,
+) -> Result<(Vec<(i64, LogLine)>, Logs), ApiError> {
+    let mut rows: Vec<LineRow> = sqlx::query_as(
+        "SELECT id, attempt, stream, n, time, text FROM log_lines
+         WHERE job_id = ?1 AND attempt = ?2 AND (?3 IS NULL OR stream = ?3)
+         ORDER BY id DESC LIMIT ?4",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(stream.map(LogStream::as_str))
+    .bind(tail)
+    .fetch_all(db)
+    .await?;
+    rows.reverse();
+    // Older lines exist when the first kept line of a stream is not line 1.
+    let truncated = rows.first().is_some_and(|first| first.n > 1);
+    let lines: Vec<(i64, LogLine)> = rows.into_iter().map(LineRow::into_line).collect();
+    let logs = Logs {
+        lines: lines.iter().map(|(_, line)| line.clone()).collect(),
+        truncated,
+        source: "server".to_string(),
+    };
+    Ok((lines, logs))
+}
+
+/// The cursor of a job's newest kept line (0 when none): follow from here.
+pub async fn newest_id(db: &SqlitePool, job_id: &str) -> Result<i64, ApiError> {
+    let id: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = ?")
+        .bind(job_id)
+        .fetch_one(db)
+        .await?;
+    Ok(id.unwrap_or(0))
+}
+
+/// Lines after SSE event id `after` (of one attempt, or of every attempt
+/// so a follower sees retries too), oldest first, at most `limit`.
+pub async fn after(
+    db: &SqlitePool,
+    job_id: &str,
+    attempt: Option<i64>,
+    stream: Option<LogStream>,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<(i64, LogLine)>, ApiError> {
+    let rows: Vec<LineRow> = sqlx::query_as(
+        "SELECT id, attempt, stream, n, time, text FROM log_lines
+         WHERE job_id = ?1 AND (?2 IS NULL OR attempt = ?2) AND (?3 IS NULL OR stream = ?3) AND id > ?4
+         ORDER BY id LIMIT ?5",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(stream.map(LogStream::as_str))
+    .bind(after)
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(LineRow::into_line).collect())
+}
+
+/// The last `limit` lines of both streams of an attempt, for failure classification.
+pub async fn recent_text(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    limit: i64,
+) -> Result<Vec<String>, DbError> {
+    let mut lines: Vec<String> = sqlx::query_scalar(
+        "SELECT text FROM log_lines WHERE job_id = ? AND attempt = ? ORDER BY id DESC LIMIT ?",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    lines.reverse();
+    Ok(lines)
+}
