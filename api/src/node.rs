@@ -60,3 +60,18 @@ pub struct Node {
     /// RFC 3339 time of the last heartbeat.
     pub last_seen_at: String,
 }
+
+/// `GET /api/v1/cluster`: the cluster at a glance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClusterSummary {
+    pub nodes_online: u64,
+    pub nodes_offline: u64,
+    /// GPUs on ONLINE nodes.
+    pub gpus_total: u64,
+    /// Of those, held by DISPATCHING or RUNNING attempts.
+    pub gpus_in_use: u64,
+    pub gpus_simulated: u64,
+    /// Jobs per status (every status, zeros included).
+    pub jobs: BTreeMap<String, u64>,
+}

@@ -70,22 +70,76 @@ impl Client {
         self.send(self.http.get(self.url(path))).await
     }
 
+    pub async fn post<B: serde::Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<R, CliError> {
+        self.send(self.http.post(self.url(path)).json(body)).await
+    }
+
+    /// A streaming GET (plain text or server-sent events) without the overall
+    /// timeout; error statuses become a [`CliError`] like everywhere else.
+    pub async fn open_stream(
+        &self,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<reqwest::Response, CliError> {
+        let mut request = self
+            .http
+            .get(self.url(path))
+            .timeout(std::time::Duration::from_secs(365 * 24 * 3600));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        let response = request.send().await.map_err(|error| self.unreachable(&error))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status();
+        let bytes = response.bytes().await.unwrap_or_default();
+        Err(self.error_from(status, &bytes))
+    }
+
+    fn unreachable(&self, error: &reqwest::Error) -> CliError {
+        CliError::new(
+            Failure::Unreachable,
+            "unreachable",
+            format!(
+                "cannot reach the GPUPlane server at {}: {}",
+                self.server,
+                root_cause(error)
+            ),
+        )
+    }
+
+    fn error_from(&self, status: reqwest::StatusCode, bytes: &[u8]) -> CliError {
+        let mut error = match serde_json::from_slice::<ErrorBody>(bytes) {
+            Ok(body) => body.error,
+            Err(_) => ErrorInfo {
+                code: "http_error".into(),
+                message: format!("the server answered {status}"),
+                details: Vec::new(),
+            },
+        };
+        if status.as_u16() == 401 && self.token.is_none() {
+            error.message = "not signed in: run `gpuctl login`, or set GPUCTL_TOKEN".into();
+        }
+        CliError {
+            failure: Failure::from_status(status.as_u16()),
+            error,
+        }
+    }
+
     async fn send<R: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<R, CliError> {
         let request = match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
         };
-        let response = request.send().await.map_err(|error| {
-            CliError::new(
-                Failure::Unreachable,
-                "unreachable",
-                format!(
-                    "cannot reach the GPUPlane server at {}: {}",
-                    self.server,
-                    root_cause(&error)
-                ),
-            )
-        })?;
+        let response = request.send().await.map_err(|error| self.unreachable(&error))?;
         let status = response.status();
         let bytes = response.bytes().await.map_err(|error| {
             CliError::new(
@@ -104,21 +158,7 @@ impl Client {
                 )
             });
         }
-        let mut error = match serde_json::from_slice::<ErrorBody>(&bytes) {
-            Ok(body) => body.error,
-            Err(_) => ErrorInfo {
-                code: "http_error".into(),
-                message: format!("the server answered {status}"),
-                details: Vec::new(),
-            },
-        };
-        if status.as_u16() == 401 && self.token.is_none() {
-            error.message = "not signed in: run `gpuctl login`, or set GPUCTL_TOKEN".into();
-        }
-        Err(CliError {
-            failure: Failure::from_status(status.as_u16()),
-            error,
-        })
+        Err(self.error_from(status, &bytes))
     }
 }
 

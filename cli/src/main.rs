@@ -42,6 +42,20 @@ enum Command {
     /// Nodes and their GPUs.
     #[command(subcommand)]
     Node(NodeCommand),
+    /// Submit, list, show, cancel and retry jobs.
+    #[command(subcommand)]
+    Job(commands::jobs::JobCommand),
+    /// A job's output; -f follows it live.
+    Logs(commands::logs::LogsArgs),
+    /// What happened: OOMs, lost jobs, disconnected nodes, full disks.
+    #[command(subcommand)]
+    Event(EventCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum EventCommand {
+    /// Events, newest first.
+    List(commands::events::ListArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -107,6 +121,13 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         Command::Status => commands::status::status(&Client::new(cli.server, cli.token)?, out).await,
         Command::Node(NodeCommand::Status) => {
             commands::status::node_status(&Client::new(cli.server, cli.token)?, out).await
+        }
+        Command::Job(command) => {
+            commands::jobs::run(&Client::new(cli.server, cli.token)?, command, out).await
+        }
+        Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
+        Command::Event(EventCommand::List(args)) => {
+            commands::events::list(&Client::new(cli.server, cli.token)?, args, out).await
         }
     }
 }

@@ -1,4 +1,7 @@
 //! One module per command family.
 
 pub mod auth;
+pub mod events;
+pub mod jobs;
+pub mod logs;
 pub mod status;

@@ -4,7 +4,8 @@ use crate::Output;
 use crate::client::{CliError, Client};
 use gpuplane_api::Page;
 use gpuplane_api::health::Health;
-use gpuplane_api::node::{GpuSource, Node, NodeStatus};
+use gpuplane_api::job::JobStatus;
+use gpuplane_api::node::{ClusterSummary, GpuSource, Node};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -12,49 +13,35 @@ use std::fmt::Write;
 struct ClusterStatus {
     server: String,
     health: Health,
-    nodes: NodeCounts,
-    gpus: GpuCounts,
-}
-
-#[derive(Serialize)]
-struct NodeCounts {
-    online: usize,
-    offline: usize,
-}
-
-#[derive(Serialize)]
-struct GpuCounts {
-    /// GPUs on ONLINE nodes.
-    total: usize,
-    simulated: usize,
+    #[serde(flatten)]
+    summary: ClusterSummary,
 }
 
 pub async fn status(client: &Client, out: &Output) -> Result<(), CliError> {
     let health: Health = client.get("health").await?;
-    let nodes: Page<Node> = client.get("nodes").await?;
-    let online: Vec<&Node> = nodes
-        .items
-        .iter()
-        .filter(|n| n.status == NodeStatus::Online)
-        .collect();
-    let gpus = online.iter().flat_map(|n| &n.gpus);
+    let summary: ClusterSummary = client.get("cluster").await?;
     let status = ClusterStatus {
         server: client.server.clone(),
         health,
-        nodes: NodeCounts {
-            online: online.len(),
-            offline: nodes.items.len() - online.len(),
-        },
-        gpus: GpuCounts {
-            total: gpus.clone().count(),
-            simulated: gpus.filter(|g| g.source == GpuSource::Simulated).count(),
-        },
+        summary,
     };
     out.emit(&status, |s| {
-        let simulated = if s.gpus.simulated > 0 { format!(" ({} simulated)", s.gpus.simulated) } else { String::new() };
+        let c = &s.summary;
+        let simulated = if c.gpus_simulated > 0 { format!(" ({} simulated)", c.gpus_simulated) } else { String::new() };
+        let queue: Vec<String> = JobStatus::ALL
+            .iter()
+            .map(|status| format!("{} {}", c.jobs.get(status.as_str()).copied().unwrap_or(0), status.as_str()))
+            .collect();
         format!(
-            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} on online nodes{simulated}",
-            s.server, s.health.version, s.health.status, s.nodes.online, s.nodes.offline, s.gpus.total
+            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}",
+            s.server,
+            s.health.version,
+            s.health.status,
+            c.nodes_online,
+            c.nodes_offline,
+            c.gpus_in_use,
+            c.gpus_total,
+            queue.join(", ")
         )
     });
     Ok(())

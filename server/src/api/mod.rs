@@ -3,6 +3,7 @@
 
 mod agent;
 mod auth;
+mod cluster;
 mod events;
 pub(crate) mod health;
 pub(crate) mod jobs;
@@ -48,6 +49,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::health))
         .routes(routes!(auth::whoami))
         .routes(routes!(nodes::list_nodes))
+        .routes(routes!(cluster::cluster))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::cancel_job))

@@ -1,0 +1,363 @@
+//! `gpuctl job submit|list|show|cancel|retry`.
+
+use crate::Output;
+use crate::client::{CliError, Client};
+use crate::exit::Failure;
+use clap::{Args, Subcommand};
+use gpuplane_api::Page;
+use gpuplane_api::job::{CancelRequest, Job, JobKind, JobSpec, JobStatus, Runner};
+use std::fmt::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Queue a job: `gpuctl job submit --gpus 1 -- python train.py`.
+    Submit(SubmitArgs),
+    /// Jobs, newest first.
+    List {
+        /// Only jobs in this state (QUEUED, RUNNING, FAILED, ...).
+        #[arg(long)]
+        status: Option<JobStatus>,
+        #[arg(long)]
+        project: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// A job's spec, state, queued reason and attempts.
+    Show { job_id: String },
+    /// Cancel a job (a running one gets SIGTERM, then SIGKILL).
+    Cancel {
+        job_id: String,
+        /// Required: cancelling stops a running job.
+        #[arg(long)]
+        confirm: bool,
+    },
+    /// Queue a FAILED, LOST or CANCELLED job for another attempt.
+    Retry { job_id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// A job spec file (.toml, .yaml/.yml or .json); flags override its fields.
+    #[arg(short = 'f', long = "file")]
+    file: Option<PathBuf>,
+    /// Job name (default: the program's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// TRAIN (default) or EVALUATE.
+    #[arg(long, value_parser = parse_kind)]
+    kind: Option<JobKind>,
+    #[arg(long)]
+    project: Option<String>,
+    /// GPUs on one node; 0 runs in the cpu_only lane.
+    #[arg(long)]
+    gpus: Option<i64>,
+    /// Higher runs first.
+    #[arg(long, allow_hyphen_values = true)]
+    priority: Option<i64>,
+    /// Automatic retries: total attempts allowed.
+    #[arg(long)]
+    max_attempts: Option<i64>,
+    /// Seconds between a failure and its automatic retry.
+    #[arg(long)]
+    retry_cooldown: Option<i64>,
+    /// Absolute path on the agent host (never rewritten from this machine).
+    #[arg(long = "workdir", alias = "working-dir")]
+    working_dir: Option<String>,
+    /// Environment variable for the job, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_parser = key_value)]
+    env: Vec<(String, String)>,
+    /// Node label the job needs, KEY=VALUE (repeatable).
+    #[arg(long = "selector", value_parser = key_value)]
+    selector: Vec<(String, String)>,
+    /// TensorBoard / checkpoint directory to watch (repeatable).
+    #[arg(long = "watch")]
+    watch: Vec<String>,
+    /// process (default) or docker.
+    #[arg(long, value_parser = parse_runner)]
+    runner: Option<Runner>,
+    /// Image for the docker runner.
+    #[arg(long)]
+    image: Option<String>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+fn key_value(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
+}
+
+fn parse_kind(text: &str) -> Result<JobKind, String> {
+    match text.to_ascii_uppercase().as_str() {
+        "TRAIN" => Ok(JobKind::Train),
+        "EVALUATE" => Ok(JobKind::Evaluate),
+        _ => Err(format!("unknown kind `{text}`; expected TRAIN or EVALUATE")),
+    }
+}
+
+fn parse_runner(text: &str) -> Result<Runner, String> {
+    match text {
+        "process" => Ok(Runner::Process),
+        "docker" => Ok(Runner::Docker),
+        _ => Err(format!("unknown runner `{text}`; expected process or docker")),
+    }
+}
+
+/// The spec from the file (if any) with the flags on top.
+fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
+    let invalid = |message: String| CliError::new(Failure::Invalid, "invalid_spec", message);
+    let mut spec = match &args.file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|error| invalid(format!("cannot read {}: {error}", path.display())))?;
+            let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+            let parsed: Result<JobSpec, String> = match extension {
+                "toml" => toml::from_str(&text).map_err(|e| e.to_string()),
+                "yaml" | "yml" => serde_yaml::from_str(&text).map_err(|e| e.to_string()),
+                "json" => serde_json::from_str(&text).map_err(|e| e.to_string()),
+                _ => Err("the file must end in .toml, .yaml, .yml or .json".into()),
+            };
+            parsed.map_err(|error| invalid(format!("{}: {error}", path.display())))?
+        }
+        None => {
+            let program = args.command.first().ok_or_else(|| {
+                invalid("give the command after `--` (gpuctl job submit -- python train.py) or a spec file with -f".into())
+            })?;
+            let name = program.rsplit('/').next().unwrap_or(program).to_string();
+            JobSpec::new(name, Vec::new())
+        }
+    };
+    if !args.command.is_empty() {
+        spec.command = args.command;
+    }
+    if let Some(name) = args.name {
+        spec.name = name;
+    }
+    if let Some(kind) = args.kind {
+        spec.kind = kind;
+    }
+    if let Some(project) = args.project {
+        spec.project = project;
+    }
+    if let Some(gpus) = args.gpus {
+        spec.resources.gpu = gpus;
+    }
+    if let Some(priority) = args.priority {
+        spec.priority = priority;
+    }
+    if let Some(max_attempts) = args.max_attempts {
+        spec.max_attempts = max_attempts;
+    }
+    if let Some(cooldown) = args.retry_cooldown {
+        spec.retry_cooldown_s = cooldown;
+    }
+    if let Some(dir) = args.working_dir {
+        spec.working_dir = Some(dir);
+    }
+    spec.env.extend(args.env);
+    spec.node_selector.extend(args.selector);
+    spec.watch_dirs.extend(args.watch);
+    if let Some(runner) = args.runner {
+        spec.runner = runner;
+    }
+    if let Some(image) = args.image {
+        spec.image = Some(image);
+    }
+    Ok(spec)
+}
+
+pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(), CliError> {
+    match command {
+        JobCommand::Submit(args) => {
+            let spec = build_spec(args)?;
+            let job: Job = client.post("jobs", &spec).await?;
+            out.emit(&job, |job| {
+                format!(
+                    "Submitted {} (run {}): {}{}\nFollow it: gpuctl logs -f {}",
+                    job.id,
+                    job.run_id,
+                    job.status,
+                    job.queued_reason
+                        .as_deref()
+                        .map(|r| format!(" — {r}"))
+                        .unwrap_or_default(),
+                    job.id
+                )
+            });
+        }
+        JobCommand::List {
+            status,
+            project,
+            limit,
+        } => {
+            let mut path = format!("jobs?limit={limit}");
+            if let Some(status) = status {
+                path.push_str(&format!("&status={status}"));
+            }
+            if let Some(project) = project {
+                path.push_str(&format!("&project={project}"));
+            }
+            let page: Page<Job> = client.get(&path).await?;
+            out.emit(&page, |page| render_list(&page.items));
+        }
+        JobCommand::Show { job_id } => {
+            let job: Job = client.get(&format!("jobs/{job_id}")).await?;
+            out.emit(&job, render_job);
+        }
+        JobCommand::Cancel { job_id, confirm } => {
+            if !confirm {
+                return Err(CliError::new(
+                    Failure::Invalid,
+                    "confirmation_required",
+                    format!("cancelling stops the job: run `gpuctl job cancel {job_id} --confirm`"),
+                ));
+            }
+            let job: Job = client
+                .post(&format!("jobs/{job_id}/cancel"), &CancelRequest { confirm })
+                .await?;
+            out.emit(&job, |job| match job.status {
+                JobStatus::Cancelled => format!("{} is CANCELLED.", job.id),
+                _ => format!(
+                    "{} is stopping (SIGTERM now, SIGKILL after the grace period).",
+                    job.id
+                ),
+            });
+        }
+        JobCommand::Retry { job_id } => {
+            let job: Job = client
+                .post(&format!("jobs/{job_id}/retry"), &serde_json::json!({}))
+                .await?;
+            out.emit(&job, |job| {
+                format!(
+                    "{} is QUEUED again for attempt {} of {}.",
+                    job.id,
+                    job.attempts.len() + 1,
+                    job.max_attempts
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
+fn render_list(jobs: &[Job]) -> String {
+    if jobs.is_empty() {
+        return "No jobs.".to_string();
+    }
+    let mut text = format!(
+        "{:<32} {:<20} {:<11} {:>4} {:>8}  {}\n",
+        "ID", "NAME", "STATUS", "GPUS", "ATTEMPTS", "NODE / REASON"
+    );
+    for job in jobs {
+        let last = job.attempts.last();
+        let detail = match job.status {
+            JobStatus::Queued => job.queued_reason.clone().unwrap_or_default(),
+            JobStatus::Failed | JobStatus::Lost => format!(
+                "{} {}",
+                job.failure_reason.map(|r| r.as_str()).unwrap_or_default(),
+                job.failure_detail.as_deref().unwrap_or_default()
+            ),
+            _ => last.map(|a| a.node.clone()).unwrap_or_default(),
+        };
+        let _ = writeln!(
+            text,
+            "{:<32} {:<20} {:<11} {:>4} {:>8}  {}",
+            job.id,
+            truncate(&job.name, 20),
+            job.status.as_str(),
+            job.resources.gpu,
+            format!("{}/{}", job.attempts.len(), job.max_attempts),
+            detail.trim()
+        );
+    }
+    text
+}
+
+fn truncate(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        text.to_string()
+    } else {
+        text.chars().take(width - 1).collect::<String>() + "…"
+    }
+}
+
+fn render_job(job: &Job) -> String {
+    let mut text = String::new();
+    let _ = writeln!(text, "{}  {}  ({})", job.id, job.name, job.kind.as_str());
+    let _ = writeln!(text, "status     {}", job.status);
+    if let Some(reason) = &job.queued_reason {
+        let _ = writeln!(text, "waiting    {reason}");
+    }
+    if let Some(reason) = job.failure_reason {
+        let _ = writeln!(
+            text,
+            "failure    {reason}: {}",
+            job.failure_detail.as_deref().unwrap_or_default()
+        );
+    }
+    let _ = writeln!(text, "run        {}", job.run_id);
+    let _ = writeln!(
+        text,
+        "project    {}   priority {}   gpus {}",
+        job.project, job.priority, job.resources.gpu
+    );
+    let _ = writeln!(text, "command    {}", shell_words(&job.spec.command));
+    if let Some(dir) = &job.spec.working_dir {
+        let _ = writeln!(text, "workdir    {dir}");
+    }
+    let _ = writeln!(
+        text,
+        "submitted  {} by {}",
+        job.created_at,
+        job.submitted_by.as_deref().unwrap_or("?")
+    );
+    let _ = writeln!(text, "attempts   {} of {}", job.attempts.len(), job.max_attempts);
+    for attempt in &job.attempts {
+        let gpus: Vec<String> = attempt.gpus.iter().map(u32::to_string).collect();
+        let ending = match (attempt.exit_code, &attempt.signal_name, attempt.signal) {
+            (_, Some(name), Some(number)) => format!("signal {number} ({name})"),
+            (_, None, Some(number)) => format!("signal {number}"),
+            (Some(code), _, _) => format!("exit {code}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            text,
+            "  #{} {:<10} node {}  gpus [{}]  started {}  ended {}  {}{}",
+            attempt.n,
+            attempt.status.as_str(),
+            attempt.node,
+            gpus.join(","),
+            attempt.started_at.as_deref().unwrap_or("-"),
+            attempt.ended_at.as_deref().unwrap_or("-"),
+            ending,
+            attempt
+                .failure_detail
+                .as_deref()
+                .map(|d| format!("  — {d}"))
+                .unwrap_or_default()
+        );
+    }
+    text
+}
+
+/// The command as one might type it (quoted where needed).
+fn shell_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|word| {
+            if !word.is_empty()
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+            {
+                word.clone()
+            } else {
+                format!("'{}'", word.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

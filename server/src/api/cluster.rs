@@ -1,0 +1,58 @@
+//! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance.
+
+use crate::auth::{Authed, Read};
+use crate::error::ApiError;
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::State;
+use gpuplane_api::error::ErrorBody;
+use gpuplane_api::job::JobStatus;
+use gpuplane_api::node::ClusterSummary;
+
+/// Nodes online and offline, GPUs in use, and jobs by status.
+#[utoipa::path(get, path = "/cluster", tag = "nodes",
+    security(("bearer" = ["read"])),
+    responses((status = 200, body = ClusterSummary), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn cluster(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+) -> Result<Json<ClusterSummary>, ApiError> {
+    Ok(Json(summary(&state).await?))
+}
+
+pub async fn summary(state: &AppState) -> Result<ClusterSummary, ApiError> {
+    let (online, offline): (i64, i64) = sqlx::query_as(
+        "SELECT coalesce(sum(status = 'ONLINE'), 0), coalesce(sum(status = 'OFFLINE'), 0) FROM nodes",
+    )
+    .fetch_one(&state.db)
+    .await?;
+    let (total, simulated): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), coalesce(sum(g.source = 'simulated'), 0) FROM gpus g JOIN nodes n ON n.id = g.node_id
+         WHERE n.status = 'ONLINE'",
+    )
+    .fetch_one(&state.db)
+    .await?;
+    let in_use: i64 = sqlx::query_scalar(
+        "SELECT coalesce(sum(json_array_length(gpus)), 0) FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')",
+    )
+    .fetch_one(&state.db)
+    .await?;
+    let counts: Vec<(String, i64)> = sqlx::query_as("SELECT status, count(*) FROM jobs GROUP BY status")
+        .fetch_all(&state.db)
+        .await?;
+    let mut jobs: std::collections::BTreeMap<String, u64> = JobStatus::ALL
+        .iter()
+        .map(|status| (status.as_str().to_string(), 0))
+        .collect();
+    for (status, count) in counts {
+        jobs.insert(status, count as u64);
+    }
+    Ok(ClusterSummary {
+        nodes_online: online as u64,
+        nodes_offline: offline as u64,
+        gpus_total: total as u64,
+        gpus_in_use: in_use as u64,
+        gpus_simulated: simulated as u64,
+        jobs,
+    })
+}
