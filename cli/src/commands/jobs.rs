@@ -12,7 +12,7 @@ use std::path::PathBuf;
 #[derive(Debug, Subcommand)]
 pub enum JobCommand {
     /// Queue a job: `gpuctl job submit --gpus 1 -- python train.py`.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// Jobs, newest first.
     List {
         /// Only jobs in this state (QUEUED, RUNNING, FAILED, ...).
@@ -172,7 +172,7 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
 pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(), CliError> {
     match command {
         JobCommand::Submit(args) => {
-            let spec = build_spec(args)?;
+            let spec = build_spec(*args)?;
             let job: Job = client.post("jobs", &spec).await?;
             out.emit(&job, |job| {
                 format!(
