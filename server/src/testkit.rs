@@ -10,12 +10,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// Starts a server on `127.0.0.1:0` with its database in `data_dir`, fast
-/// heartbeats (100 ms) and a short node timeout (1 s).
+/// heartbeats (100 ms), a short node timeout (1 s) and LOST grace (1 s).
 pub async fn start_server(data_dir: &Path) -> RunningServer {
+    start_server_with(data_dir, |_| {}).await
+}
+
+/// Like [`start_server`], with the test's changes to the configuration.
+pub async fn start_server_with(data_dir: &Path, configure: impl FnOnce(&mut ServerConfig)) -> RunningServer {
     let mut config = ServerConfig::with_defaults(data_dir.to_path_buf());
     config.bind = "127.0.0.1:0".parse().expect("a valid address");
     config.heartbeat_interval = Duration::from_millis(100);
     config.node_timeout = Duration::from_secs(1);
+    config.lost_grace = Duration::from_secs(1);
+    config.cancel_grace = Duration::from_secs(2);
+    configure(&mut config);
     start(config).await.expect("the test server starts")
 }
 

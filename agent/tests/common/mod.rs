@@ -1,0 +1,211 @@
+//! A test cluster: a real server (in this process, on a free port, over a
+//! temporary SQLite file) and real agent processes with simulated GPUs.
+
+#![allow(dead_code)]
+
+use gpuplane_api::Page;
+use gpuplane_api::auth::Scope;
+use gpuplane_api::event::Event;
+use gpuplane_api::job::{Job, JobStatus};
+use gpuplane_api::log::Logs;
+use gpuplane_server::config::ServerConfig;
+use gpuplane_server::testkit::{agent_token, eventually, start_server_with, user_token};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const AGENT: &str = env!("CARGO_BIN_EXE_gpuplane-agent");
+pub const WAIT: Duration = Duration::from_secs(30);
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub server: gpuplane_server::RunningServer,
+    pub http: reqwest::Client,
+    pub token: String,
+    pub agent_token: String,
+}
+
+/// An agent process, killed when the test ends.
+pub struct Agent {
+    pub child: Child,
+    pub jobs_dir: PathBuf,
+}
+
+impl Agent {
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status();
+        assert!(status.unwrap().success(), "kill -{signal}");
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Cluster {
+    pub async fn start() -> Cluster {
+        Cluster::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start_server_with(&dir.path().join("server"), configure).await;
+        let token = user_token(&server.state.db, "tester", Scope::Write, true).await;
+        let agent_token = agent_token(&server.state.db).await;
+        Cluster {
+            dir,
+            server,
+            http: reqwest::Client::new(),
+            token,
+            agent_token,
+        }
+    }
+
+    /// Starts an agent named `name` with `gpus` simulated GPUs and its own jobs dir.
+    pub fn agent(&self, name: &str, gpus: u32, extra: &[&str]) -> Agent {
+        let jobs_dir = self.dir.path().join("agents").join(name);
+        self.agent_in(name, gpus, &jobs_dir, extra)
+    }
+
+    /// Starts an agent over an existing jobs dir (a restarted agent).
+    pub fn agent_in(&self, name: &str, gpus: u32, jobs_dir: &std::path::Path, extra: &[&str]) -> Agent {
+        let log = std::fs::File::create(self.dir.path().join(format!("agent-{name}.log"))).unwrap();
+        let child = Command::new(AGENT)
+            .args([
+                "--server",
+                &self.server.url,
+                "--token",
+                &self.agent_token,
+                "--name",
+                name,
+            ])
+            .args(["--fake-gpus", &gpus.to_string()])
+            .arg("--jobs-dir")
+            .arg(jobs_dir)
+            .args(extra)
+            .env("GPUPLANE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Agent {
+            child,
+            jobs_dir: jobs_dir.to_path_buf(),
+        }
+    }
+
+    /// Waits until `count` nodes are ONLINE.
+    pub async fn wait_for_nodes(&self, count: usize) {
+        eventually("nodes to come online", WAIT, || async {
+            let nodes: Value = self.get("/api/v1/nodes").await.1;
+            let online = nodes["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["status"] == "ONLINE")
+                .count();
+            (online >= count).then_some(())
+        })
+        .await;
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.server.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.server.url))
+            .bearer_auth(&self.token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Submits a job spec; panics unless it is accepted.
+    pub async fn submit(&self, spec: Value) -> Job {
+        let (status, body) = self.post("/api/v1/jobs", spec).await;
+        assert_eq!(status, 201, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    pub async fn job(&self, id: &str) -> Job {
+        let (status, body) = self.get(&format!("/api/v1/jobs/{id}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// Waits until the job is in `status`.
+    pub async fn wait_for(&self, id: &str, status: JobStatus) -> Job {
+        eventually(&format!("job {id} to be {status}"), WAIT, || async {
+            let job = self.job(id).await;
+            (job.status == status).then_some(job)
+        })
+        .await
+    }
+
+    /// Waits until `check` holds for the job.
+    pub async fn wait_until(&self, id: &str, what: &str, check: impl Fn(&Job) -> bool) -> Job {
+        eventually(what, WAIT, || async {
+            let job = self.job(id).await;
+            check(&job).then_some(job)
+        })
+        .await
+    }
+
+    pub async fn logs(&self, id: &str, query: &str) -> Logs {
+        let (status, body) = self.get(&format!("/api/v1/jobs/{id}/logs?{query}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    /// The text of a job's kept lines of one stream.
+    pub async fn output(&self, id: &str, stream: &str) -> Vec<String> {
+        self.logs(id, &format!("stream={stream}&tail=10000"))
+            .await
+            .lines
+            .into_iter()
+            .map(|l| l.text)
+            .collect()
+    }
+
+    pub async fn events(&self, query: &str) -> Vec<Event> {
+        let (status, body) = self.get(&format!("/api/v1/events?{query}")).await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value::<Page<Event>>(body).unwrap().items
+    }
+
+    /// A fresh directory for a job to work in.
+    pub fn workdir(&self, name: &str) -> PathBuf {
+        let dir = self.dir.path().join("work").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
+
+/// `["sh", "-c", script]`.
+pub fn sh(script: &str) -> Value {
+    serde_json::json!(["sh", "-c", script])
+}

@@ -1,0 +1,361 @@
+//! Scheduling on real agents: queued reasons, backfill past a blocked
+//! multi-GPU head without starving it, cancel, retry and automatic retries.
+
+mod common;
+
+use common::{Cluster, sh};
+use gpuplane_api::event::EventKind;
+use gpuplane_api::job::{FailureReason, JobStatus};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_queued_job_says_why_it_waits() {
+    let cluster = Cluster::start_with(|config| config.cpu_slots_per_node = 1).await;
+    let _agent = cluster.agent("box", 2, &["--labels", "gpu=sim"]);
+    cluster.wait_for_nodes(1).await;
+    let cpu_busy = cluster
+        .submit(json!({"name": "cpu-1", "command": sh("sleep 30")}))
+        .await;
+    cluster.wait_for(&cpu_busy.id, JobStatus::Running).await;
+
+    let cases = [
+        (
+            json!({"name": "a100", "command": ["true"], "resources": {"gpu": 1}, "node_selector": {"gpu": "a100"}}),
+            "node_selector gpu=a100 matches no online node",
+        ),
+        (
+            json!({"name": "huge", "command": ["true"], "resources": {"gpu": 16}}),
+            "no node can ever fit 16 GPUs (the largest matching node has 2)",
+        ),
+        (
+            json!({"name": "cpu-2", "command": ["true"]}),
+            "cpu lane full (1/1) on box",
+        ),
+    ];
+    for (spec, expected) in cases {
+        let job = cluster.submit(spec).await;
+        let job = cluster
+            .wait_until(&job.id, expected, |job| {
+                job.queued_reason.as_deref() == Some(expected)
+            })
+            .await;
+        assert_eq!(job.status, JobStatus::Queued);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn small_jobs_backfill_past_a_blocked_multi_gpu_head_which_still_gets_its_node() {
+    let cluster = Cluster::start().await;
+    let _big_box = cluster.agent("big-box", 2, &["--labels", "size=big"]);
+    let _small_box = cluster.agent("small-box", 1, &[]);
+    cluster.wait_for_nodes(2).await;
+    let work = cluster.workdir("backfill");
+    let release = work.join("release");
+
+    // One GPU of big-box is busy until the test says so.
+    let blocker = cluster
+        .submit(json!({
+            "name": "blocker", "resources": {"gpu": 1}, "node_selector": {"size": "big"},
+            "command": sh(&format!("while [ ! -e {} ]; do sleep 0.05; done", release.display())),
+        }))
+        .await;
+    let blocker = cluster.wait_for(&blocker.id, JobStatus::Running).await;
+    let blocked_node = blocker.attempts[0].node.clone();
+    assert_eq!(blocked_node, "big-box");
+
+    // The 2-GPU head cannot fit anywhere now, and holds the node where it will.
+    let head = cluster
+        .submit(json!({"name": "head", "priority": 10, "resources": {"gpu": 2}, "command": ["true"]}))
+        .await;
+    let head = cluster
+        .wait_until(&head.id, "the head to hold a node", |job| {
+            job.queued_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("holding big-box"))
+        })
+        .await;
+    assert!(
+        head.queued_reason
+            .unwrap()
+            .starts_with("needs 2 GPUs; the largest free on a matching node is 1")
+    );
+
+    // A cpu job and a 1-GPU job that fits elsewhere start anyway (backfill).
+    let cpu = cluster.submit(json!({"name": "cpu", "command": ["true"]})).await;
+    let small = cluster
+        .submit(json!({"name": "small", "resources": {"gpu": 1}, "command": ["true"]}))
+        .await;
+    cluster.wait_for(&cpu.id, JobStatus::Succeeded).await;
+    let small = cluster.wait_for(&small.id, JobStatus::Succeeded).await;
+    assert_eq!(small.attempts[0].node, "small-box");
+
+    // A second 1-GPU job must not take big-box's free GPU from the head.
+    let late = cluster
+        .submit(json!({"name": "late", "resources": {"gpu": 1}, "command": sh("sleep 0.2")}))
+        .await;
+    let late_job = cluster
+        .wait_until(&late.id, "the late job to run on small-box", |job| {
+            job.attempts.first().is_some_and(|a| a.node == "small-box")
+        })
+        .await;
+    assert_ne!(late_job.attempts[0].node, blocked_node);
+    assert_eq!(cluster.job(&head.id).await.status, JobStatus::Queued);
+
+    // When the blocker ends, the head gets big-box.
+    std::fs::write(&release, "").unwrap();
+    let head = cluster.wait_for(&head.id, JobStatus::Succeeded).await;
+    assert_eq!(head.attempts[0].node, "big-box");
+    assert_eq!(head.attempts[0].gpus, vec![0, 1]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_needs_confirmation_then_stops_the_job() {
+    let cluster =
+        Cluster::start_with(|config| config.cancel_grace = std::time::Duration::from_millis(500)).await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    // Ignores SIGTERM: only the SIGKILL after the grace period stops it.
+    let stubborn = cluster
+        .submit(json!({"name": "stubborn", "command": sh("trap 'echo got-term' TERM; echo started; while true; do sleep 0.05; done")}))
+        .await;
+    cluster
+        .wait_until(&stubborn.id, "it to print", |job| {
+            job.status == JobStatus::Running
+        })
+        .await;
+    gpuplane_server::testkit::eventually("its first line", common::WAIT, || async {
+        cluster.output(&stubborn.id, "stdout").await.first().cloned()
+    })
+    .await;
+
+    for body in [json!({}), json!({"confirm": false})] {
+        let (status, error) = cluster
+            .post(&format!("/api/v1/jobs/{}/cancel", stubborn.id), body)
+            .await;
+        assert_eq!(status, 422, "{error}");
+        assert_eq!(error["error"]["details"][0]["field"], "confirm");
+    }
+    assert_eq!(
+        cluster.job(&stubborn.id).await.status,
+        JobStatus::Running,
+        "nothing changed"
+    );
+
+    let (status, _) = cluster
+        .post(
+            &format!("/api/v1/jobs/{}/cancel", stubborn.id),
+            json!({"confirm": true}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let job = cluster.wait_for(&stubborn.id, JobStatus::Cancelled).await;
+    assert_eq!(job.attempts[0].signal, Some(9), "SIGKILL after the grace period");
+    assert!(
+        cluster
+            .output(&stubborn.id, "stdout")
+            .await
+            .contains(&"got-term".to_string()),
+        "SIGTERM came first"
+    );
+
+    // Cancelling a queued job needs no agent; an ended job cannot be cancelled.
+    let queued = cluster
+        .submit(json!({"name": "never", "resources": {"gpu": 8}, "command": ["true"]}))
+        .await;
+    let (status, body) = cluster
+        .post(
+            &format!("/api/v1/jobs/{}/cancel", queued.id),
+            json!({"confirm": true}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["status"], "CANCELLED");
+    let (status, body) = cluster
+        .post(
+            &format!("/api/v1/jobs/{}/cancel", queued.id),
+            json!({"confirm": true}),
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, _) = cluster
+        .post("/api/v1/jobs/job_nonexistent/cancel", json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_jobs_retry_automatically_after_their_cooldown_and_by_hand() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("retry");
+    let marker = work.join("second-time");
+    // Fails the first time, succeeds the second.
+    let flaky = cluster
+        .submit(json!({
+            "name": "flaky", "max_attempts": 3, "retry_cooldown_s": 1, "working_dir": work,
+            "command": sh("if [ -e second-time ]; then echo ok; else touch second-time; exit 7; fi"),
+        }))
+        .await;
+    let retrying = cluster
+        .wait_until(&flaky.id, "the retry to wait for its cooldown", |job| {
+            job.status == JobStatus::Queued && job.attempts.len() == 1
+        })
+        .await;
+    let reason = retrying.queued_reason.unwrap();
+    assert!(reason.starts_with("retry cooldown: attempt 2 of 3"), "{reason}");
+    let done = cluster.wait_for(&flaky.id, JobStatus::Succeeded).await;
+    assert_eq!(done.attempts.len(), 2);
+    assert_eq!(done.attempts[0].failure_reason, Some(FailureReason::ExitCode));
+    assert_eq!(done.attempts[1].status, JobStatus::Succeeded);
+    assert!(marker.exists());
+    assert_eq!(
+        cluster
+            .events(&format!("job_id={}&kind=JOB_RETRYING", flaky.id))
+            .await
+            .len(),
+        1
+    );
+
+    // Out of attempts: FAILED; a manual retry makes another attempt.
+    let once = cluster
+        .submit(json!({"name": "once", "command": sh("exit 1")}))
+        .await;
+    cluster.wait_for(&once.id, JobStatus::Failed).await;
+    let (status, body) = cluster
+        .post(&format!("/api/v1/jobs/{}/retry", once.id), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let again = cluster
+        .wait_until(&once.id, "the second attempt to fail", |job| {
+            job.status == JobStatus::Failed && job.attempts.len() == 2
+        })
+        .await;
+    assert_eq!(again.max_attempts, 2);
+
+    // Succeeded jobs are not retried.
+    let (status, _) = cluster
+        .post(&format!("/api/v1/jobs/{}/retry", flaky.id), json!({}))
+        .await;
+    assert_eq!(status, 409);
+    let kinds: Vec<EventKind> = cluster.events("").await.iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&EventKind::JobFailed));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
+    let cluster = Cluster::start().await;
+    let (status, body) = cluster
+        .post(
+            "/api/v1/jobs",
+            json!({
+                "name": "", "command": [], "working_dir": "relative", "runner": "docker",
+                "resources": {"gpu": -1}, "priority": 4611686018427387905_i64, "max_attempts": 0,
+            }),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let fields: Vec<&str> = body["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "name",
+            "command",
+            "working_dir",
+            "image",
+            "resources.gpu",
+            "priority",
+            "max_attempts"
+        ]
+    );
+
+    let (status, body) = cluster
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "x", "command": ["true"], "gpus": 1}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(
+        body["error"]["details"][0]["field"], "gpus",
+        "unknown fields are named"
+    );
+    let (status, body) = cluster
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "x", "command": ["true"], "priority": 9223372036854775808_u64}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(body["error"]["details"][0]["field"], "priority");
+    let (status, body) = cluster
+        .post(
+            "/api/v1/jobs",
+            json!({"name": "x", "command": ["true"], "project": "nope"}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert_eq!(body["error"]["details"][0]["field"], "project");
+
+    for query in ["limit=0", "limit=-1", "before=4611686018427387905", "status=DONE"] {
+        let (status, body) = cluster.get(&format!("/api/v1/jobs?{query}")).await;
+        assert_eq!(status, 422, "{query}: {body}");
+    }
+    let (status, body) = cluster.get("/api/v1/jobs/job_x/logs?tail=0").await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "tail");
+
+    let db = &cluster.server.state.db;
+    for table in ["jobs", "runs", "attempts"] {
+        let count: i64 = sqlx_count(db, table).await;
+        assert_eq!(count, 0, "no {table} row was written");
+    }
+}
+
+async fn sqlx_count(db: &sqlx::SqlitePool, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lists_page_with_a_cursor() {
+    let cluster = Cluster::start().await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(
+            cluster
+                .submit(json!({"name": format!("j{n}"), "command": ["true"]}))
+                .await
+                .id,
+        );
+    }
+    let (_, first) = cluster.get("/api/v1/jobs?limit=2").await;
+    let names: Vec<&str> = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["j4", "j3"]);
+    let cursor = first["next_before"].as_i64().unwrap();
+    let (_, second) = cluster
+        .get(&format!("/api/v1/jobs?limit=2&before={cursor}"))
+        .await;
+    let names: Vec<&str> = second["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["j2", "j1"]);
+    let (_, queued) = cluster.get("/api/v1/jobs?status=QUEUED&limit=10").await;
+    assert_eq!(queued["items"].as_array().unwrap().len(), 5);
+    assert_eq!(queued["next_before"], serde_json::Value::Null);
+}
