@@ -200,9 +200,11 @@ async fn status_and_node_status_show_the_agents_gpus() {
     assert!(response.status().is_success());
 
     let status = json(&gpuctl(home.path(), &[&base[..], &["status", "--json"]].concat()));
-    assert_eq!(status["nodes"]["online"], 1);
-    assert_eq!(status["gpus"]["total"], 3);
-    assert_eq!(status["gpus"]["simulated"], 3);
+    assert_eq!(status["nodes_online"], 1);
+    assert_eq!(status["gpus_total"], 3);
+    assert_eq!(status["gpus_simulated"], 3);
+    assert_eq!(status["gpus_in_use"], 0);
+    assert_eq!(status["jobs"]["QUEUED"], 0);
 
     let text = stdout(&gpuctl(home.path(), &[&base[..], &["node", "status"]].concat()));
     assert!(
@@ -217,7 +219,7 @@ async fn status_and_node_status_show_the_agents_gpus() {
     // Without heartbeats the node turns OFFLINE, and status says so.
     eventually("the node to go OFFLINE", Duration::from_secs(10), || async {
         let status = json(&gpuctl(home.path(), &[&base[..], &["status", "--json"]].concat()));
-        (status["nodes"]["offline"] == 1).then_some(())
+        (status["nodes_offline"] == 1).then_some(())
     })
     .await;
 }

@@ -50,16 +50,16 @@ pub struct SubmitArgs {
     #[arg(long)]
     project: Option<String>,
     /// GPUs on one node; 0 runs in the cpu_only lane.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     gpus: Option<i64>,
     /// Higher runs first.
     #[arg(long, allow_hyphen_values = true)]
     priority: Option<i64>,
     /// Automatic retries: total attempts allowed.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     max_attempts: Option<i64>,
     /// Seconds between a failure and its automatic retry.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     retry_cooldown: Option<i64>,
     /// Absolute path on the agent host (never rewritten from this machine).
     #[arg(long = "workdir", alias = "working-dir")]

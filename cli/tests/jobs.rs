@@ -1,0 +1,275 @@
+//! `gpuctl job …`, `logs` and `event list` against a real server and a real
+//! agent process: what people read, what scripts parse, and exit codes.
+
+use gpuplane_api::auth::Scope;
+use gpuplane_server::testkit::{agent_token, eventually, start_server_with, user_token};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+const GPUCTL: &str = env!("CARGO_BIN_EXE_gpuctl");
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The agent binary beside gpuctl (`cargo nextest run --workspace` builds both).
+fn agent_binary() -> PathBuf {
+    let path = Path::new(GPUCTL).with_file_name("gpuplane-agent");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p gpuplane-agent` first",
+        path.display()
+    );
+    path
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    home: tempfile::TempDir,
+    server: gpuplane_server::RunningServer,
+    token: String,
+    agent: Child,
+    work: PathBuf,
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = self.agent.kill();
+        let _ = self.agent.wait();
+    }
+}
+
+impl Env {
+    async fn start() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let server =
+            start_server_with(&dir.path().join("server"), |config| config.log_tail_lines = 100).await;
+        let token = user_token(&server.state.db, "cli-user", Scope::Write, false).await;
+        let agent = Command::new(agent_binary())
+            .args([
+                "--server",
+                &server.url,
+                "--token",
+                &agent_token(&server.state.db).await,
+            ])
+            .args(["--name", "box", "--fake-gpus", "2", "--jobs-dir"])
+            .arg(dir.path().join("jobs"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let env = Env {
+            _dir: dir,
+            home: tempfile::tempdir().unwrap(),
+            server,
+            token,
+            agent,
+            work,
+        };
+        eventually("the agent to connect", WAIT, || async {
+            let status = env.json(&["status"]);
+            (status["nodes_online"] == 1).then_some(())
+        })
+        .await;
+        env
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(GPUCTL)
+            .args(args)
+            .env("GPUCTL_HOME", self.home.path())
+            .env("GPUCTL_SERVER", &self.server.url)
+            .env("GPUCTL_TOKEN", &self.token)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        // Before the arguments: after `--`, `--json` would belong to the job's command.
+        let output = self.run(&[&["--json"], args].concat());
+        serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&output.stdout), text(&output.stderr)))
+    }
+
+    async fn wait_status(&self, job_id: &str, status: &str) -> Value {
+        eventually(&format!("{job_id} to be {status}"), WAIT, || async {
+            let job = self.json(&["job", "show", job_id]);
+            (job["status"] == status).then_some(job)
+        })
+        .await
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn submit_follow_show_and_list_a_job() {
+    let env = Env::start().await;
+    let work = env.work.display().to_string();
+    let submitted = env.json(&[
+        "job",
+        "submit",
+        "--name",
+        "hello",
+        "--gpus",
+        "1",
+        "--env",
+        "GREETING=hi there",
+        "--workdir",
+        &work,
+        "--",
+        "sh",
+        "-c",
+        "echo \"$GREETING\"; echo to-stderr >&2; echo bye",
+    ]);
+    let id = submitted["id"].as_str().unwrap().to_string();
+    assert!(submitted["run_id"].as_str().unwrap().starts_with("run_"));
+
+    // `logs -f` prints as the job writes, on the job's own streams, and ends with it.
+    let follow = env.run(&["logs", "-f", &id]);
+    assert!(follow.status.success(), "{}", text(&follow.stderr));
+    assert_eq!(text(&follow.stdout), "hi there\nbye\n");
+    assert!(text(&follow.stderr).contains("to-stderr"));
+    assert!(text(&follow.stderr).contains("(job ended: SUCCEEDED)"));
+
+    let show = env.run(&["job", "show", &id]);
+    let shown = text(&show.stdout);
+    assert!(shown.contains("status     SUCCEEDED"), "{shown}");
+    assert!(shown.contains("#1 SUCCEEDED  node box  gpus [0]"), "{shown}");
+    assert!(
+        shown.contains("command    sh -c 'echo \"$GREETING\"; echo to-stderr >&2; echo bye'"),
+        "{shown}"
+    );
+
+    let list = env.json(&["job", "list", "--status", "succeeded"]);
+    assert_eq!(list["items"][0]["id"], id.as_str());
+    let empty = env.json(&["job", "list", "--status", "FAILED"]);
+    assert_eq!(empty["items"], serde_json::json!([]));
+
+    let status = env.json(&["status"]);
+    assert_eq!(status["jobs"]["SUCCEEDED"], 1);
+    assert_eq!(status["gpus_total"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spec_files_in_toml_yaml_and_json_with_flags_on_top() {
+    let env = Env::start().await;
+    let files = [
+        (
+            "job.toml",
+            "name = \"from-toml\"\ncommand = [\"true\"]\n[resources]\ngpu = 1\n",
+        ),
+        ("job.yaml", "name: from-yaml\ncommand: [\"true\"]\npriority: 5\n"),
+        (
+            "job.json",
+            "{\"name\": \"from-json\", \"command\": [\"true\"], \"max_attempts\": 2}",
+        ),
+    ];
+    for (file, body) in files {
+        let path = env.work.join(file);
+        std::fs::write(&path, body).unwrap();
+        let job = env.json(&["job", "submit", "-f", path.to_str().unwrap()]);
+        assert_eq!(
+            job["name"],
+            format!("from-{}", file.trim_start_matches("job.")),
+            "{job}"
+        );
+    }
+    let path = env.work.join("job.toml");
+    let overridden = env.json(&[
+        "job",
+        "submit",
+        "-f",
+        path.to_str().unwrap(),
+        "--name",
+        "renamed",
+        "--gpus",
+        "0",
+    ]);
+    assert_eq!(overridden["name"], "renamed");
+    assert_eq!(overridden["resources"]["gpu"], 0);
+
+    let bad = env.work.join("job.txt");
+    std::fs::write(&bad, "x").unwrap();
+    let output = env.run(&["job", "submit", "-f", bad.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(7));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_submissions_and_unconfirmed_cancels_exit_7_naming_the_fields() {
+    let env = Env::start().await;
+    let output = env.run(&[
+        "job",
+        "submit",
+        "--name",
+        "",
+        "--gpus",
+        "-1",
+        "--max-attempts",
+        "0",
+        "--workdir",
+        "rel",
+        "--",
+        "true",
+    ]);
+    assert_eq!(output.status.code(), Some(7));
+    let stderr = text(&output.stderr);
+    for field in ["name:", "working_dir:", "resources.gpu:", "max_attempts:"] {
+        assert!(stderr.contains(&format!("  {field}")), "{field} in {stderr}");
+    }
+    let job = env.json(&["job", "submit", "--", "sleep", "30"]);
+    let id = job["id"].as_str().unwrap();
+    env.wait_status(id, "RUNNING").await;
+    let refused = env.run(&["job", "cancel", id]);
+    assert_eq!(refused.status.code(), Some(7));
+    assert!(text(&refused.stderr).contains("--confirm"));
+    let cancelled = env.run(&["job", "cancel", id, "--confirm"]);
+    assert!(cancelled.status.success(), "{}", text(&cancelled.stderr));
+    env.wait_status(id, "CANCELLED").await;
+    let again = env.run(&["job", "cancel", id, "--confirm"]);
+    assert_eq!(again.status.code(), Some(6), "conflict: already ended");
+    assert_eq!(env.run(&["job", "show", "job_missing"]).status.code(), Some(5));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_n_0_prints_everything_from_the_agent_and_events_show_the_oom() {
+    let env = Env::start().await;
+    let job = env.json(&[
+        "job",
+        "submit",
+        "--",
+        "sh",
+        "-c",
+        "seq 1 300; echo 'RuntimeError: CUDA error: out of memory' >&2; exit 1",
+    ]);
+    let id = job["id"].as_str().unwrap();
+    let failed = env.wait_status(id, "FAILED").await;
+    assert_eq!(failed["failure_reason"], "OOM");
+
+    let tail = env.run(&["logs", id, "--stream", "stdout", "-n", "5"]);
+    assert_eq!(text(&tail.stdout), "296\n297\n298\n299\n300\n");
+    let kept = env.run(&["logs", id, "--stream", "stdout", "-n", "1000"]);
+    assert_eq!(
+        text(&kept.stdout).lines().count(),
+        100,
+        "the server keeps 100 lines here"
+    );
+    assert!(
+        text(&kept.stderr).contains("gpuctl logs -n 0"),
+        "it says where the rest is"
+    );
+    let full = env.run(&["logs", id, "-n", "0"]);
+    assert!(full.status.success(), "{}", text(&full.stderr));
+    let expected: String = (1..=300).map(|n| format!("{n}\n")).collect();
+    assert_eq!(text(&full.stdout), expected);
+    assert!(text(&full.stderr).contains("CUDA error: out of memory"));
+
+    let events = env.run(&["event", "list", "--severity", "critical"]);
+    let listed = text(&events.stdout);
+    assert!(listed.contains("critical OOM"), "{listed}");
+    assert!(listed.contains(id), "{listed}");
+}
