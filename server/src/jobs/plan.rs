@@ -55,6 +55,20 @@ pub struct Plan {
     pub wake_at: Option<i64>,
 }
 
+/// Nodes matching one node_selector, and what this pass learned about them.
+/// Within a pass free GPUs only shrink and holds only grow, which is what
+/// lets a group answer later jobs without scanning its nodes again.
+struct Group {
+    nodes: Vec<usize>,
+    largest_total: usize,
+    /// Matching nodes nobody holds yet.
+    unheld: usize,
+    /// The highest-priority job holding one of the matching nodes.
+    top_holder: Option<usize>,
+    /// No matching node has a free cpu slot left.
+    cpu_full: bool,
+}
+
 /// Plans one pass. `queue` must be in dispatch order.
 pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32, now_ms: i64) -> Plan {
     let mut free: Vec<Vec<u32>> = nodes
@@ -68,34 +82,51 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
         })
         .collect();
     let mut cpu_jobs: Vec<u32> = nodes.iter().map(|node| node.cpu_jobs).collect();
-    // Node index -> the job holding it (id, GPUs needed, priority).
-    let mut held: HashMap<usize, (&str, u32, i64)> = HashMap::new();
-    let mut matching_cache: HashMap<&BTreeMap<String, String>, Vec<usize>> = HashMap::new();
+    // Node index -> index in `queue` of the job holding it.
+    let mut held: Vec<Option<usize>> = vec![None; nodes.len()];
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of: HashMap<&BTreeMap<String, String>, usize> = HashMap::new();
+    // Node index -> the groups it belongs to (to update them when it is held).
+    let mut groups_of_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     let mut plan = Plan::default();
 
-    for job in queue {
+    for (position, job) in queue.iter().enumerate() {
         if let Some(not_before) = job.not_before.filter(|t| *t > now_ms) {
             plan.wake_at = Some(plan.wake_at.map_or(not_before, |t| t.min(not_before)));
-            let wait_s = (not_before - now_ms + 999) / 1000;
             plan.reasons.push((
                 job.id.clone(),
                 format!(
-                    "retry cooldown: attempt {} of {} starts in {wait_s}s",
-                    job.next_attempt, job.max_attempts
+                    "retry cooldown: attempt {} of {} starts at {}",
+                    job.next_attempt,
+                    job.max_attempts,
+                    crate::time::rfc3339(not_before)
                 ),
             ));
             continue;
         }
-        let matching = matching_cache.entry(&job.node_selector).or_insert_with(|| {
-            (0..nodes.len())
+        let g = *group_of.entry(&job.node_selector).or_insert_with(|| {
+            let matching: Vec<usize> = (0..nodes.len())
                 .filter(|&i| {
                     job.node_selector
                         .iter()
                         .all(|(k, v)| nodes[i].labels.get(k) == Some(v))
                 })
-                .collect()
+                .collect();
+            for &i in &matching {
+                groups_of_node[i].push(groups.len());
+            }
+            let top_holder = matching.iter().filter_map(|&i| held[i]).min();
+            groups.push(Group {
+                largest_total: matching.iter().map(|&i| nodes[i].gpus.len()).max().unwrap_or(0),
+                unheld: matching.iter().filter(|&&i| held[i].is_none()).count(),
+                top_holder,
+                cpu_full: false,
+                nodes: matching,
+            });
+            groups.len() - 1
         });
-        if matching.is_empty() {
+        let group = &groups[g];
+        if group.nodes.is_empty() {
             plan.reasons.push((
                 job.id.clone(),
                 no_matching_node(&job.node_selector, nodes.is_empty()),
@@ -104,11 +135,16 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
         }
 
         if job.gpus == 0 {
-            let best = matching
-                .iter()
-                .copied()
-                .filter(|&i| cpu_jobs[i] < cpu_slots_per_node)
-                .min_by_key(|&i| (cpu_jobs[i], &nodes[i].name));
+            let best = if group.cpu_full {
+                None
+            } else {
+                group
+                    .nodes
+                    .iter()
+                    .copied()
+                    .filter(|&i| cpu_jobs[i] < cpu_slots_per_node)
+                    .min_by_key(|&i| (cpu_jobs[i], &nodes[i].name))
+            };
             match best {
                 Some(i) => {
                     cpu_jobs[i] += 1;
@@ -119,15 +155,17 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
                     });
                 }
                 None => {
-                    let reason = if matching.len() == 1 {
+                    groups[g].cpu_full = true;
+                    let group = &groups[g];
+                    let reason = if group.nodes.len() == 1 {
                         format!(
                             "cpu lane full ({cpu_slots_per_node}/{cpu_slots_per_node}) on {}",
-                            nodes[matching[0]].name
+                            nodes[group.nodes[0]].name
                         )
                     } else {
                         format!(
                             "cpu lane full on all {} matching nodes ({cpu_slots_per_node}/{cpu_slots_per_node} each)",
-                            matching.len()
+                            group.nodes.len()
                         )
                     };
                     plan.reasons.push((job.id.clone(), reason));
@@ -137,25 +175,46 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
         }
 
         let need = job.gpus as usize;
-        let largest_total = matching.iter().map(|&i| nodes[i].gpus.len()).max().unwrap_or(0);
-        if need > largest_total {
-            let reason = if largest_total == 0 {
+        if need > group.largest_total {
+            let reason = if group.largest_total == 0 {
                 format!("needs {} but no matching node has GPUs", gpus(need))
             } else {
                 format!(
-                    "no node can ever fit {} (the largest matching node has {largest_total})",
-                    gpus(need)
+                    "no node can ever fit {} (the largest matching node has {})",
+                    gpus(need),
+                    group.largest_total
                 )
             };
             plan.reasons.push((job.id.clone(), reason));
             continue;
         }
-        // Tightest fit among nodes nobody holds.
-        let best = matching
-            .iter()
-            .copied()
-            .filter(|&i| !held.contains_key(&i) && free[i].len() >= need)
-            .min_by_key(|&i| (free[i].len(), &nodes[i].name));
+        // One scan over the unheld nodes: the tightest fit, the largest free
+        // count, and the node to hold if nothing fits.
+        let mut best: Option<usize> = None;
+        let mut largest_free = 0;
+        let mut to_hold: Option<usize> = None;
+        if group.unheld > 0 {
+            for &i in &group.nodes {
+                if held[i].is_some() {
+                    continue;
+                }
+                let available = free[i].len();
+                largest_free = largest_free.max(available);
+                if available >= need
+                    && best.is_none_or(|b| (available, &nodes[i].name) < (free[b].len(), &nodes[b].name))
+                {
+                    best = Some(i);
+                }
+                if nodes[i].gpus.len() >= need
+                    && to_hold.is_none_or(|h| {
+                        available > free[h].len()
+                            || (available == free[h].len() && nodes[i].name < nodes[h].name)
+                    })
+                {
+                    to_hold = Some(i);
+                }
+            }
+        }
         if let Some(i) = best {
             let taken: Vec<u32> = free[i].drain(..need).collect();
             plan.placements.push(Placement {
@@ -165,22 +224,14 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
             });
             continue;
         }
-        // Free GPUs another job holds are not on offer.
-        let largest_free = matching
-            .iter()
-            .filter(|i| !held.contains_key(i))
-            .map(|&i| free[i].len())
-            .max()
-            .unwrap_or(0);
-        // Hold the unheld node (big enough) with the most free GPUs.
-        let to_hold = matching
-            .iter()
-            .copied()
-            .filter(|&i| !held.contains_key(&i) && nodes[i].gpus.len() >= need)
-            .max_by_key(|&i| (free[i].len(), std::cmp::Reverse(&nodes[i].name)));
         let reason = match to_hold {
             Some(i) => {
-                held.insert(i, (&job.id, job.gpus, job.priority));
+                held[i] = Some(position);
+                for &other in &groups_of_node[i] {
+                    groups[other].unheld -= 1;
+                    groups[other].top_holder =
+                        Some(groups[other].top_holder.map_or(position, |h| h.min(position)));
+                }
                 format!(
                     "needs {}; the largest free on a matching node is {largest_free}; holding {} ({} of {} free) until running jobs there finish",
                     gpus(need),
@@ -190,16 +241,14 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
                 )
             }
             None => {
-                let (holder, holder_needs, holder_priority) = matching
-                    .iter()
-                    .filter_map(|i| held.get(i))
-                    .max_by_key(|(_, _, priority)| *priority)
-                    .copied()
-                    .unwrap_or(("?", 0, 0));
+                // Earlier in the queue means higher priority (or same priority, earlier).
+                let holder = groups[g].top_holder.map(|h| &queue[h]);
                 format!(
-                    "needs {}; the largest free on a matching node is {largest_free}, and matching nodes are held for earlier jobs (e.g. {holder}, priority {holder_priority}, needs {})",
+                    "needs {}; the largest free on a matching node is {largest_free}, and matching nodes are held for earlier jobs (e.g. {}, priority {}, needs {})",
                     gpus(need),
-                    gpus(holder_needs as usize)
+                    holder.map_or("?", |h| h.id.as_str()),
+                    holder.map_or(0, |h| h.priority),
+                    gpus(holder.map_or(0, |h| h.gpus as usize))
                 )
             }
         };
@@ -345,7 +394,7 @@ mod tests {
                 cpu1 -> n1 []
                 sel: node_selector gpu=a100 matches no online node
                 huge: no node can ever fit 16 GPUs (the largest matching node has 8)
-                cool: retry cooldown: attempt 2 of 3 starts in 5s
+                cool: retry cooldown: attempt 2 of 3 starts at 1970-01-01T00:16:44.500Z
                 cpu2: cpu lane full (1/1) on n1
             "#]],
         );

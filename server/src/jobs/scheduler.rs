@@ -30,17 +30,8 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct QueueRow {
-    id: String,
-    gpus: i64,
-    priority: i64,
-    node_selector: String,
-    not_before: Option<i64>,
-    attempt_count: i64,
-    max_attempts: i64,
-    queued_reason: Option<String>,
-}
+/// id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason.
+type QueueRow = (String, i64, i64, String, Option<i64>, i64, i64, Option<String>);
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
 pub async fn pass(state: &AppState) -> Result<Option<i64>, ApiError> {
@@ -59,76 +50,75 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, ApiError> {
 pub async fn load_queue(
     state: &AppState,
 ) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), ApiError> {
-    let rows: Vec<QueueRow> = sqlx::query_as(
-        "SELECT id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason
-         FROM jobs WHERE status = 'QUEUED' ORDER BY priority DESC, queued_at, seq",
+    // One row holding a JSON array: the driver's per-row cost dominates at
+    // 10,000 rows, and a pass reads the whole queue.
+    let json: String = sqlx::query_scalar(
+        "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
+                                                     attempt_count, max_attempts, queued_reason)), '[]')
+         FROM (SELECT * FROM jobs WHERE status = 'QUEUED' ORDER BY priority DESC, queued_at, seq)",
     )
-    .fetch_all(&state.db)
+    .fetch_one(&state.db)
     .await?;
+    let rows: Vec<QueueRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     let mut selectors: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let mut reasons = HashMap::with_capacity(rows.len());
     let queue = rows
         .into_iter()
-        .map(|row| {
-            let selector = selectors
-                .entry(row.node_selector.clone())
-                .or_insert_with(|| serde_json::from_str(&row.node_selector).unwrap_or_default())
-                .clone();
-            reasons.insert(row.id.clone(), row.queued_reason);
-            QueuedJob {
-                id: row.id,
-                gpus: row.gpus.max(0) as u32,
-                priority: row.priority,
-                node_selector: selector,
-                not_before: row.not_before,
-                next_attempt: row.attempt_count + 1,
-                max_attempts: row.max_attempts,
-            }
-        })
+        .map(
+            |(id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason)| {
+                let selector = match selectors.get(&node_selector) {
+                    Some(parsed) => parsed.clone(),
+                    None => {
+                        let parsed: BTreeMap<String, String> =
+                            serde_json::from_str(&node_selector).unwrap_or_default();
+                        selectors.insert(node_selector, parsed.clone());
+                        parsed
+                    }
+                };
+                reasons.insert(id.clone(), queued_reason);
+                QueuedJob {
+                    id,
+                    gpus: gpus.max(0) as u32,
+                    priority,
+                    node_selector: selector,
+                    not_before,
+                    next_attempt: attempt_count + 1,
+                    max_attempts,
+                }
+            },
+        )
         .collect();
     Ok((queue, reasons))
 }
 
-/// ONLINE nodes with their GPUs and what active attempts hold.
+/// ONLINE nodes with their GPUs and what active attempts hold, in one query.
 pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, ApiError> {
-    let rows: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT id, name, labels FROM nodes WHERE status = 'ONLINE' ORDER BY name")
-            .fetch_all(&state.db)
-            .await?;
-    let mut nodes: Vec<NodeCapacity> = rows
+    // id, name, labels, GPU indices, GPUs of each active attempt ([] for cpu jobs).
+    type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<Vec<u32>>);
+    let json: String = sqlx::query_scalar(
+        "SELECT coalesce(json_group_array(json_array(id, name, json(labels),
+                    (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
+                    (SELECT json_group_array(json(a.gpus)) FROM attempts a
+                     WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
+         FROM (SELECT * FROM nodes WHERE status = 'ONLINE' ORDER BY name) n",
+    )
+    .fetch_one(&state.db)
+    .await?;
+    let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
+    Ok(rows
         .into_iter()
-        .map(|(id, name, labels)| NodeCapacity {
-            id,
-            name,
-            labels: serde_json::from_str(&labels).unwrap_or_default(),
-            gpus: Vec::new(),
-            busy_gpus: Default::default(),
-            cpu_jobs: 0,
-        })
-        .collect();
-    let index: HashMap<String, usize> = nodes.iter().enumerate().map(|(i, n)| (n.id.clone(), i)).collect();
-    let gpus: Vec<(String, i64)> = sqlx::query_as("SELECT node_id, idx FROM gpus ORDER BY node_id, idx")
-        .fetch_all(&state.db)
-        .await?;
-    for (node_id, idx) in gpus {
-        if let Some(&i) = index.get(&node_id) {
-            nodes[i].gpus.push(idx as u32);
-        }
-    }
-    let active: Vec<(String, String)> =
-        sqlx::query_as("SELECT node_id, gpus FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')")
-            .fetch_all(&state.db)
-            .await?;
-    for (node_id, held) in active {
-        if let Some(&i) = index.get(&node_id) {
-            let held: Vec<u32> = serde_json::from_str(&held).unwrap_or_default();
-            if held.is_empty() {
-                nodes[i].cpu_jobs += 1;
+        .map(|(id, name, labels, mut gpus, active)| {
+            gpus.sort_unstable();
+            NodeCapacity {
+                id,
+                name,
+                labels,
+                gpus,
+                cpu_jobs: active.iter().filter(|held| held.is_empty()).count() as u32,
+                busy_gpus: active.into_iter().flatten().collect(),
             }
-            nodes[i].busy_gpus.extend(held);
-        }
-    }
-    Ok(nodes)
+        })
+        .collect())
 }
 
 async fn apply(

@@ -1,0 +1,544 @@
+//! Jobs: one scheduling pass over 10,000 queued jobs and 1,000 nodes,
+//! submit → RUNNING latency with an idle agent, log ingest through the
+//! server, agent idle CPU, server memory with 10,000 queued jobs.
+
+use anyhow::Context;
+use gpuplane_api::agent::{AgentHello, Report, ReportItem};
+use gpuplane_api::auth::Scope;
+use gpuplane_api::job::JobSpec;
+use gpuplane_api::log::LogStream;
+use gpuplane_api::node::{Gpu, GpuSource};
+use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, plan};
+use gpuplane_server::testkit::{agent_token, start_server_with, user_token};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub async fn run() -> anyhow::Result<()> {
+    println!(
+        "== jobs benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    scheduling_pass().await?;
+    let binaries = release_binaries()?;
+    submit_to_running(&binaries).await?;
+    log_ingest(&binaries).await?;
+    agent_idle_cpu(&binaries).await?;
+    server_rss(&binaries).await?;
+    Ok(())
+}
+
+struct Binaries {
+    server: PathBuf,
+    agent: PathBuf,
+}
+
+fn release_binaries() -> anyhow::Result<Binaries> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().context("no parent directory")?;
+    let binaries = Binaries {
+        server: dir.join("gpuplane-server"),
+        agent: dir.join("gpuplane-agent"),
+    };
+    for path in [&binaries.server, &binaries.agent] {
+        anyhow::ensure!(
+            path.exists(),
+            "{} is missing: cargo build --release -p gpuplane-server -p gpuplane-agent",
+            path.display()
+        );
+    }
+    Ok(binaries)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+/// 10,000 queued jobs (1-8 GPUs, a quarter with a selector) over 1,000
+/// nodes of 8 GPUs with some busy: the pure plan, then the server's whole
+/// pass (load from SQLite, plan, write reasons) on the real database.
+async fn scheduling_pass() -> anyhow::Result<()> {
+    let nodes: Vec<NodeCapacity> = (0..1000)
+        .map(|i| NodeCapacity {
+            id: format!("node_{i}"),
+            name: format!("n{i:04}"),
+            labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 4))]),
+            gpus: (0..8).collect(),
+            busy_gpus: (0..(i % 9) as u32).collect::<BTreeSet<u32>>(),
+            cpu_jobs: 0,
+        })
+        .collect();
+    let queue: Vec<QueuedJob> = (0..10_000)
+        .map(|i| QueuedJob {
+            id: format!("job_{i}"),
+            gpus: [1, 1, 2, 4, 8, 0][i % 6],
+            priority: (i % 5) as i64,
+            node_selector: if i % 4 == 0 {
+                BTreeMap::from([("zone".to_string(), format!("z{}", i % 3))])
+            } else {
+                BTreeMap::new()
+            },
+            not_before: None,
+            next_attempt: 1,
+            max_attempts: 1,
+        })
+        .collect();
+    let mut times = Vec::new();
+    let mut placed = 0;
+    for _ in 0..20 {
+        let started = Instant::now();
+        let result = plan(&queue, &nodes, 4, 0);
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        placed = result.placements.len();
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "scheduling: plan() over 10,000 queued jobs x 1,000 nodes: p50 {:.2} ms, max {:.2} ms ({placed} placed, the rest with reasons)",
+        percentile(&times, 0.5),
+        times[times.len() - 1]
+    );
+
+    // The same shape through the real server: SQLite load, plan, apply.
+    let dir = tempfile::tempdir()?;
+    let server = start_server_with(dir.path(), |config| config.cpu_slots_per_node = 4).await;
+    let state = server.state.clone();
+    let user = gpuplane_server::admin::create_user(&state.db, "bench", "bench-password", true).await?;
+    let mut tx = state.db.begin().await?;
+    for i in 0..1000 {
+        let hello = AgentHello {
+            name: format!("n{i:04}"),
+            hostname: format!("n{i:04}"),
+            labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 4))]),
+            gpus: (0..8).map(simulated_gpu).collect(),
+            agent_version: "bench".into(),
+            attempts: Vec::new(),
+        };
+        gpuplane_server::nodes::register(&mut tx, &hello).await?;
+    }
+    tx.commit().await?;
+    // Fill every GPU and cpu slot first, so the 10,000 jobs all stay queued.
+    let fillers = 1000 * 8 / 8 + 1000 * 4;
+    for i in 0..fillers {
+        let mut spec = JobSpec::new(format!("filler-{i}"), vec!["true".into()]);
+        spec.resources.gpu = if i < 1000 { 8 } else { 0 };
+        gpuplane_server::jobs::store::submit(&state.db, &spec, Some(&user)).await?;
+    }
+    gpuplane_server::jobs::scheduler::pass(&state).await?;
+    for i in 0..10_000 {
+        let mut spec = JobSpec::new(format!("queued-{i}"), vec!["true".into()]);
+        spec.resources.gpu = [1, 1, 2, 4, 8, 0][i % 6];
+        spec.priority = (i % 5) as i64;
+        gpuplane_server::jobs::store::submit(&state.db, &spec, Some(&user)).await?;
+    }
+    let started = Instant::now();
+    gpuplane_server::jobs::scheduler::pass(&state).await?;
+    let first = started.elapsed().as_secs_f64() * 1000.0;
+    let mut steady = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        gpuplane_server::jobs::scheduler::pass(&state).await?;
+        steady.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    steady.sort_by(f64::total_cmp);
+    let started = Instant::now();
+    let (queue, _) = gpuplane_server::jobs::scheduler::load_queue(&state).await?;
+    let load_queue = started.elapsed().as_secs_f64() * 1000.0;
+    let started = Instant::now();
+    let nodes = gpuplane_server::jobs::scheduler::load_nodes(&state).await?;
+    let load_nodes = started.elapsed().as_secs_f64() * 1000.0;
+    let started = Instant::now();
+    plan(&queue, &nodes, 4, 0);
+    let planned = started.elapsed().as_secs_f64() * 1000.0;
+    println!(
+        "scheduling: server pass (SQLite load + plan + apply), 10,000 queued x 1,000 nodes: first {first:.1} ms (writes 10,000 reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",
+        percentile(&steady, 0.5)
+    );
+    server.stop().await?;
+    Ok(())
+}
+
+fn simulated_gpu(index: u32) -> Gpu {
+    Gpu {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: "Simulated GPU".into(),
+        source: GpuSource::Simulated,
+        memory_total_mib: Some(81920),
+        memory_used_mib: Some(0),
+        utilization_percent: Some(0),
+        temperature_c: None,
+    }
+}
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A release server process on a free port with a bootstrapped user and agent token.
+struct ServerProcess {
+    _dir: tempfile::TempDir,
+    process: Proc,
+    url: String,
+    token: String,
+    agent_token: String,
+}
+
+async fn start_server_process(binaries: &Binaries, extra: &[&str]) -> anyhow::Result<ServerProcess> {
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data)?;
+    let db = gpuplane_server::db::open(&data).await?;
+    let token = user_token(&db, "bench", Scope::Write, true).await;
+    let agent_token = agent_token(&db).await;
+    db.close().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let url = format!("http://127.0.0.1:{port}");
+    let process = Proc(
+        Command::new(&binaries.server)
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .env("GPUPLANE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    let http = reqwest::Client::new();
+    for _ in 0..200 {
+        if http.get(format!("{url}/api/v1/health")).send().await.is_ok() {
+            return Ok(ServerProcess {
+                _dir: dir,
+                process,
+                url,
+                token,
+                agent_token,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    anyhow::bail!("the server did not start")
+}
+
+fn start_agent(
+    binaries: &Binaries,
+    server: &ServerProcess,
+    gpus: u32,
+    jobs_dir: &std::path::Path,
+    extra: &[&str],
+) -> anyhow::Result<Proc> {
+    Ok(Proc(
+        Command::new(&binaries.agent)
+            .args([
+                "--server",
+                &server.url,
+                "--token",
+                &server.agent_token,
+                "--name",
+                "bench-node",
+            ])
+            .args(["--fake-gpus", &gpus.to_string(), "--jobs-dir"])
+            .arg(jobs_dir)
+            .args(extra)
+            .env("GPUPLANE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    ))
+}
+
+async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> anyhow::Result<()> {
+    for _ in 0..400 {
+        let nodes: serde_json::Value = http
+            .get(format!("{}/api/v1/nodes", server.url))
+            .bearer_auth(&server.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if nodes["items"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|n| n["status"] == "ONLINE"))
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    anyhow::bail!("the agent did not connect")
+}
+
+/// Submit a job, wait until it runs, one at a time; the interval is measured
+/// by the clock of this process from the POST to the first GET that shows
+/// RUNNING (polled every millisecond), and by the server's timestamps
+/// (created_at → started_at, the moment the process was spawned).
+async fn submit_to_running(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let jobs_dir = tempfile::tempdir()?;
+    let _agent = start_agent(binaries, &server, 8, jobs_dir.path(), &[])?;
+    let http = reqwest::Client::new();
+    wait_for_node(&http, &server).await?;
+    let mut client_ms = Vec::new();
+    let mut server_ms = Vec::new();
+    for i in 0..200 {
+        let started = Instant::now();
+        let job: serde_json::Value = http
+            .post(format!("{}/api/v1/jobs", server.url))
+            .bearer_auth(&server.token)
+            .json(&serde_json::json!({"name": format!("latency-{i}"), "resources": {"gpu": 1}, "command": ["sleep", "0.2"]}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let id = job["id"].as_str().context("no job id")?.to_string();
+        let job = loop {
+            let job: serde_json::Value = http
+                .get(format!("{}/api/v1/jobs/{id}", server.url))
+                .bearer_auth(&server.token)
+                .send()
+                .await?
+                .json()
+                .await?;
+            if job["status"] == "RUNNING" || job["status"] == "SUCCEEDED" {
+                break job;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        client_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        let created = parse_time(job["created_at"].as_str().unwrap_or_default());
+        let running = parse_time(job["attempts"][0]["started_at"].as_str().unwrap_or_default());
+        server_ms.push((running - created) as f64);
+    }
+    client_ms.sort_by(f64::total_cmp);
+    server_ms.sort_by(f64::total_cmp);
+    println!(
+        "dispatch: submit -> RUNNING, idle agent, 200 jobs: client-observed p50 {:.1} ms, p99 {:.1} ms; server timestamps p50 {:.0} ms, p99 {:.0} ms",
+        percentile(&client_ms, 0.5),
+        percentile(&client_ms, 0.99),
+        percentile(&server_ms, 0.5),
+        percentile(&server_ms, 0.99)
+    );
+    Ok(())
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time with millisecond precision (UTC).
+fn parse_time(text: &str) -> i64 {
+    // 2026-11-30T02:30:51.501Z
+    let parse =
+        |range: std::ops::Range<usize>| text.get(range).and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+    let (hour, minute, second, milli) = (parse(11..13), parse(14..16), parse(17..19), parse(20..23));
+    let day = parse(8..10);
+    ((day * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + milli
+}
+
+/// Output lines through the server: batches posted straight to the report
+/// route, and a real job printing a million lines through the agent.
+async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let http = reqwest::Client::new();
+    // This process plays an agent for the direct measurement.
+    let hello = AgentHello {
+        name: "ingest-node".into(),
+        hostname: "ingest-node".into(),
+        labels: BTreeMap::new(),
+        gpus: Vec::new(),
+        agent_version: "bench".into(),
+        attempts: Vec::new(),
+    };
+    let welcome: serde_json::Value = http
+        .post(format!("{}/api/v1/agent/hello", server.url))
+        .bearer_auth(&server.agent_token)
+        .json(&hello)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let node_id = welcome["node_id"].as_str().context("no node id")?.to_string();
+    let job: serde_json::Value = http
+        .post(format!("{}/api/v1/jobs", server.url))
+        .bearer_auth(&server.token)
+        .json(&serde_json::json!({"name": "ingest", "command": ["true"]}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let job_id = job["id"].as_str().context("no job id")?.to_string();
+    for _ in 0..400 {
+        let job: serde_json::Value = http
+            .get(format!("{}/api/v1/jobs/{job_id}", server.url))
+            .bearer_auth(&server.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if job["status"] == "DISPATCHING" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let line = "step 1234 | loss 0.123456 | lr 3.0e-04 | tokens/s 152340 | grad_norm 1.02".to_string();
+    let batch = 5_000;
+    let batches = 200;
+    let started = Instant::now();
+    for b in 0..batches {
+        let report = Report {
+            node_id: node_id.clone(),
+            items: vec![ReportItem::Lines {
+                job_id: job_id.clone(),
+                attempt: 1,
+                stream: LogStream::Stdout,
+                first_n: (b * batch + 1) as i64,
+                time: 0,
+                lines: vec![line.clone(); batch],
+            }],
+        };
+        let response = http
+            .post(format!("{}/api/v1/agent/report", server.url))
+            .bearer_auth(&server.agent_token)
+            .json(&report)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "report refused: {}",
+            response.status()
+        );
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let total = batch * batches;
+    println!(
+        "logs: ingest over HTTP, {total} lines of {} bytes in batches of {batch}: {:.0} lines/s",
+        line.len(),
+        total as f64 / seconds
+    );
+    drop(server);
+
+    // The whole path: a job prints a million lines; until the server has the last one.
+    let server = start_server_process(binaries, &[]).await?;
+    let jobs_dir = tempfile::tempdir()?;
+    let _agent = start_agent(binaries, &server, 1, jobs_dir.path(), &[])?;
+    wait_for_node(&http, &server).await?;
+    let started = Instant::now();
+    let job: serde_json::Value = http
+        .post(format!("{}/api/v1/jobs", server.url))
+        .bearer_auth(&server.token)
+        .json(&serde_json::json!({"name": "million", "command": ["seq", "1", "1000000"]}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let job_id = job["id"].as_str().context("no job id")?.to_string();
+    loop {
+        let logs: serde_json::Value = http
+            .get(format!(
+                "{}/api/v1/jobs/{job_id}/logs?tail=1&stream=stdout",
+                server.url
+            ))
+            .bearer_auth(&server.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if logs["lines"][0]["text"] == "1000000" {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(300),
+            "the last line never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "logs: a job printing 1,000,000 lines, submit -> last line on the server through the agent: {seconds:.2} s ({:.0} lines/s)",
+        1_000_000.0 / seconds
+    );
+    Ok(())
+}
+
+/// CPU seconds a process's threads have run, from /proc (nanosecond resolution).
+fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let mut total = 0.0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let schedstat = std::fs::read_to_string(task?.path().join("schedstat"))?;
+        let nanos: f64 = schedstat
+            .split_whitespace()
+            .next()
+            .context("empty schedstat")?
+            .parse()?;
+        total += nanos / 1e9;
+    }
+    Ok(total)
+}
+
+async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &["--heartbeat-interval-ms", "1000"]).await?;
+    let jobs_dir = tempfile::tempdir()?;
+    let agent = start_agent(binaries, &server, 8, jobs_dir.path(), &[])?;
+    let http = reqwest::Client::new();
+    wait_for_node(&http, &server).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = agent.0.id();
+    let before = cpu_seconds(pid)?;
+    let window = Duration::from_secs(20);
+    tokio::time::sleep(window).await;
+    let used = cpu_seconds(pid)? - before;
+    println!(
+        "agent: idle with 8 simulated GPUs read every second (one poll per second): {:.4}% of a core over {}s",
+        used / window.as_secs_f64() * 100.0,
+        window.as_secs()
+    );
+    Ok(())
+}
+
+fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .context("no VmRSS")?
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+async fn server_rss(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let pid = server.process.0.id();
+    let idle = rss_mib(pid)?;
+    let http = reqwest::Client::new();
+    for i in 0..10_000 {
+        let response = http
+            .post(format!("{}/api/v1/jobs", server.url))
+            .bearer_auth(&server.token)
+            .json(&serde_json::json!({"name": format!("queued-{i}"), "resources": {"gpu": 1}, "command": ["python", "train.py", "--epochs", "10"]}))
+            .send()
+            .await?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "submit refused: {}",
+            response.status()
+        );
+    }
+    // Let the scheduler write every queued reason once.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let listed: serde_json::Value = http
+        .get(format!("{}/api/v1/jobs?status=QUEUED&limit=500", server.url))
+        .bearer_auth(&server.token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    println!(
+        "server: RSS idle {idle:.1} MiB; with 10,000 queued jobs (no node online) {:.1} MiB; reason shown: {}",
+        rss_mib(pid)?,
+        listed["items"][0]["queued_reason"]
+    );
+    Ok(())
+}
