@@ -41,6 +41,10 @@ pub mod codes {
     pub const INVALID_TOKEN: &str = "invalid_token";
     /// 403: the token is valid but lacks the scope (RFC 6750).
     pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
+    /// 403: signed in, but the role in the project is too low.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// 429: too many attempts (sign-ins, user codes).
+    pub const RATE_LIMITED: &str = "rate_limited";
     pub const NOT_FOUND: &str = "not_found";
     pub const CONFLICT: &str = "conflict";
     pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";

@@ -9,6 +9,7 @@ pub mod health;
 pub mod job;
 pub mod log;
 pub mod node;
+pub mod project;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):
 /// safely inside i64 and exact in the f64 of JavaScript and Python clients.

@@ -105,6 +105,12 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let server = start_server_with(dir.path(), |config| config.cpu_slots_per_node = 4).await;
     let state = server.state.clone();
     let user = gpuplane_server::admin::create_user(&state.db, "bench", "bench-password", true).await?;
+    let user = gpuplane_server::access::Principal {
+        user_id: Some(user),
+        user_name: Some("bench".into()),
+        is_admin: true,
+        project: None,
+    };
     let mut tx = state.db.begin().await?;
     for i in 0..1000 {
         let hello = AgentHello {
@@ -123,14 +129,14 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     for i in 0..fillers {
         let mut spec = JobSpec::new(format!("filler-{i}"), vec!["true".into()]);
         spec.resources.gpu = if i < 1000 { 8 } else { 0 };
-        gpuplane_server::jobs::store::submit(&state.db, &spec, Some(&user)).await?;
+        gpuplane_server::jobs::store::submit(&state.db, &spec, &user).await?;
     }
     gpuplane_server::jobs::scheduler::pass(&state).await?;
     for i in 0..10_000 {
         let mut spec = JobSpec::new(format!("queued-{i}"), vec!["true".into()]);
         spec.resources.gpu = [1, 1, 2, 4, 8, 0][i % 6];
         spec.priority = (i % 5) as i64;
-        gpuplane_server::jobs::store::submit(&state.db, &spec, Some(&user)).await?;
+        gpuplane_server::jobs::store::submit(&state.db, &spec, &user).await?;
     }
     let started = Instant::now();
     gpuplane_server::jobs::scheduler::pass(&state).await?;

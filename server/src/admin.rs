@@ -88,7 +88,15 @@ pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: boo
     .execute(db)
     .await;
     match result.map_err(DbError::from) {
-        Ok(_) => Ok(id),
+        Ok(_) => {
+            // Everyone may work in the default project.
+            sqlx::query("INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, 'editor', ?)")
+                .bind(&id)
+                .bind(now_ms())
+                .execute(db)
+                .await?;
+            Ok(id)
+        }
         Err(DbError::Conflict(_)) => bail!("a user named `{name}` already exists"),
         Err(other) => Err(other.into()),
     }

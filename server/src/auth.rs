@@ -4,6 +4,7 @@
 //! which is enough for a secret of that entropy and lets lookups use an index.
 //! Handlers declare the scope they need in their signature with [`Authed`].
 
+use crate::access::Principal;
 use crate::db::DbError;
 use crate::error::ApiError;
 use crate::ids::new_id;
@@ -100,6 +101,22 @@ pub struct Caller {
     pub user_id: Option<String>,
     pub user_name: Option<String>,
     pub is_admin: bool,
+    /// The token is limited to this project.
+    pub project: Option<String>,
+    /// A job's sdk token is limited to the job's run.
+    pub run_id: Option<String>,
+}
+
+impl Caller {
+    /// The caller as access checks see it.
+    pub fn principal(&self) -> Principal {
+        Principal {
+            user_id: self.user_id.clone(),
+            user_name: self.user_name.clone(),
+            is_admin: self.is_admin,
+            project: self.project.clone(),
+        }
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -114,12 +131,14 @@ struct TokenRow {
     user_name: Option<String>,
     is_admin: Option<bool>,
     disabled_at: Option<i64>,
+    project: Option<String>,
+    run_id: Option<String>,
 }
 
 /// Resolves a presented token, or says why it is not valid.
 pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiError> {
     let row: Option<TokenRow> = sqlx::query_as(
-        "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at,
+        "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at, t.project, t.run_id,
                 u.id AS user_id, u.name AS user_name, u.is_admin, u.disabled_at
          FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = ?",
@@ -160,6 +179,8 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
         user_id: row.user_id,
         user_name: row.user_name,
         is_admin: row.is_admin.unwrap_or(false),
+        project: row.project,
+        run_id: row.run_id,
     })
 }
 

@@ -30,8 +30,13 @@ pub enum ApiError {
     InvalidToken(&'static str),
     #[error("this route needs a token with the `{0}` scope")]
     InsufficientScope(Scope),
+    /// 403 for a role that is too low (scopes use `InsufficientScope`).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
+    #[error("{0}")]
+    RateLimited(String),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -81,7 +86,9 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
             ApiError::InvalidToken(_) => (StatusCode::UNAUTHORIZED, codes::INVALID_TOKEN),
             ApiError::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
+            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),

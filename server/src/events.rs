@@ -27,8 +27,8 @@ pub async fn record(
     message: &str,
 ) -> Result<i64, DbError> {
     let seq: i64 = sqlx::query_scalar(
-        "INSERT INTO events (id, time, severity, kind, job_id, run_id, node_id, message)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        "INSERT INTO events (id, time, severity, kind, job_id, run_id, node_id, message, project)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT project FROM jobs WHERE id = ?5)) RETURNING seq",
     )
     .bind(new_id("evt"))
     .bind(time)
@@ -55,6 +55,8 @@ pub struct Filter {
     pub kind: Option<EventKind>,
     /// Only events after this sequence number (SSE resume).
     pub after: Option<i64>,
+    /// Only events of these projects (JSON array) or of no project (nodes); `None`: all.
+    pub projects: Option<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -108,6 +110,7 @@ async fn query(
         "SELECT seq, id, time, severity, kind, job_id, run_id, node_id, message FROM events
          WHERE (?1 IS NULL OR run_id = ?1) AND (?2 IS NULL OR job_id = ?2) AND (?3 IS NULL OR severity = ?3)
            AND (?4 IS NULL OR kind = ?4) AND (?5 IS NULL OR seq < ?5) AND (?6 IS NULL OR seq > ?6)
+           AND (?8 IS NULL OR project IS NULL OR project IN (SELECT value FROM json_each(?8)))
          ORDER BY seq {order} LIMIT ?7"
     ))
     .bind(&filter.run_id)
@@ -117,6 +120,7 @@ async fn query(
     .bind(before)
     .bind(filter.after)
     .bind(limit)
+    .bind(&filter.projects)
     .fetch_all(db)
     .await?;
     rows.into_iter()

@@ -1,6 +1,7 @@
 //! The GPUPlane server as a library: `main.rs` parses arguments and calls
 //! [`run`]; tests call [`start`] to get a real server on a free port.
 
+pub mod access;
 pub mod admin;
 pub mod agents;
 pub mod api;

@@ -272,6 +272,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         post   /api/v1/jobs/{job_id}/retry  bearer ["write"]
         get    /api/v1/nodes  bearer ["read"]
         get    /api/v1/openapi.json  public
+        get    /api/v1/projects  bearer ["read"]
+        post   /api/v1/projects  bearer ["write"]
+        post   /api/v1/projects/{name}/members  bearer ["write"]
     "#]]
     .assert_eq(&summary);
 }

@@ -1,5 +1,6 @@
 //! `/api/v1/events`: list with filters, and follow as server-sent events.
 
+use crate::access;
 use crate::api::jobs::{cursor, page_limit};
 use crate::auth::{Authed, Read};
 use crate::error::{ApiError, ApiQuery};
@@ -60,6 +61,7 @@ fn filter(query: &EventQuery, errors: &mut Vec<FieldError>) -> Filter {
         severity,
         kind,
         after: None,
+        projects: None,
     }
 }
 
@@ -70,12 +72,15 @@ fn filter(query: &EventQuery, errors: &mut Vec<FieldError>) -> Filter {
     responses((status = 200, body = Page<Event>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn list_events(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<EventQuery>,
 ) -> Result<Json<Page<Event>>, ApiError> {
     let mut errors = Vec::new();
-    let filter = filter(&query, &mut errors);
+    let mut filter = filter(&query, &mut errors);
+    filter.projects = access::visible_projects(&state.db, &auth.caller.principal())
+        .await?
+        .as_json();
     let limit = page_limit(query.limit, &mut errors);
     let before = cursor(query.before, &mut errors);
     if !errors.is_empty() {
@@ -91,7 +96,7 @@ pub async fn list_events(
     responses((status = 200, description = "`event` events carrying an Event", content_type = "text/event-stream"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn follow_events(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<EventQuery>,
@@ -101,6 +106,9 @@ pub async fn follow_events(
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
+    filter.projects = access::visible_projects(&state.db, &auth.caller.principal())
+        .await?
+        .as_json();
     let resume = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())

@@ -1,5 +1,6 @@
 //! `/api/v1/jobs`: submit, list, show, cancel, retry.
 
+use crate::access;
 use crate::auth::{Authed, Read, Write};
 use crate::error::{ApiError, ApiJson, ApiQuery, OptionalJson};
 use crate::jobs::spec;
@@ -10,6 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus};
+use gpuplane_api::project::Role;
 use gpuplane_api::{MAX_I64_SAFE, Page};
 use serde::Deserialize;
 
@@ -29,7 +31,7 @@ pub async fn submit_job(
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     spec::validate(&spec).map_err(ApiError::Validation)?;
-    let job_id = store::submit(&state.db, &spec, auth.caller.user_id.as_deref()).await?;
+    let job_id = store::submit(&state.db, &spec, &auth.caller.principal()).await?;
     state.scheduler_wake.notify_one();
     tracing::info!(
         job_id,
@@ -59,7 +61,7 @@ pub struct ListQuery {
     responses((status = 200, body = Page<Job>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn list_jobs(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
 ) -> Result<Json<Page<Job>>, ApiError> {
@@ -80,8 +82,17 @@ pub async fn list_jobs(
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
+    let visible = access::visible_projects(&state.db, &auth.caller.principal()).await?;
     Ok(Json(
-        store::list(&state.db, status, query.project.as_deref(), limit, before).await?,
+        store::list(
+            &state.db,
+            &visible,
+            status,
+            query.project.as_deref(),
+            limit,
+            before,
+        )
+        .await?,
     ))
 }
 
@@ -121,11 +132,13 @@ pub fn cursor(before: Option<i64>, errors: &mut Vec<FieldError>) -> Option<i64> 
     responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn get_job(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
 ) -> Result<Json<Job>, ApiError> {
-    Ok(Json(store::get(&state.db, &job_id).await?))
+    Ok(Json(
+        store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?,
+    ))
 }
 
 /// Cancels a job. Needs `{"confirm": true}`: a running job is stopped
@@ -137,14 +150,14 @@ pub async fn get_job(
     responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn cancel_job(
-    _auth: Authed<Write>,
+    auth: Authed<Write>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
     OptionalJson(request): OptionalJson<CancelRequest>,
 ) -> Result<Json<Job>, ApiError> {
+    // Unknown (or invisible) jobs are 404 before anything else.
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     if !request.confirm {
-        // Unknown jobs are still 404, not 422.
-        store::get(&state.db, &job_id).await?;
         return Err(ApiError::field(
             "confirm",
             "must be true: cancelling stops the job (gpuctl job cancel ID --confirm)",
@@ -165,10 +178,11 @@ pub async fn cancel_job(
     responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_job(
-    _auth: Authed<Write>,
+    auth: Authed<Write>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
 ) -> Result<Json<Job>, ApiError> {
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     store::retry(&state.db, &job_id).await?;
     state.scheduler_wake.notify_one();
     Ok(Json(store::get(&state.db, &job_id).await?))

@@ -17,6 +17,7 @@ use futures_util::{Stream, StreamExt};
 use gpuplane_api::agent::AgentCommand;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::log::{LogStream, Logs};
+use gpuplane_api::project::Role;
 use serde::Deserialize;
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -67,13 +68,13 @@ fn check_log_query(query: &LogQuery) -> Result<i64, ApiError> {
     responses((status = 200, body = Logs), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn job_logs(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
     ApiQuery(query): ApiQuery<LogQuery>,
 ) -> Result<Json<Logs>, ApiError> {
     let tail = check_log_query(&query)?;
-    store::get(&state.db, &job_id).await?;
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
     let (_, logs) = logs::tail(&state.db, &job_id, attempt, query.stream, tail).await?;
     Ok(Json(logs))
@@ -89,14 +90,14 @@ pub async fn job_logs(
     responses((status = 200, description = "`line` events carrying a LogLine, then `end`", content_type = "text/event-stream"),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn follow_logs(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<LogQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let tail = check_log_query(&query)?;
-    store::get(&state.db, &job_id).await?;
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let resume = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
@@ -237,12 +238,12 @@ pub struct FullLogQuery {
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn full_log(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
     ApiQuery(query): ApiQuery<FullLogQuery>,
 ) -> Result<Response, ApiError> {
-    store::get(&state.db, &job_id).await?;
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let stream = query.stream.unwrap_or(LogStream::Stdout);
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
     let node: Option<(String, String, String)> = sqlx::query_as(

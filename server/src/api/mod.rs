@@ -9,6 +9,7 @@ pub(crate) mod health;
 pub(crate) mod jobs;
 mod logs;
 mod nodes;
+mod projects;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -57,6 +58,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(logs::job_logs))
         .routes(routes!(logs::follow_logs))
         .routes(routes!(logs::full_log))
+        .routes(routes!(projects::list_projects, projects::create_project))
+        .routes(routes!(projects::set_member))
         .routes(routes!(events::list_events))
         .routes(routes!(events::follow_events))
         .routes(routes!(agent::hello))

@@ -1,12 +1,14 @@
 //! Jobs in SQLite: submit, read, list, cancel, retry. Transitions driven by
 //! agents live in `lifecycle`, dispatch decisions in `scheduler`.
 
+use crate::access::{self, Principal, Visible};
 use crate::db::DbError;
 use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::job::{Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, signal_name};
+use gpuplane_api::project::Role;
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::HashMap;
 
@@ -14,19 +16,30 @@ use std::collections::HashMap;
 pub const WAITING_FOR_SCHEDULER: &str = "waiting for the scheduler";
 
 /// Stores a validated spec as a QUEUED job with its run; returns the job id.
-pub async fn submit(db: &SqlitePool, spec: &JobSpec, user_id: Option<&str>) -> Result<String, ApiError> {
+/// The submitter must be an editor of the job's project.
+pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> Result<String, ApiError> {
+    let project = spec.project.clone();
+    access::require(db, principal, &spec.project, Role::Editor, || {
+        ApiError::field(
+            "project",
+            format!("no project named `{project}` that you can submit to"),
+        )
+    })
+    .await?;
+    let user_id = principal.user_id.as_deref();
     let now = now_ms();
     let job_id = new_id("job");
     let run_id = new_id("run");
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
-    let project: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+    // Admins pass the role check for any name: the project must also exist.
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
         .bind(&spec.project)
         .fetch_optional(&mut *tx)
         .await?;
-    if project.is_none() {
+    if exists.is_none() {
         return Err(ApiError::field(
             "project",
-            format!("no project named `{}`", spec.project),
+            format!("no project named `{project}` that you can submit to"),
         ));
     }
     let spec_json = serde_json::to_string(spec).map_err(anyhow::Error::from)?;
@@ -104,7 +117,23 @@ struct AttemptRow {
 const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,
     j.queued_reason, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at";
 
-/// One job with its attempts.
+/// One job the principal may see, checked for at least `needed`; a job of
+/// another project is "not found", exactly like one that does not exist.
+pub async fn get_for(
+    db: &SqlitePool,
+    principal: &Principal,
+    job_id: &str,
+    needed: Role,
+) -> Result<Job, ApiError> {
+    let job = get(db, job_id).await?;
+    access::require(db, principal, &job.project, needed, || {
+        ApiError::NotFound(format!("no job {job_id}"))
+    })
+    .await?;
+    Ok(job)
+}
+
+/// One job with its attempts (no access check: see [`get_for`]).
 pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, ApiError> {
     let row: Option<JobRow> = sqlx::query_as(&format!(
         "SELECT {JOB_COLUMNS} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by WHERE j.id = ?"
@@ -117,9 +146,11 @@ pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, ApiError> {
     job_from_row(row, attempts.remove(job_id).unwrap_or_default())
 }
 
-/// Jobs newest first, optionally of one status and project, `limit` per page.
+/// Jobs of the visible projects, newest first, optionally of one status and
+/// project, `limit` per page.
 pub async fn list(
     db: &SqlitePool,
+    visible: &Visible,
     status: Option<JobStatus>,
     project: Option<&str>,
     limit: i64,
@@ -128,12 +159,14 @@ pub async fn list(
     let rows: Vec<JobRow> = sqlx::query_as(&format!(
         "SELECT {JOB_COLUMNS} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by
          WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
+           AND (?5 IS NULL OR j.project IN (SELECT value FROM json_each(?5)))
          ORDER BY j.seq DESC LIMIT ?4"
     ))
     .bind(status.map(JobStatus::as_str))
     .bind(project)
     .bind(before)
     .bind(limit + 1)
+    .bind(visible.as_json())
     .fetch_all(db)
     .await?;
     let has_more = rows.len() as i64 > limit;

@@ -1,0 +1,64 @@
+//! Projects and the roles of their members.
+
+use serde::{Deserialize, Serialize};
+
+/// What a member may do in a project; each role includes the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Read jobs, runs, logs, metrics and events.
+    Viewer,
+    /// Also submit, cancel, retry, evaluate.
+    Editor,
+    /// Also manage the project's members.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Editor => "editor",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "viewer" => Ok(Role::Viewer),
+            "editor" => Ok(Role::Editor),
+            "admin" => Ok(Role::Admin),
+            _ => Err(format!("unknown role `{s}`; expected viewer, editor or admin")),
+        }
+    }
+}
+
+/// A project as a caller sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Project {
+    pub name: String,
+    /// The caller's role in it.
+    pub role: Role,
+}
+
+/// `POST /api/v1/projects`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewProject {
+    pub name: String,
+}
+
+/// `POST /api/v1/projects/{name}/members`: add a member or change their role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Membership {
+    pub user: String,
+    pub role: Role,
+}

@@ -1,0 +1,110 @@
+//! Who may see and change what: projects, their members and roles.
+//!
+//! Every job, run, log line and job event belongs to a project. Admins see
+//! everything; other users see the projects they are members of; a token may
+//! be limited to one project. What a caller may not see answers 404 exactly
+//! like what does not exist, so ids of other projects leak nothing.
+
+use crate::error::ApiError;
+use gpuplane_api::project::Role;
+use sqlx::SqlitePool;
+
+/// Who is asking, through a bearer token or a console session.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub user_id: Option<String>,
+    pub user_name: Option<String>,
+    pub is_admin: bool,
+    /// The token is limited to this project.
+    pub project: Option<String>,
+}
+
+/// The projects a principal can see.
+#[derive(Debug, Clone)]
+pub enum Visible {
+    All,
+    Only(Vec<String>),
+}
+
+impl Visible {
+    pub fn contains(&self, project: &str) -> bool {
+        match self {
+            Visible::All => true,
+            Visible::Only(projects) => projects.iter().any(|p| p == project),
+        }
+    }
+
+    /// As a JSON array for `IN (SELECT value FROM json_each(?))`, or `None` for all.
+    pub fn as_json(&self) -> Option<String> {
+        match self {
+            Visible::All => None,
+            Visible::Only(projects) => Some(serde_json::to_string(projects).unwrap_or_else(|_| "[]".into())),
+        }
+    }
+}
+
+pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<Visible, ApiError> {
+    let visible = if principal.is_admin {
+        Visible::All
+    } else {
+        let projects: Vec<String> = match &principal.user_id {
+            Some(user_id) => {
+                sqlx::query_scalar("SELECT project FROM project_members WHERE user_id = ? ORDER BY project")
+                    .bind(user_id)
+                    .fetch_all(db)
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        Visible::Only(projects)
+    };
+    Ok(match (&principal.project, visible) {
+        (Some(only), visible) if visible.contains(only) => Visible::Only(vec![only.clone()]),
+        (Some(_), _) => Visible::Only(Vec::new()),
+        (None, visible) => visible,
+    })
+}
+
+/// The principal's role in a project (admins are admins everywhere), if any.
+pub async fn role_in(
+    db: &SqlitePool,
+    principal: &Principal,
+    project: &str,
+) -> Result<Option<Role>, ApiError> {
+    if principal.project.as_deref().is_some_and(|only| only != project) {
+        return Ok(None);
+    }
+    if principal.is_admin {
+        return Ok(Some(Role::Admin));
+    }
+    let Some(user_id) = &principal.user_id else {
+        return Ok(None);
+    };
+    let role: Option<String> =
+        sqlx::query_scalar("SELECT role FROM project_members WHERE project = ? AND user_id = ?")
+            .bind(project)
+            .bind(user_id)
+            .fetch_optional(db)
+            .await?;
+    Ok(role.and_then(|r| r.parse().ok()))
+}
+
+/// Passes when the principal has at least `needed` in `project`. Not a
+/// member at all: `not_found` (no existence leak); a lower role: 403.
+pub async fn require(
+    db: &SqlitePool,
+    principal: &Principal,
+    project: &str,
+    needed: Role,
+    not_found: impl FnOnce() -> ApiError,
+) -> Result<(), ApiError> {
+    match role_in(db, principal, project).await? {
+        None => Err(not_found()),
+        Some(role) if role >= needed => Ok(()),
+        Some(role) => Err(ApiError::Forbidden(format!(
+            "you are {} in project {project}; this needs {}",
+            role.as_str(),
+            needed.as_str()
+        ))),
+    }
+}

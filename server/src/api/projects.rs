@@ -1,0 +1,145 @@
+//! `/api/v1/projects`: the caller's projects; creating projects and managing
+//! members (server admins, or admins of the project).
+
+use crate::access::{self, Visible};
+use crate::auth::{Authed, Read, Write};
+use crate::error::{ApiError, ApiJson};
+use crate::state::AppState;
+use crate::time::now_ms;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use gpuplane_api::Page;
+use gpuplane_api::error::ErrorBody;
+use gpuplane_api::project::{Membership, NewProject, Project, Role};
+
+/// The projects the caller can see, with the caller's role in each.
+#[utoipa::path(get, path = "/projects", tag = "projects",
+    security(("bearer" = ["read"])),
+    responses((status = 200, body = Page<Project>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_projects(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+) -> Result<Json<Page<Project>>, ApiError> {
+    let principal = auth.caller.principal();
+    let names: Vec<String> = match access::visible_projects(&state.db, &principal).await? {
+        Visible::All => {
+            sqlx::query_scalar("SELECT name FROM projects ORDER BY name")
+                .fetch_all(&state.db)
+                .await?
+        }
+        Visible::Only(names) => names,
+    };
+    let mut items = Vec::new();
+    for name in names {
+        if let Some(role) = access::role_in(&state.db, &principal, &name).await? {
+            items.push(Project { name, role });
+        }
+    }
+    Ok(Json(Page {
+        items,
+        next_before: None,
+    }))
+}
+
+/// Creates a project (server admins only); the creator becomes its admin.
+#[utoipa::path(post, path = "/projects", tag = "projects",
+    security(("bearer" = ["write"])),
+    request_body = NewProject,
+    responses((status = 201, body = Project), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn create_project(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    ApiJson(new): ApiJson<NewProject>,
+) -> Result<(StatusCode, Json<Project>), ApiError> {
+    if !auth.caller.is_admin {
+        return Err(ApiError::Forbidden("only server admins create projects".into()));
+    }
+    if !valid_project_name(&new.name) {
+        return Err(ApiError::field(
+            "name",
+            "must be 1-64 characters of lowercase letters, digits, '-' or '_'",
+        ));
+    }
+    let now = now_ms();
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    sqlx::query("INSERT INTO projects (name, created_at) VALUES (?, ?)")
+        .bind(&new.name)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| match crate::db::DbError::from(error) {
+            crate::db::DbError::Conflict(_) => {
+                ApiError::Conflict(format!("project {} already exists", new.name))
+            }
+            other => other.into(),
+        })?;
+    if let Some(user_id) = &auth.caller.user_id {
+        sqlx::query(
+            "INSERT INTO project_members (project, user_id, role, added_at) VALUES (?, ?, 'admin', ?)",
+        )
+        .bind(&new.name)
+        .bind(user_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    tx.commit().await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(Project {
+            name: new.name,
+            role: Role::Admin,
+        }),
+    ))
+}
+
+/// Adds a member to a project, or changes their role (project admins).
+#[utoipa::path(post, path = "/projects/{name}/members", tag = "projects",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path)),
+    request_body = Membership,
+    responses((status = 200, body = Membership), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_member(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(membership): ApiJson<Membership>,
+) -> Result<Json<Membership>, ApiError> {
+    let principal = auth.caller.principal();
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+        .bind(&name)
+        .fetch_optional(&state.db)
+        .await?;
+    let not_found = || ApiError::NotFound(format!("no project {name}"));
+    if exists.is_none() {
+        return Err(not_found());
+    }
+    access::require(&state.db, &principal, &name, Role::Admin, not_found).await?;
+    let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = ?")
+        .bind(&membership.user)
+        .fetch_optional(&state.db)
+        .await?;
+    let user_id =
+        user_id.ok_or_else(|| ApiError::field("user", format!("no user named `{}`", membership.user)))?;
+    sqlx::query(
+        "INSERT INTO project_members (project, user_id, role, added_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (project, user_id) DO UPDATE SET role = excluded.role",
+    )
+    .bind(&name)
+    .bind(&user_id)
+    .bind(membership.role.as_str())
+    .bind(now_ms())
+    .execute(&state.db)
+    .await?;
+    Ok(Json(membership))
+}
+
+fn valid_project_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_'))
+}

@@ -1,0 +1,177 @@
+//! Projects: members see their projects' jobs, logs and events; everyone
+//! else gets 404 on every route family, exactly as for ids that do not exist.
+
+use gpuplane_api::auth::Scope;
+use gpuplane_api::event::{EventKind, Severity};
+use gpuplane_server::events::{self, Links};
+use gpuplane_server::testkit::{start_server, user_token};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: gpuplane_server::RunningServer,
+    http: reqwest::Client,
+}
+
+impl Fixture {
+    async fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", self.server.url))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn other_projects_are_invisible_and_roles_are_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let db = server.state.db.clone();
+    let root = user_token(&db, "root", Scope::Write, true).await;
+    let bob = user_token(&db, "bob", Scope::Write, false).await;
+    let alice = user_token(&db, "alice", Scope::Write, false).await;
+    let carol = user_token(&db, "carol", Scope::Write, false).await;
+    let f = Fixture {
+        _dir: dir,
+        server,
+        http: reqwest::Client::new(),
+    };
+
+    let (status, _) = f
+        .call("POST", "/api/v1/projects", &bob, Some(json!({"name": "secret"})))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "only server admins create projects"
+    );
+    let (status, body) = f
+        .call("POST", "/api/v1/projects", &root, Some(json!({"name": "secret"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for (user, role) in [("bob", "editor"), ("carol", "viewer")] {
+        let (status, body) = f
+            .call(
+                "POST",
+                "/api/v1/projects/secret/members",
+                &root,
+                Some(json!({"user": user, "role": role})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
+    let (status, job) = f
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            &bob,
+            Some(json!({"name": "hidden", "project": "secret", "command": ["true"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let mut conn = db.acquire().await.unwrap();
+    let links = Links {
+        job_id: Some(&job_id),
+        ..Links::default()
+    };
+    events::record(
+        &mut conn,
+        1,
+        Severity::Critical,
+        EventKind::Oom,
+        links,
+        "secret event",
+    )
+    .await
+    .unwrap();
+    drop(conn);
+
+    // Alice is not a member: every route family answers as if the job did not exist.
+    let routes = [
+        ("GET", format!("/api/v1/jobs/{job_id}"), None),
+        (
+            "POST",
+            format!("/api/v1/jobs/{job_id}/cancel"),
+            Some(json!({"confirm": true})),
+        ),
+        ("POST", format!("/api/v1/jobs/{job_id}/retry"), Some(json!({}))),
+        ("GET", format!("/api/v1/jobs/{job_id}/logs"), None),
+        ("GET", format!("/api/v1/jobs/{job_id}/logs/stream"), None),
+        ("GET", format!("/api/v1/jobs/{job_id}/logs/full"), None),
+    ];
+    for (method, path, body) in &routes {
+        let (status, hidden) = f.call(method, path, &alice, body.clone()).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {hidden}");
+        let missing_path = path.replace(&job_id, "job_01ZZZZZZZZZZZZZZZZZZZZZZZZ");
+        let (_, missing) = f.call(method, &missing_path, &alice, body.clone()).await;
+        assert_eq!(
+            hidden["error"]["message"]
+                .as_str()
+                .unwrap()
+                .replace(&job_id, "ID"),
+            missing["error"]["message"]
+                .as_str()
+                .unwrap()
+                .replace("job_01ZZZZZZZZZZZZZZZZZZZZZZZZ", "ID"),
+            "{method} {path}: a hidden job reads exactly like a missing one"
+        );
+    }
+    let (_, listed) = f.call("GET", "/api/v1/jobs", &alice, None).await;
+    assert_eq!(listed["items"], json!([]));
+    let (_, listed) = f.call("GET", "/api/v1/events", &alice, None).await;
+    assert_eq!(listed["items"], json!([]));
+    let (status, body) = f
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            &alice,
+            Some(json!({"name": "x", "project": "secret", "command": ["true"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["details"][0]["field"], "project");
+    let (_, projects) = f.call("GET", "/api/v1/projects", &alice, None).await;
+    assert_eq!(projects["items"], json!([{"name": "default", "role": "editor"}]));
+
+    // Carol may look but not touch.
+    let (status, _) = f
+        .call("GET", &format!("/api/v1/jobs/{job_id}"), &carol, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = f
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{job_id}/cancel"),
+            &carol,
+            Some(json!({"confirm": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    let (_, events) = f.call("GET", "/api/v1/events", &carol, None).await;
+    assert_eq!(events["items"][0]["message"], "secret event");
+
+    // Bob sees it in his list; admins see everything.
+    let (_, listed) = f.call("GET", "/api/v1/jobs", &bob, None).await;
+    assert_eq!(listed["items"][0]["id"], job_id.as_str());
+    let (_, listed) = f.call("GET", "/api/v1/jobs", &root, None).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+
+    // A token limited to `default` cannot reach Bob's secret job.
+    sqlx::query("UPDATE api_tokens SET project = 'default' WHERE token_hash = ?")
+        .bind(gpuplane_server::auth::hash_token(&bob))
+        .execute(&db)
+        .await
+        .unwrap();
+    let (status, _) = f.call("GET", &format!("/api/v1/jobs/{job_id}"), &bob, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
