@@ -42,3 +42,10 @@ CREATE TABLE device_authorizations (
     expires_at       INTEGER NOT NULL,
     decided_at       INTEGER
 ) STRICT;
+
+-- Console sessions (tower-sessions' SQLite store layout; ids are stored hashed).
+CREATE TABLE tower_sessions (
+    id          TEXT PRIMARY KEY NOT NULL,
+    data        BLOB NOT NULL,
+    expiry_date INTEGER NOT NULL
+);

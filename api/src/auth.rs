@@ -65,6 +65,70 @@ pub struct WhoAmI {
     pub expires_at: Option<String>,
 }
 
+/// The user a console session belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionUser {
+    pub id: String,
+    pub name: String,
+    pub is_admin: bool,
+}
+
+/// A token as its owner sees it (never the secret, which is shown once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenInfo {
+    pub id: String,
+    pub name: String,
+    pub scope: Scope,
+    /// The only project it may reach, if limited.
+    pub project: Option<String>,
+    /// Set for a job's own sdk token: the run it may write to.
+    pub run_id: Option<String>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub last_used_at: Option<String>,
+    pub revoked_at: Option<String>,
+}
+
+/// `POST /api/v1/tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    pub name: String,
+    /// read, write or sdk; at most what the creating token may do.
+    pub scope: Scope,
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Lifetime in days (default: none).
+    #[serde(default)]
+    pub expires_in_days: Option<i64>,
+}
+
+/// The answer to a token creation: the secret, shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CreatedToken {
+    pub token: TokenInfo,
+    pub secret: String,
+}
+
+/// A pending device sign-in (`gpuctl login --device-flow`) as the approving user sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeviceRequest {
+    /// `XXXX-XXXX`.
+    pub user_code: String,
+    pub client_name: String,
+    pub client_host: String,
+    pub client_ip: String,
+    pub requested_at: String,
+    pub expires_at: String,
+    /// pending, approved, denied or consumed.
+    pub status: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

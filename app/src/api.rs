@@ -1,12 +1,113 @@
 //! Server functions: the console's calls into the server. Each one is a
 //! public HTTP endpoint and checks its caller itself.
 
+use gpuplane_api::auth::SessionUser;
 use gpuplane_api::health::Health;
 use leptos::prelude::*;
 
-/// Server health for the dashboard; public, like `GET /api/v1/health`.
+/// Server health for the dashboard.
 #[server(prefix = "/console/fn", endpoint = "server_health")]
 pub async fn server_health() -> Result<Health, ServerFnError> {
+    require_user().await?;
     let backend = crate::backend::use_backend()?;
     backend.health().await.map_err(ServerFnError::new)
+}
+
+/// The signed-in user, or `None`.
+#[server(prefix = "/console/fn", endpoint = "current_user")]
+pub async fn current_user() -> Result<Option<SessionUser>, ServerFnError> {
+    Ok(session_user().await)
+}
+
+/// The user the server resolved from the session cookie for this request.
+#[cfg(feature = "ssr")]
+pub async fn session_user() -> Option<SessionUser> {
+    leptos_axum::extract::<axum::Extension<SessionUser>>()
+        .await
+        .ok()
+        .map(|axum::Extension(user)| user)
+}
+
+/// Fails a server function unless someone is signed in.
+#[cfg(feature = "ssr")]
+pub async fn require_user() -> Result<SessionUser, ServerFnError> {
+    session_user()
+        .await
+        .ok_or_else(|| ServerFnError::new("not signed in: sign in again"))
+}
+
+/// The pending device sign-in a user code names (wrong codes are rate-limited).
+#[server(prefix = "/console/fn", endpoint = "device_request")]
+pub async fn device_request(user_code: String) -> Result<gpuplane_api::auth::DeviceRequest, ServerFnError> {
+    let user = require_user().await?;
+    let backend = crate::backend::use_backend()?;
+    let client = leptos_axum::extract::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .await
+        .map(|axum::extract::ConnectInfo(peer)| peer.ip().to_string())
+        .unwrap_or_default();
+    backend
+        .device_lookup(user_code, format!("{client}/{}", user.id))
+        .await
+        .map_err(ServerFnError::new)
+}
+
+/// Approves or denies a device sign-in as the signed-in user.
+#[server(prefix = "/console/fn", endpoint = "decide_device")]
+pub async fn decide_device(user_code: String, approve: bool) -> Result<bool, ServerFnError> {
+    let user = require_user().await?;
+    let backend = crate::backend::use_backend()?;
+    backend
+        .device_decide(user_code, user.id, approve)
+        .await
+        .map_err(ServerFnError::new)?;
+    Ok(approve)
+}
+
+/// The signed-in user's tokens.
+#[server(prefix = "/console/fn", endpoint = "my_tokens")]
+pub async fn my_tokens() -> Result<Vec<gpuplane_api::auth::TokenInfo>, ServerFnError> {
+    let user = require_user().await?;
+    crate::backend::use_backend()?
+        .tokens(user)
+        .await
+        .map_err(ServerFnError::new)
+}
+
+/// Creates a token for the signed-in user; the answer holds its secret, once.
+#[server(prefix = "/console/fn", endpoint = "create_my_token")]
+pub async fn create_my_token(
+    name: String,
+    scope: String,
+    project: String,
+    expires_in_days: String,
+) -> Result<gpuplane_api::auth::CreatedToken, ServerFnError> {
+    let user = require_user().await?;
+    let scope = scope.parse().map_err(ServerFnError::new)?;
+    let expires_in_days = match expires_in_days.trim() {
+        "" => None,
+        days => Some(
+            days.parse::<i64>()
+                .map_err(|_| ServerFnError::new("expiry: give a number of days"))?,
+        ),
+    };
+    let request = gpuplane_api::auth::CreateToken {
+        name,
+        scope,
+        project: Some(project.trim().to_string()).filter(|p| !p.is_empty()),
+        expires_in_days,
+    };
+    crate::backend::use_backend()?
+        .create_token(user, request)
+        .await
+        .map_err(ServerFnError::new)
+}
+
+/// Revokes one of the signed-in user's tokens.
+#[server(prefix = "/console/fn", endpoint = "revoke_my_token")]
+pub async fn revoke_my_token(token_id: String) -> Result<(), ServerFnError> {
+    let user = require_user().await?;
+    crate::backend::use_backend()?
+        .revoke_token(user, token_id)
+        .await
+        .map_err(ServerFnError::new)
 }

@@ -1,6 +1,7 @@
 //! What the console needs from the server, as a trait the server implements
 //! and provides as context; the app never touches the database itself.
 
+use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, SessionUser, TokenInfo};
 use gpuplane_api::health::Health;
 use leptos::prelude::*;
 use std::future::Future;
@@ -9,8 +10,28 @@ use std::sync::Arc;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Errors are messages for the person at the console.
 pub trait ConsoleBackend: Send + Sync + 'static {
     fn health(&self) -> BoxFuture<'_, Result<Health, String>>;
+    /// The device sign-in a user code names; wrong codes count against `limiter_key`.
+    fn device_lookup(
+        &self,
+        user_code: String,
+        limiter_key: String,
+    ) -> BoxFuture<'_, Result<DeviceRequest, String>>;
+    fn device_decide(
+        &self,
+        user_code: String,
+        user_id: String,
+        approve: bool,
+    ) -> BoxFuture<'_, Result<(), String>>;
+    fn tokens(&self, user: SessionUser) -> BoxFuture<'_, Result<Vec<TokenInfo>, String>>;
+    fn create_token(
+        &self,
+        user: SessionUser,
+        request: CreateToken,
+    ) -> BoxFuture<'_, Result<CreatedToken, String>>;
+    fn revoke_token(&self, user: SessionUser, token_id: String) -> BoxFuture<'_, Result<(), String>>;
 }
 
 /// The backend as the server provides it in every request's context.

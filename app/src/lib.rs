@@ -6,10 +6,12 @@ pub mod api;
 pub mod backend;
 mod pages;
 
+use gpuplane_api::auth::SessionUser;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
-use leptos_router::StaticSegment;
 use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::hooks::use_location;
+use leptos_router::{SsrMode, StaticSegment, path};
 
 /// The document around every page; the server renders it, the browser hydrates `<body>`.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -20,6 +22,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8" />
                 <meta name="viewport" content="width=device-width, initial-scale=1" />
                 <meta name="color-scheme" content="light dark" />
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
                 <HydrationScripts options />
                 <MetaTags />
             </head>
@@ -30,9 +33,15 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// The signed-in user, loaded once per page (during SSR, then sent along for hydration).
+#[derive(Clone, Copy)]
+pub struct CurrentUser(pub Resource<Result<Option<SessionUser>, ServerFnError>>);
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    let user = CurrentUser(Resource::new_blocking(|| (), |_| api::current_user()));
+    provide_context(user);
     // Effects run only in the browser: this marks the page as hydrated, for
     // people reading the DOM and for tests that must not click too early.
     Effect::new(move |_| {
@@ -48,15 +57,88 @@ pub fn App() -> impl IntoView {
                 <A href="/" attr:class="brand">"GPUPlane"</A>
                 <nav aria-label="Main">
                     <A href="/">"Dashboard"</A>
+                    <A href="/tokens">"Tokens"</A>
                     <a href="/api/v1/openapi.json">"API"</a>
                 </nav>
+                <Suspense fallback=|| ()>
+                    {move || {
+                        user.0.get().and_then(|r| r.ok()).flatten().map(|user| {
+                            view! {
+                                <form class="signout" method="post" action="/logout">
+                                    <span data-testid="signed-in-as">{user.name}</span>
+                                    <button type="submit" class="link">"Sign out"</button>
+                                </form>
+                            }
+                        })
+                    }}
+                </Suspense>
             </header>
             <main>
                 <Routes fallback=pages::NotFound>
-                    <Route path=StaticSegment("") view=pages::Dashboard />
+                    // Async: a page that may redirect to /login renders fully before the first byte.
+                    <Route path=StaticSegment("") ssr=SsrMode::Async view=|| view! { <Protected><pages::Dashboard /></Protected> } />
+                    <Route path=path!("/login") view=pages::Login />
+                    <Route path=path!("/tokens") ssr=SsrMode::Async view=|| view! { <Protected><pages::Tokens /></Protected> } />
+                    <Route path=path!("/device") ssr=SsrMode::Async view=|| view! { <Protected><pages::Device /></Protected> } />
                 </Routes>
             </main>
             <footer class="footer">"GPUPlane " {gpuplane_api::VERSION}</footer>
         </Router>
+    }
+}
+
+/// Shows its children to signed-in users; sends everyone else to the
+/// sign-in page, coming back here afterwards.
+#[component]
+fn Protected(children: ChildrenFn) -> impl IntoView {
+    let user = expect_context::<CurrentUser>();
+    let location = use_location();
+    let children = StoredValue::new(children);
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || {
+                let signed_in = user.0.get().map(|r| matches!(r, Ok(Some(_))));
+                match signed_in {
+                    Some(true) => Some(children.read_value()().into_any()),
+                    Some(false) => {
+                        let here = format!("{}{}", location.pathname.get_untracked(), location.search.get_untracked());
+                        let target = format!("/login?next={}", encode(&here));
+                        redirect_to(&target);
+                        Some(view! { <p>"Sign in to see this page: " <a href=target>"sign in"</a></p> }.into_any())
+                    }
+                    None => None,
+                }
+            }}
+        </Suspense>
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A redirect: a 302 while rendering a page on the server (whatever the
+/// request's `Accept`), a navigation in the browser.
+fn redirect_to(target: &str) {
+    #[cfg(feature = "ssr")]
+    if let (Some(response), Ok(location)) = (
+        use_context::<leptos_axum::ResponseOptions>(),
+        http::HeaderValue::from_str(target),
+    ) {
+        response.set_status(http::StatusCode::FOUND);
+        response.insert_header(http::header::LOCATION, location);
+    }
+    #[cfg(not(feature = "ssr"))]
+    {
+        let navigate = leptos_router::hooks::use_navigate();
+        navigate(target, Default::default());
     }
 }

@@ -1,10 +1,11 @@
-// The console shell: server-rendered, then hydrated; the check button only works once hydrated.
+// The console shell: sign-in, server rendering, then hydration; the check
+// button only works once hydrated.
 import { test, expect } from '@playwright/test';
+import { signIn, url } from './helpers';
 
-const url = () => process.env.GPUPLANE_URL!;
-
-test('the dashboard hydrates and its button asks the server', async ({ page }) => {
-  await page.goto(url() + '/');
+test('signing in leads to the dashboard, which hydrates and asks the server', async ({ page }) => {
+  await signIn(page, '/');
+  await expect(page).toHaveURL(url() + '/');
   await expect(page.getByRole('heading', { name: 'Dashboard' })).toBeVisible();
   await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
 
@@ -13,11 +14,20 @@ test('the dashboard hydrates and its button asks the server', async ({ page }) =
   await page.screenshot({ path: 'artifacts/dashboard-hydrated.png', fullPage: true });
 });
 
+test('a wrong password says so and keeps the user out', async ({ page }) => {
+  await page.goto(url() + '/login');
+  await page.getByLabel('User name').fill('e2e-admin');
+  await page.getByLabel('Password').fill('not the password');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByTestId('login-message')).toHaveText('Wrong user name or password.');
+  await page.screenshot({ path: 'artifacts/login-error.png' });
+});
+
 test.describe('without JavaScript', () => {
   test.use({ javaScriptEnabled: false });
 
-  test('the page is readable but the button does nothing', async ({ page }) => {
-    await page.goto(url() + '/');
+  test('sign-in works and pages are readable, but the button does nothing', async ({ page }) => {
+    await signIn(page, '/');
     await expect(page.getByRole('heading', { name: 'Dashboard' })).toBeVisible();
     await expect(page.locator('body')).not.toHaveAttribute('data-hydrated', 'true');
     await page.getByTestId('check-server').click();

@@ -55,6 +55,11 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             .await?;
             Ok(Some(secret))
         }
+        AdminCommand::DisableUser { name } => {
+            disable_user(db, &name).await?;
+            eprintln!("disabled user {name}: their sessions and tokens no longer work");
+            Ok(None)
+        }
         AdminCommand::CreateAgentToken { name } => {
             let new = NewToken {
                 user_id: None,
@@ -66,6 +71,19 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             Ok(Some(secret))
         }
     }
+}
+
+/// Disables a user; every check of a session or token sees it at once.
+pub async fn disable_user(db: &SqlitePool, name: &str) -> anyhow::Result<()> {
+    let updated = sqlx::query("UPDATE users SET disabled_at = coalesce(disabled_at, ?) WHERE name = ?")
+        .bind(now_ms())
+        .bind(name)
+        .execute(db)
+        .await?;
+    if updated.rows_affected() == 0 {
+        bail!("no user named `{name}`");
+    }
+    Ok(())
 }
 
 /// Creates a local user with an argon2-hashed password.

@@ -80,6 +80,14 @@ pub struct ServeArgs {
     /// Newest output lines kept per stream of each attempt (the agent keeps the whole file).
     #[arg(long, env = "GPUPLANE_LOG_TAIL_LINES", value_name = "N")]
     pub log_tail_lines: Option<i64>,
+
+    /// A console session unused for this long ends, in milliseconds.
+    #[arg(long, env = "GPUPLANE_SESSION_IDLE_MS", value_name = "MS")]
+    pub session_idle_ms: Option<u64>,
+
+    /// A console session ends this long after sign-in whatever its use, in milliseconds.
+    #[arg(long, env = "GPUPLANE_SESSION_MAX_MS", value_name = "MS")]
+    pub session_max_ms: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -113,6 +121,8 @@ pub enum AdminCommand {
         #[arg(long, default_value = "agent")]
         name: String,
     },
+    /// Disable a user: their sessions and tokens stop working at once.
+    DisableUser { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +144,8 @@ pub struct FileConfig {
     pub cancel_grace_ms: Option<u64>,
     pub cpu_slots_per_node: Option<u32>,
     pub log_tail_lines: Option<i64>,
+    pub session_idle_ms: Option<u64>,
+    pub session_max_ms: Option<u64>,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
@@ -143,6 +155,8 @@ pub const DEFAULT_LOST_GRACE_MS: u64 = 60_000;
 pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_CPU_SLOTS_PER_NODE: u32 = 4;
 pub const DEFAULT_LOG_TAIL_LINES: i64 = 2_000;
+pub const DEFAULT_SESSION_IDLE_MS: u64 = 12 * 3600 * 1000;
+pub const DEFAULT_SESSION_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
 /// Everything `serve` needs, resolved from every layer.
@@ -158,6 +172,10 @@ pub struct ServerConfig {
     pub cancel_grace: Duration,
     pub cpu_slots_per_node: u32,
     pub log_tail_lines: i64,
+    pub session_idle: Duration,
+    pub session_max: Duration,
+    /// The polling interval the device flow asks clients for.
+    pub device_poll_interval: Duration,
 }
 
 impl ServerConfig {
@@ -174,6 +192,9 @@ impl ServerConfig {
             cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
             cpu_slots_per_node: DEFAULT_CPU_SLOTS_PER_NODE,
             log_tail_lines: DEFAULT_LOG_TAIL_LINES,
+            session_idle: Duration::from_millis(DEFAULT_SESSION_IDLE_MS),
+            session_max: Duration::from_millis(DEFAULT_SESSION_MAX_MS),
+            device_poll_interval: Duration::from_secs(5),
         }
     }
 
@@ -202,6 +223,12 @@ impl ServerConfig {
         }
         if let Some(slots) = args.cpu_slots_per_node.or(file.cpu_slots_per_node) {
             config.cpu_slots_per_node = slots;
+        }
+        if let Some(idle) = pick(args.session_idle_ms, file.session_idle_ms) {
+            config.session_idle = idle;
+        }
+        if let Some(max) = pick(args.session_max_ms, file.session_max_ms) {
+            config.session_max = max;
         }
         if let Some(lines) = args.log_tail_lines.or(file.log_tail_lines) {
             if lines < 1 {
@@ -316,6 +343,10 @@ cpu_slots_per_node = {DEFAULT_CPU_SLOTS_PER_NODE}
 # Newest output lines the server keeps per stream of each attempt; the agent
 # keeps the whole files (gpuctl logs -n 0 fetches them).
 log_tail_lines = {DEFAULT_LOG_TAIL_LINES}
+
+# Console sessions end after this long unused, and this long after sign-in.
+session_idle_ms = {DEFAULT_SESSION_IDLE_MS}
+session_max_ms = {DEFAULT_SESSION_MAX_MS}
 "#
     )
 }

@@ -9,16 +9,20 @@ pub mod auth;
 pub mod config;
 pub mod console;
 pub mod db;
+pub mod device;
 pub mod error;
 pub mod events;
 pub mod ids;
 pub mod jobs;
 pub mod logs;
 pub mod nodes;
+pub mod ratelimit;
 pub mod secrets;
+pub mod sessions;
 pub mod state;
 pub mod testkit;
 pub mod time;
+pub mod tokens;
 
 use anyhow::Context;
 use axum::Router;
@@ -39,6 +43,26 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn app(state: AppState) -> Router {
     let (api, _doc) = api::router();
     api.merge(console::router(&state))
+        .route("/login", axum::routing::post(sessions::login))
+        .route("/logout", axum::routing::post(sessions::logout))
+        .route(
+            "/oauth/device_authorization",
+            axum::routing::post(device::authorize),
+        )
+        .route("/oauth/token", axum::routing::post(device::token))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            axum::routing::get(device::metadata),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            sessions::resolve_user,
+        ))
+        .layer(sessions::layer(&state))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            sessions::check_origin,
+        ))
         .layer(axum::middleware::from_fn(error::log_internal_errors))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let route = request
@@ -60,6 +84,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), state.shutdown.clone()));
     let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
+    let sweeper = tokio::spawn(sweep_sessions(state.clone()));
     let mut graceful = state.shutdown.clone();
     let stopper = state.clone();
     let server = axum::serve(
@@ -84,7 +109,16 @@ pub async fn serve(
     stopper.begin_shutdown();
     let _ = monitor.await;
     let _ = scheduler.await;
+    sweeper.abort();
     Ok(())
+}
+
+/// Deletes expired console sessions every hour.
+async fn sweep_sessions(state: AppState) {
+    loop {
+        state.sessions.delete_expired().await;
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
 }
 
 /// A server started by [`start`]: its URL and state, and a way to stop it.

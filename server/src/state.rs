@@ -2,11 +2,14 @@
 
 use crate::agents::AgentLink;
 use crate::config::ServerConfig;
+use crate::ratelimit::Limiter;
 use crate::secrets::SecretKey;
+use crate::sessions::HashedIdStore;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use sqlx::SqlitePool;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{Notify, broadcast, watch};
 
 #[derive(Clone)]
@@ -26,6 +29,13 @@ pub struct AppState {
     pub log_appended: broadcast::Sender<String>,
     /// Something was recorded in `events` (for SSE followers).
     pub event_recorded: broadcast::Sender<()>,
+    /// Console sessions.
+    pub sessions: HashedIdStore,
+    /// Failed sign-ins per account, and per client address.
+    pub sign_in_limiter: Arc<Limiter>,
+    pub sign_in_limiter_ip: Arc<Limiter>,
+    /// Wrong device user codes per client address.
+    pub user_code_limiter: Arc<Limiter>,
     /// Turns true when the server shuts down: long-lived responses end.
     pub shutdown: watch::Receiver<bool>,
     shutdown_sender: Arc<watch::Sender<bool>>,
@@ -41,6 +51,10 @@ impl AppState {
             .build();
         let (shutdown_sender, shutdown) = watch::channel(false);
         AppState {
+            sessions: HashedIdStore::new(db.clone()),
+            sign_in_limiter: Arc::new(Limiter::new(5, Duration::from_secs(15 * 60))),
+            sign_in_limiter_ip: Arc::new(Limiter::new(30, Duration::from_secs(15 * 60))),
+            user_code_limiter: Arc::new(Limiter::new(10, Duration::from_secs(10 * 60))),
             db,
             config: Arc::new(config),
             leptos,

@@ -275,6 +275,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/projects  bearer ["read"]
         post   /api/v1/projects  bearer ["write"]
         post   /api/v1/projects/{name}/members  bearer ["write"]
+        get    /api/v1/tokens  bearer ["read"]
+        post   /api/v1/tokens  bearer ["write"]
+        delete /api/v1/tokens/{token_id}  bearer ["write"]
     "#]]
     .assert_eq(&summary);
 }
@@ -347,12 +350,23 @@ async fn unknown_api_routes_answer_json_404() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_console_renders_without_a_wasm_bundle() {
+async fn the_console_renders_without_a_wasm_bundle_and_pages_need_a_session() {
     let f = Fixture::new().await;
-    let response = f.http.get(f.url("/")).send().await.unwrap();
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = no_redirects.get(f.url("/tokens")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::FOUND);
+    assert_eq!(response.headers()["location"], "/login?next=/tokens");
+    let response = f.http.get(f.url("/login")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let html = response.text().await.unwrap();
-    assert!(html.contains("<h1>Dashboard</h1>"), "{html}");
+    assert!(html.contains("<h1>Sign in</h1>"), "{html}");
+    assert!(
+        html.contains(r#"action="/login""#),
+        "a plain form: works without JavaScript"
+    );
     assert!(
         html.contains("/pkg/gpuplane.js"),
         "the page asks for the hydrate bundle"

@@ -10,6 +10,7 @@ pub(crate) mod jobs;
 mod logs;
 mod nodes;
 mod projects;
+mod tokens;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -58,6 +59,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(logs::job_logs))
         .routes(routes!(logs::follow_logs))
         .routes(routes!(logs::full_log))
+        .routes(routes!(tokens::list_tokens, tokens::create_token))
+        .routes(routes!(tokens::revoke_token))
         .routes(routes!(projects::list_projects, projects::create_project))
         .routes(routes!(projects::set_member))
         .routes(routes!(events::list_events))

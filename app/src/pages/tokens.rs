@@ -1,0 +1,87 @@
+//! `/tokens`: the signed-in user's API tokens: create (secret shown once),
+//! list with last use, revoke.
+
+use crate::api::{CreateMyToken, RevokeMyToken, my_tokens};
+use crate::pages::device::clean;
+use leptos::form::ActionForm;
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+#[component]
+pub fn Tokens() -> impl IntoView {
+    let create = ServerAction::<CreateMyToken>::new();
+    let revoke = ServerAction::<RevokeMyToken>::new();
+    let tokens = Resource::new(
+        move || (create.version().get(), revoke.version().get()),
+        |_| my_tokens(),
+    );
+    view! {
+        <Title text="Tokens" />
+        <h1>"API tokens"</h1>
+        <section class="card">
+            <h2>"New token"</h2>
+            <ActionForm action=create attr:class="inline-form">
+                <label>"Name" <input name="name" required placeholder="ci" /></label>
+                <label>"Scope"
+                    <select name="scope">
+                        <option value="read">"read"</option>
+                        <option value="write">"write"</option>
+                        <option value="sdk">"sdk (metrics only)"</option>
+                    </select>
+                </label>
+                <label>"Project (optional)" <input name="project" placeholder="all my projects" /></label>
+                <label>"Expires in days (optional)" <input name="expires_in_days" inputmode="numeric" /></label>
+                <button type="submit">"Create"</button>
+            </ActionForm>
+            {move || create.value().get().map(|result| match result {
+                Ok(created) => view! {
+                    <p class="info">"Copy it now: it is shown only this once."</p>
+                    <code class="secret" data-testid="new-token">{created.secret}</code>
+                }.into_any(),
+                Err(error) => view! { <p class="error">{clean(&error.to_string())}</p> }.into_any(),
+            })}
+        </section>
+        <section class="card">
+            <h2>"Your tokens"</h2>
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || tokens.get().map(|result| match result {
+                    Err(error) => view! { <p class="error">{clean(&error.to_string())}</p> }.into_any(),
+                    Ok(list) if list.is_empty() => view! { <p>"No tokens yet."</p> }.into_any(),
+                    Ok(list) => view! {
+                        <div class="table-scroll">
+                        <table data-testid="token-table">
+                            <thead><tr><th>"Name"</th><th>"Scope"</th><th>"Project"</th><th>"Created"</th><th>"Last used"</th><th>"Expires"</th><th></th></tr></thead>
+                            <tbody>
+                                {list.into_iter().map(|token| {
+                                    let revoked = token.revoked_at.is_some();
+                                    let id = token.id.clone();
+                                    view! {
+                                        <tr class:revoked=revoked>
+                                            <td>{token.name}</td>
+                                            <td>{token.scope.as_str()}</td>
+                                            <td>{token.project.or(token.run_id.map(|r| format!("run {r}"))).unwrap_or_else(|| "all".into())}</td>
+                                            <td>{token.created_at}</td>
+                                            <td>{token.last_used_at.unwrap_or_else(|| "never".into())}</td>
+                                            <td>{token.expires_at.unwrap_or_else(|| "never".into())}</td>
+                                            <td>{if revoked {
+                                                view! { <span>"revoked"</span> }.into_any()
+                                            } else {
+                                                view! {
+                                                    <ActionForm action=revoke>
+                                                        <input type="hidden" name="token_id" value=id />
+                                                        <button type="submit" class="secondary">"Revoke"</button>
+                                                    </ActionForm>
+                                                }.into_any()
+                                            }}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                        </div>
+                    }.into_any(),
+                })}
+            </Suspense>
+        </section>
+    }
+}

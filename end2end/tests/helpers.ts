@@ -1,0 +1,15 @@
+// Shared steps of the browser tests.
+import { Page, expect } from '@playwright/test';
+import { ADMIN_USER, ADMIN_PASSWORD } from '../global-setup';
+
+export const url = () => process.env.GPUPLANE_URL!;
+
+/** Signs in through the login form (a plain POST: works with or without JavaScript). */
+export async function signIn(page: Page, next = '/') {
+  await page.goto(url() + next);
+  await expect(page).toHaveURL(/\/login\?next=/);
+  await page.getByLabel('User name').fill(ADMIN_USER);
+  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.getByTestId('signed-in-as')).toHaveText(ADMIN_USER);
+}

@@ -1,0 +1,387 @@
+//! The OAuth 2.0 device authorization grant (RFC 8628) for `gpuctl login
+//! --device-flow`: the CLI gets a device code and a short user code, the user
+//! approves it on the console's `/device` page, and the CLI's polling of the
+//! token endpoint then yields a token (once). Device and user codes are
+//! stored only as hashes. Errors follow RFC 6749 §5.2.
+
+use crate::auth::{NewToken, create_token, hash_token};
+use crate::ids::new_id;
+use crate::state::AppState;
+use crate::time::{now_ms, rfc3339};
+use axum::extract::{ConnectInfo, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Form, Json};
+use base64::Engine;
+use gpuplane_api::auth::{DeviceRequest, Scope};
+use rand::Rng;
+use serde::Deserialize;
+use serde_json::json;
+use std::net::SocketAddr;
+
+/// The grant type the token endpoint serves.
+pub const DEVICE_GRANT: &str = "urn:ietf:params:oauth:grant-type:device_code";
+/// The public client ids that may use the device flow.
+pub const CLIENTS: &[&str] = &["gpuctl"];
+/// Consonants only: no vowels, so no words, and none of 0/O or 1/I to confuse.
+const USER_CODE_ALPHABET: &[u8] = b"BCDFGHJKLMNPQRSTVWXZ";
+const USER_CODE_LEN: usize = 8;
+/// How long a device code is valid.
+pub const EXPIRES_IN_S: i64 = 600;
+
+/// An RFC 6749 §5.2 error answer.
+fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
+    (
+        status,
+        Json(json!({"error": error, "error_description": description})),
+    )
+        .into_response()
+}
+
+/// `XXXXXXXX` from what a user typed: case, dashes and spaces do not matter.
+pub fn normalise_user_code(input: &str) -> String {
+    input
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '-')
+        .flat_map(char::to_uppercase)
+        .collect()
+}
+
+fn format_user_code(code: &str) -> String {
+    format!("{}-{}", &code[..4], &code[4..])
+}
+
+fn new_user_code() -> String {
+    let mut rng = rand::rng();
+    (0..USER_CODE_LEN)
+        .map(|_| USER_CODE_ALPHABET[rng.random_range(0..USER_CODE_ALPHABET.len())] as char)
+        .collect()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AuthorizationRequest {
+    client_id: String,
+    #[serde(default)]
+    scope: Option<String>,
+    /// Extensions: what the console shows the approving user.
+    #[serde(default)]
+    client_name: Option<String>,
+    #[serde(default)]
+    client_host: Option<String>,
+}
+
+/// `POST /oauth/device_authorization` (RFC 8628 §3.1).
+pub async fn authorize(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Form(request): Form<AuthorizationRequest>,
+) -> Response {
+    if !CLIENTS.contains(&request.client_id.as_str()) {
+        return oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client_id");
+    }
+    if request
+        .scope
+        .as_deref()
+        .is_some_and(|scope| !scope.split(' ').all(|s| s.is_empty() || s == "write"))
+    {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_scope",
+            "the only scope is `write`",
+        );
+    }
+    let mut device_code = [0u8; 32];
+    rand::rng().fill(&mut device_code);
+    let device_code = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(device_code);
+    let user_code = new_user_code();
+    let now = now_ms();
+    let interval = state.config.device_poll_interval.as_secs().max(1) as i64;
+    let clip = |text: Option<String>, default: &str| -> String {
+        text.filter(|t| !t.trim().is_empty())
+            .unwrap_or_else(|| default.to_string())
+            .chars()
+            .take(100)
+            .collect()
+    };
+    let inserted = sqlx::query(
+        "INSERT INTO device_authorizations (id, device_code_hash, user_code_hash, client_id, client_name, client_host,
+                                            client_ip, status, interval_s, created_at, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+    )
+    .bind(new_id("dev"))
+    .bind(hash_token(&device_code))
+    .bind(hash_token(&user_code))
+    .bind(&request.client_id)
+    .bind(clip(request.client_name, &request.client_id))
+    .bind(clip(request.client_host, "unknown host"))
+    .bind(peer.ip().to_string())
+    .bind(interval)
+    .bind(now)
+    .bind(now + EXPIRES_IN_S * 1000)
+    .execute(&state.db)
+    .await;
+    if let Err(error) = inserted {
+        tracing::error!(%error, "cannot store a device authorization");
+        return oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "try again");
+    }
+    let verification_uri = format!("{}/device", state.config.public_url());
+    let shown = format_user_code(&user_code);
+    Json(json!({
+        "device_code": device_code,
+        "user_code": shown,
+        "verification_uri": verification_uri,
+        "verification_uri_complete": format!("{verification_uri}?user_code={shown}"),
+        "expires_in": EXPIRES_IN_S,
+        "interval": interval,
+    }))
+    .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TokenRequest {
+    grant_type: String,
+    #[serde(default)]
+    device_code: Option<String>,
+    #[serde(default)]
+    client_id: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct Pending {
+    id: String,
+    client_id: String,
+    client_host: String,
+    status: String,
+    user_id: Option<String>,
+    interval_s: i64,
+    last_poll_at: Option<i64>,
+    expires_at: i64,
+}
+
+/// `POST /oauth/token` with the device code grant (RFC 8628 §3.4, §3.5).
+pub async fn token(State(state): State<AppState>, Form(request): Form<TokenRequest>) -> Response {
+    if request.grant_type != DEVICE_GRANT {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "unsupported_grant_type",
+            "only the device code grant is served",
+        );
+    }
+    let Some(device_code) = request.device_code else {
+        return oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "device_code is missing",
+        );
+    };
+    match redeem(&state, &device_code, request.client_id.as_deref()).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::error!(%error, "device token request failed");
+            oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "try again")
+        }
+    }
+}
+
+async fn redeem(
+    state: &AppState,
+    device_code: &str,
+    client_id: Option<&str>,
+) -> Result<Response, crate::error::ApiError> {
+    let now = now_ms();
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let pending: Option<Pending> = sqlx::query_as(
+        "SELECT id, client_id, client_host, status, user_id, interval_s, last_poll_at, expires_at
+         FROM device_authorizations WHERE device_code_hash = ?",
+    )
+    .bind(hash_token(device_code))
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(pending) = pending else {
+        return Ok(oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_grant",
+            "unknown device_code",
+        ));
+    };
+    if client_id.is_some_and(|id| id != pending.client_id) {
+        return Ok(oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_grant",
+            "the device_code belongs to another client",
+        ));
+    }
+    if pending.status == "consumed" {
+        return Ok(oauth_error(
+            StatusCode::BAD_REQUEST,
+            "invalid_grant",
+            "the device_code was already used",
+        ));
+    }
+    if now >= pending.expires_at {
+        return Ok(oauth_error(
+            StatusCode::BAD_REQUEST,
+            "expired_token",
+            "the device_code has expired; start again",
+        ));
+    }
+    // Polling faster than the interval: slow down, and the interval grows by 5 s (§3.5).
+    if let Some(last) = pending.last_poll_at
+        && now - last < pending.interval_s * 1000
+    {
+        sqlx::query(
+            "UPDATE device_authorizations SET interval_s = interval_s + 5, last_poll_at = ? WHERE id = ?",
+        )
+        .bind(now)
+        .bind(&pending.id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        return Ok(oauth_error(
+            StatusCode::BAD_REQUEST,
+            "slow_down",
+            "poll less often",
+        ));
+    }
+    sqlx::query("UPDATE device_authorizations SET last_poll_at = ? WHERE id = ?")
+        .bind(now)
+        .bind(&pending.id)
+        .execute(&mut *tx)
+        .await?;
+    let answer = match (pending.status.as_str(), pending.user_id) {
+        ("denied", _) => oauth_error(StatusCode::BAD_REQUEST, "access_denied", "the request was denied"),
+        ("approved", Some(user_id)) => {
+            sqlx::query("UPDATE device_authorizations SET status = 'consumed' WHERE id = ?")
+                .bind(&pending.id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            let name = format!("{} on {}", pending.client_id, pending.client_host);
+            let new = NewToken {
+                user_id: Some(&user_id),
+                name: &name,
+                scope: Scope::Write,
+                expires_at: None,
+            };
+            let (_, secret) = create_token(&state.db, new).await?;
+            return Ok(
+                Json(json!({"access_token": secret, "token_type": "Bearer", "scope": "write"}))
+                    .into_response(),
+            );
+        }
+        _ => oauth_error(
+            StatusCode::BAD_REQUEST,
+            "authorization_pending",
+            "waiting for the user to approve",
+        ),
+    };
+    tx.commit().await?;
+    Ok(answer)
+}
+
+/// `GET /.well-known/oauth-authorization-server` (RFC 8414).
+pub async fn metadata(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let base = state.config.public_url();
+    Json(json!({
+        "issuer": base,
+        "device_authorization_endpoint": format!("{base}/oauth/device_authorization"),
+        "token_endpoint": format!("{base}/oauth/token"),
+        "grant_types_supported": [DEVICE_GRANT],
+        "response_types_supported": [],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "scopes_supported": ["write"],
+    }))
+}
+
+#[derive(sqlx::FromRow)]
+struct RequestRow {
+    client_name: String,
+    client_host: String,
+    client_ip: String,
+    status: String,
+    created_at: i64,
+    expires_at: i64,
+}
+
+/// Why a user code lookup on the console failed.
+pub enum LookupError {
+    /// No pending request has this code (counted against the rate limit).
+    Unknown,
+    /// Too many wrong codes recently.
+    Limited(std::time::Duration),
+    Internal(crate::error::ApiError),
+}
+
+/// The pending request a user code names, for the approving user to check.
+/// Wrong codes count against `limiter_key` (the user's address).
+pub async fn lookup(
+    state: &AppState,
+    user_code: &str,
+    limiter_key: &str,
+) -> Result<DeviceRequest, LookupError> {
+    if let Err(wait) = state.user_code_limiter.check(limiter_key) {
+        return Err(LookupError::Limited(wait));
+    }
+    let code = normalise_user_code(user_code);
+    let row: Option<RequestRow> = sqlx::query_as(
+        "SELECT client_name, client_host, client_ip, status, created_at, expires_at
+         FROM device_authorizations WHERE user_code_hash = ?",
+    )
+    .bind(hash_token(&code))
+    .fetch_optional(&state.db)
+    .await
+    .map_err(|e| LookupError::Internal(e.into()))?;
+    match row {
+        Some(row) if row.expires_at > now_ms() && code.len() == USER_CODE_LEN => Ok(DeviceRequest {
+            user_code: format_user_code(&code),
+            client_name: row.client_name,
+            client_host: row.client_host,
+            client_ip: row.client_ip,
+            requested_at: rfc3339(row.created_at),
+            expires_at: rfc3339(row.expires_at),
+            status: row.status,
+        }),
+        _ => {
+            state.user_code_limiter.fail(limiter_key);
+            Err(LookupError::Unknown)
+        }
+    }
+}
+
+/// Approves or denies a pending request for `user_id`; false when it is no
+/// longer pending (or expired).
+pub async fn decide(
+    state: &AppState,
+    user_code: &str,
+    user_id: &str,
+    approve: bool,
+) -> Result<bool, crate::error::ApiError> {
+    let code = normalise_user_code(user_code);
+    let decided = sqlx::query(
+        "UPDATE device_authorizations SET status = ?, user_id = ?, decided_at = ?
+         WHERE user_code_hash = ? AND status = 'pending' AND expires_at > ?",
+    )
+    .bind(if approve { "approved" } else { "denied" })
+    .bind(user_id)
+    .bind(now_ms())
+    .bind(hash_token(&code))
+    .bind(now_ms())
+    .execute(&state.db)
+    .await?;
+    Ok(decided.rows_affected() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_codes_use_the_alphabet_and_match_loosely() {
+        let code = new_user_code();
+        assert_eq!(code.len(), 8);
+        assert!(code.bytes().all(|b| USER_CODE_ALPHABET.contains(&b)));
+        let shown = format_user_code(&code);
+        assert_eq!(normalise_user_code(&shown.to_lowercase()), code);
+        assert_eq!(normalise_user_code(" wdjb-mjht "), "WDJBMJHT");
+    }
+}

@@ -1,0 +1,284 @@
+//! Console sessions: a cookie (HttpOnly, SameSite=Lax, Secure over HTTPS)
+//! naming a session in SQLite, where only a hash of the id is stored. Sign-in
+//! rotates the id; sign-out deletes the session; idle and absolute timeouts;
+//! a disabled user's sessions stop working at once. Also the Origin check
+//! that keeps other sites from posting forms or server functions.
+
+use crate::auth::{hash_password, verify_password};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::time::now_ms;
+use axum::Form;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use gpuplane_api::auth::SessionUser;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::session::{Id, Record};
+use tower_sessions::session_store::{self, SessionStore};
+use tower_sessions::{Expiry, Session, SessionManagerLayer};
+use tower_sessions_sqlx_store::SqliteStore;
+
+pub const COOKIE_NAME: &str = "gpuplane_session";
+const USER_KEY: &str = "user_id";
+const LOGIN_AT_KEY: &str = "login_at";
+
+/// The SQLite store, keyed by a hash of each session id: the cookie is a
+/// bearer secret like a token, so the database never holds it in clear.
+#[derive(Debug, Clone)]
+pub struct HashedIdStore(SqliteStore);
+
+impl HashedIdStore {
+    /// Over the `tower_sessions` table that the migrations create.
+    pub fn new(db: sqlx::SqlitePool) -> HashedIdStore {
+        HashedIdStore(SqliteStore::new(db))
+    }
+
+    /// Deletes expired sessions (run from time to time).
+    pub async fn delete_expired(&self) {
+        use tower_sessions::session_store::ExpiredDeletion;
+        if let Err(error) = self.0.delete_expired().await {
+            tracing::warn!(%error, "cannot delete expired sessions");
+        }
+    }
+}
+
+fn hashed(id: &Id) -> Id {
+    let digest = Sha256::digest(id.0.to_le_bytes());
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    Id(i128::from_le_bytes(bytes))
+}
+
+#[async_trait::async_trait]
+impl SessionStore for HashedIdStore {
+    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
+        // 128 random bits: a collision is not a practical concern.
+        let mut stored = record.clone();
+        stored.id = hashed(&record.id);
+        self.0.save(&stored).await
+    }
+
+    async fn save(&self, record: &Record) -> session_store::Result<()> {
+        let mut stored = record.clone();
+        stored.id = hashed(&record.id);
+        self.0.save(&stored).await
+    }
+
+    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
+        Ok(self.0.load(&hashed(id)).await?.map(|mut record| {
+            record.id = *id;
+            record
+        }))
+    }
+
+    async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        self.0.delete(&hashed(id)).await
+    }
+}
+
+pub fn layer(state: &AppState) -> SessionManagerLayer<HashedIdStore> {
+    let store = state.sessions.clone();
+    let secure = state.config.public_url().starts_with("https://");
+    let idle =
+        tower_sessions::cookie::time::Duration::milliseconds(state.config.session_idle.as_millis() as i64);
+    SessionManagerLayer::new(store)
+        .with_name(COOKIE_NAME)
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(secure)
+        .with_path("/")
+        .with_expiry(Expiry::OnInactivity(idle))
+}
+
+/// Puts the signed-in [`SessionUser`] in the request's extensions, if the
+/// session is valid: the user exists, is not disabled, and signed in less
+/// than the absolute session lifetime ago. Invalid sessions are deleted.
+pub async fn resolve_user(
+    State(state): State<AppState>,
+    session: Session,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Ok(Some(user_id)) = session.get::<String>(USER_KEY).await {
+        let login_at: i64 = session.get(LOGIN_AT_KEY).await.ok().flatten().unwrap_or(0);
+        let fresh = now_ms() - login_at < state.config.session_max.as_millis() as i64;
+        let user: Option<(String, String, bool)> =
+            sqlx::query_as("SELECT id, name, is_admin FROM users WHERE id = ? AND disabled_at IS NULL")
+                .bind(&user_id)
+                .fetch_optional(&state.db)
+                .await
+                .unwrap_or(None);
+        match user {
+            Some((id, name, is_admin)) if fresh => {
+                request
+                    .extensions_mut()
+                    .insert(SessionUser { id, name, is_admin });
+            }
+            _ => {
+                let _ = session.flush().await;
+            }
+        }
+    }
+    next.run(request).await
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    username: String,
+    password: String,
+    #[serde(default)]
+    next: Option<String>,
+}
+
+/// `POST /login`: a form with `username` and `password` (and `next`).
+/// Success rotates the session id and redirects to `next`; failure
+/// redirects back to the form saying why.
+pub async fn login(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    session: Session,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let next = safe_next(form.next.as_deref());
+    let back = |error: &str| {
+        Redirect::to(&format!("/login?error={error}&next={}", urlencode(&next))).into_response()
+    };
+    let account = format!("user:{}", form.username.to_lowercase());
+    let ip = format!("ip:{}", peer.ip());
+    if state.sign_in_limiter.check(&account).is_err() || state.sign_in_limiter_ip.check(&ip).is_err() {
+        tracing::warn!(user = form.username, ip = %peer.ip(), "sign-in refused: too many failures");
+        return back("locked");
+    }
+    let user: Option<(String, Option<String>)> =
+        sqlx::query_as("SELECT id, password_hash FROM users WHERE name = ? AND disabled_at IS NULL")
+            .bind(&form.username)
+            .fetch_optional(&state.db)
+            .await
+            .unwrap_or(None);
+    // Verify against a real hash even for unknown users, so timing does not tell who exists.
+    let stored = user
+        .as_ref()
+        .and_then(|(_, hash)| hash.clone())
+        .unwrap_or_else(|| DUMMY_HASH.clone());
+    let valid = verify_password(&form.password, &stored) && user.is_some();
+    let Some((user_id, _)) = user.filter(|_| valid) else {
+        state.sign_in_limiter.fail(&account);
+        state.sign_in_limiter_ip.fail(&ip);
+        tracing::info!(user = form.username, ip = %peer.ip(), "sign-in failed");
+        return back("invalid");
+    };
+    state.sign_in_limiter.reset(&account);
+    if let Err(error) = start(&session, &user_id).await {
+        tracing::error!(%error, "cannot start a session");
+        return back("server");
+    }
+    tracing::info!(user = form.username, "signed in");
+    Redirect::to(&next).into_response()
+}
+
+/// Starts a signed-in session for `user_id` under a new session id.
+pub async fn start(session: &Session, user_id: &str) -> Result<(), tower_sessions::session::Error> {
+    session.cycle_id().await?;
+    session.insert(USER_KEY, user_id).await?;
+    session.insert(LOGIN_AT_KEY, now_ms()).await?;
+    Ok(())
+}
+
+static DUMMY_HASH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| hash_password("not a real password").unwrap_or_default());
+
+/// `POST /logout`: deletes the session on the server and the cookie.
+pub async fn logout(session: Session) -> Response {
+    let _ = session.flush().await;
+    Redirect::to("/login?signed_out=1").into_response()
+}
+
+/// Only same-site paths: `/jobs`, never `//evil.example` or `https://…`.
+pub fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
+            path.to_string()
+        }
+        _ => "/".to_string(),
+    }
+}
+
+fn urlencode(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// Refuses state-changing requests from other origins. Browsers send
+/// `Origin` (or at least `Referer`) with every POST; it must name this
+/// server. Bearer-token API routes and the OAuth endpoints, which never use
+/// cookies, are exempt.
+pub async fn check_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let path = request.uri().path();
+    let exempt = path.starts_with("/api/") || path.starts_with("/oauth/");
+    if safe || exempt || same_origin(request.headers(), &state.config.public_url()) {
+        return next.run(request).await;
+    }
+    tracing::warn!(path, origin = ?request.headers().get(header::ORIGIN), "cross-origin request refused");
+    ApiError::Forbidden(
+        "cross-origin request refused: this form must be sent from the GPUPlane console".into(),
+    )
+    .into_response()
+}
+
+fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
+    let claimed = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .and_then(|value| value.to_str().ok());
+    let Some(claimed) = claimed else { return false };
+    let origin_of = |url: &str| -> Option<String> {
+        let (scheme, rest) = url.split_once("://")?;
+        let authority = rest.split('/').next()?;
+        Some(format!("{scheme}://{authority}"))
+    };
+    let Some(claimed) = origin_of(claimed) else {
+        return false;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let allowed = [
+        origin_of(public_url),
+        host.map(|h| format!("http://{h}")),
+        host.map(|h| format!("https://{h}")),
+    ];
+    allowed.into_iter().flatten().any(|origin| origin == claimed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(safe_next(Some("/jobs?status=QUEUED")), "/jobs?status=QUEUED");
+        assert_eq!(safe_next(Some("//evil.example/x")), "/");
+        assert_eq!(safe_next(Some("https://evil.example")), "/");
+        assert_eq!(safe_next(Some("/\\evil.example")), "/");
+        assert_eq!(safe_next(None), "/");
+    }
+
+    #[test]
+    fn origins_must_match_the_server() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, "127.0.0.1:8600".parse().unwrap());
+        assert!(
+            !same_origin(&headers, "http://127.0.0.1:8600"),
+            "no Origin, no Referer"
+        );
+        headers.insert(header::ORIGIN, "http://127.0.0.1:8600".parse().unwrap());
+        assert!(same_origin(&headers, "http://gpuplane.example"));
+        headers.insert(header::ORIGIN, "http://evil.example".parse().unwrap());
+        assert!(!same_origin(&headers, "http://127.0.0.1:8600"));
+        headers.insert(header::ORIGIN, "https://gpuplane.example".parse().unwrap());
+        assert!(same_origin(&headers, "https://gpuplane.example"));
+    }
+}

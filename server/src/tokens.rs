@@ -1,0 +1,155 @@
+//! Token management for their owners: list, create, revoke. Used by the API
+//! and by the console alike.
+
+use crate::access::{self, Principal};
+use crate::auth::{NewToken, create_token};
+use crate::error::ApiError;
+use crate::time::{now_ms, rfc3339};
+use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
+use gpuplane_api::error::FieldError;
+use gpuplane_api::project::Role;
+use sqlx::SqlitePool;
+
+#[derive(sqlx::FromRow)]
+struct TokenRow {
+    id: String,
+    name: String,
+    scope: String,
+    project: Option<String>,
+    run_id: Option<String>,
+    created_at: i64,
+    expires_at: Option<i64>,
+    last_used_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+fn info(row: TokenRow) -> TokenInfo {
+    TokenInfo {
+        scope: row.scope.parse().unwrap_or(Scope::Read),
+        id: row.id,
+        name: row.name,
+        project: row.project,
+        run_id: row.run_id,
+        created_at: rfc3339(row.created_at),
+        expires_at: row.expires_at.map(rfc3339),
+        last_used_at: row.last_used_at.map(rfc3339),
+        revoked_at: row.revoked_at.map(rfc3339),
+    }
+}
+
+const COLUMNS: &str = "id, name, scope, project, run_id, created_at, expires_at, last_used_at, revoked_at";
+
+/// The user's own tokens, newest first (jobs' sdk tokens included, so they can be seen and revoked).
+pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, ApiError> {
+    let rows: Vec<TokenRow> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM api_tokens WHERE user_id = ? ORDER BY created_at DESC, id DESC"
+    ))
+    .bind(user_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(info).collect())
+}
+
+/// Creates a token for the user. `ceiling` is what the creator itself may
+/// do (a session may create anything the user may; a read token cannot
+/// mint a write token).
+pub async fn create(
+    db: &SqlitePool,
+    principal: &Principal,
+    ceiling: Scope,
+    request: &CreateToken,
+) -> Result<CreatedToken, ApiError> {
+    let user_id = principal
+        .user_id
+        .as_deref()
+        .ok_or_else(|| ApiError::Forbidden("only users have tokens".into()))?;
+    let mut errors = Vec::new();
+    let mut bad = |field: &str, message: String| {
+        errors.push(FieldError {
+            field: field.into(),
+            message,
+        })
+    };
+    let name = request.name.trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        bad("name", "must be 1-100 characters".into());
+    }
+    if request.scope == Scope::Agent {
+        bad(
+            "scope",
+            "agent tokens are made with `gpuplane-server admin create-agent-token`".into(),
+        );
+    } else if !ceiling.grants(request.scope) && request.scope != Scope::Sdk {
+        bad(
+            "scope",
+            format!("a {ceiling} token cannot create a {} token", request.scope),
+        );
+    }
+    if request
+        .expires_in_days
+        .is_some_and(|days| !(1..=3650).contains(&days))
+    {
+        bad("expires_in_days", "must be between 1 and 3650".into());
+    }
+    if let Some(project) = &request.project {
+        let allowed = access::role_in(db, principal, project)
+            .await?
+            .is_some_and(|role| role >= Role::Viewer);
+        if !allowed {
+            bad(
+                "project",
+                format!("no project named `{project}` that you belong to"),
+            );
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let expires_at = request
+        .expires_in_days
+        .map(|days| now_ms() + days * 24 * 3600 * 1000);
+    let (id, secret) = create_token(
+        db,
+        NewToken {
+            user_id: Some(user_id),
+            name,
+            scope: request.scope,
+            expires_at,
+        },
+    )
+    .await?;
+    if let Some(project) = &request.project {
+        sqlx::query("UPDATE api_tokens SET project = ? WHERE id = ?")
+            .bind(project)
+            .bind(&id)
+            .execute(db)
+            .await?;
+    }
+    let row: TokenRow = sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = ?"))
+        .bind(&id)
+        .fetch_one(db)
+        .await?;
+    Ok(CreatedToken {
+        token: info(row),
+        secret,
+    })
+}
+
+/// Revokes one of the user's tokens (at once: the next request with it gets 401).
+pub async fn revoke(db: &SqlitePool, user_id: &str, token_id: &str) -> Result<TokenInfo, ApiError> {
+    sqlx::query("UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?")
+        .bind(now_ms())
+        .bind(token_id)
+        .bind(user_id)
+        .execute(db)
+        .await?;
+    let row: Option<TokenRow> = sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM api_tokens WHERE id = ? AND user_id = ?"
+    ))
+    .bind(token_id)
+    .bind(user_id)
+    .fetch_optional(db)
+    .await?;
+    row.map(info)
+        .ok_or_else(|| ApiError::NotFound(format!("no token {token_id}")))
+}

@@ -1,0 +1,279 @@
+//! Console sessions over real HTTP: sign-in, cookie flags, id rotation,
+//! sign-out, timeouts, disabled users, cross-origin refusals, rate limits,
+//! and no session id in the database in clear.
+
+use gpuplane_server::RunningServer;
+use gpuplane_server::testkit::start_server_with;
+use reqwest::StatusCode;
+use std::time::Duration;
+
+struct Console {
+    _dir: tempfile::TempDir,
+    server: RunningServer,
+    http: reqwest::Client,
+}
+
+/// The `gpuplane_session` cookie a response sets, with its attributes.
+fn set_cookie(response: &reqwest::Response) -> Option<String> {
+    response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with("gpuplane_session="))
+        .map(str::to_string)
+}
+
+fn cookie_value(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_string()
+}
+
+impl Console {
+    async fn start(configure: impl FnOnce(&mut gpuplane_server::config::ServerConfig)) -> Console {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start_server_with(dir.path(), configure).await;
+        gpuplane_server::admin::create_user(&server.state.db, "ada", "correct horse", false)
+            .await
+            .unwrap();
+        Console {
+            _dir: dir,
+            server,
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+        }
+    }
+
+    /// Where the server listens (its public URL may be elsewhere, behind a proxy).
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.server.state.config.bind)
+    }
+
+    async fn login(&self, password: &str, cookie: Option<&str>) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(self.url("/login"))
+            .header("origin", &self.server.url)
+            .form(&[("username", "ada"), ("password", password), ("next", "/tokens")]);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Signs in; returns the `name=value` cookie.
+    async fn signed_in(&self) -> String {
+        let response = self.login("correct horse", None).await;
+        assert_eq!(response.status(), StatusCode::SEE_OTHER);
+        assert_eq!(response.headers()["location"], "/tokens");
+        cookie_value(&set_cookie(&response).expect("a session cookie"))
+    }
+
+    /// Whether a page that needs a session renders with this cookie.
+    async fn works(&self, cookie: &str) -> bool {
+        let response = self
+            .http
+            .get(self.url("/tokens"))
+            .header("cookie", cookie)
+            .send()
+            .await
+            .unwrap();
+        response.status() == StatusCode::OK
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sign_in_sets_a_safe_cookie_and_shows_the_user() {
+    let console = Console::start(|_| {}).await;
+    let response = console.login("correct horse", None).await;
+    let cookie = set_cookie(&response).unwrap();
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Lax"), "{cookie}");
+    assert!(cookie.contains("Path=/"), "{cookie}");
+    assert!(!cookie.contains("Secure"), "plain HTTP here: {cookie}");
+    let value = cookie_value(&cookie);
+    let page = console
+        .http
+        .get(console.url("/tokens"))
+        .header("cookie", &value)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains(r#"data-testid="signed-in-as">ada<"#)
+    );
+
+    // Wrong password: back to the form, no session.
+    let wrong = console.login("wrong", None).await;
+    assert_eq!(wrong.headers()["location"], "/login?error=invalid&next=%2Ftokens");
+    assert!(set_cookie(&wrong).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cookie_is_secure_behind_https() {
+    let console = Console::start(|config| config.public_url = Some("https://gpuplane.example".into())).await;
+    let response = console
+        .http
+        .post(console.url("/login"))
+        .header("origin", "https://gpuplane.example")
+        .form(&[("username", "ada"), ("password", "correct horse")])
+        .send()
+        .await
+        .unwrap();
+    assert!(set_cookie(&response).unwrap().contains("Secure"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sign_in_rotates_the_session_id_and_sign_out_ends_it_on_the_server() {
+    let console = Console::start(|_| {}).await;
+    let first = console.signed_in().await;
+    let again = console.login("correct horse", Some(&first)).await;
+    let second = cookie_value(&set_cookie(&again).unwrap());
+    assert_ne!(first, second, "a new id at sign-in (no fixation)");
+    assert!(!console.works(&first).await, "the old id is gone");
+    assert!(console.works(&second).await);
+
+    let out = console
+        .http
+        .post(console.url("/logout"))
+        .header("origin", &console.server.url)
+        .header("cookie", &second)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    assert!(
+        !console.works(&second).await,
+        "replaying the cookie after sign-out fails"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_end_after_the_absolute_lifetime_and_when_the_user_is_disabled() {
+    let console = Console::start(|config| config.session_max = Duration::from_millis(800)).await;
+    let cookie = console.signed_in().await;
+    assert!(console.works(&cookie).await);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(!console.works(&cookie).await, "older than session_max");
+
+    let cookie = console.signed_in().await;
+    gpuplane_server::admin::disable_user(&console.server.state.db, "ada")
+        .await
+        .unwrap();
+    assert!(!console.works(&cookie).await, "disabled: at once");
+    let refused = console.login("correct horse", None).await;
+    assert_eq!(
+        refused.headers()["location"],
+        "/login?error=invalid&next=%2Ftokens"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_sessions_end() {
+    let console = Console::start(|config| config.session_idle = Duration::from_secs(1)).await;
+    let cookie = console.signed_in().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!console.works(&cookie).await);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cross_origin_posts_are_refused() {
+    let console = Console::start(|_| {}).await;
+    let cookie = console.signed_in().await;
+    for (path, origin) in [
+        ("/logout", Some("http://evil.example")),
+        ("/logout", None),
+        ("/console/fn/current_user", Some("http://evil.example")),
+        ("/login", Some("http://evil.example")),
+    ] {
+        let mut request = console
+            .http
+            .post(console.url(path))
+            .header("cookie", &cookie)
+            .body("");
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{path} from {origin:?}");
+    }
+    assert!(console.works(&cookie).await, "the refused sign-out did nothing");
+    // The same server function from the console's own origin works.
+    let ok = console
+        .http
+        .post(console.url("/console/fn/current_user"))
+        .header("origin", &console.server.url)
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert!(ok.text().await.unwrap().contains("ada"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_sign_ins_are_rate_limited_per_account() {
+    let console = Console::start(|_| {}).await;
+    for _ in 0..5 {
+        let response = console.login("guess", None).await;
+        assert!(
+            response.headers()["location"]
+                .to_str()
+                .unwrap()
+                .contains("error=invalid")
+        );
+    }
+    let locked = console.login("correct horse", None).await;
+    assert!(
+        locked.headers()["location"]
+            .to_str()
+            .unwrap()
+            .contains("error=locked"),
+        "even the right password waits"
+    );
+    assert!(set_cookie(&locked).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_database_holds_no_session_id_in_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_server_with(dir.path(), |_| {}).await;
+    gpuplane_server::admin::create_user(&server.state.db, "ada", "correct horse", false)
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = http
+        .post(format!("{}/login", server.url))
+        .header("origin", &server.url)
+        .form(&[("username", "ada"), ("password", "correct horse")])
+        .send()
+        .await
+        .unwrap();
+    let cookie = cookie_value(&set_cookie(&response).unwrap());
+    let id = cookie.trim_start_matches("gpuplane_session=").to_string();
+    let db = server.state.db.clone();
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tower_sessions")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 1, "the session is stored");
+    server.stop().await.unwrap();
+    db.close().await;
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    assert!(
+        !bytes.windows(id.len()).any(|w| w == id.as_bytes()),
+        "the session id is not in the database files"
+    );
+}
