@@ -9,6 +9,7 @@ import path from 'node:path';
 const root = path.resolve(__dirname, '..');
 const targetDir = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target');
 const serverBin = path.join(targetDir, 'debug', 'gpuplane-server');
+export const GPUCTL = path.join(targetDir, 'debug', 'gpuctl');
 
 export const ADMIN_USER = 'e2e-admin';
 export const ADMIN_PASSWORD = 'e2e-password-1234';
@@ -22,7 +23,8 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
 
   const server = spawn(
     serverBin,
-    ['--data-dir', dataDir, 'serve', '--bind', '127.0.0.1:0', '--site-root', path.join(targetDir, 'site')],
+    ['--data-dir', dataDir, 'serve', '--bind', '127.0.0.1:0', '--site-root', path.join(targetDir, 'site'),
+     '--device-poll-interval-s', '1'],
     { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, GPUPLANE_LOG: 'info' } },
   );
   const url = await new Promise<string>((resolve, reject) => {

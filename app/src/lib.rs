@@ -101,7 +101,11 @@ fn Protected(children: ChildrenFn) -> impl IntoView {
                 match signed_in {
                     Some(true) => Some(children.read_value()().into_any()),
                     Some(false) => {
-                        let here = format!("{}{}", location.pathname.get_untracked(), location.search.get_untracked());
+                        let search = location.search.get_untracked();
+                        let here = match search.trim_start_matches('?') {
+                            "" => location.pathname.get_untracked(),
+                            query => format!("{}?{query}", location.pathname.get_untracked()),
+                        };
                         let target = format!("/login?next={}", encode(&here));
                         redirect_to(&target);
                         Some(view! { <p>"Sign in to see this page: " <a href=target>"sign in"</a></p> }.into_any())

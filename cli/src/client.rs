@@ -70,6 +70,15 @@ impl Client {
         self.send(self.http.get(self.url(path))).await
     }
 
+    pub async fn delete<R: DeserializeOwned>(&self, path: &str) -> Result<R, CliError> {
+        self.send(self.http.delete(self.url(path))).await
+    }
+
+    /// A GET of a path on the server outside the API (`/.well-known/...`).
+    pub async fn get_absolute<R: DeserializeOwned>(&self, path: &str) -> Result<R, CliError> {
+        self.send(self.http.get(format!("{}{path}", self.server))).await
+    }
+
     pub async fn post<B: serde::Serialize, R: DeserializeOwned>(
         &self,
         path: &str,

@@ -31,12 +31,20 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Check `--token T` against the server and store it in ~/.gpuctl/credentials.json (mode 0600).
-    Login,
+    /// Sign in: with `--token T` (CI), else with a code approved in a browser
+    /// (opened here when possible; `--device-flow` for SSH sessions).
+    /// Credentials go to ~/.gpuctl/credentials.json (mode 0600).
+    Login(commands::auth::LoginArgs),
     /// Forget the stored credentials.
     Logout,
     /// Show who the token belongs to and what it may do.
     Whoami,
+    /// Your API tokens: list, create, revoke.
+    #[command(subcommand)]
+    Token(commands::auth::TokenCommand),
+    /// Projects and their members.
+    #[command(subcommand)]
+    Project(commands::projects::ProjectCommand),
     /// Cluster overview: server, nodes, GPUs.
     Status,
     /// Nodes and their GPUs.
@@ -115,7 +123,13 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
     match cli.command {
-        Command::Login => commands::auth::login(cli.server, cli.token, out).await,
+        Command::Login(args) => commands::auth::login(cli.server, cli.token, args, out).await,
+        Command::Token(command) => {
+            commands::auth::token(&Client::new(cli.server, cli.token)?, command, out).await
+        }
+        Command::Project(command) => {
+            commands::projects::run(&Client::new(cli.server, cli.token)?, command, out).await
+        }
         Command::Logout => commands::auth::logout(out),
         Command::Whoami => commands::auth::whoami(&Client::new(cli.server, cli.token)?, out).await,
         Command::Status => commands::status::status(&Client::new(cli.server, cli.token)?, out).await,

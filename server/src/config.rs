@@ -88,6 +88,10 @@ pub struct ServeArgs {
     /// A console session ends this long after sign-in whatever its use, in milliseconds.
     #[arg(long, env = "GPUPLANE_SESSION_MAX_MS", value_name = "MS")]
     pub session_max_ms: Option<u64>,
+
+    /// The polling interval `gpuctl login --device-flow` is asked to keep, in seconds.
+    #[arg(long, env = "GPUPLANE_DEVICE_POLL_INTERVAL_S", value_name = "S")]
+    pub device_poll_interval_s: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,6 +150,7 @@ pub struct FileConfig {
     pub log_tail_lines: Option<i64>,
     pub session_idle_ms: Option<u64>,
     pub session_max_ms: Option<u64>,
+    pub device_poll_interval_s: Option<u64>,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
@@ -229,6 +234,12 @@ impl ServerConfig {
         }
         if let Some(max) = pick(args.session_max_ms, file.session_max_ms) {
             config.session_max = max;
+        }
+        if let Some(seconds) = args.device_poll_interval_s.or(file.device_poll_interval_s) {
+            if seconds < 1 {
+                bail!("device_poll_interval_s must be at least 1");
+            }
+            config.device_poll_interval = Duration::from_secs(seconds);
         }
         if let Some(lines) = args.log_tail_lines.or(file.log_tail_lines) {
             if lines < 1 {
@@ -347,6 +358,9 @@ log_tail_lines = {DEFAULT_LOG_TAIL_LINES}
 # Console sessions end after this long unused, and this long after sign-in.
 session_idle_ms = {DEFAULT_SESSION_IDLE_MS}
 session_max_ms = {DEFAULT_SESSION_MAX_MS}
+
+# How often `gpuctl login --device-flow` polls (RFC 8628 interval), in seconds.
+device_poll_interval_s = 5
 "#
     )
 }

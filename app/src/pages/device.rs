@@ -25,7 +25,7 @@ pub fn Device() -> impl IntoView {
             <Suspense fallback=|| view! { <p>"Looking up the code…"</p> }>
                 {move || match request.get().flatten() {
                     None => view! { <CodeForm error=None /> }.into_any(),
-                    Some(Err(error)) => view! { <CodeForm error=Some(clean(&error.to_string())) /> }.into_any(),
+                    Some(Err(error)) => view! { <CodeForm error=Some(clean(&error)) /> }.into_any(),
                     Some(Ok(request)) if request.status != "pending" => view! {
                         <p data-testid="device-result">"This request is already " {request.status} "."</p>
                     }.into_any(),
@@ -43,7 +43,7 @@ pub fn Device() -> impl IntoView {
                             {move || match decide.value().get() {
                                 Some(Ok(true)) => view! { <p class="info" data-testid="device-result">"Approved: the terminal is signed in."</p> }.into_any(),
                                 Some(Ok(false)) => view! { <p class="info" data-testid="device-result">"Denied: the terminal was refused."</p> }.into_any(),
-                                Some(Err(error)) => view! { <p class="error" data-testid="device-result">{clean(&error.to_string())}</p> }.into_any(),
+                                Some(Err(error)) => view! { <p class="error" data-testid="device-result">{clean(&error)}</p> }.into_any(),
                                 None => {
                                     let code = code.clone();
                                     view! {
@@ -77,7 +77,10 @@ fn CodeForm(error: Option<String>) -> impl IntoView {
     }
 }
 
-/// A server function error without its "error running server function" prefix.
-pub fn clean(message: &str) -> String {
-    message.rsplit(": ").next().unwrap_or(message).to_string()
+/// The message of a server function error, without the framework's prefix.
+pub fn clean(error: &ServerFnError) -> String {
+    match error {
+        ServerFnError::ServerError(message) => message.clone(),
+        other => other.to_string(),
+    }
 }

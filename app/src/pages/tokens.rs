@@ -38,14 +38,14 @@ pub fn Tokens() -> impl IntoView {
                     <p class="info">"Copy it now: it is shown only this once."</p>
                     <code class="secret" data-testid="new-token">{created.secret}</code>
                 }.into_any(),
-                Err(error) => view! { <p class="error">{clean(&error.to_string())}</p> }.into_any(),
+                Err(error) => view! { <p class="error">{clean(&error)}</p> }.into_any(),
             })}
         </section>
         <section class="card">
             <h2>"Your tokens"</h2>
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || tokens.get().map(|result| match result {
-                    Err(error) => view! { <p class="error">{clean(&error.to_string())}</p> }.into_any(),
+                    Err(error) => view! { <p class="error">{clean(&error)}</p> }.into_any(),
                     Ok(list) if list.is_empty() => view! { <p>"No tokens yet."</p> }.into_any(),
                     Ok(list) => view! {
                         <div class="table-scroll">

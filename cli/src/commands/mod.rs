@@ -4,4 +4,5 @@ pub mod auth;
 pub mod events;
 pub mod jobs;
 pub mod logs;
+pub mod projects;
 pub mod status;

@@ -1,0 +1,285 @@
+//! The device authorization grant (RFC 8628) over HTTP: codes, pending,
+//! slow_down with a growing interval, approval yielding one token, denial,
+//! expiry, rate-limited wrong user codes, and no code stored in clear.
+
+use gpuplane_server::device;
+use gpuplane_server::testkit::start_server_with;
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::time::Duration;
+
+struct Flow {
+    _dir: tempfile::TempDir,
+    server: gpuplane_server::RunningServer,
+    http: reqwest::Client,
+    user_id: String,
+}
+
+impl Flow {
+    async fn start() -> Flow {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start_server_with(dir.path(), |config| {
+            config.device_poll_interval = Duration::from_secs(1)
+        })
+        .await;
+        let user_id = gpuplane_server::admin::create_user(&server.state.db, "dev", "dev-password", false)
+            .await
+            .unwrap();
+        Flow {
+            _dir: dir,
+            server,
+            http: reqwest::Client::new(),
+            user_id,
+        }
+    }
+
+    async fn form(&self, path: &str, fields: &[(&str, &str)]) -> (StatusCode, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.server.url))
+            .form(fields)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap())
+    }
+
+    async fn authorize(&self) -> Value {
+        let (status, body) = self
+            .form(
+                "/oauth/device_authorization",
+                &[
+                    ("client_id", "gpuctl"),
+                    ("client_name", "gpuctl"),
+                    ("client_host", "gpu-box-7"),
+                ],
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+
+    async fn poll(&self, device_code: &str) -> (StatusCode, Value) {
+        self.form(
+            "/oauth/token",
+            &[
+                ("grant_type", device::DEVICE_GRANT),
+                ("device_code", device_code),
+                ("client_id", "gpuctl"),
+            ],
+        )
+        .await
+    }
+}
+
+fn error(body: &Value) -> &str {
+    body["error"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_code_approved_in_the_console_yields_one_token() {
+    let flow = Flow::start().await;
+    let (_, metadata) = {
+        let response = flow
+            .http
+            .get(format!(
+                "{}/.well-known/oauth-authorization-server",
+                flow.server.url
+            ))
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json::<Value>().await.unwrap())
+    };
+    assert_eq!(
+        metadata["device_authorization_endpoint"],
+        format!("{}/oauth/device_authorization", flow.server.url)
+    );
+    assert_eq!(
+        metadata["token_endpoint"],
+        format!("{}/oauth/token", flow.server.url)
+    );
+
+    let grant = flow.authorize().await;
+    let user_code = grant["user_code"].as_str().unwrap();
+    assert!(
+        user_code.len() == 9
+            && &user_code[4..5] == "-"
+            && user_code
+                .chars()
+                .filter(|c| *c != '-')
+                .all(|c| "BCDFGHJKLMNPQRSTVWXZ".contains(c)),
+        "{user_code}"
+    );
+    assert_eq!(grant["verification_uri"], format!("{}/device", flow.server.url));
+    assert_eq!(
+        grant["verification_uri_complete"],
+        format!("{}/device?user_code={user_code}", flow.server.url)
+    );
+    assert_eq!(grant["interval"], 1);
+    assert_eq!(grant["expires_in"], 600);
+    let device_code = grant["device_code"].as_str().unwrap();
+
+    let (status, body) = flow.poll(device_code).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error(&body), "authorization_pending");
+    // Polling again at once is too fast: slow_down, and the interval grows by 5 s.
+    let (_, body) = flow.poll(device_code).await;
+    assert_eq!(error(&body), "slow_down");
+    let interval: i64 = sqlx::query_scalar("SELECT interval_s FROM device_authorizations")
+        .fetch_one(&flow.server.state.db)
+        .await
+        .unwrap();
+    assert_eq!(interval, 6);
+
+    // The approving user sees who asks; the code matches whatever the case and dashes.
+    let typed = user_code.replace('-', "").to_lowercase();
+    let request = match device::lookup(&flow.server.state, &typed, "test").await {
+        Ok(request) => request,
+        Err(_) => panic!("the code is found"),
+    };
+    assert_eq!(request.client_host, "gpu-box-7");
+    assert_eq!(request.client_ip, "127.0.0.1");
+    assert_eq!(request.status, "pending");
+    assert!(
+        device::decide(&flow.server.state, user_code, &flow.user_id, true)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !device::decide(&flow.server.state, user_code, &flow.user_id, false)
+            .await
+            .unwrap(),
+        "decided once"
+    );
+
+    // Wait out the (grown) interval, then the token comes, once.
+    sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
+        .execute(&flow.server.state.db)
+        .await
+        .unwrap();
+    let (status, body) = flow.poll(device_code).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["token_type"], "Bearer");
+    let token = body["access_token"].as_str().unwrap();
+    let me: Value = flow
+        .http
+        .get(format!("{}/api/v1/auth/whoami", flow.server.url))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["user"], "dev");
+    assert_eq!(me["scope"], "write");
+    assert_eq!(
+        me["token_name"], "gpuctl on gpu-box-7",
+        "listed and revocable by name"
+    );
+    sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
+        .execute(&flow.server.state.db)
+        .await
+        .unwrap();
+    let (_, body) = flow.poll(device_code).await;
+    assert_eq!(error(&body), "invalid_grant", "a device code yields a token once");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
+    let flow = Flow::start().await;
+    let denied = flow.authorize().await;
+    device::decide(
+        &flow.server.state,
+        denied["user_code"].as_str().unwrap(),
+        &flow.user_id,
+        false,
+    )
+    .await
+    .unwrap();
+    let (_, body) = flow.poll(denied["device_code"].as_str().unwrap()).await;
+    assert_eq!(error(&body), "access_denied");
+
+    let expired = flow.authorize().await;
+    sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE status = 'pending'")
+        .execute(&flow.server.state.db)
+        .await
+        .unwrap();
+    let (_, body) = flow.poll(expired["device_code"].as_str().unwrap()).await;
+    assert_eq!(error(&body), "expired_token");
+    assert!(
+        !device::decide(
+            &flow.server.state,
+            expired["user_code"].as_str().unwrap(),
+            &flow.user_id,
+            true
+        )
+        .await
+        .unwrap(),
+        "an expired code cannot be approved"
+    );
+
+    let (_, body) = flow.poll("no-such-code").await;
+    assert_eq!(error(&body), "invalid_grant");
+    let (_, body) = flow.form("/oauth/token", &[("grant_type", "password")]).await;
+    assert_eq!(error(&body), "unsupported_grant_type");
+    let (status, body) = flow
+        .form("/oauth/device_authorization", &[("client_id", "someone-else")])
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error(&body), "invalid_client");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_user_codes_are_rate_limited() {
+    let flow = Flow::start().await;
+    let grant = flow.authorize().await;
+    let mut refused_after = None;
+    for attempt in 1..=1000 {
+        match device::lookup(&flow.server.state, "BBBB-BBBB", "203.0.113.7/usr_x").await {
+            Err(device::LookupError::Unknown) => {}
+            Err(device::LookupError::Limited(_)) => {
+                refused_after.get_or_insert(attempt);
+            }
+            _ => panic!("a wrong code was accepted"),
+        }
+    }
+    assert_eq!(refused_after, Some(11), "10 wrong codes, then refused");
+    // Even the right code now waits for this caller, but not for others.
+    let right = grant["user_code"].as_str().unwrap();
+    assert!(matches!(
+        device::lookup(&flow.server.state, right, "203.0.113.7/usr_x").await,
+        Err(device::LookupError::Limited(_))
+    ));
+    assert!(
+        device::lookup(&flow.server.state, right, "198.51.100.1/usr_y")
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_device_or_user_code_is_stored_in_clear() {
+    let flow = Flow::start().await;
+    let grant = flow.authorize().await;
+    let db = flow.server.state.db.clone();
+    let dir = flow._dir.path().to_path_buf();
+    flow.server.stop().await.unwrap();
+    db.close().await;
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    let device_code = grant["device_code"].as_str().unwrap();
+    let user_code = grant["user_code"].as_str().unwrap();
+    assert!(
+        contains(&gpuplane_server::auth::hash_token(device_code)),
+        "the hash is there"
+    );
+    assert!(!contains(device_code));
+    assert!(!contains(&user_code.replace('-', "")));
+    assert!(!contains(user_code));
+}
