@@ -3,6 +3,7 @@
 // environment. Returns the teardown that stops it.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
+import { startIssuer, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET } from './oidc';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -21,11 +22,23 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
   admin(['create-user', ADMIN_USER, '--admin', '--password-stdin'], ADMIN_PASSWORD + '\n');
   const token = admin(['create-token', '--user', ADMIN_USER, '--scope', 'write']);
 
+  const oidc = await startIssuer();
   const server = spawn(
     serverBin,
     ['--data-dir', dataDir, 'serve', '--bind', '127.0.0.1:0', '--site-root', path.join(targetDir, 'site'),
      '--device-poll-interval-s', '1'],
-    { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, GPUPLANE_LOG: 'info' } },
+    {
+      stdio: ['ignore', 'inherit', 'pipe'],
+      env: {
+        ...process.env,
+        GPUPLANE_LOG: 'info',
+        GPUPLANE_OIDC_ISSUER: oidc.issuer,
+        GPUPLANE_OIDC_CLIENT_ID: OIDC_CLIENT_ID,
+        GPUPLANE_OIDC_CLIENT_SECRET: OIDC_CLIENT_SECRET,
+        GPUPLANE_OIDC_ALLOWED_DOMAINS: 'example.com',
+        GPUPLANE_OIDC_NAME: 'Test SSO',
+      },
+    },
   );
   const url = await new Promise<string>((resolve, reject) => {
     let log = '';
@@ -42,11 +55,13 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
   });
   server.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk));
 
+  await oidc.attach(url);
   process.env.GPUPLANE_URL = url;
   process.env.GPUPLANE_TOKEN = token;
   process.env.GPUPLANE_DATA_DIR = dataDir;
 
   return async () => {
+    oidc.close();
     server.kill('SIGTERM');
     await new Promise((resolve) => server.once('exit', resolve));
   };

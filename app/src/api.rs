@@ -13,6 +13,12 @@ pub async fn server_health() -> Result<Health, ServerFnError> {
     backend.health().await.map_err(ServerFnError::new)
 }
 
+/// The SSO provider's name for the sign-in page, when SSO is configured (public).
+#[server(prefix = "/console/fn", endpoint = "sso_name")]
+pub async fn sso_name() -> Result<Option<String>, ServerFnError> {
+    Ok(crate::backend::use_backend()?.sso_name())
+}
+
 /// The signed-in user, or `None`.
 #[server(prefix = "/console/fn", endpoint = "current_user")]
 pub async fn current_user() -> Result<Option<SessionUser>, ServerFnError> {

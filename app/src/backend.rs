@@ -13,6 +13,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Errors are messages for the person at the console.
 pub trait ConsoleBackend: Send + Sync + 'static {
     fn health(&self) -> BoxFuture<'_, Result<Health, String>>;
+    /// The name of the SSO provider, when single sign-on is configured.
+    fn sso_name(&self) -> Option<String>;
     /// The device sign-in a user code names; wrong codes count against `limiter_key`.
     fn device_lookup(
         &self,

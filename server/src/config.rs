@@ -2,6 +2,7 @@
 //! `GPUPLANE_*` environment variables, then flags (each flag reads its
 //! variable through clap, so the last two layers are one).
 
+use crate::sso::SsoConfig;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use gpuplane_api::auth::Scope;
@@ -32,7 +33,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the API and the console.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Bootstrap users and tokens without a running server.
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -92,6 +93,26 @@ pub struct ServeArgs {
     /// The polling interval `gpuctl login --device-flow` is asked to keep, in seconds.
     #[arg(long, env = "GPUPLANE_DEVICE_POLL_INTERVAL_S", value_name = "S")]
     pub device_poll_interval_s: Option<u64>,
+
+    /// SSO: the OpenID Connect issuer URL (enables "Sign in with SSO").
+    #[arg(long, env = "GPUPLANE_OIDC_ISSUER", value_name = "URL")]
+    pub oidc_issuer: Option<String>,
+
+    /// SSO: this server's client id at the provider.
+    #[arg(long, env = "GPUPLANE_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+
+    /// SSO: the client secret (prefer the environment or the config file to a flag).
+    #[arg(long, env = "GPUPLANE_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    pub oidc_client_secret: Option<String>,
+
+    /// SSO: email domains allowed to sign in, comma-separated (default: any).
+    #[arg(long, env = "GPUPLANE_OIDC_ALLOWED_DOMAINS", value_delimiter = ',')]
+    pub oidc_allowed_domains: Option<Vec<String>>,
+
+    /// SSO: the provider's name on the sign-in button.
+    #[arg(long, env = "GPUPLANE_OIDC_NAME")]
+    pub oidc_name: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -151,6 +172,11 @@ pub struct FileConfig {
     pub session_idle_ms: Option<u64>,
     pub session_max_ms: Option<u64>,
     pub device_poll_interval_s: Option<u64>,
+    pub oidc_issuer: Option<String>,
+    pub oidc_client_id: Option<String>,
+    pub oidc_client_secret: Option<String>,
+    pub oidc_allowed_domains: Option<Vec<String>>,
+    pub oidc_name: Option<String>,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
@@ -181,6 +207,8 @@ pub struct ServerConfig {
     pub session_max: Duration,
     /// The polling interval the device flow asks clients for.
     pub device_poll_interval: Duration,
+    /// Single sign-on, when configured.
+    pub sso: Option<SsoConfig>,
 }
 
 impl ServerConfig {
@@ -200,6 +228,7 @@ impl ServerConfig {
             session_idle: Duration::from_millis(DEFAULT_SESSION_IDLE_MS),
             session_max: Duration::from_millis(DEFAULT_SESSION_MAX_MS),
             device_poll_interval: Duration::from_secs(5),
+            sso: None,
         }
     }
 
@@ -241,6 +270,26 @@ impl ServerConfig {
             }
             config.device_poll_interval = Duration::from_secs(seconds);
         }
+        let issuer = args.oidc_issuer.or(file.oidc_issuer);
+        let client_id = args.oidc_client_id.or(file.oidc_client_id);
+        let client_secret = args.oidc_client_secret.or(file.oidc_client_secret);
+        config.sso = match (issuer, client_id, client_secret) {
+            (Some(issuer), Some(client_id), Some(client_secret)) => Some(SsoConfig {
+                issuer,
+                client_id,
+                client_secret,
+                allowed_domains: args
+                    .oidc_allowed_domains
+                    .or(file.oidc_allowed_domains)
+                    .unwrap_or_default(),
+                display_name: args
+                    .oidc_name
+                    .or(file.oidc_name)
+                    .unwrap_or_else(|| "SSO".to_string()),
+            }),
+            (None, None, None) => None,
+            _ => bail!("SSO needs all of oidc_issuer, oidc_client_id and oidc_client_secret"),
+        };
         if let Some(lines) = args.log_tail_lines.or(file.log_tail_lines) {
             if lines < 1 {
                 bail!("log_tail_lines must be at least 1");
@@ -361,6 +410,14 @@ session_max_ms = {DEFAULT_SESSION_MAX_MS}
 
 # How often `gpuctl login --device-flow` polls (RFC 8628 interval), in seconds.
 device_poll_interval_s = 5
+
+# Single sign-on through an OpenID Connect provider (all three to enable).
+# Register {{public_url}}/auth/oidc/callback as the redirect URI there.
+# oidc_issuer = "https://login.example.com"
+# oidc_client_id = "gpuplane"
+# oidc_client_secret = "..."
+# oidc_allowed_domains = ["example.com"]
+# oidc_name = "Example SSO"
 "#
     )
 }

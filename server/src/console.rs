@@ -60,6 +60,10 @@ impl ConsoleBackend for ServerBackend {
         Box::pin(async move { crate::api::health::check(&self.state).await.map_err(message) })
     }
 
+    fn sso_name(&self) -> Option<String> {
+        self.state.config.sso.as_ref().map(|sso| sso.display_name.clone())
+    }
+
     fn device_lookup(
         &self,
         user_code: String,

@@ -19,6 +19,7 @@ pub mod nodes;
 pub mod ratelimit;
 pub mod secrets;
 pub mod sessions;
+pub mod sso;
 pub mod state;
 pub mod testkit;
 pub mod time;
@@ -54,6 +55,8 @@ pub fn app(state: AppState) -> Router {
             "/.well-known/oauth-authorization-server",
             axum::routing::get(device::metadata),
         )
+        .route("/auth/oidc/start", axum::routing::get(sso::begin))
+        .route("/auth/oidc/callback", axum::routing::get(sso::callback))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             sessions::resolve_user,
@@ -195,7 +198,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = shutdown_signal()?;
             config::prepare_data_dir(&data_dir)?;
             let file = config::load_file(cli.config.as_deref(), &data_dir)?;
-            let config = ServerConfig::resolve(data_dir, file, args)?;
+            let config = ServerConfig::resolve(data_dir, file, *args)?;
             let (listener, state) = bind_and_open(config).await?;
             tracing::info!(
                 url = state.config.public_url(),

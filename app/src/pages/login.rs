@@ -7,6 +7,7 @@ use leptos_router::hooks::use_query_map;
 #[component]
 pub fn Login() -> impl IntoView {
     let query = use_query_map();
+    let sso = Resource::new_blocking(|| (), |_| crate::api::sso_name());
     let next = move || query.read().get("next").unwrap_or_else(|| "/".to_string());
     let message = move || {
         let query = query.read();
@@ -28,6 +29,15 @@ pub fn Login() -> impl IntoView {
         <section class="card narrow">
             <h1>"Sign in"</h1>
             {move || message().map(|(class, text)| view! { <p class=class role="alert" data-testid="login-message">{text}</p> })}
+            <Suspense fallback=|| ()>
+                {move || sso.get().and_then(|r| r.ok()).flatten().map(|name| {
+                    let href = format!("/auth/oidc/start?next={}", crate::encode(&next()));
+                    view! {
+                        <a class="button" href=href rel="external" data-testid="sso">"Sign in with " {name}</a>
+                        <p class="muted">"or with a local account:"</p>
+                    }
+                })}
+            </Suspense>
             <form method="post" action="/login" class="stack">
                 <input type="hidden" name="next" value=next />
                 <label>"User name" <input name="username" autocomplete="username" required autofocus /></label>
