@@ -223,3 +223,91 @@ async fn status_and_node_status_show_the_agents_gpus() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tokens_are_created_listed_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let writer = user_token(&server.state.db, "dana", Scope::Write, false).await;
+    let base = ["--server", server.url.as_str(), "--token", writer.as_str()];
+
+    let created = json(&gpuctl(
+        home.path(),
+        &[
+            &base[..],
+            &["token", "create", "--name", "ci", "--scope", "read", "--json"],
+        ]
+        .concat(),
+    ));
+    let secret = created["secret"].as_str().unwrap().to_string();
+    let id = created["token"]["id"].as_str().unwrap().to_string();
+    assert!(secret.starts_with("gpp_"));
+    let human = gpuctl(
+        home.path(),
+        &[
+            &base[..],
+            &["token", "create", "--name", "ci-2", "--scope", "read"],
+        ]
+        .concat(),
+    );
+    assert!(
+        stdout(&human).trim().starts_with("gpp_"),
+        "the secret alone on stdout"
+    );
+    assert!(stderr(&human).contains("not shown again"));
+
+    let read_base = ["--server", server.url.as_str(), "--token", secret.as_str()];
+    assert_eq!(
+        json(&gpuctl(
+            home.path(),
+            &[&read_base[..], &["whoami", "--json"]].concat()
+        ))["scope"],
+        "read"
+    );
+    // A read token cannot mint a write token.
+    let escalate = gpuctl(
+        home.path(),
+        &[
+            &read_base[..],
+            &["token", "create", "--name", "x", "--scope", "write"],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        escalate.status.code(),
+        Some(4),
+        "read tokens cannot create tokens at all: {}",
+        stderr(&escalate)
+    );
+
+    let listed = json(&gpuctl(
+        home.path(),
+        &[&base[..], &["token", "list", "--json"]].concat(),
+    ));
+    let names: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"ci") && names.contains(&"ci-2"), "{names:?}");
+
+    let revoked = gpuctl(home.path(), &[&base[..], &["token", "revoke", &id]].concat());
+    assert!(revoked.status.success(), "{}", stderr(&revoked));
+    assert_eq!(
+        gpuctl(home.path(), &[&read_base[..], &["whoami"]].concat())
+            .status
+            .code(),
+        Some(3)
+    );
+    assert_eq!(
+        gpuctl(
+            home.path(),
+            &[&base[..], &["token", "revoke", "tok_nope"]].concat()
+        )
+        .status
+        .code(),
+        Some(5)
+    );
+}

@@ -58,7 +58,7 @@ fn new_user_code() -> String {
         .collect()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct AuthorizationRequest {
     client_id: String,
     #[serde(default)]
@@ -70,7 +70,13 @@ pub struct AuthorizationRequest {
     client_host: Option<String>,
 }
 
-/// `POST /oauth/device_authorization` (RFC 8628 §3.1).
+/// `POST /oauth/device_authorization` (RFC 8628 §3.1): a device code, a user
+/// code and where to enter it. Form fields `client_id` (gpuctl), `scope`,
+/// and the extensions `client_name` and `client_host` shown to the approver.
+#[utoipa::path(post, path = "/oauth/device_authorization", tag = "oauth",
+    request_body(content = AuthorizationRequest, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 200, description = "device_code, user_code, verification_uri(_complete), expires_in, interval"),
+        (status = 400, description = "RFC 6749 error"), (status = 401, description = "invalid_client")))]
 pub async fn authorize(
     State(state): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -137,7 +143,7 @@ pub async fn authorize(
     .into_response()
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct TokenRequest {
     grant_type: String,
     #[serde(default)]
@@ -158,7 +164,12 @@ struct Pending {
     expires_at: i64,
 }
 
-/// `POST /oauth/token` with the device code grant (RFC 8628 §3.4, §3.5).
+/// `POST /oauth/token` with the device code grant (RFC 8628 §3.4, §3.5):
+/// `authorization_pending`, `slow_down`, `access_denied`, `expired_token`,
+/// or the access token (once).
+#[utoipa::path(post, path = "/oauth/token", tag = "oauth",
+    request_body(content = TokenRequest, content_type = "application/x-www-form-urlencoded"),
+    responses((status = 200, description = "access_token, token_type, scope"), (status = 400, description = "RFC 6749 / 8628 error")))]
 pub async fn token(State(state): State<AppState>, Form(request): Form<TokenRequest>) -> Response {
     if request.grant_type != DEVICE_GRANT {
         return oauth_error(
@@ -279,7 +290,9 @@ async fn redeem(
     Ok(answer)
 }
 
-/// `GET /.well-known/oauth-authorization-server` (RFC 8414).
+/// `GET /.well-known/oauth-authorization-server` (RFC 8414): the endpoints above.
+#[utoipa::path(get, path = "/.well-known/oauth-authorization-server", tag = "oauth",
+    responses((status = 200, description = "Authorization server metadata")))]
 pub async fn metadata(State(state): State<AppState>) -> Json<serde_json::Value> {
     let base = state.config.public_url();
     Json(json!({

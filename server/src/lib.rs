@@ -46,15 +46,6 @@ pub fn app(state: AppState) -> Router {
     api.merge(console::router(&state))
         .route("/login", axum::routing::post(sessions::login))
         .route("/logout", axum::routing::post(sessions::logout))
-        .route(
-            "/oauth/device_authorization",
-            axum::routing::post(device::authorize),
-        )
-        .route("/oauth/token", axum::routing::post(device::token))
-        .route(
-            "/.well-known/oauth-authorization-server",
-            axum::routing::get(device::metadata),
-        )
         .route("/auth/oidc/start", axum::routing::get(sso::begin))
         .route("/auth/oidc/callback", axum::routing::get(sso::callback))
         .layer(axum::middleware::from_fn_with_state(

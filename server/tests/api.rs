@@ -253,6 +253,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         }
     }
     expect![[r#"
+        get    /.well-known/oauth-authorization-server  public
         post   /api/v1/agent/hello  bearer ["agent"]
         post   /api/v1/agent/log-fetch/{request_id}  bearer ["agent"]
         post   /api/v1/agent/poll  bearer ["agent"]
@@ -278,6 +279,8 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/tokens  bearer ["read"]
         post   /api/v1/tokens  bearer ["write"]
         delete /api/v1/tokens/{token_id}  bearer ["write"]
+        post   /oauth/device_authorization  public
+        post   /oauth/token  public
     "#]]
     .assert_eq(&summary);
 }

@@ -70,8 +70,14 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(agent::report))
         .routes(routes!(agent::log_upload))
         .routes(routes!(openapi_json));
+    // The OAuth endpoints live at the root, where RFC 8414 clients expect them.
+    let oauth = OpenApiRouter::new()
+        .routes(routes!(crate::device::authorize))
+        .routes(routes!(crate::device::token))
+        .routes(routes!(crate::device::metadata));
     let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(PREFIX, api)
+        .merge(oauth)
         .split_for_parts();
     doc.info.version = gpuplane_api::VERSION.to_string();
     let json = OpenApiJson(Arc::from(doc.to_pretty_json().unwrap_or_default()));
