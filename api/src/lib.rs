@@ -8,6 +8,7 @@ pub mod event;
 pub mod health;
 pub mod job;
 pub mod log;
+pub mod metric;
 pub mod node;
 pub mod project;
 

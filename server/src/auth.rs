@@ -215,6 +215,15 @@ impl Access for Write {
     const NEEDED: Scope = Scope::Write;
 }
 
+/// Metric ingest: `sdk` or `write` tokens.
+pub struct Ingest;
+impl Access for Ingest {
+    const NEEDED: Scope = Scope::Sdk;
+    fn allows(scope: Scope) -> bool {
+        matches!(scope, Scope::Sdk | Scope::Write)
+    }
+}
+
 /// Agent protocol: `agent` tokens.
 pub struct Agent;
 impl Access for Agent {

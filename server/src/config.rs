@@ -94,6 +94,10 @@ pub struct ServeArgs {
     #[arg(long, env = "GPUPLANE_DEVICE_POLL_INTERVAL_S", value_name = "S")]
     pub device_poll_interval_s: Option<u64>,
 
+    /// Metric keys whose first NaN/±Inf raises a LOSS_NAN event (a glob with `*`).
+    #[arg(long, env = "GPUPLANE_LOSS_PATTERN")]
+    pub loss_pattern: Option<String>,
+
     /// SSO: the OpenID Connect issuer URL (enables "Sign in with SSO").
     #[arg(long, env = "GPUPLANE_OIDC_ISSUER", value_name = "URL")]
     pub oidc_issuer: Option<String>,
@@ -172,6 +176,7 @@ pub struct FileConfig {
     pub session_idle_ms: Option<u64>,
     pub session_max_ms: Option<u64>,
     pub device_poll_interval_s: Option<u64>,
+    pub loss_pattern: Option<String>,
     pub oidc_issuer: Option<String>,
     pub oidc_client_id: Option<String>,
     pub oidc_client_secret: Option<String>,
@@ -187,6 +192,7 @@ pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
 pub const DEFAULT_CPU_SLOTS_PER_NODE: u32 = 4;
 pub const DEFAULT_LOG_TAIL_LINES: i64 = 2_000;
 pub const DEFAULT_SESSION_IDLE_MS: u64 = 12 * 3600 * 1000;
+pub const DEFAULT_LOSS_PATTERN: &str = "*loss*";
 pub const DEFAULT_SESSION_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
@@ -209,6 +215,8 @@ pub struct ServerConfig {
     pub device_poll_interval: Duration,
     /// Single sign-on, when configured.
     pub sso: Option<SsoConfig>,
+    /// Metric keys whose first non-finite value raises LOSS_NAN (a glob).
+    pub loss_pattern: String,
 }
 
 impl ServerConfig {
@@ -229,6 +237,7 @@ impl ServerConfig {
             session_max: Duration::from_millis(DEFAULT_SESSION_MAX_MS),
             device_poll_interval: Duration::from_secs(5),
             sso: None,
+            loss_pattern: DEFAULT_LOSS_PATTERN.to_string(),
         }
     }
 
@@ -269,6 +278,9 @@ impl ServerConfig {
                 bail!("device_poll_interval_s must be at least 1");
             }
             config.device_poll_interval = Duration::from_secs(seconds);
+        }
+        if let Some(pattern) = args.loss_pattern.or(file.loss_pattern) {
+            config.loss_pattern = pattern;
         }
         let issuer = args.oidc_issuer.or(file.oidc_issuer);
         let client_id = args.oidc_client_id.or(file.oidc_client_id);
@@ -410,6 +422,9 @@ session_max_ms = {DEFAULT_SESSION_MAX_MS}
 
 # How often `gpuctl login --device-flow` polls (RFC 8628 interval), in seconds.
 device_poll_interval_s = 5
+
+# Metric keys whose first NaN/Infinity raises a critical LOSS_NAN event.
+loss_pattern = "{DEFAULT_LOSS_PATTERN}"
 
 # Single sign-on through an OpenID Connect provider (all three to enable).
 # Register {{public_url}}/auth/oidc/callback as the redirect URI there.

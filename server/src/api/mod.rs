@@ -10,6 +10,7 @@ pub(crate) mod jobs;
 mod logs;
 mod nodes;
 mod projects;
+mod runs;
 mod tokens;
 
 use crate::error::ApiError;
@@ -63,6 +64,16 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(projects::list_projects, projects::create_project))
         .routes(routes!(projects::set_member))
+        .routes(routes!(runs::create_run))
+        .routes(routes!(runs::get_run))
+        .routes(routes!(runs::query_metrics))
+        .routes(routes!(runs::finish_run))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(runs::ingest))
+                // The handler enforces its own limit (see `runs::read_limited`).
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .routes(routes!(events::list_events))
         .routes(routes!(events::follow_events))
         .routes(routes!(agent::hello))

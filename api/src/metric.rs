@@ -1,0 +1,230 @@
+//! Metric points, batches, queries and run summaries.
+//!
+//! JSON has no NaN or infinities: values travel as numbers when finite and
+//! as the strings `"NaN"`, `"Infinity"` and `"-Infinity"` otherwise, in every
+//! request and response. Nothing is ever turned into null or zero.
+
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A metric value that keeps NaN, +∞ and −∞.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Value(pub f64);
+
+impl Value {
+    pub fn is_finite(self) -> bool {
+        self.0.is_finite()
+    }
+
+    /// `"NaN"`, `"Infinity"`, `"-Infinity"`, or the number as text.
+    pub fn describe(self) -> String {
+        match self.0 {
+            v if v.is_nan() => "NaN".into(),
+            v if v == f64::INFINITY => "Infinity".into(),
+            v if v == f64::NEG_INFINITY => "-Infinity".into(),
+            v => v.to_string(),
+        }
+    }
+}
+
+impl Serialize for Value {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.0.is_finite() {
+            serializer.serialize_f64(self.0)
+        } else {
+            serializer.serialize_str(&self.describe())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Value {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ValueVisitor;
+        impl Visitor<'_> for ValueVisitor {
+            type Value = Value;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(r#"a number or one of "NaN", "Infinity", "-Infinity""#)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+                Ok(Value(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+                Ok(Value(v as f64))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+                Ok(Value(v as f64))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+                match v {
+                    "NaN" => Ok(Value(f64::NAN)),
+                    "Infinity" => Ok(Value(f64::INFINITY)),
+                    "-Infinity" => Ok(Value(f64::NEG_INFINITY)),
+                    other => Err(E::invalid_value(de::Unexpected::Str(other), &self)),
+                }
+            }
+        }
+        deserializer.deserialize_any(ValueVisitor)
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for Value {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Number))
+            .item(ObjectBuilder::new().schema_type(Type::String).enum_values(Some([
+                "NaN",
+                "Infinity",
+                "-Infinity",
+            ])))
+            .description(Some("A number, or \"NaN\", \"Infinity\", \"-Infinity\""))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for Value {}
+
+/// One point as clients send it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Point {
+    /// e.g. `train/loss`; namespaces (`train/`, `eval/`, …) are kept as written.
+    pub key: String,
+    pub step: i64,
+    /// Seconds since the epoch.
+    pub wall_time: f64,
+    pub value: Value,
+}
+
+/// `POST /api/v1/runs/{run_id}/metrics`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    /// Chosen by the client; a batch id seen before for the run adds nothing.
+    pub batch_id: String,
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct IngestResult {
+    /// Points stored by this request (0 for a duplicate).
+    pub accepted: u64,
+    /// The batch id had been acknowledged before.
+    pub duplicate: bool,
+}
+
+/// A point in a query answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SeriesPoint {
+    pub step: i64,
+    pub wall_time: f64,
+    pub value: Value,
+}
+
+/// Points aggregated over a range: spikes (min, max) and non-finite values survive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Bucket {
+    pub step_from: i64,
+    pub step_to: i64,
+    pub time_from: f64,
+    pub time_to: f64,
+    /// Of the finite values; `null` when all were non-finite.
+    pub min: Option<Value>,
+    pub max: Option<Value>,
+    /// The value at the highest step (may be non-finite).
+    pub last: Value,
+    pub count: u64,
+    pub non_finite: u64,
+}
+
+/// `GET /api/v1/runs/{run_id}/metrics`: raw points when the range holds at
+/// most `max_points`, else at most `max_points` buckets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Series {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points: Option<Vec<SeriesPoint>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<Vec<Bucket>>,
+}
+
+/// The latest point of a metric in a run summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Latest {
+    pub step: i64,
+    pub value: Value,
+    pub non_finite: bool,
+    /// Points stored for the key, and how many were non-finite.
+    pub count: u64,
+    pub non_finite_count: u64,
+}
+
+/// A run: what a job (or a script using the SDK) recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Run {
+    pub id: String,
+    pub job_id: Option<String>,
+    pub project: String,
+    pub name: String,
+    /// The job's status; `RUNNING` for an SDK run that has not finished, then `FINISHED`.
+    pub status: String,
+    pub latest: BTreeMap<String, Latest>,
+    pub primary_metric: Option<String>,
+    pub created_at: String,
+}
+
+/// `POST /api/v1/runs`: a run made by the SDK outside the platform.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewRun {
+    #[serde(default = "default_project")]
+    pub project: String,
+    pub name: String,
+}
+
+fn default_project() -> String {
+    "default".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_values_round_trip_as_strings() {
+        let values = [
+            Value(0.5),
+            Value(f64::NAN),
+            Value(f64::INFINITY),
+            Value(f64::NEG_INFINITY),
+            Value(-3.0),
+        ];
+        let json = serde_json::to_string(&values).unwrap();
+        assert_eq!(json, r#"[0.5,"NaN","Infinity","-Infinity",-3.0]"#);
+        let back: Vec<Value> = serde_json::from_str(&json).unwrap();
+        assert!(back[1].0.is_nan());
+        assert_eq!(back[2].0, f64::INFINITY);
+        assert_eq!(back[3].0, f64::NEG_INFINITY);
+        assert_eq!(back[4].0, -3.0);
+    }
+
+    #[test]
+    fn other_strings_and_bare_nan_are_refused() {
+        assert!(serde_json::from_str::<Value>(r#""nan""#).is_err());
+        assert!(serde_json::from_str::<Value>("NaN").is_err());
+        assert!(serde_json::from_str::<Value>("null").is_err());
+    }
+}

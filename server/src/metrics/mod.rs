@@ -1,0 +1,452 @@
+//! Metrics: ingest (idempotent by batch id, durable when acknowledged),
+//! chart queries that downsample without hiding spikes or non-finite
+//! values, and per-run summaries. NaN, +∞ and −∞ are stored with their
+//! exact bits and never become null or zero.
+
+pub mod chunk;
+
+use crate::error::ApiError;
+use crate::events::{self, Links};
+use crate::time::now_ms;
+use chunk::{
+    CHUNK_POINTS, RawPoint, SUB_POINTS, Sub, decode_points, decode_summary, encode_points, encode_summary,
+};
+use gpuplane_api::error::FieldError;
+use gpuplane_api::event::{EventKind, Severity};
+use gpuplane_api::metric::{Batch, Bucket, IngestResult, Latest, Point, Series, SeriesPoint, Value};
+use sqlx::{SqliteConnection, SqlitePool};
+use std::collections::{BTreeMap, HashMap};
+
+/// The most points one batch may carry.
+pub const MAX_BATCH_POINTS: usize = 100_000;
+const MAX_KEY_LEN: usize = 256;
+
+/// Checks a batch; one error per bad field.
+pub fn validate(batch: &Batch) -> Result<(), ApiError> {
+    let mut errors = Vec::new();
+    if batch.batch_id.trim().is_empty() || batch.batch_id.len() > 200 {
+        errors.push(FieldError {
+            field: "batch_id".into(),
+            message: "must be 1-200 characters".into(),
+        });
+    }
+    if batch.points.len() > MAX_BATCH_POINTS {
+        errors.push(FieldError {
+            field: "points".into(),
+            message: format!("at most {MAX_BATCH_POINTS} points per batch; send several batches"),
+        });
+    }
+    for (at, point) in batch.points.iter().enumerate() {
+        if point.key.is_empty() || point.key.len() > MAX_KEY_LEN || point.key.chars().any(char::is_control) {
+            errors.push(FieldError {
+                field: format!("points[{at}].key"),
+                message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
+            });
+        }
+        if !point.wall_time.is_finite() {
+            errors.push(FieldError {
+                field: format!("points[{at}].wall_time"),
+                message: "must be a finite number of seconds since the epoch".into(),
+            });
+        }
+        if errors.len() >= 20 {
+            break;
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::Validation(errors))
+    }
+}
+
+/// Whether a key is "loss-like" for LOSS_NAN: a glob with `*`, case-insensitive.
+pub fn matches_pattern(pattern: &str, key: &str) -> bool {
+    let (pattern, key) = (pattern.to_lowercase(), key.to_lowercase());
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == key;
+    }
+    let mut rest = key.as_str();
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            match rest.strip_prefix(part) {
+                Some(after) => rest = after,
+                None => return false,
+            }
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// Stores a validated batch for a run in the caller's transaction. A
+/// batch id already acknowledged for the run adds nothing. Raises LOSS_NAN
+/// once per run and loss-like key.
+pub async fn ingest(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    batch: &Batch,
+    loss_pattern: &str,
+) -> Result<IngestResult, ApiError> {
+    let now = now_ms();
+    let fresh = sqlx::query(
+        "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (run_id, batch_id) DO NOTHING",
+    )
+    .bind(run_id)
+    .bind(&batch.batch_id)
+    .bind(batch.points.len() as i64)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    if fresh.rows_affected() == 0 {
+        return Ok(IngestResult {
+            accepted: 0,
+            duplicate: true,
+        });
+    }
+    let mut by_key: BTreeMap<&str, Vec<RawPoint>> = BTreeMap::new();
+    for Point {
+        key,
+        step,
+        wall_time,
+        value,
+    } in &batch.points
+    {
+        by_key.entry(key.as_str()).or_default().push(RawPoint {
+            step: *step,
+            wall: *wall_time,
+            value: value.0,
+        });
+    }
+    for (key, mut points) in by_key {
+        points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
+        for part in points.chunks(CHUNK_POINTS) {
+            let (first, last) = (part[0], part[part.len() - 1]);
+            let (time_min, time_max) = part
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+                    (lo.min(p.wall), hi.max(p.wall))
+                });
+            sqlx::query(
+                "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, points, summary)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(run_id)
+            .bind(key)
+            .bind(first.step)
+            .bind(last.step)
+            .bind(time_min)
+            .bind(time_max)
+            .bind(part.len() as i64)
+            .bind(encode_points(part))
+            .bind(encode_summary(part))
+            .execute(&mut *conn)
+            .await?;
+        }
+        update_series(conn, run_id, key, &points, loss_pattern, now).await?;
+    }
+    Ok(IngestResult {
+        accepted: batch.points.len() as u64,
+        duplicate: false,
+    })
+}
+
+/// Updates a key's summary row with a batch's points (sorted by step).
+async fn update_series(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    key: &str,
+    points: &[RawPoint],
+    loss_pattern: &str,
+    now: i64,
+) -> Result<(), ApiError> {
+    let existing: Option<(i64, Option<i64>, i64)> = sqlx::query_as(
+        "SELECT latest_step, first_non_finite_step, loss_nan_reported FROM metric_series WHERE run_id = ? AND key = ?",
+    )
+    .bind(run_id)
+    .bind(key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    // The batch's latest point is the last one after sorting by step and wall time.
+    let newest = points[points.len() - 1];
+    let non_finite = points.iter().filter(|p| !p.value.is_finite()).count() as i64;
+    let first_bad = points.iter().find(|p| !p.value.is_finite()).map(|p| p.step);
+    let newer = existing
+        .as_ref()
+        .is_none_or(|(latest, _, _)| newest.step >= *latest);
+    sqlx::query(
+        "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits, first_non_finite_step)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (run_id, key) DO UPDATE SET
+             points = points + excluded.points,
+             non_finite = non_finite + excluded.non_finite,
+             latest_step = CASE WHEN ?9 THEN excluded.latest_step ELSE latest_step END,
+             latest_wall = CASE WHEN ?9 THEN excluded.latest_wall ELSE latest_wall END,
+             latest_bits = CASE WHEN ?9 THEN excluded.latest_bits ELSE latest_bits END,
+             first_non_finite_step = min(coalesce(first_non_finite_step, excluded.first_non_finite_step),
+                                         coalesce(excluded.first_non_finite_step, first_non_finite_step))",
+    )
+    .bind(run_id)
+    .bind(key)
+    .bind(points.len() as i64)
+    .bind(non_finite)
+    .bind(newest.step)
+    .bind(newest.wall)
+    .bind(newest.value.to_bits() as i64)
+    .bind(first_bad)
+    .bind(newer)
+    .execute(&mut *conn)
+    .await?;
+    let already_reported = existing.is_some_and(|(_, _, reported)| reported != 0);
+    if let Some(step) = first_bad
+        && !already_reported
+        && matches_pattern(loss_pattern, key)
+    {
+        let bad = points
+            .iter()
+            .find(|p| !p.value.is_finite())
+            .map(|p| Value(p.value).describe())
+            .unwrap_or_default();
+        sqlx::query("UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = ? AND key = ?")
+            .bind(run_id)
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
+        let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+            .bind(run_id)
+            .fetch_one(&mut *conn)
+            .await?;
+        let links = Links {
+            job_id: job_id.as_deref(),
+            run_id: Some(run_id),
+            node_id: None,
+        };
+        let message = format!(
+            "{key} became {bad} at step {step}: check the learning rate, AMP / loss scaling and the input data"
+        );
+        events::record(conn, now, Severity::Critical, EventKind::LossNan, links, &message).await?;
+    }
+    Ok(())
+}
+
+/// The latest point of every key of a run.
+pub async fn latest(db: &SqlitePool, run_id: &str) -> Result<BTreeMap<String, Latest>, ApiError> {
+    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT key, points, non_finite, latest_step, latest_bits FROM metric_series WHERE run_id = ? ORDER BY key",
+    )
+    .bind(run_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, count, non_finite, step, bits)| {
+            let value = f64::from_bits(bits as u64);
+            let latest = Latest {
+                step,
+                value: Value(value),
+                non_finite: !value.is_finite(),
+                count: count as u64,
+                non_finite_count: non_finite as u64,
+            };
+            (key, latest)
+        })
+        .collect())
+}
+
+/// The x axis of a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    Step,
+    Time,
+}
+
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub key: String,
+    pub max_points: usize,
+    pub axis: Axis,
+    pub from: Option<f64>,
+    pub to: Option<f64>,
+}
+
+struct ChunkMeta {
+    id: i64,
+    count: i64,
+    inside: bool,
+}
+
+/// One series over a range: points when there are at most `max_points`,
+/// else at most `max_points` buckets with min, max, last and non-finite counts.
+pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Series, ApiError> {
+    let (from, to) = (
+        query.from.unwrap_or(f64::NEG_INFINITY),
+        query.to.unwrap_or(f64::INFINITY),
+    );
+    let (lo_col, hi_col) = match query.axis {
+        Axis::Step => ("step_min", "step_max"),
+        Axis::Time => ("time_min", "time_max"),
+    };
+    let rows: Vec<(i64, i64, f64, f64)> = sqlx::query_as(&format!(
+        "SELECT id, count, CAST({lo_col} AS REAL), CAST({hi_col} AS REAL) FROM metric_chunks
+         WHERE run_id = ? AND key = ? AND {hi_col} >= ? AND {lo_col} <= ? ORDER BY step_min, id"
+    ))
+    .bind(run_id)
+    .bind(&query.key)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await?;
+    let chunks: Vec<ChunkMeta> = rows
+        .iter()
+        .map(|&(id, count, lo, hi)| ChunkMeta {
+            id,
+            count,
+            inside: lo >= from && hi <= to,
+        })
+        .collect();
+    let in_range = |p: &RawPoint| {
+        let x = match query.axis {
+            Axis::Step => p.step as f64,
+            Axis::Time => p.wall,
+        };
+        x >= from && x <= to
+    };
+    // Chunks cut by the range's edges are decoded, so counts are exact.
+    let (inside, cut): (Vec<&ChunkMeta>, Vec<&ChunkMeta>) = chunks.iter().partition(|c| c.inside);
+    let mut edge_points = load_points(db, cut.iter().map(|c| c.id)).await?;
+    edge_points.retain(in_range);
+    let total = inside.iter().map(|c| c.count as usize).sum::<usize>() + edge_points.len();
+    if total <= query.max_points {
+        let mut points = load_points(db, inside.iter().map(|c| c.id)).await?;
+        points.extend(edge_points);
+        points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
+        return Ok(Series {
+            key: query.key.clone(),
+            points: Some(
+                points
+                    .into_iter()
+                    .map(|p| SeriesPoint {
+                        step: p.step,
+                        wall_time: p.wall,
+                        value: Value(p.value),
+                    })
+                    .collect(),
+            ),
+            buckets: None,
+        });
+    }
+    // Bucket edges from the data actually in range.
+    let (lo, hi) = rows
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(_, _, a, b)| {
+            (lo.min(a.max(from)), hi.max(b.min(to)))
+        });
+    let buckets = query.max_points.max(1);
+    let width = match query.axis {
+        Axis::Step => ((hi - lo + 1.0) / buckets as f64).ceil().max(1.0),
+        Axis::Time => ((hi - lo) / buckets as f64).max(f64::MIN_POSITIVE),
+    };
+    let index = |x: f64| (((x - lo) / width).floor().max(0.0) as usize).min(buckets - 1);
+    let mut sums: HashMap<usize, Sub> = HashMap::new();
+    let mut add = |bucket: usize, sub: &Sub| {
+        sums.entry(bucket).and_modify(|s| s.merge(sub)).or_insert(*sub);
+    };
+    // Wide buckets aggregate the chunks' sub-bucket summaries; narrow ones
+    // use the points themselves, as do the chunks cut by the range's edges.
+    let use_summaries = total / buckets >= 2 * SUB_POINTS;
+    let mut points = edge_points;
+    if use_summaries {
+        for sub in load_summaries(db, inside.iter().map(|c| c.id)).await? {
+            let x = match query.axis {
+                Axis::Step => sub.step_from as f64,
+                Axis::Time => sub.time_min,
+            };
+            add(index(x), &sub);
+        }
+    } else {
+        points.extend(load_points(db, inside.iter().map(|c| c.id)).await?);
+    }
+    for point in points {
+        let x = match query.axis {
+            Axis::Step => point.step as f64,
+            Axis::Time => point.wall,
+        };
+        add(index(x), &Sub::of(&[point]));
+    }
+    let mut out: Vec<(usize, Sub)> = sums.into_iter().collect();
+    out.sort_by_key(|(i, _)| *i);
+    let finite = |v: f64| if v.is_nan() { None } else { Some(Value(v)) };
+    Ok(Series {
+        key: query.key.clone(),
+        points: None,
+        buckets: Some(
+            out.into_iter()
+                .map(|(_, s)| Bucket {
+                    step_from: s.step_from,
+                    step_to: s.step_to,
+                    time_from: s.time_min,
+                    time_to: s.time_max,
+                    min: finite(s.min),
+                    max: finite(s.max),
+                    last: Value(s.last),
+                    count: s.count as u64,
+                    non_finite: s.non_finite as u64,
+                })
+                .collect(),
+        ),
+    })
+}
+
+async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<RawPoint>, ApiError> {
+    let ids: Vec<i64> = ids.collect();
+    let mut points = Vec::new();
+    if ids.is_empty() {
+        return Ok(points);
+    }
+    let blobs: Vec<Vec<u8>> =
+        sqlx::query_scalar("SELECT points FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
+            .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
+            .fetch_all(db)
+            .await?;
+    for blob in blobs {
+        decode_points(&blob, &mut points);
+    }
+    Ok(points)
+}
+
+async fn load_summaries(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<Sub>, ApiError> {
+    let ids: Vec<i64> = ids.collect();
+    let blobs: Vec<Vec<u8>> =
+        sqlx::query_scalar("SELECT summary FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
+            .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
+            .fetch_all(db)
+            .await?;
+    let mut subs = Vec::new();
+    for blob in blobs {
+        decode_summary(&blob, &mut subs);
+    }
+    Ok(subs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_patterns_are_globs() {
+        assert!(matches_pattern("*loss*", "train/loss"));
+        assert!(matches_pattern("*loss*", "eval/Loss_total"));
+        assert!(!matches_pattern("*loss*", "train/accuracy"));
+        assert!(matches_pattern("train/*", "train/lr"));
+        assert!(!matches_pattern("train/*", "eval/lr"));
+        assert!(matches_pattern("exact", "EXACT"));
+    }
+}

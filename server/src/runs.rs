@@ -1,0 +1,110 @@
+//! Runs: the record a job (or an SDK script) produces. Reading one needs a
+//! viewer of its project; writing to one needs an editor, and a job's own
+//! sdk token reaches only its job's run.
+
+use crate::access::{self, Principal};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::metrics;
+use crate::time::{now_ms, rfc3339};
+use gpuplane_api::metric::{NewRun, Run};
+use gpuplane_api::project::Role;
+use sqlx::SqlitePool;
+
+#[derive(sqlx::FromRow)]
+struct RunRow {
+    id: String,
+    job_id: Option<String>,
+    project: String,
+    name: String,
+    created_at: i64,
+    finished_at: Option<i64>,
+    job_status: Option<String>,
+}
+
+/// A run the caller may use with at least `needed`, else "not found".
+pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role) -> Result<String, ApiError> {
+    let not_found = || ApiError::NotFound(format!("no run {run_id}"));
+    if caller.run_id.as_deref().is_some_and(|only| only != run_id) {
+        return Err(not_found());
+    }
+    let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_optional(db)
+        .await?;
+    let project = project.ok_or_else(not_found)?;
+    access::require(db, &caller.principal(), &project, needed, not_found).await?;
+    Ok(project)
+}
+
+/// The run with its latest value per metric.
+pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, ApiError> {
+    let row: Option<RunRow> = sqlx::query_as(
+        "SELECT r.id, r.job_id, r.project, r.name, r.created_at, r.finished_at, j.status AS job_status
+         FROM runs r LEFT JOIN jobs j ON j.id = r.job_id WHERE r.id = ?",
+    )
+    .bind(run_id)
+    .fetch_optional(db)
+    .await?;
+    let row = row.ok_or_else(|| ApiError::NotFound(format!("no run {run_id}")))?;
+    let status = match (&row.job_status, row.finished_at) {
+        (Some(status), _) => status.clone(),
+        (None, Some(_)) => "FINISHED".into(),
+        (None, None) => "RUNNING".into(),
+    };
+    Ok(Run {
+        latest: metrics::latest(db, &row.id).await?,
+        id: row.id,
+        job_id: row.job_id,
+        project: row.project,
+        name: row.name,
+        status,
+        primary_metric: None,
+        created_at: rfc3339(row.created_at),
+    })
+}
+
+/// A run made by the SDK outside jobs, in a project where the caller is an editor.
+pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Result<String, ApiError> {
+    if new.name.trim().is_empty() || new.name.chars().count() > 200 {
+        return Err(ApiError::field("name", "must be 1-200 characters"));
+    }
+    let project = new.project.clone();
+    let not_found = || {
+        ApiError::field(
+            "project",
+            format!("no project named `{project}` that you can write to"),
+        )
+    };
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+        .bind(&new.project)
+        .fetch_optional(db)
+        .await?;
+    if exists.is_none() {
+        return Err(not_found());
+    }
+    access::require(db, principal, &new.project, Role::Editor, not_found).await?;
+    let id = new_id("run");
+    sqlx::query(
+        "INSERT INTO runs (id, job_id, project, name, created_at, created_by) VALUES (?, NULL, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(&new.project)
+    .bind(new.name.trim())
+    .bind(now_ms())
+    .bind(&principal.user_id)
+    .execute(db)
+    .await?;
+    Ok(id)
+}
+
+/// Marks an SDK run finished (a job's run follows its job instead).
+pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), ApiError> {
+    sqlx::query("UPDATE runs SET finished_at = coalesce(finished_at, ?) WHERE id = ? AND job_id IS NULL")
+        .bind(now_ms())
+        .bind(run_id)
+        .execute(db)
+        .await?;
+    Ok(())
+}

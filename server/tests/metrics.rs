@@ -1,0 +1,371 @@
+//! Metrics over HTTP with the real server and SQLite: NaN and ±Inf kept,
+//! idempotent batches, downsampling that keeps spikes and non-finite counts,
+//! LOSS_NAN once per key, and clear refusals that write nothing.
+
+use gpuplane_api::auth::Scope;
+use gpuplane_server::testkit::{start_server, user_token};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: gpuplane_server::RunningServer,
+    http: reqwest::Client,
+    token: String,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start_server(dir.path()).await;
+        let token = user_token(&server.state.db, "ml", Scope::Write, false).await;
+        Fixture {
+            _dir: dir,
+            server,
+            http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    async fn send(&self, method: &str, path: &str, token: &str, body: Option<String>) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .request(
+                method.parse().unwrap(),
+                format!("{}/api/v1{path}", self.server.url),
+            )
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.header("content-type", "application/json").body(body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn run(&self, name: &str) -> String {
+        let (status, run) = self
+            .send(
+                "POST",
+                "/runs",
+                &self.token,
+                Some(json!({"name": name}).to_string()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        run["id"].as_str().unwrap().to_string()
+    }
+
+    async fn ingest(&self, run: &str, batch: Value) -> (StatusCode, Value) {
+        self.send(
+            "POST",
+            &format!("/runs/{run}/metrics"),
+            &self.token,
+            Some(batch.to_string()),
+        )
+        .await
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (status, body) = self.send("GET", path, &self.token, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        body
+    }
+}
+
+fn point(key: &str, step: i64, value: Value) -> Value {
+    json!({"key": key, "step": step, "wall_time": 1_764_460_800.0 + step as f64, "value": value})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nan_and_infinities_survive_the_round_trip_and_flag_the_summary() {
+    let f = Fixture::new().await;
+    let run = f.run("nan-run").await;
+    let points = vec![
+        point("train/loss", 1, json!(0.9)),
+        point("train/loss", 2, json!("NaN")),
+        point("train/grad_norm", 1, json!("Infinity")),
+        point("train/grad_norm", 2, json!("-Infinity")),
+        point("eval/acc", 5, json!(0.75)),
+        point("custom_namespace/thing", 1, json!(3)),
+    ];
+    let (status, body) = f.ingest(&run, json!({"batch_id": "b1", "points": points})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"accepted": 6, "duplicate": false}));
+
+    let series = f.get(&format!("/runs/{run}/metrics?key=train/loss")).await;
+    assert_eq!(series["points"][0]["value"], 0.9);
+    assert_eq!(series["points"][1]["value"], "NaN");
+    let grad = f.get(&format!("/runs/{run}/metrics?key=train/grad_norm")).await;
+    assert_eq!(grad["points"][0]["value"], "Infinity");
+    assert_eq!(grad["points"][1]["value"], "-Infinity");
+
+    let summary = f.get(&format!("/runs/{run}")).await;
+    let latest = &summary["latest"];
+    assert_eq!(latest["train/loss"]["value"], "NaN");
+    assert_eq!(latest["train/loss"]["non_finite"], true);
+    assert_eq!(latest["train/loss"]["step"], 2);
+    assert_eq!(latest["eval/acc"]["non_finite"], false);
+    assert_eq!(
+        latest["custom_namespace/thing"]["value"], 3.0,
+        "every namespace is kept"
+    );
+    assert_eq!(summary["status"], "RUNNING");
+
+    // LOSS_NAN: once for the loss key, with its step; not for grad_norm (not loss-like).
+    let (_, more) = f
+        .ingest(
+            &run,
+            json!({"batch_id": "b2", "points": [point("train/loss", 3, json!("NaN"))]}),
+        )
+        .await;
+    assert_eq!(more["accepted"], 1);
+    let events = f.get(&format!("/events?run_id={run}&kind=LOSS_NAN")).await;
+    let events = events["items"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["severity"], "critical");
+    assert!(
+        events[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("train/loss became NaN at step 2")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_batch_adds_nothing() {
+    let f = Fixture::new().await;
+    let run = f.run("replay").await;
+    let batch = json!({"batch_id": "same", "points": [point("train/loss", 1, json!(1.0)), point("train/loss", 2, json!(0.5))]});
+    assert_eq!(
+        f.ingest(&run, batch.clone()).await.1,
+        json!({"accepted": 2, "duplicate": false})
+    );
+    assert_eq!(
+        f.ingest(&run, batch).await.1,
+        json!({"accepted": 0, "duplicate": true})
+    );
+    let series = f.get(&format!("/runs/{run}/metrics?key=train/loss")).await;
+    assert_eq!(series["points"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        f.get(&format!("/runs/{run}")).await["latest"]["train/loss"]["count"],
+        2
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn downsampling_keeps_spikes_counts_and_non_finite_points() {
+    let f = Fixture::new().await;
+    let run = f.run("big").await;
+    let total = 100_000;
+    for batch in 0..10 {
+        let points: Vec<Value> = (batch * 10_000..(batch + 1) * 10_000)
+            .map(|step| {
+                let value = match step {
+                    31_337 => json!(1e6),
+                    77_777 | 77_778 => json!("NaN"),
+                    90_001 => json!("-Infinity"),
+                    _ => json!((step % 100) as f64 / 100.0),
+                };
+                point("train/loss", step, value)
+            })
+            .collect();
+        let (status, body) = f
+            .ingest(&run, json!({"batch_id": format!("b{batch}"), "points": points}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let series = f
+        .get(&format!("/runs/{run}/metrics?key=train/loss&max_points=200"))
+        .await;
+    assert!(series.get("points").is_none());
+    let buckets = series["buckets"].as_array().unwrap();
+    assert!(buckets.len() <= 200 && buckets.len() >= 190, "{}", buckets.len());
+    let count: u64 = buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    let non_finite: u64 = buckets.iter().map(|b| b["non_finite"].as_u64().unwrap()).sum();
+    let max = buckets
+        .iter()
+        .filter_map(|b| b["max"].as_f64())
+        .fold(f64::MIN, f64::max);
+    assert_eq!(count, total as u64, "every point is counted");
+    assert_eq!(non_finite, 3);
+    assert_eq!(max, 1e6, "the spike survives");
+    let spike = buckets.iter().find(|b| b["max"].as_f64() == Some(1e6)).unwrap();
+    assert!(spike["step_from"].as_i64().unwrap() <= 31_337 && spike["step_to"].as_i64().unwrap() >= 31_337);
+    let last = buckets.last().unwrap();
+    assert_eq!(last["step_to"], 99_999);
+
+    // Zoomed in: raw points, NaN included.
+    let zoom = f
+        .get(&format!(
+            "/runs/{run}/metrics?key=train/loss&max_points=200&from=77770&to=77790"
+        ))
+        .await;
+    let points = zoom["points"].as_array().unwrap();
+    assert_eq!(points.len(), 21);
+    assert_eq!(points[7]["value"], "NaN");
+    assert_eq!(points[7]["step"], 77_777);
+
+    // A zoom that still needs buckets is exact at its edges.
+    let edge = f
+        .get(&format!(
+            "/runs/{run}/metrics?key=train/loss&max_points=10&from=1000&to=1999"
+        ))
+        .await;
+    let count: u64 = edge["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(count, 1000);
+
+    // By wall time.
+    let by_time = f
+        .get(&format!(
+            "/runs/{run}/metrics?key=train/loss&max_points=50&x=time"
+        ))
+        .await;
+    let count: u64 = by_time["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(count, total as u64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_batches_are_refused_clearly_and_write_nothing() {
+    let f = Fixture::new().await;
+    let run = f.run("strict").await;
+    let url = format!("/runs/{run}/metrics");
+    let bare_nan =
+        r#"{"batch_id": "x", "points": [{"key": "train/loss", "step": 1, "wall_time": 1.0, "value": NaN}]}"#;
+    let (status, body) = f.send("POST", &url, &f.token, Some(bare_nan.into())).await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "a bare NaN is never read as zero: {body}"
+    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("\"NaN\""));
+
+    let cases = [
+        (
+            json!({"batch_id": "x", "points": [{"key": "k", "step": 1, "wall_time": 1.0, "value": "nan"}]}),
+            "points[0].value",
+        ),
+        (
+            json!({"batch_id": "x", "points": [{"key": "k", "step": 1, "wall_time": 1.0, "value": "1.5"}]}),
+            "points[0].value",
+        ),
+        (
+            json!({"batch_id": "x", "points": [{"key": "k", "wall_time": 1.0, "value": 1.0}]}),
+            "points[0]",
+        ),
+        (
+            json!({"batch_id": "x", "points": [{"key": "k", "step": 9_223_372_036_854_775_808_u64, "wall_time": 1.0, "value": 1.0}]}),
+            "points[0].step",
+        ),
+        (
+            json!({"batch_id": "x", "points": [{"key": "", "step": 1, "wall_time": 1.0, "value": 1.0}]}),
+            "points[0].key",
+        ),
+        (json!({"points": []}), "body"),
+    ];
+    for (batch, field) in cases {
+        let (status, body) = f.ingest(&run, batch.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{batch}: {body}");
+        assert_eq!(body["error"]["details"][0]["field"], field, "{batch}: {body}");
+    }
+    // A valid point next to a bad one: the whole batch is refused.
+    let (status, _) = f
+        .ingest(&run, json!({"batch_id": "mixed", "points": [point("train/loss", 1, json!(1.0)), {"key": "", "step": 2, "wall_time": 1.0, "value": 1.0}]}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+
+    // 10 MB is over the limit.
+    let huge: Vec<Value> = (0..140_000)
+        .map(|i| point("train/loss_with_a_rather_long_name", i, json!(0.123456789)))
+        .collect();
+    let body = json!({"batch_id": "huge", "points": huge}).to_string();
+    assert!(body.len() > 10_000_000);
+    let (status, answer) = f.send("POST", &url, &f.token, Some(body)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+
+    let (status, _) = f
+        .ingest("run_nonexistent", json!({"batch_id": "x", "points": []}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    let db = &f.server.state.db;
+    for table in ["metric_chunks", "metric_series", "metric_batches"] {
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(db)
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "nothing written to {table}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
+    let f = Fixture::new().await;
+    let mine = f.run("mine").await;
+    let other = f.run("other").await;
+    let db = &f.server.state.db;
+    // What the scheduler gives a job: an sdk token limited to the job's run.
+    let job_token = user_token(db, "job-owner", Scope::Sdk, false).await;
+    sqlx::query("UPDATE api_tokens SET run_id = ? WHERE token_hash = ?")
+        .bind(&mine)
+        .bind(gpuplane_server::auth::hash_token(&job_token))
+        .execute(db)
+        .await
+        .unwrap();
+    let batch = json!({"batch_id": "j", "points": [point("train/loss", 1, json!(0.1))]}).to_string();
+    let (status, _) = f
+        .send(
+            "POST",
+            &format!("/runs/{mine}/metrics"),
+            &job_token,
+            Some(batch.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = f
+        .send(
+            "POST",
+            &format!("/runs/{other}/metrics"),
+            &job_token,
+            Some(batch.clone()),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another run does not exist for a job's token"
+    );
+    let (status, _) = f
+        .send(
+            "POST",
+            "/runs",
+            &job_token,
+            Some(json!({"name": "escape"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = f.send("GET", &format!("/runs/{mine}"), &job_token, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "sdk tokens only ingest");
+
+    let reader = user_token(db, "reader", Scope::Read, false).await;
+    let (status, _) = f
+        .send("POST", &format!("/runs/{mine}/metrics"), &reader, Some(batch))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let (status, run) = f
+        .send("POST", &format!("/runs/{mine}/finish"), &f.token, None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(run["status"], "FINISHED");
+}
