@@ -24,8 +24,10 @@ CREATE TABLE metric_chunks (
     time_min  REAL NOT NULL,
     time_max  REAL NOT NULL,
     count     INTEGER NOT NULL,
-    points    BLOB NOT NULL,                         -- count x (i64 step, f64 wall, f64 value), little-endian
-    summary   BLOB NOT NULL                          -- sub-buckets, see server/src/metrics/chunk.rs
+    -- The small summary comes before the large points: SQLite reads a record's
+    -- columns in order, so a summary after the points would cost reading them.
+    summary   BLOB NOT NULL,                         -- sub-buckets, see server/src/metrics/chunk.rs
+    points    BLOB NOT NULL                          -- count x (i64 step, f64 wall, f64 value), little-endian
 ) STRICT;
 
 CREATE INDEX metric_chunks_by_series ON metric_chunks (run_id, key, step_min);

@@ -29,12 +29,12 @@ pub async fn run() -> anyhow::Result<()> {
     Ok(())
 }
 
-struct Binaries {
-    server: PathBuf,
-    agent: PathBuf,
+pub(crate) struct Binaries {
+    pub server: PathBuf,
+    pub agent: PathBuf,
 }
 
-fn release_binaries() -> anyhow::Result<Binaries> {
+pub(crate) fn release_binaries() -> anyhow::Result<Binaries> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("no parent directory")?;
     let binaries = Binaries {
@@ -51,7 +51,7 @@ fn release_binaries() -> anyhow::Result<Binaries> {
     Ok(binaries)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[at.min(sorted.len() - 1)]
 }
@@ -178,7 +178,7 @@ fn simulated_gpu(index: u32) -> Gpu {
     }
 }
 
-struct Proc(Child);
+pub(crate) struct Proc(pub Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -188,15 +188,18 @@ impl Drop for Proc {
 }
 
 /// A release server process on a free port with a bootstrapped user and agent token.
-struct ServerProcess {
-    _dir: tempfile::TempDir,
-    process: Proc,
-    url: String,
-    token: String,
-    agent_token: String,
+pub(crate) struct ServerProcess {
+    dir: tempfile::TempDir,
+    pub process: Proc,
+    pub url: String,
+    pub token: String,
+    pub agent_token: String,
 }
 
-async fn start_server_process(binaries: &Binaries, extra: &[&str]) -> anyhow::Result<ServerProcess> {
+pub(crate) async fn start_server_process(
+    binaries: &Binaries,
+    extra: &[&str],
+) -> anyhow::Result<ServerProcess> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data)?;
@@ -221,7 +224,7 @@ async fn start_server_process(binaries: &Binaries, extra: &[&str]) -> anyhow::Re
     for _ in 0..200 {
         if http.get(format!("{url}/api/v1/health")).send().await.is_ok() {
             return Ok(ServerProcess {
-                _dir: dir,
+                dir,
                 process,
                 url,
                 token,
@@ -258,6 +261,12 @@ fn start_agent(
             .stderr(Stdio::null())
             .spawn()?,
     ))
+}
+
+impl ServerProcess {
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
 }
 
 async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> anyhow::Result<()> {
@@ -503,7 +512,7 @@ async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kib: f64 = status
         .lines()

@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|all]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|all]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -6,12 +6,18 @@
 //! process for the scheduler's pass.
 
 mod jobs;
+mod metrics;
 
 fn main() -> anyhow::Result<()> {
     let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let runtime = tokio::runtime::Runtime::new()?;
     match which.as_str() {
-        "jobs" | "all" => runtime.block_on(jobs::run()),
-        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs or all"),
+        "jobs" => runtime.block_on(jobs::run()),
+        "metrics" => runtime.block_on(metrics::run()),
+        "all" => runtime.block_on(async {
+            jobs::run().await?;
+            metrics::run().await
+        }),
+        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs, metrics or all"),
     }
 }

@@ -15,7 +15,7 @@ use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::metric::{Batch, Bucket, IngestResult, Latest, Point, Series, SeriesPoint, Value};
 use sqlx::{SqliteConnection, SqlitePool};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// The most points one batch may carry.
 pub const MAX_BATCH_POINTS: usize = 100_000;
@@ -136,7 +136,7 @@ pub async fn ingest(
                     (lo.min(p.wall), hi.max(p.wall))
                 });
             sqlx::query(
-                "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, points, summary)
+                "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(run_id)
@@ -146,8 +146,8 @@ pub async fn ingest(
             .bind(time_min)
             .bind(time_max)
             .bind(part.len() as i64)
-            .bind(encode_points(part))
             .bind(encode_summary(part))
+            .bind(encode_points(part))
             .execute(&mut *conn)
             .await?;
         }
@@ -355,9 +355,10 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         Axis::Time => ((hi - lo) / buckets as f64).max(f64::MIN_POSITIVE),
     };
     let index = |x: f64| (((x - lo) / width).floor().max(0.0) as usize).min(buckets - 1);
-    let mut sums: HashMap<usize, Sub> = HashMap::new();
-    let mut add = |bucket: usize, sub: &Sub| {
-        sums.entry(bucket).and_modify(|s| s.merge(sub)).or_insert(*sub);
+    let mut sums: Vec<Option<Sub>> = vec![None; buckets];
+    let mut add = |bucket: usize, sub: &Sub| match &mut sums[bucket] {
+        Some(sum) => sum.merge(sub),
+        slot => *slot = Some(*sub),
     };
     // Wide buckets aggregate the chunks' sub-bucket summaries; narrow ones
     // use the points themselves, as do the chunks cut by the range's edges.
@@ -381,15 +382,14 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         };
         add(index(x), &Sub::of(&[point]));
     }
-    let mut out: Vec<(usize, Sub)> = sums.into_iter().collect();
-    out.sort_by_key(|(i, _)| *i);
     let finite = |v: f64| if v.is_nan() { None } else { Some(Value(v)) };
     Ok(Series {
         key: query.key.clone(),
         points: None,
         buckets: Some(
-            out.into_iter()
-                .map(|(_, s)| Bucket {
+            sums.into_iter()
+                .flatten()
+                .map(|s| Bucket {
                     step_from: s.step_from,
                     step_to: s.step_to,
                     time_from: s.time_min,

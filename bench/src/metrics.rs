@@ -1,0 +1,200 @@
+//! Metrics: ingest over HTTP on loopback (batches of 10,000 points), one
+//! metric of 1,000,000 points downsampled to 2,000 buckets, server RSS
+//! during sustained ingest.
+
+use crate::jobs::{Binaries, percentile, release_binaries, rss_mib, start_server_process};
+use anyhow::Context;
+use std::time::{Duration, Instant};
+
+pub async fn run() -> anyhow::Result<()> {
+    println!(
+        "== metrics benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    let binaries = release_binaries()?;
+    ingest_and_query(&binaries).await
+}
+
+/// A batch body of `count` points of `keys` keys starting at `step`, as the SDK would send it.
+fn batch(batch_id: &str, keys: &[String], step: i64, count: usize) -> String {
+    let mut points = Vec::with_capacity(count);
+    for i in 0..count {
+        let step = step + (i / keys.len()) as i64;
+        let key = &keys[i % keys.len()];
+        let value = if step % 100_003 == 7 {
+            serde_json::json!("NaN")
+        } else {
+            serde_json::json!(1.0 / (1.0 + step as f64 * 1e-4))
+        };
+        points.push(serde_json::json!({"key": key, "step": step, "wall_time": 1_764_460_800.0 + step as f64 * 0.01, "value": value}));
+    }
+    serde_json::json!({"batch_id": batch_id, "points": points}).to_string()
+}
+
+async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let http = reqwest::Client::new();
+    let run: serde_json::Value = http
+        .post(format!("{}/api/v1/runs", server.url))
+        .bearer_auth(&server.token)
+        .json(&serde_json::json!({"name": "bench"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let run_id = run["id"].as_str().context("no run id")?.to_string();
+    let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
+    let pid = server.process.0.id();
+
+    // One key, 1,000,000 points, batches of 10,000: bodies prepared first so
+    // the figure is the server's, not the client's JSON encoding.
+    let keys = vec!["train/loss".to_string()];
+    let bodies: Vec<String> = (0..100)
+        .map(|b| batch(&format!("b{b}"), &keys, b * 10_000, 10_000))
+        .collect();
+    let mut peak_rss: f64 = 0.0;
+    let started = Instant::now();
+    for body in &bodies {
+        let response = http
+            .post(&url)
+            .bearer_auth(&server.token)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "ingest refused: {}",
+            response.status()
+        );
+        peak_rss = peak_rss.max(rss_mib(pid)?);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "metrics: ingest 1,000,000 points of one key over HTTP, batches of 10,000 ({} KiB each), one client: {:.0} points/s ({seconds:.2} s); server RSS peak {peak_rss:.1} MiB",
+        bodies[0].len() / 1024,
+        1_000_000.0 / seconds
+    );
+
+    // Two clients at once, 8 keys per batch (another run, so series differ).
+    let keys: Vec<String> = (0..8).map(|k| format!("train/metric_{k}")).collect();
+    let run2: serde_json::Value = http
+        .post(format!("{}/api/v1/runs", server.url))
+        .bearer_auth(&server.token)
+        .json(&serde_json::json!({"name": "bench-2"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let url2 = format!(
+        "{}/api/v1/runs/{}/metrics",
+        server.url,
+        run2["id"].as_str().unwrap_or_default()
+    );
+    let bodies: Vec<String> = (0..100)
+        .map(|b| batch(&format!("c{b}"), &keys, b * 1250, 10_000))
+        .collect();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for half in bodies.chunks(50) {
+        let half: Vec<String> = half.to_vec();
+        let (http, url, token) = (http.clone(), url2.clone(), server.token.clone());
+        tasks.push(tokio::spawn(async move {
+            for body in half {
+                let response = http
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await?;
+                anyhow::ensure!(response.status().is_success(), "ingest refused");
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "metrics: ingest 1,000,000 points of 8 keys, batches of 10,000, two clients: {:.0} points/s; server RSS {:.1} MiB",
+        1_000_000.0 / seconds,
+        rss_mib(pid)?
+    );
+
+    // One metric of 1,000,000 points downsampled to 2,000 buckets.
+    let mut times = Vec::new();
+    let mut buckets = 0;
+    for _ in 0..30 {
+        let started = Instant::now();
+        let series: serde_json::Value = http
+            .get(format!(
+                "{}/api/v1/runs/{run_id}/metrics?key=train/loss&max_points=2000",
+                server.url
+            ))
+            .bearer_auth(&server.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        buckets = series["buckets"].as_array().map(Vec::len).unwrap_or(0);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "metrics: 1,000,000 points -> {buckets} buckets over HTTP (query, aggregate, JSON): p50 {:.1} ms, p90 {:.1} ms",
+        percentile(&times, 0.5),
+        percentile(&times, 0.9)
+    );
+    // The same query in this process over the same database file: SQLite
+    // and the aggregation without HTTP and JSON.
+    let pool = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}?mode=ro",
+        server.data_dir().join("gpuplane.db").display()
+    ))
+    .await?;
+    let query = gpuplane_server::metrics::Query {
+        key: "train/loss".into(),
+        max_points: 2000,
+        axis: gpuplane_server::metrics::Axis::Step,
+        from: None,
+        to: None,
+    };
+    let mut inner = Vec::new();
+    for _ in 0..30 {
+        let started = Instant::now();
+        gpuplane_server::metrics::query(&pool, &run_id, &query)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        inner.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    inner.sort_by(f64::total_cmp);
+    println!(
+        "metrics: the same query in-process (SQLite read + aggregation, no HTTP/JSON): p50 {:.1} ms",
+        percentile(&inner, 0.5)
+    );
+    let mut zoom = Vec::new();
+    for i in 0..30 {
+        let from = i * 30_000;
+        let started = Instant::now();
+        let response = http
+            .get(format!(
+                "{}/api/v1/runs/{run_id}/metrics?key=train/loss&max_points=2000&from={from}&to={}",
+                server.url,
+                from + 50_000
+            ))
+            .bearer_auth(&server.token)
+            .send()
+            .await?;
+        let _ = response.bytes().await?;
+        zoom.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    zoom.sort_by(f64::total_cmp);
+    println!(
+        "metrics: zoom to 50,000 of the 1,000,000 points -> 2,000 buckets: p50 {:.1} ms",
+        percentile(&zoom, 0.5)
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(())
+}
