@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every GPUPlane check: formatting, clippy, the Rust tests (real server,
-# agent, CLI and SQLite), and the browser tests (Playwright + Chromium).
+# agent, CLI and SQLite), the Python SDK tests (pytest against the real
+# server), and the browser tests (Playwright + Chromium).
 # On a fresh machine it first installs what it needs; every install step is
 # skipped when its tool is already there. `.ci/run` calls exactly this.
 set -euo pipefail
@@ -33,6 +34,10 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
+step "install: Python virtualenv with the SDK and pytest (PyPI)"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest
+
 step "cargo fmt --check"
 cargo fmt --all --check
 
@@ -46,9 +51,12 @@ step "build the console bundle and binaries"
 cargo xtask site
 cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 
+step "pytest (the Python SDK against the real server)"
+GPUPLANE_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/gpuplane-server" .venv/bin/python -m pytest -q sdk/python/tests
+
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)
 
 current=""
 echo
-echo "PASSED: fmt, clippy, Rust tests, browser tests in $(( $(date +%s) - started ))s"
+echo "PASSED: fmt, clippy, Rust tests, SDK tests, browser tests in $(( $(date +%s) - started ))s"

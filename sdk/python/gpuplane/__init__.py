@@ -1,7 +1,20 @@
 """GPUPlane SDK for training scripts.
 
-The metric API (``gpuplane.init()``, ``run.log()``, offline spooling) arrives
-with the metrics work; this package only fixes the name and version so far.
+    import gpuplane
+    run = gpuplane.init()                      # inside a GPUPlane job: its run
+    run = gpuplane.init(project="vision", name="resnet-baseline")   # anywhere else
+    run.log({"train/loss": loss, "train/lr": lr}, step=step)
+    run.finish()
+
+``log`` never blocks training: points are batched and sent by a background
+thread. When the server cannot be reached, or no token is set, batches are
+appended to ``~/.gpuctl/spool/sdk-*.jsonl``; once the server answers, the
+spool is replayed, in order, before new data. Every batch carries a batch
+id, so a replayed batch is never stored twice. NaN and infinities are kept.
 """
 
+from ._run import Run, init, write_eval_result
+from ._spool import spool_dir, sync
+
+__all__ = ["Run", "init", "write_eval_result", "spool_dir", "sync"]
 __version__ = "0.1.0"

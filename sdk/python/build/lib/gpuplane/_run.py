@@ -1,0 +1,202 @@
+"""Runs: ``init``, ``log``, ``finish``."""
+
+import atexit
+import json
+import math
+import os
+import queue
+import threading
+import time
+import uuid
+import warnings
+
+from ._client import Client, Refused, Unreachable, encode_value
+from ._spool import ReplayResult, SpoolFile, replay_all
+
+BATCH_POINTS = 5000
+FLUSH_SECONDS = 1.0
+RETRY_SECONDS = 5.0
+
+
+class Run:
+    """A run being logged to. Create it with :func:`init`."""
+
+    def __init__(self, server, token, run_id=None, project="default", name=None):
+        self.server = server
+        self.token = token
+        self.run_id = run_id
+        self.project = project
+        self.name = name or "run"
+        self.local_id = uuid.uuid4().hex
+        self._client = Client(server, token) if server and token else None
+        self._queue = queue.Queue()
+        self._pending = []
+        self._spool = SpoolFile(
+            {"run_id": run_id} if run_id else {"local_id": self.local_id, "project": project, "name": self.name}
+        )
+        self._finished = False
+        self._lock = threading.Lock()
+        self.replayed = ReplayResult()
+        self._wake = threading.Event()
+        self._idle = threading.Event()
+        # Create the run now when the server answers, so its id and URL are known
+        # at once; otherwise it is created (or spooled) when data is sent.
+        if self._client is not None and self.run_id is None:
+            try:
+                self.run_id = Client(server, token, timeout=3.0).create_run(self.project, self.name)
+                self._spool.header = {"run_id": self.run_id}
+            except Unreachable:
+                self._retry_at = time.monotonic() + RETRY_SECONDS
+            except Refused as error:
+                warnings.warn(f"gpuplane: the server refused to create the run ({error}); logging to the spool")
+                self._client = None
+        self._thread = threading.Thread(target=self._loop, name="gpuplane-sender", daemon=True)
+        self._thread.start()
+        atexit.register(self.finish)
+
+    # Public API -------------------------------------------------------
+
+    def log(self, metrics, step=None, wall_time=None):
+        """Records ``{key: value}`` at ``step`` (default: one more than the last). Never blocks."""
+        if self._finished:
+            raise RuntimeError("this run is finished")
+        if step is None:
+            step = getattr(self, "_step", -1) + 1
+        self._step = int(step)
+        now = time.time() if wall_time is None else float(wall_time)
+        points = []
+        for key, value in metrics.items():
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                warnings.warn(f"gpuplane: {key}={value!r} is not a number; not logged")
+                continue
+            points.append({"key": str(key), "step": int(step), "wall_time": now, "value": encode_value(number)})
+        if points:
+            self._idle.clear()
+            self._queue.put(points)
+
+    def flush(self, timeout=30.0):
+        """Waits until everything logged so far was sent or spooled."""
+        self._queue.put("flush")
+        self._wake.set()
+        self._idle.wait(timeout)
+
+    def finish(self, timeout=30.0):
+        """Sends (or spools) everything and marks the run finished."""
+        if self._finished:
+            return
+        self._queue.put("finish")
+        self._wake.set()
+        self._thread.join(timeout)
+        self._finished = True
+
+    @property
+    def url(self):
+        return f"{self.server}/runs/{self.run_id}" if self.server and self.run_id else None
+
+    # Background thread ------------------------------------------------
+
+    def _loop(self):
+        deadline = time.monotonic() + FLUSH_SECONDS
+        while True:
+            try:
+                item = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                item = None
+            if isinstance(item, list):
+                self._pending.extend(item)
+                if len(self._pending) < BATCH_POINTS and time.monotonic() < deadline:
+                    continue
+            self._send_pending()
+            deadline = time.monotonic() + FLUSH_SECONDS
+            if item == "finish":
+                self._finish_remote()
+                self._idle.set()
+                return
+            if self._queue.empty():
+                self._idle.set()
+
+    def _online(self):
+        """True when the server can take data now (the spool replayed first)."""
+        if self._client is None:
+            return False
+        now = time.monotonic()
+        if getattr(self, "_retry_at", 0) > now:
+            return False
+        try:
+            if self.run_id is None:
+                # Runs created while offline are created by replaying their spool file.
+                if self._spool.exists():
+                    ok = replay_all(self._client, self.replayed, only=self._spool.path)
+                    if ok:
+                        self.run_id = self.replayed.run_ids.get(self.local_id)
+                    if not ok or self.run_id is None:
+                        raise Unreachable("replay incomplete")
+                else:
+                    self.run_id = self._client.create_run(self.project, self.name)
+            self._spool.header = {"run_id": self.run_id}
+            if not replay_all(self._client, self.replayed):
+                raise Unreachable("replay incomplete")
+            return True
+        except Unreachable:
+            self._retry_at = now + RETRY_SECONDS
+            return False
+        except Refused as error:
+            warnings.warn(f"gpuplane: the server refused this run ({error}); keeping data in the spool")
+            self._client = None
+            return False
+
+    def _send_pending(self):
+        while self._pending:
+            points, self._pending = self._pending[:BATCH_POINTS], self._pending[BATCH_POINTS:]
+            batch = {"batch_id": uuid.uuid4().hex, "points": points}
+            if self._online():
+                try:
+                    self._client.send_batch(self.run_id, batch)
+                    continue
+                except Unreachable:
+                    self._retry_at = time.monotonic() + RETRY_SECONDS
+                except Refused as error:
+                    warnings.warn(f"gpuplane: the server refused {len(points)} points ({error}); dropped")
+                    continue
+            self._spool.append({"type": "batch", **batch})
+
+    def _finish_remote(self):
+        if self._online() and self.run_id:
+            try:
+                self._client.finish_run(self.run_id)
+                return
+            except (Unreachable, Refused):
+                pass
+        if self._spool.exists() or self.run_id is None:
+            self._spool.append({"type": "finish"})
+
+
+def init(project=None, name=None, server=None, token=None):
+    """The run to log to.
+
+    Inside a GPUPlane job this is the job's run (``GPUCTL_RUN_ID``, with the
+    job's ``GPUCTL_SERVER`` and ``GPUCTL_TOKEN``). Elsewhere a new run is made
+    in ``project`` (default ``default``) named ``name``; without a server or
+    token everything goes to the spool until one is available.
+    """
+    server = server or os.environ.get("GPUCTL_SERVER")
+    token = token or os.environ.get("GPUCTL_TOKEN")
+    run_id = os.environ.get("GPUCTL_RUN_ID") if project is None and name is None else None
+    return Run(server, token, run_id=run_id, project=project or "default", name=name or os.environ.get("GPUCTL_JOB_ID"))
+
+
+def write_eval_result(metrics, path=None):
+    """Writes ``{"metrics": {...}}`` where an evaluation job must (``GPUCTL_EVAL_OUTPUT``)."""
+    path = path or os.environ.get("GPUCTL_EVAL_OUTPUT")
+    if not path:
+        raise RuntimeError("GPUCTL_EVAL_OUTPUT is not set: this is not an evaluation job")
+    cleaned = {}
+    for key, value in metrics.items():
+        number = float(value)
+        cleaned[str(key)] = encode_value(number) if not math.isfinite(number) else number
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as file:
+        json.dump({"metrics": cleaned}, file, allow_nan=False)
+    os.replace(temporary, path)

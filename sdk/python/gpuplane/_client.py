@@ -1,0 +1,64 @@
+"""A tiny HTTP client for the GPUPlane API (urllib only)."""
+
+import json
+import math
+import urllib.error
+import urllib.request
+
+
+class Unreachable(Exception):
+    """The server could not be reached, or answered with a server error: try again later."""
+
+
+class Refused(Exception):
+    """The server refused the request (4xx): retrying will not help."""
+
+    def __init__(self, status, body):
+        super().__init__(f"{status}: {body}")
+        self.status = status
+        self.body = body
+
+
+def encode_value(value):
+    """A metric value as JSON: a number, or "NaN", "Infinity", "-Infinity"."""
+    value = float(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+class Client:
+    def __init__(self, server, token, timeout=10.0):
+        self.server = server.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def request(self, method, path, body=None):
+        data = None if body is None else json.dumps(body, allow_nan=False).encode()
+        request = urllib.request.Request(f"{self.server}/api/v1{path}", data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("User-Agent", "gpuplane-python")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                text = response.read()
+                return json.loads(text) if text else None
+        except urllib.error.HTTPError as error:
+            body = error.read().decode(errors="replace")
+            if error.code >= 500 or error.code == 429:
+                raise Unreachable(f"{error.code}: {body}") from None
+            raise Refused(error.code, body) from None
+        except (urllib.error.URLError, OSError, TimeoutError) as error:
+            raise Unreachable(str(error)) from None
+
+    def create_run(self, project, name):
+        return self.request("POST", "/runs", {"project": project, "name": name})["id"]
+
+    def send_batch(self, run_id, batch):
+        return self.request("POST", f"/runs/{run_id}/metrics", batch)
+
+    def finish_run(self, run_id):
+        return self.request("POST", f"/runs/{run_id}/finish")

@@ -1,0 +1,150 @@
+"""The offline spool: one JSON-lines file per run in ``~/.gpuctl/spool``.
+
+A file starts with a ``run`` line (the run's id, or, for a run created while
+offline, the project and name to create it with) followed by ``batch``
+lines. Replaying sends the lines in order and deletes the file once every
+batch was acknowledged. A partial last line (a crash while writing) is
+skipped and counted; it never stops the rest.
+"""
+
+import fcntl
+import json
+import os
+import uuid
+import warnings
+
+from ._client import Refused, Unreachable
+
+
+def spool_dir():
+    """``$GPUCTL_SPOOL_DIR``, else ``~/.gpuctl/spool``."""
+    return os.environ.get("GPUCTL_SPOOL_DIR") or os.path.join(os.path.expanduser("~"), ".gpuctl", "spool")
+
+
+class SpoolFile:
+    """The spool file of one run in this process."""
+
+    def __init__(self, header):
+        self.path = os.path.join(spool_dir(), f"sdk-{uuid.uuid4().hex}.jsonl")
+        # The run's id once known, else what to create it with.
+        self.header = header
+
+    def append(self, record):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as file:
+            if file.tell() == 0:
+                file.write(json.dumps({"type": "run", **self.header}) + "\n")
+            file.write(json.dumps(record, allow_nan=False) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+
+    def exists(self):
+        return os.path.exists(self.path)
+
+
+class ReplayResult:
+    def __init__(self):
+        self.sent = 0
+        self.skipped = 0
+        self.files = 0
+        self.run_ids = {}
+
+
+def _read(path):
+    """The file's records, and how many lines could not be read."""
+    records, skipped = [], 0
+    with open(path, "r", encoding="utf-8") as file:
+        for line in file:
+            if not line.endswith("\n"):
+                skipped += 1  # the partial last line of a crash
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                skipped += 1
+    return records, skipped
+
+
+def replay_file(client, path, result):
+    """Sends one spool file; returns False when the server is unreachable (try later)."""
+    try:
+        handle = open(path, "a+", encoding="utf-8")
+    except FileNotFoundError:
+        return True
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True  # another process is replaying it
+        if not os.path.exists(path):
+            return True
+        records, skipped = _read(path)
+        if skipped:
+            warnings.warn(f"gpuplane: skipped {skipped} unreadable line(s) in {path}")
+            result.skipped += skipped
+        run_id = None
+        for record in records:
+            kind = record.get("type")
+            if kind == "run":
+                run_id = record.get("run_id") or run_id
+                if run_id is None:
+                    try:
+                        run_id = client.create_run(record["project"], record["name"])
+                    except Unreachable:
+                        return False
+                    # Remember the new run, so a later replay does not create another.
+                    handle.write(json.dumps({"type": "run_created", "run_id": run_id}) + "\n")
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                    result.run_ids[record.get("local_id")] = run_id
+            elif kind == "run_created":
+                run_id = record["run_id"]
+            elif kind == "batch" and run_id is not None:
+                try:
+                    client.send_batch(run_id, {"batch_id": record["batch_id"], "points": record["points"]})
+                    result.sent += len(record["points"])
+                except Unreachable:
+                    return False
+                except Refused as error:
+                    warnings.warn(f"gpuplane: the server refused a spooled batch ({error}); dropping it")
+            elif kind == "finish" and run_id is not None:
+                try:
+                    client.finish_run(run_id)
+                except Unreachable:
+                    return False
+                except Refused:
+                    pass
+        os.remove(path)
+        result.files += 1
+        return True
+
+
+def replay_all(client, result=None, only=None):
+    """Replays every spool file (oldest first), or just `only`; False if the server went away."""
+    result = result or ReplayResult()
+    directory = spool_dir()
+    if not os.path.isdir(directory):
+        return True
+    paths = sorted(
+        (os.path.join(directory, name) for name in os.listdir(directory) if name.startswith("sdk-") and name.endswith(".jsonl")),
+        key=lambda p: (os.path.getmtime(p), p),
+    )
+    for path in paths:
+        if only is not None and path != only:
+            continue
+        if not replay_file(client, path, result):
+            return False
+    return True
+
+
+def sync(server=None, token=None):
+    """Replays every spooled run now; returns how many points were sent."""
+    from ._client import Client
+
+    server = server or os.environ.get("GPUCTL_SERVER")
+    token = token or os.environ.get("GPUCTL_TOKEN")
+    if not server or not token:
+        raise RuntimeError("set GPUCTL_SERVER and GPUCTL_TOKEN (or pass server= and token=) to sync the spool")
+    result = ReplayResult()
+    replay_all(Client(server, token), result)
+    return result

@@ -1,0 +1,103 @@
+"""A real gpuplane-server for the SDK tests: the binary, a fresh data dir, a free port."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SERVER_BIN = os.environ.get("GPUPLANE_SERVER_BIN") or str(
+    Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "gpuplane-server"
+)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """Starts and stops the server on a fixed port over one data dir."""
+
+    def __init__(self, data_dir, port):
+        self.data_dir = data_dir
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = None
+        self.admin("create-user", "sdk-user", "--admin", "--password-stdin", input="sdk-password-123\n")
+        self.token = self.admin("create-token", "--user", "sdk-user", "--scope", "write")
+
+    def admin(self, *args, input=None):
+        result = subprocess.run(
+            [SERVER_BIN, "--data-dir", self.data_dir, "admin", *args],
+            input=input, capture_output=True, text=True, check=True,
+        )
+        return result.stdout.strip()
+
+    def start(self):
+        assert Path(SERVER_BIN).exists(), f"{SERVER_BIN} is missing: cargo build -p gpuplane-server"
+        self.process = subprocess.Popen(
+            [SERVER_BIN, "--data-dir", self.data_dir, "serve", "--bind", f"127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for line in self.process.stderr:
+            if re.search(r"listening on http://", line):
+                return
+        raise RuntimeError("the server did not start")
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=20)
+
+    def get(self, path):
+        import json
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.url}/api/v1{path}", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+
+@pytest.fixture
+def spool(monkeypatch, tmp_path):
+    directory = tmp_path / "spool"
+    monkeypatch.setenv("GPUCTL_SPOOL_DIR", str(directory))
+    for name in ("GPUCTL_SERVER", "GPUCTL_TOKEN", "GPUCTL_RUN_ID", "GPUCTL_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    return directory
+
+
+@pytest.fixture
+def server(spool):
+    data_dir = tempfile.mkdtemp(prefix="gpuplane-sdk-")
+    server = Server(data_dir, free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def stopped_server(spool):
+    """A server that is not running yet (its port and token are known)."""
+    data_dir = tempfile.mkdtemp(prefix="gpuplane-sdk-")
+    server = Server(data_dir, free_port())
+    yield server
+    server.stop()
+
+
+def wait_until(check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out")

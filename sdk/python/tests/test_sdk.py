@@ -1,0 +1,134 @@
+"""The SDK against the real server: values kept exactly, nothing lost or
+duplicated across an unreachable server, a restart, replays and crashes."""
+
+import json
+import math
+import os
+
+import gpuplane
+from gpuplane._spool import spool_dir
+
+
+def series(server, run_id, key):
+    answer = server.get(f"/runs/{run_id}/metrics?key={key}&max_points=100000")
+    return [(p["step"], p["value"]) for p in answer["points"]]
+
+
+def test_log_keeps_nan_and_infinities_and_every_namespace(server):
+    run = gpuplane.init(project="default", name="sdk-basic", server=server.url, token=server.token)
+    for step in range(300):
+        loss = float("nan") if step == 150 else 1.0 / (step + 1)
+        run.log({"train/loss": loss, "eval/acc": step / 300, "other/inf": float("inf") if step == 7 else -math.inf}, step=step)
+    run.finish()
+    loss = series(server, run.run_id, "train/loss")
+    assert [step for step, _ in loss] == list(range(300))
+    assert loss[150][1] == "NaN"
+    assert loss[0][1] == 1.0
+    assert series(server, run.run_id, "other/inf")[7] == (7, "Infinity")
+    assert series(server, run.run_id, "other/inf")[8] == (8, "-Infinity")
+    summary = server.get(f"/runs/{run.run_id}")
+    assert summary["status"] == "FINISHED"
+    assert summary["latest"]["train/loss"]["step"] == 299
+    assert summary["latest"]["other/inf"]["non_finite"] is True
+    assert not os.listdir(spool_dir()) if os.path.isdir(spool_dir()) else True
+
+
+def test_inside_a_job_the_environment_names_the_run(server, monkeypatch):
+    created = gpuplane.init(project="default", name="job-run", server=server.url, token=server.token)
+    created.flush()
+    monkeypatch.setenv("GPUCTL_SERVER", server.url)
+    monkeypatch.setenv("GPUCTL_TOKEN", server.token)
+    monkeypatch.setenv("GPUCTL_RUN_ID", created.run_id)
+    run = gpuplane.init()
+    assert run.run_id == created.run_id
+    run.log({"train/loss": 0.5}, step=1)
+    run.flush()
+    assert series(server, created.run_id, "train/loss") == [(1, 0.5)]
+    run.finish()
+    created.finish()
+
+
+def test_without_a_server_everything_is_spooled_then_replayed_once(stopped_server):
+    run = gpuplane.init(project="default", name="offline", server=stopped_server.url, token=stopped_server.token)
+    for step in range(1000):
+        run.log({"train/loss": float(step)}, step=step)
+    run.finish()
+    files = os.listdir(spool_dir())
+    assert len(files) == 1 and files[0].startswith("sdk-") and files[0].endswith(".jsonl")
+
+    stopped_server.start()
+    result = gpuplane.sync(server=stopped_server.url, token=stopped_server.token)
+    assert result.sent == 1000 and result.skipped == 0
+    assert os.listdir(spool_dir()) == []
+    run_id = result.run_ids[run.local_id]
+    assert series(stopped_server, run_id, "train/loss") == [(s, float(s)) for s in range(1000)]
+    assert stopped_server.get(f"/runs/{run_id}")["status"] == "FINISHED"
+    # Syncing again adds nothing.
+    assert gpuplane.sync(server=stopped_server.url, token=stopped_server.token).sent == 0
+    assert len(series(stopped_server, run_id, "train/loss")) == 1000
+
+
+def test_a_server_restart_mid_run_loses_and_duplicates_nothing(server):
+    run = gpuplane.init(project="default", name="restart", server=server.url, token=server.token)
+    for step in range(0, 500):
+        run.log({"train/loss": float(step)}, step=step)
+    run.flush()
+    server.stop()
+    for step in range(500, 1000):
+        run.log({"train/loss": float(step)}, step=step)
+    run.flush()
+    assert os.listdir(spool_dir()), "the unreachable server's share went to the spool"
+    server.start()
+    run._retry_at = 0  # do not wait out the retry delay in a test
+    for step in range(1000, 1500):
+        run.log({"train/loss": float(step)}, step=step)
+    run.finish()
+    assert series(server, run.run_id, "train/loss") == [(s, float(s)) for s in range(1500)]
+    assert os.listdir(spool_dir()) == []
+
+
+def test_a_partial_last_line_is_skipped_and_counted(stopped_server):
+    run = gpuplane.init(project="default", name="crashed", server=stopped_server.url, token=stopped_server.token)
+    for step in range(10):
+        run.log({"train/loss": 1.0}, step=step)
+    run.flush()
+    for step in range(10, 20):
+        run.log({"train/loss": 2.0}, step=step)
+    run.flush()
+    path = os.path.join(spool_dir(), os.listdir(spool_dir())[0])
+    with open(path, "a", encoding="utf-8") as file:
+        file.write('{"type": "batch", "batch_id": "torn", "poi')  # the process died mid-write
+    stopped_server.start()
+    result = gpuplane.sync(server=stopped_server.url, token=stopped_server.token)
+    assert result.sent == 20
+    assert result.skipped == 1
+    assert len(series(stopped_server, result.run_ids[run.local_id], "train/loss")) == 20
+
+
+def test_a_batch_already_sent_is_not_stored_twice_when_replayed(server):
+    run = gpuplane.init(project="default", name="dup", server=server.url, token=server.token)
+    run.flush()
+    batch = {"batch_id": "fixed-id", "points": [{"key": "train/loss", "step": 1, "wall_time": 1.0, "value": "NaN"}]}
+    run._client.send_batch(run.run_id, batch)
+    os.makedirs(spool_dir(), exist_ok=True)
+    with open(os.path.join(spool_dir(), "sdk-manual.jsonl"), "w", encoding="utf-8") as file:
+        file.write(json.dumps({"type": "run", "run_id": run.run_id}) + "\n")
+        file.write(json.dumps({"type": "batch", **batch}) + "\n")
+    result = gpuplane.sync(server=server.url, token=server.token)
+    assert result.files == 1
+    assert series(server, run.run_id, "train/loss") == [(1, "NaN")]
+    run.finish()
+
+
+def test_no_token_means_spool(stopped_server):
+    run = gpuplane.init(project="default", name="tokenless", server=stopped_server.url, token=None)
+    run.log({"train/loss": 3.0}, step=0)
+    run.finish()
+    assert len(os.listdir(spool_dir())) == 1
+
+
+def test_write_eval_result(tmp_path, monkeypatch):
+    target = tmp_path / "eval_result.json"
+    monkeypatch.setenv("GPUCTL_EVAL_OUTPUT", str(target))
+    gpuplane.write_eval_result({"accuracy": 0.91, "loss": float("nan")})
+    assert json.loads(target.read_text()) == {"metrics": {"accuracy": 0.91, "loss": "NaN"}}
