@@ -44,3 +44,19 @@ CREATE TABLE metric_batches (
 -- Runs made by the SDK outside jobs have no job; they finish on their own.
 ALTER TABLE runs ADD COLUMN finished_at INTEGER;
 ALTER TABLE runs ADD COLUMN created_by TEXT REFERENCES users (id);
+
+-- Checkpoint files found in jobs' watch dirs. A path written by more than
+-- one run is "shared" (computed when read): evaluations refuse it.
+CREATE TABLE checkpoints (
+    id          TEXT PRIMARY KEY,                    -- ckpt_<ulid>
+    run_id      TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    node_id     TEXT,
+    path        TEXT NOT NULL,
+    size        INTEGER NOT NULL,
+    modified_at INTEGER NOT NULL,
+    step        INTEGER,
+    recorded_at INTEGER NOT NULL,
+    UNIQUE (run_id, path)
+) STRICT;
+
+CREATE INDEX checkpoints_by_path ON checkpoints (path);

@@ -7,6 +7,7 @@ use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState};
 use crate::reporter::Reporter;
 use crate::runner;
 use crate::tail::LineReader;
+use crate::watch::Watcher;
 use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, ReportItem, Resume};
 use gpuplane_api::job::Runner;
 use gpuplane_api::log::LogStream;
@@ -361,6 +362,14 @@ impl Attempt {
                 LineReader::resume(&self.dir.join("stderr.log"), stderr_lines),
             ),
         ];
+        let working_dir = runner::working_dir(&self.dispatch, &self.dir);
+        let mut watcher = Watcher::new(
+            &self.dispatch.job_id,
+            self.dispatch.attempt,
+            &self.dir,
+            &working_dir,
+            &self.dispatch.spec.watch_dirs,
+        );
         let mut kill_at: Option<Instant> = None;
         let mut next_disk_check = Instant::now();
         let mut idle = Duration::from_millis(20);
@@ -370,11 +379,13 @@ impl Attempt {
             } else {
                 0
             };
+            watcher.poll(self.reporter(), false);
             let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
             let gone = exit.is_none() && !files::alive(shim.shim_pid) && !files::alive(shim.child_pid);
             if exit.is_some() || gone {
                 // Everything written before the exit, then the exit.
                 while self.ship(&mut readers) > 0 {}
+                self.drain(&mut watcher).await;
                 for (stream, reader) in &mut readers {
                     if let Some((n, line)) = reader.finish() {
                         self.push_lines(*stream, n, vec![line]);
@@ -428,6 +439,24 @@ impl Attempt {
                 },
                 () = tokio::time::sleep(idle) => {}
             }
+        }
+    }
+
+    /// Reads the watch dirs to their end and waits until the server has every
+    /// batch, so metrics and checkpoints arrive before the exit.
+    async fn drain(&self, watcher: &mut Watcher) {
+        if watcher.is_empty() {
+            return;
+        }
+        let mut scans = 0;
+        loop {
+            watcher.poll(self.reporter(), true);
+            scans += 1;
+            // Two scans at least: a checkpoint counts once its size stops changing.
+            if scans >= 2 && watcher.settled() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -11,6 +11,8 @@ pub mod reporter;
 pub mod runner;
 pub mod shim;
 pub mod tail;
+pub mod tfevents;
+pub mod watch;
 
 use anyhow::Context;
 use client::{Client, ClientError};

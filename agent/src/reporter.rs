@@ -68,6 +68,11 @@ impl Reporter {
         *self.queued_lines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether the item with sequence number `seq` has been acknowledged.
+    pub fn is_delivered(&self, seq: u64) -> bool {
+        *self.delivered.borrow() >= seq
+    }
+
     /// Waits until the item with sequence number `seq` has been acknowledged.
     pub async fn delivered(&self, seq: u64) {
         let mut receiver = self.delivered.subscribe();

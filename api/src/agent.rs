@@ -159,6 +159,31 @@ pub enum ReportItem {
         cancelled: bool,
         time: i64,
     },
+    /// Metric points read from the attempt's TensorBoard files (idempotent by `batch_id`).
+    Points {
+        job_id: String,
+        attempt: i64,
+        batch_id: String,
+        points: Vec<crate::metric::Point>,
+    },
+    /// A checkpoint file appeared (or finished changing) in a watch dir.
+    Checkpoint {
+        job_id: String,
+        attempt: i64,
+        path: String,
+        size: u64,
+        /// Epoch milliseconds of its last modification.
+        modified: i64,
+        /// The training step, when the file name tells it (`step_1200.pt`).
+        step: Option<i64>,
+    },
+    /// Something the user should know (a corrupt event file, say).
+    Notice {
+        job_id: String,
+        attempt: i64,
+        kind: crate::event::EventKind,
+        message: String,
+    },
     /// Free space on the filesystem of the attempt's working_dir.
     Disk {
         job_id: String,

@@ -50,10 +50,14 @@ pub enum EventKind {
     DiskLow,
     /// A loss-like metric turned NaN or infinite.
     LossNan,
+    /// A TensorBoard event file has a corrupt record; points before it are kept.
+    TensorboardCorrupt,
+    /// A job ended without reporting any metric.
+    NoMetrics,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::JobFailed,
         EventKind::JobRetrying,
         EventKind::DispatchFailed,
@@ -63,6 +67,8 @@ impl EventKind {
         EventKind::JobLost,
         EventKind::DiskLow,
         EventKind::LossNan,
+        EventKind::TensorboardCorrupt,
+        EventKind::NoMetrics,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -76,6 +82,8 @@ impl EventKind {
             EventKind::JobLost => "JOB_LOST",
             EventKind::DiskLow => "DISK_LOW",
             EventKind::LossNan => "LOSS_NAN",
+            EventKind::TensorboardCorrupt => "TENSORBOARD_CORRUPT",
+            EventKind::NoMetrics => "NO_METRICS",
         }
     }
 

@@ -185,6 +185,22 @@ pub struct Run {
     pub created_at: String,
 }
 
+/// A checkpoint file a run wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Checkpoint {
+    pub id: String,
+    pub run_id: String,
+    /// As the agent host sees it.
+    pub path: String,
+    pub size: u64,
+    pub modified_at: String,
+    /// The training step, when the file name tells it.
+    pub step: Option<i64>,
+    /// Other runs wrote the same path: its content cannot be trusted for evaluation.
+    pub shared_with: Vec<String>,
+}
+
 /// `POST /api/v1/runs`: a run made by the SDK outside the platform.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

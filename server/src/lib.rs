@@ -6,6 +6,7 @@ pub mod admin;
 pub mod agents;
 pub mod api;
 pub mod auth;
+pub mod checkpoints;
 pub mod config;
 pub mod console;
 pub mod db;

@@ -278,6 +278,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         post   /api/v1/projects/{name}/members  bearer ["write"]
         post   /api/v1/runs  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}  bearer ["read"]
+        get    /api/v1/runs/{run_id}/checkpoints  bearer ["read"]
         post   /api/v1/runs/{run_id}/finish  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}/metrics  bearer ["read"]
         post   /api/v1/runs/{run_id}/metrics  bearer ["sdk", "write"]

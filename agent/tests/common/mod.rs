@@ -79,7 +79,12 @@ impl Cluster {
 
     /// Starts an agent over an existing jobs dir (a restarted agent).
     pub fn agent_in(&self, name: &str, gpus: u32, jobs_dir: &std::path::Path, extra: &[&str]) -> Agent {
-        let log = std::fs::File::create(self.dir.path().join(format!("agent-{name}.log"))).unwrap();
+        // Appended: a restarted agent's log follows the first one's.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("agent-{name}.log")))
+            .unwrap();
         let child = Command::new(AGENT)
             .args([
                 "--server",
@@ -93,7 +98,7 @@ impl Cluster {
             .arg("--jobs-dir")
             .arg(jobs_dir)
             .args(extra)
-            .env("GPUPLANE_LOG", "info")
+            .env("GPUPLANE_LOG", "info,gpuplane_agent=debug")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -195,6 +200,11 @@ impl Cluster {
         let (status, body) = self.get(&format!("/api/v1/events?{query}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value::<Page<Event>>(body).unwrap().items
+    }
+
+    /// The log of the agents named `name` (for failure messages).
+    pub fn agent_log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("agent-{name}.log"))).unwrap_or_default()
     }
 
     /// A fresh directory for a job to work in.

@@ -68,6 +68,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::query_metrics))
         .routes(routes!(runs::finish_run))
+        .routes(routes!(runs::list_checkpoints))
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(runs::ingest))

@@ -9,8 +9,9 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::metric::{Batch, IngestResult, NewRun, Run, Series};
+use gpuplane_api::metric::{Batch, Checkpoint, IngestResult, NewRun, Run, Series};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 
@@ -189,6 +190,24 @@ pub async fn query_metrics(
         to: query.to,
     };
     Ok(Json(metrics::query(&state.db, &run_id, &query).await?))
+}
+
+/// The checkpoint files a run wrote, each with the other runs that wrote the same path.
+#[utoipa::path(get, path = "/runs/{run_id}/checkpoints", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path)),
+    responses((status = 200, body = Page<Checkpoint>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn list_checkpoints(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+) -> Result<Json<Page<Checkpoint>>, ApiError> {
+    runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
+    Ok(Json(Page {
+        items: crate::checkpoints::of_run(&state.db, &run_id).await?,
+        next_before: None,
+    }))
 }
 
 /// Marks an SDK run finished (`run.finish()`).

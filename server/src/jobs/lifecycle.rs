@@ -262,6 +262,9 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
             | ReportItem::DispatchFailed { job_id, attempt, .. }
             | ReportItem::Lines { job_id, attempt, .. }
             | ReportItem::Exited { job_id, attempt, .. }
+            | ReportItem::Points { job_id, attempt, .. }
+            | ReportItem::Checkpoint { job_id, attempt, .. }
+            | ReportItem::Notice { job_id, attempt, .. }
             | ReportItem::Disk { job_id, attempt, .. } => (job_id, *attempt),
         };
         let key = (job_id.clone(), attempt);
@@ -382,6 +385,43 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
                     applied.jobs_changed = true;
                 }
             }
+            ReportItem::Points { batch_id, points, .. } => {
+                let batch = gpuplane_api::metric::Batch {
+                    batch_id: batch_id.clone(),
+                    points: points.clone(),
+                };
+                match crate::metrics::validate(&batch) {
+                    Ok(()) => {
+                        let run_id = run_of(&mut tx, job_id).await?;
+                        crate::metrics::ingest(&mut tx, &run_id, &batch, &state.config.loss_pattern).await?;
+                        applied.jobs_changed = true;
+                    }
+                    Err(error) => tracing::warn!(job_id, %error, "TensorBoard points refused"),
+                }
+            }
+            ReportItem::Checkpoint {
+                path,
+                size,
+                modified,
+                step,
+                ..
+            } => {
+                let run_id = run_of(&mut tx, job_id).await?;
+                crate::checkpoints::record(&mut tx, &run_id, node_id, path, *size, *modified, *step).await?;
+            }
+            ReportItem::Notice { kind, message, .. } => {
+                let links = links(&mut tx, job_id, node_id).await?;
+                events::record(
+                    &mut tx,
+                    now_ms(),
+                    Severity::Warning,
+                    *kind,
+                    links.as_links(),
+                    message,
+                )
+                .await?;
+                applied.jobs_changed = true;
+            }
             ReportItem::Disk {
                 path, free_percent, ..
             } => {
@@ -415,6 +455,13 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
     }
     tx.commit().await?;
     Ok(applied)
+}
+
+async fn run_of(conn: &mut SqliteConnection, job_id: &str) -> Result<String, ApiError> {
+    Ok(sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_one(&mut *conn)
+        .await?)
 }
 
 /// A job's run id, for event links.
@@ -507,6 +554,9 @@ async fn finish(
     .await?;
     revoke_attempt_token(conn, job_id, attempt, now).await?;
     let links = links(conn, job_id, node_id).await?;
+    if outcome.status != JobStatus::Cancelled {
+        report_missing_metrics(conn, job_id, &links, now).await?;
+    }
     match (outcome.status, outcome.reason) {
         (JobStatus::Failed, Some(reason)) => {
             let detail = outcome.detail.unwrap_or_default();
@@ -537,6 +587,41 @@ async fn finish(
         (status, _) => finish_job(conn, job_id, status, None, outcome.detail.as_deref(), now).await?,
     }
     Ok(true)
+}
+
+/// NO_METRICS when a job's run has no metric at all when an attempt ends.
+async fn report_missing_metrics(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    links: &OwnedLinks,
+    now: i64,
+) -> Result<(), ApiError> {
+    let (series, watch_dirs): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), json_extract(j.spec, '$.watch_dirs')
+         FROM jobs j WHERE j.id = ?",
+    )
+    .bind(job_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    if series > 0 {
+        return Ok(());
+    }
+    let hint = if watch_dirs == "[]" {
+        "no watch_dirs were set: write TensorBoard events into a directory given with --watch, or call run.log() from the gpuplane SDK"
+    } else {
+        "no TensorBoard event file appeared in its watch_dirs and the SDK logged nothing"
+    };
+    let message = format!("the job reported no metrics: {hint}");
+    events::record(
+        conn,
+        now,
+        Severity::Info,
+        EventKind::NoMetrics,
+        links.as_links(),
+        &message,
+    )
+    .await?;
+    Ok(())
 }
 
 /// Ends a job with `reason`, or queues it again after its cooldown when the

@@ -1,0 +1,472 @@
+//! TensorBoard event files, read incrementally: TFRecord framing with masked
+//! CRC32C checks, `Event` protos decoded by hand (only the fields scalars
+//! need), and scalars in both forms — `simple_value` (tensorboardX,
+//! PyTorch) and a scalar `TensorProto` under the `scalars` plugin (TF2,
+//! whose plugin metadata appears only in a tag's first event).
+//!
+//! A record cut off at the end of a growing file is left for the next read;
+//! a corrupt record stops the file there, every point before it kept.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// One scalar read from an event file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scalar {
+    pub tag: String,
+    pub step: i64,
+    pub wall_time: f64,
+    pub value: f64,
+}
+
+/// A record that failed its checks: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corruption {
+    pub offset: u64,
+    pub reason: String,
+}
+
+/// An event file followed from `offset` on.
+pub struct EventFile {
+    pub path: PathBuf,
+    pub offset: u64,
+    /// Tags whose first event named the `scalars` plugin (TF2 writes the plugin once).
+    scalar_tags: HashMap<String, bool>,
+    pub corrupt: Option<Corruption>,
+}
+
+/// What one read found.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub scalars: Vec<Scalar>,
+    /// The offset just after the last complete record read.
+    pub end: u64,
+}
+
+const MAX_READ: u64 = 64 << 20;
+
+impl EventFile {
+    pub fn new(path: &Path, offset: u64) -> EventFile {
+        EventFile {
+            path: path.to_path_buf(),
+            offset,
+            scalar_tags: HashMap::new(),
+            corrupt: None,
+        }
+    }
+
+    /// Scalars in the complete records written since the last read (at most
+    /// 64 MiB at a time). Advances `offset`.
+    pub fn read(&mut self) -> std::io::Result<Found> {
+        self.read_until(u64::MAX)
+    }
+
+    /// Like [`read`](Self::read), but not past `limit` (a byte offset).
+    pub fn read_until(&mut self, limit: u64) -> std::io::Result<Found> {
+        let mut found = Found {
+            scalars: Vec::new(),
+            end: self.offset,
+        };
+        if self.corrupt.is_some() {
+            return Ok(found);
+        }
+        let mut file = std::fs::File::open(&self.path)?;
+        let length = file.metadata()?.len().min(limit);
+        if length <= self.offset {
+            return Ok(found);
+        }
+        file.seek(SeekFrom::Start(self.offset))?;
+        let mut bytes = Vec::new();
+        file.take((length - self.offset).min(MAX_READ))
+            .read_to_end(&mut bytes)?;
+        let mut at = 0usize;
+        while let Some(record) = next_record(&bytes[at..]) {
+            match record {
+                Ok((data, size)) => {
+                    self.event(data, &mut found.scalars);
+                    at += size;
+                }
+                Err(reason) => {
+                    self.corrupt = Some(Corruption {
+                        offset: self.offset + at as u64,
+                        reason,
+                    });
+                    break;
+                }
+            }
+        }
+        self.offset += at as u64;
+        found.end = self.offset;
+        Ok(found)
+    }
+
+    fn event(&mut self, data: &[u8], out: &mut Vec<Scalar>) {
+        let event = Fields::new(data);
+        let (mut wall_time, mut step, mut summary) = (0.0, 0i64, None);
+        for (field, value) in event {
+            match (field, value) {
+                (1, Wire::Fixed64(bits)) => wall_time = f64::from_bits(bits),
+                (2, Wire::Varint(v)) => step = v as i64,
+                (5, Wire::Bytes(bytes)) => summary = Some(bytes),
+                _ => {}
+            }
+        }
+        let Some(summary) = summary else { return };
+        let values = Fields::new(summary);
+        for (field, value) in values {
+            if let (1, Wire::Bytes(value)) = (field, value)
+                && let Some((tag, value)) = self.scalar(value)
+            {
+                out.push(Scalar {
+                    tag,
+                    step,
+                    wall_time,
+                    value,
+                });
+            }
+        }
+    }
+
+    /// A `Summary.Value` as `(tag, value)` when it is a scalar.
+    fn scalar(&mut self, data: &[u8]) -> Option<(String, f64)> {
+        let fields = Fields::new(data);
+        let (mut tag, mut simple, mut tensor, mut plugin) = (None, None, None, None);
+        for (field, value) in fields {
+            match (field, value) {
+                (1, Wire::Bytes(bytes)) => tag = Some(bytes),
+                (2, Wire::Fixed32(bits)) => simple = Some(f32::from_bits(bits) as f64),
+                (8, Wire::Bytes(bytes)) => tensor = Some(bytes),
+                (9, Wire::Bytes(metadata)) => plugin = plugin_name(metadata),
+                _ => {}
+            }
+        }
+        let tag = String::from_utf8_lossy(tag?).into_owned();
+        if let Some(value) = simple {
+            return Some((tag, value));
+        }
+        let is_scalar = match plugin {
+            Some(name) => {
+                let scalars = name == b"scalars";
+                self.scalar_tags.insert(tag.clone(), scalars);
+                scalars
+            }
+            None => self.scalar_tags.get(&tag).copied().unwrap_or(false),
+        };
+        if !is_scalar {
+            return None;
+        }
+        tensor_scalar(tensor?).map(|value| (tag, value))
+    }
+}
+
+fn plugin_name(metadata: &[u8]) -> Option<&[u8]> {
+    let fields = Fields::new(metadata);
+    for (field, value) in fields {
+        if let (1, Wire::Bytes(plugin_data)) = (field, value) {
+            let inner = Fields::new(plugin_data);
+            for (field, value) in inner {
+                if let (1, Wire::Bytes(name)) = (field, value) {
+                    return Some(name);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The value of a scalar (shape `[]` or all-ones) `TensorProto`.
+fn tensor_scalar(data: &[u8]) -> Option<f64> {
+    let fields = Fields::new(data);
+    let (mut dtype, mut content, mut dims) = (0u64, None, 0usize);
+    let mut first: Option<f64> = None;
+    for (field, value) in fields {
+        match (field, value) {
+            (1, Wire::Varint(v)) => dtype = v,
+            (2, Wire::Bytes(shape)) => {
+                let shape_fields = Fields::new(shape);
+                for (field, value) in shape_fields {
+                    if let (2, Wire::Bytes(dim)) = (field, value) {
+                        let dim_fields = Fields::new(dim);
+                        for (field, value) in dim_fields {
+                            if let (1, Wire::Varint(size)) = (field, value)
+                                && size != 1
+                            {
+                                dims += 1;
+                            }
+                        }
+                    }
+                }
+            }
+            (4, Wire::Bytes(bytes)) => content = Some(bytes),
+            // float_val, packed or not
+            (5, Wire::Bytes(packed)) if packed.len() >= 4 => {
+                first.get_or_insert(f32::from_le_bytes(packed[..4].try_into().ok()?) as f64);
+            }
+            (5, Wire::Fixed32(bits)) => {
+                first.get_or_insert(f32::from_bits(bits) as f64);
+            }
+            // double_val
+            (6, Wire::Bytes(packed)) if packed.len() >= 8 => {
+                first.get_or_insert(f64::from_le_bytes(packed[..8].try_into().ok()?));
+            }
+            (6, Wire::Fixed64(bits)) => {
+                first.get_or_insert(f64::from_bits(bits));
+            }
+            // int_val, int64_val, half_val (half and bfloat16 bits)
+            (7 | 10 | 13, Wire::Bytes(packed)) => {
+                let (v, _) = varint(packed)?;
+                first.get_or_insert(from_int(dtype, v));
+            }
+            (7 | 10 | 13, Wire::Varint(v)) => {
+                first.get_or_insert(from_int(dtype, v));
+            }
+            _ => {}
+        }
+    }
+    if dims > 0 {
+        return None;
+    }
+    if let Some(content) = content {
+        return from_content(dtype, content);
+    }
+    first
+}
+
+fn from_int(dtype: u64, v: u64) -> f64 {
+    match dtype {
+        19 => half(v as u16),
+        14 => f32::from_bits((v as u32) << 16) as f64,
+        3 => v as u32 as i32 as f64,
+        _ => v as i64 as f64,
+    }
+}
+
+fn from_content(dtype: u64, bytes: &[u8]) -> Option<f64> {
+    Some(match dtype {
+        1 => f32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64,
+        2 => f64::from_le_bytes(bytes.get(..8)?.try_into().ok()?),
+        3 => i32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as f64,
+        9 => i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?) as f64,
+        14 => f32::from_bits((u16::from_le_bytes(bytes.get(..2)?.try_into().ok()?) as u32) << 16) as f64,
+        19 => half(u16::from_le_bytes(bytes.get(..2)?.try_into().ok()?)),
+        _ => return None,
+    })
+}
+
+/// IEEE 754 half precision to f64 (NaN and infinities kept).
+fn half(bits: u16) -> f64 {
+    let sign = if bits & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exponent = (bits >> 10) & 0x1f;
+    let fraction = (bits & 0x3ff) as f64;
+    match exponent {
+        0 => sign * fraction * 2f64.powi(-24),
+        0x1f if fraction == 0.0 => sign * f64::INFINITY,
+        0x1f => f64::NAN,
+        e => sign * (1.0 + fraction / 1024.0) * 2f64.powi(e as i32 - 15),
+    }
+}
+
+/// The data of the next complete record and its size in bytes; `None` when
+/// the record is not complete yet.
+fn next_record(bytes: &[u8]) -> Option<Result<(&[u8], usize), String>> {
+    if bytes.len() < 12 {
+        return None;
+    }
+    let length_bytes = &bytes[..8];
+    let length = u64::from_le_bytes(length_bytes.try_into().ok()?) as usize;
+    let length_crc = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
+    if masked_crc(length_bytes) != length_crc {
+        return Some(Err("the record's length fails its CRC".into()));
+    }
+    let total = 12usize.checked_add(length)?.checked_add(4)?;
+    if bytes.len() < total {
+        return None;
+    }
+    let data = &bytes[12..12 + length];
+    let data_crc = u32::from_le_bytes(bytes[12 + length..total].try_into().ok()?);
+    if masked_crc(data) != data_crc {
+        return Some(Err("the record's data fails its CRC".into()));
+    }
+    Some(Ok((data, total)))
+}
+
+/// TFRecord's masked CRC32C.
+pub fn masked_crc(bytes: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(bytes);
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+enum Wire<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Bytes(&'a [u8]),
+    Fixed32(u32),
+}
+
+/// The fields of one protobuf message; stops at the first malformed one.
+struct Fields<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Fields<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Fields { bytes }
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = (u64, Wire<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (key, used) = varint(self.bytes)?;
+        self.bytes = &self.bytes[used..];
+        let field = key >> 3;
+        let value = match key & 7 {
+            0 => {
+                let (v, used) = varint(self.bytes)?;
+                self.bytes = &self.bytes[used..];
+                Wire::Varint(v)
+            }
+            1 => {
+                let raw = self.bytes.get(..8)?;
+                self.bytes = &self.bytes[8..];
+                Wire::Fixed64(u64::from_le_bytes(raw.try_into().ok()?))
+            }
+            2 => {
+                let (length, used) = varint(self.bytes)?;
+                let end = used.checked_add(length as usize)?;
+                let data = self.bytes.get(used..end)?;
+                self.bytes = &self.bytes[end..];
+                Wire::Bytes(data)
+            }
+            5 => {
+                let raw = self.bytes.get(..4)?;
+                self.bytes = &self.bytes[4..];
+                Wire::Fixed32(u32::from_le_bytes(raw.try_into().ok()?))
+            }
+            _ => return None,
+        };
+        Some((field, value))
+    }
+}
+
+fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for (i, byte) in bytes.iter().take(10).enumerate() {
+        value |= ((byte & 0x7f) as u64) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, i + 1));
+        }
+    }
+    None
+}
+
+/// Whether a file name is a TensorBoard event file.
+pub fn is_event_file(name: &str) -> bool {
+    name.contains("tfevents")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name)
+    }
+
+    fn check_fixture(path: PathBuf) {
+        let mut file = EventFile::new(&path, 0);
+        let scalars = file.read().unwrap().scalars;
+        assert!(file.corrupt.is_none());
+        assert_eq!(scalars.len(), 100, "two tags x 50 steps");
+        let loss: Vec<&Scalar> = scalars.iter().filter(|s| s.tag == "train/loss").collect();
+        assert_eq!(loss.len(), 50);
+        assert_eq!(
+            (loss[0].step, loss[0].value, loss[0].wall_time),
+            (0, 1.0, 1_764_460_800.0)
+        );
+        assert!(loss[13].value.is_nan());
+        assert_eq!(loss[14].value, f64::INFINITY);
+        assert_eq!(loss[15].value, f64::NEG_INFINITY);
+        assert!((loss[49].value - 0.02).abs() < 1e-6);
+        let accuracy: Vec<&Scalar> = scalars.iter().filter(|s| s.tag == "eval/accuracy").collect();
+        assert!((accuracy[25].value - 0.5).abs() < 1e-6);
+        assert_eq!(accuracy[25].step, 25);
+    }
+
+    #[test]
+    fn simple_value_scalars_from_tensorboardx() {
+        check_fixture(fixture("tb-simple/events.out.tfevents.simple"));
+    }
+
+    #[test]
+    fn tensor_scalars_with_plugin_metadata_only_in_the_first_event() {
+        check_fixture(fixture("tb-tensor/events.out.tfevents.tensor"));
+    }
+
+    #[test]
+    fn a_growing_file_is_read_record_by_record_and_a_cut_record_waits() {
+        let bytes = std::fs::read(fixture("tb-simple/events.out.tfevents.simple")).unwrap();
+        let dir = tempfile_dir("grow");
+        let path = dir.join("events.out.tfevents.grow");
+        let mut file = EventFile::new(&path, 0);
+        let mut total = 0;
+        // Append the file in odd-sized pieces; every read returns only whole records.
+        for piece in bytes.chunks(97) {
+            let mut handle = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut handle, piece).unwrap();
+            total += file.read().unwrap().scalars.len();
+        }
+        assert_eq!(total, 100);
+        assert_eq!(file.offset, bytes.len() as u64);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_record_stops_the_file_there_and_keeps_what_came_before() {
+        let mut bytes = std::fs::read(fixture("tb-simple/events.out.tfevents.simple")).unwrap();
+        let dir = tempfile_dir("corrupt");
+        let path = dir.join("events.out.tfevents.bad");
+        // Find the offset of the 30th record and flip a byte in its data.
+        let mut offset = 0;
+        for _ in 0..30 {
+            let length = u64::from_le_bytes(bytes[offset..offset + 8].try_into().unwrap()) as usize;
+            offset += 16 + length;
+        }
+        bytes[offset + 14] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut file = EventFile::new(&path, 0);
+        let scalars = file.read().unwrap().scalars;
+        let corruption = file.corrupt.clone().expect("the corruption is reported");
+        assert_eq!(corruption.offset, offset as u64);
+        assert_eq!(corruption.reason, "the record's data fails its CRC");
+        // Record 0 holds the file version; records 1..30 hold one scalar each.
+        assert_eq!(scalars.len(), 29);
+        assert!(
+            file.read().unwrap().scalars.is_empty(),
+            "nothing after the corruption"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn halves_and_bfloat16s_decode() {
+        assert_eq!(half(0x3c00), 1.0);
+        assert_eq!(half(0x7c00), f64::INFINITY);
+        assert!(half(0x7e00).is_nan());
+        assert_eq!(from_int(14, 0x3f80), 1.0);
+    }
+
+    fn tempfile_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gpuplane-tb-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

@@ -1,0 +1,76 @@
+//! Checkpoint files recorded from jobs' watch dirs, and which paths more
+//! than one run wrote.
+
+use crate::error::ApiError;
+use crate::ids::new_id;
+use crate::time::{now_ms, rfc3339};
+use gpuplane_api::metric::Checkpoint;
+use sqlx::{SqliteConnection, SqlitePool};
+
+/// Records (or refreshes) a checkpoint of a run.
+pub async fn record(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    node_id: &str,
+    path: &str,
+    size: u64,
+    modified: i64,
+    step: Option<i64>,
+) -> Result<(), ApiError> {
+    sqlx::query(
+        "INSERT INTO checkpoints (id, run_id, node_id, path, size, modified_at, step, recorded_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (run_id, path) DO UPDATE SET size = excluded.size, modified_at = excluded.modified_at,
+             step = coalesce(excluded.step, step), recorded_at = excluded.recorded_at",
+    )
+    .bind(new_id("ckpt"))
+    .bind(run_id)
+    .bind(node_id)
+    .bind(path)
+    .bind(size as i64)
+    .bind(modified)
+    .bind(step)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    run_id: String,
+    path: String,
+    size: i64,
+    modified_at: i64,
+    step: Option<i64>,
+    shared_with: Option<String>,
+}
+
+/// A run's checkpoints, newest step first, each with the other runs that wrote its path.
+pub async fn of_run(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, ApiError> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT c.id, c.run_id, c.path, c.size, c.modified_at, c.step,
+                (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
+                    AS shared_with
+         FROM checkpoints c WHERE c.run_id = ? ORDER BY c.step DESC, c.modified_at DESC",
+    )
+    .bind(run_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| Checkpoint {
+            id: row.id,
+            run_id: row.run_id,
+            path: row.path,
+            size: row.size as u64,
+            modified_at: rfc3339(row.modified_at),
+            step: row.step,
+            shared_with: row
+                .shared_with
+                .and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or_default(),
+        })
+        .collect())
+}
