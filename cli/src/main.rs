@@ -55,6 +55,9 @@ enum Command {
     Job(commands::jobs::JobCommand),
     /// A job's output; -f follows it live.
     Logs(commands::logs::LogsArgs),
+    /// Runs: what jobs (and SDK scripts) recorded.
+    #[command(subcommand)]
+    Run(commands::runs::RunCommand),
     /// What happened: OOMs, lost jobs, disconnected nodes, full disks.
     #[command(subcommand)]
     Event(EventCommand),
@@ -140,6 +143,9 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
             commands::jobs::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
+        Command::Run(command) => {
+            commands::runs::run(&Client::new(cli.server, cli.token)?, command, out).await
+        }
         Command::Event(EventCommand::List(args)) => {
             commands::events::list(&Client::new(cli.server, cli.token)?, args, out).await
         }

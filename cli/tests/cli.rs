@@ -311,3 +311,67 @@ async fn tokens_are_created_listed_and_revoked() {
         Some(5)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_show_marks_non_finite_latest_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let token = user_token(&server.state.db, "erin", Scope::Write, false).await;
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{}/api/v1/runs", server.url))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"name": "shown"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["id"].as_str().unwrap();
+    let points = serde_json::json!({"batch_id": "b", "points": [
+        {"key": "train/loss", "step": 10, "wall_time": 1.0, "value": 0.25},
+        {"key": "train/loss", "step": 11, "wall_time": 2.0, "value": "NaN"},
+        {"key": "eval/acc", "step": 11, "wall_time": 2.0, "value": 0.5},
+    ]});
+    http.post(format!("{}/api/v1/runs/{run_id}/metrics", server.url))
+        .bearer_auth(&token)
+        .json(&points)
+        .send()
+        .await
+        .unwrap();
+    let base = ["--server", server.url.as_str(), "--token", token.as_str()];
+    let shown = stdout(&gpuctl(
+        home.path(),
+        &[&base[..], &["run", "show", run_id]].concat(),
+    ));
+    let text = shown.replace(run_id, "RUN");
+    let text: String = text
+        .lines()
+        .filter(|l| !l.contains("LOSS_NAN"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    expect![[r#"
+        RUN  shown  (project default)
+        status  RUNNING
+        primary metric  none
+        metrics (latest)
+          eval/acc    step 11       0.5
+          train/loss  step 11       NaN  [non-finite]  (1 of 2 points non-finite)
+        recent events
+    "#]]
+    .assert_eq(&text);
+    assert!(shown.contains("critical LOSS_NAN"), "{shown}");
+    let json = json(&gpuctl(
+        home.path(),
+        &[&base[..], &["run", "show", run_id, "--json"]].concat(),
+    ));
+    assert_eq!(json["run"]["latest"]["train/loss"]["value"], "NaN");
+    assert_eq!(
+        gpuctl(home.path(), &[&base[..], &["run", "show", "run_nope"]].concat())
+            .status
+            .code(),
+        Some(5)
+    );
+}

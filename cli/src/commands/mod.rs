@@ -5,4 +5,5 @@ pub mod events;
 pub mod jobs;
 pub mod logs;
 pub mod projects;
+pub mod runs;
 pub mod status;
