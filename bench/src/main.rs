@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|all]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -8,12 +8,45 @@
 mod jobs;
 mod metrics;
 
+/// Parses a whole event file with the agent's reader (CRC checked on every
+/// record), best of five, and prints scalars per second.
+fn tfevents(path: &std::path::Path) -> anyhow::Result<()> {
+    let size = std::fs::metadata(path)?.len();
+    let mut best = f64::MAX;
+    let mut scalars = 0;
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        let mut file = gpuplane_agent::tfevents::EventFile::new(path, 0);
+        let mut count = 0;
+        loop {
+            let found = file.read()?;
+            if found.scalars.is_empty() && found.end >= size {
+                break;
+            }
+            count += found.scalars.len();
+            if file.corrupt.is_some() {
+                anyhow::bail!("corrupt: {:?}", file.corrupt);
+            }
+        }
+        best = best.min(started.elapsed().as_secs_f64());
+        scalars = count;
+    }
+    println!("{scalars} {best:.4}");
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let which = std::env::args().nth(1).unwrap_or_else(|| "all".into());
     let runtime = tokio::runtime::Runtime::new()?;
     match which.as_str() {
         "jobs" => runtime.block_on(jobs::run()),
         "metrics" => runtime.block_on(metrics::run()),
+        "tfevents" => {
+            let path = std::env::args()
+                .nth(2)
+                .ok_or_else(|| anyhow::anyhow!("usage: gpuplane-bench tfevents FILE"))?;
+            tfevents(std::path::Path::new(&path))
+        }
         "all" => runtime.block_on(async {
             jobs::run().await?;
             metrics::run().await
