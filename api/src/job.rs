@@ -215,6 +215,10 @@ pub struct JobSpec {
     /// TensorBoard and checkpoint directories to watch (relative to working_dir).
     #[serde(default)]
     pub watch_dirs: Vec<String>,
+    /// Run a command that would wait for keyboard input (a REPL, `-i`, `--pdb`)
+    /// anyway. Jobs get no input: such commands are refused unless this is set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_interactive: bool,
 }
 
 fn default_project() -> String {
@@ -247,6 +251,7 @@ impl JobSpec {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_cooldown_s: DEFAULT_RETRY_COOLDOWN_S,
             watch_dirs: Vec::new(),
+            allow_interactive: false,
         }
     }
 }
@@ -295,6 +300,21 @@ pub struct Job {
     pub submitted_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// `POST /api/v1/jobs/{id}/retry`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    /// Retry even when the last attempt ran out of memory and nothing changed.
+    #[serde(default)]
+    pub force: bool,
+    /// Fields to change first: `env.NAME`, `resources.gpu`, `command` (a JSON
+    /// array, or words split on spaces), `working_dir`, `image`, `priority`,
+    /// `max_attempts`, `retry_cooldown_s`, `node_selector.KEY`, `watch_dirs` (comma-separated).
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
 }
 
 /// `POST /api/v1/jobs/{id}/cancel`.

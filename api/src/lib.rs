@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod diagnosis;
 pub mod error;
 pub mod event;
 pub mod health;

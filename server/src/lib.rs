@@ -11,6 +11,7 @@ pub mod config;
 pub mod console;
 pub mod db;
 pub mod device;
+pub mod diagnosis;
 pub mod error;
 pub mod events;
 pub mod ids;

@@ -279,6 +279,8 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         post   /api/v1/runs  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}  bearer ["read"]
         get    /api/v1/runs/{run_id}/checkpoints  bearer ["read"]
+        get    /api/v1/runs/{run_id}/diagnosis  bearer ["read"]
+        get    /api/v1/runs/{run_id}/failure  bearer ["read"]
         post   /api/v1/runs/{run_id}/finish  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}/metrics  bearer ["read"]
         post   /api/v1/runs/{run_id}/metrics  bearer ["sdk", "write"]

@@ -5,7 +5,7 @@ use crate::client::{CliError, Client};
 use crate::exit::Failure;
 use clap::{Args, Subcommand};
 use gpuplane_api::Page;
-use gpuplane_api::job::{CancelRequest, Job, JobKind, JobSpec, JobStatus, Runner};
+use gpuplane_api::job::{CancelRequest, Job, JobKind, JobSpec, JobStatus, RetryRequest, Runner};
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -33,7 +33,15 @@ pub enum JobCommand {
         confirm: bool,
     },
     /// Queue a FAILED, LOST or CANCELLED job for another attempt.
-    Retry { job_id: String },
+    Retry {
+        job_id: String,
+        /// Change a field first: env.NAME=V, resources.gpu=N, command="python train.py --bs 16", … (repeatable).
+        #[arg(long = "set", value_parser = key_value)]
+        set: Vec<(String, String)>,
+        /// Retry an out-of-memory failure unchanged anyway.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -226,10 +234,12 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
                 ),
             });
         }
-        JobCommand::Retry { job_id } => {
-            let job: Job = client
-                .post(&format!("jobs/{job_id}/retry"), &serde_json::json!({}))
-                .await?;
+        JobCommand::Retry { job_id, set, force } => {
+            let request = RetryRequest {
+                force,
+                set: set.into_iter().collect(),
+            };
+            let job: Job = client.post(&format!("jobs/{job_id}/retry"), &request).await?;
             out.emit(&job, |job| {
                 format!(
                     "{} is QUEUED again for attempt {} of {}.",

@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus};
+use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest};
 use gpuplane_api::project::Role;
 use gpuplane_api::{MAX_I64_SAFE, Page};
 use serde::Deserialize;
@@ -171,19 +171,23 @@ pub async fn cancel_job(
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
-/// Queues a FAILED, LOST or CANCELLED job for another attempt.
+/// Queues a FAILED, LOST or CANCELLED job for another attempt, with
+/// `set` changes to its spec. An OOM failure is not retried unchanged
+/// unless `force` (409 with the advice).
 #[utoipa::path(post, path = "/jobs/{job_id}/retry", tag = "jobs",
     security(("bearer" = ["write"])),
     params(("job_id" = String, Path)),
+    request_body = RetryRequest,
     responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_job(
     auth: Authed<Write>,
     State(state): State<AppState>,
     Path(job_id): Path<String>,
+    OptionalJson(request): OptionalJson<RetryRequest>,
 ) -> Result<Json<Job>, ApiError> {
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
-    store::retry(&state.db, &job_id).await?;
+    store::retry(&state.db, &job_id, &request).await?;
     state.scheduler_wake.notify_one();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }

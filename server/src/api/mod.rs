@@ -4,6 +4,7 @@
 mod agent;
 mod auth;
 mod cluster;
+mod diagnosis;
 mod events;
 pub(crate) mod health;
 pub(crate) mod jobs;
@@ -69,6 +70,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::query_metrics))
         .routes(routes!(runs::finish_run))
         .routes(routes!(runs::list_checkpoints))
+        .routes(routes!(diagnosis::explain_failure))
+        .routes(routes!(diagnosis::diagnose_run))
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(runs::ingest))

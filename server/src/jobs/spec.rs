@@ -85,12 +85,126 @@ pub fn validate(spec: &JobSpec) -> Result<(), Vec<FieldError>> {
             bad("node_selector", format!("has an empty key (value `{value}`)"));
         }
     }
+    if !spec.allow_interactive
+        && let Some(why) = interactive(&spec.command)
+    {
+        bad(
+            "command",
+            format!(
+                "{why}: it would wait for keyboard input, and jobs get none (stdin is /dev/null). \
+                 Make it non-interactive, or set allow_interactive to run it anyway"
+            ),
+        );
+    }
     for (at, dir) in spec.watch_dirs.iter().enumerate() {
         if dir.trim().is_empty() {
             bad(&format!("watch_dirs[{at}]"), "must not be empty".into());
         }
     }
     if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// Applies `retry --set` changes to a spec; one error per bad key.
+pub fn apply_changes(
+    spec: &mut JobSpec,
+    changes: &std::collections::BTreeMap<String, String>,
+) -> Result<(), Vec<FieldError>> {
+    let mut errors = Vec::new();
+    for (key, value) in changes {
+        let mut bad = |message: String| {
+            errors.push(FieldError {
+                field: format!("set.{key}"),
+                message,
+            })
+        };
+        let number = |value: &str| {
+            value
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| format!("`{value}` is not a whole number"))
+        };
+        match key.as_str() {
+            "command" => match serde_json::from_str::<Vec<String>>(value) {
+                Ok(argv) => spec.command = argv,
+                Err(_) if !value.trim_start().starts_with('[') => {
+                    spec.command = value.split_whitespace().map(str::to_string).collect()
+                }
+                Err(error) => bad(format!("not a JSON list of strings: {error}")),
+            },
+            "working_dir" => spec.working_dir = Some(value.clone()),
+            "image" => spec.image = Some(value.clone()),
+            "resources.gpu" => match number(value) {
+                Ok(gpus) => spec.resources.gpu = gpus,
+                Err(message) => bad(message),
+            },
+            "priority" => match number(value) {
+                Ok(priority) => spec.priority = priority,
+                Err(message) => bad(message),
+            },
+            "max_attempts" => match number(value) {
+                Ok(attempts) => spec.max_attempts = attempts,
+                Err(message) => bad(message),
+            },
+            "retry_cooldown_s" => match number(value) {
+                Ok(seconds) => spec.retry_cooldown_s = seconds,
+                Err(message) => bad(message),
+            },
+            "watch_dirs" => {
+                spec.watch_dirs = value
+                    .split(',')
+                    .map(|d| d.trim().to_string())
+                    .filter(|d| !d.is_empty())
+                    .collect()
+            }
+            other => {
+                if let Some(name) = other.strip_prefix("env.") {
+                    spec.env.insert(name.to_string(), value.clone());
+                } else if let Some(label) = other.strip_prefix("node_selector.") {
+                    spec.node_selector.insert(label.to_string(), value.clone());
+                } else {
+                    bad("unknown field; use env.NAME, resources.gpu, command, working_dir, image, priority, max_attempts, retry_cooldown_s, node_selector.KEY or watch_dirs".into());
+                }
+            }
+        }
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// Why a command would wait for input, if it would: a bare REPL, a program
+/// read from stdin (`python -`), `-i`, or a debugger (`--pdb`, `-m pdb`).
+pub fn interactive(command: &[String]) -> Option<String> {
+    let program = command.first()?.rsplit('/').next().unwrap_or_default();
+    let args = &command[1..];
+    let is_python = program.starts_with("python") || program.starts_with("ipython");
+    let is_shell = matches!(program, "bash" | "sh" | "zsh" | "dash" | "fish");
+    let is_repl = is_python || is_shell || matches!(program, "node" | "R" | "irb" | "julia" | "ghci" | "lua");
+    if is_repl && args.is_empty() {
+        return Some(format!("`{program}` alone starts an interactive session"));
+    }
+    if args.iter().any(|a| a == "--pdb" || a == "--ipdb") {
+        return Some("`--pdb` stops in a debugger on the first failure".into());
+    }
+    if is_python {
+        if let Some(at) = args.iter().position(|a| a == "-m")
+            && args.get(at + 1).is_some_and(|m| m == "pdb" || m == "ipdb")
+        {
+            return Some("`-m pdb` runs the program under an interactive debugger".into());
+        }
+        // Options come before the script; `-c` and `-m` end them.
+        for arg in args {
+            match arg.as_str() {
+                "-" => return Some(format!("`{program} -` reads the program from stdin")),
+                "-i" => return Some(format!("`{program} -i` opens a prompt when the script ends")),
+                "-c" | "-m" => break,
+                a if !a.starts_with('-') => break,
+                _ => {}
+            }
+        }
+    }
+    if is_shell && args.first().is_some_and(|a| a == "-i") {
+        return Some(format!("`{program} -i` is an interactive shell"));
+    }
+    None
 }
 
 fn valid_env_name(name: &str) -> bool {
@@ -142,6 +256,46 @@ mod tests {
             max_attempts: must be at least 1
         "#]]
         .assert_eq(&check(spec));
+    }
+
+    #[test]
+    fn commands_that_wait_for_input_are_refused_unless_allowed() {
+        let refused = |argv: &[&str]| interactive(&argv.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        expect![[r#"
+            Some("`python` alone starts an interactive session")
+            Some("`python3 -` reads the program from stdin")
+            Some("`python -i` opens a prompt when the script ends")
+            Some("`--pdb` stops in a debugger on the first failure")
+            Some("`-m pdb` runs the program under an interactive debugger")
+            Some("`bash -i` is an interactive shell")
+            Some("`ipython` alone starts an interactive session")
+            None
+            None
+            None
+            None
+        "#]]
+        .assert_eq(
+            &[
+                &["python"][..],
+                &["/usr/bin/python3", "-"],
+                &["python", "-i", "train.py"],
+                &["pytest", "--pdb"],
+                &["python", "-m", "pdb", "train.py"],
+                &["bash", "-i"],
+                &["ipython"],
+                &["python", "train.py", "-i", "in.txt"],
+                &["python", "-c", "print(1)"],
+                &["bash", "-c", "echo hi"],
+                &["torchrun", "--nproc_per_node=8", "train.py"],
+            ]
+            .iter()
+            .map(|argv| format!("{:?}\n", refused(argv)))
+            .collect::<String>(),
+        );
+        let mut spec = JobSpec::new("repl", vec!["python".into()]);
+        assert!(check(spec.clone()).starts_with("command: `python` alone starts an interactive session"));
+        spec.allow_interactive = true;
+        assert_eq!(check(spec), "ok");
     }
 
     #[test]

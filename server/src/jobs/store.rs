@@ -7,7 +7,9 @@ use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
-use gpuplane_api::job::{Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, signal_name};
+use gpuplane_api::job::{
+    Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, RetryRequest, signal_name,
+};
 use gpuplane_api::project::Role;
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::HashMap;
@@ -323,10 +325,36 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError
     Ok(outcome)
 }
 
-/// Queues a FAILED, LOST or CANCELLED job for a new attempt (beyond max_attempts if need be).
-pub async fn retry(db: &SqlitePool, job_id: &str) -> Result<(), ApiError> {
+/// Queues a FAILED, LOST or CANCELLED job for a new attempt (beyond
+/// max_attempts if need be), with the requested changes to its spec. A job
+/// that ran out of memory is not retried unchanged unless forced.
+pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Result<(), ApiError> {
+    let job = get(db, job_id).await?;
+    let mut spec = job.spec.clone();
+    super::spec::apply_changes(&mut spec, &request.set).map_err(ApiError::Validation)?;
+    super::spec::validate(&spec).map_err(ApiError::Validation)?;
+    let changed = spec != job.spec;
+    if job.failure_reason == Some(FailureReason::Oom) && !changed && !request.force {
+        return Err(ApiError::Conflict(format!(
+            "job {job_id} ran out of memory ({}); retrying unchanged will fail the same way: lower the batch size or \
+             enable gradient checkpointing, then retry with changes (gpuctl job retry {job_id} --set env.BATCH_SIZE=16), \
+             or add --force",
+            job.failure_detail.as_deref().unwrap_or("OOM")
+        )));
+    }
     let now = now_ms();
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    if changed {
+        sqlx::query("UPDATE jobs SET spec = ?, gpus = ?, node_selector = ?, priority = ?, max_attempts = ? WHERE id = ?")
+            .bind(serde_json::to_string(&spec).map_err(anyhow::Error::from)?)
+            .bind(spec.resources.gpu)
+            .bind(serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?)
+            .bind(spec.priority)
+            .bind(spec.max_attempts)
+            .bind(job_id)
+            .execute(&mut *tx)
+            .await?;
+    }
     match current_status(&mut tx, job_id).await? {
         JobStatus::Failed | JobStatus::Lost | JobStatus::Cancelled => {}
         JobStatus::Succeeded => {

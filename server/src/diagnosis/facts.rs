@@ -1,0 +1,296 @@
+//! Gathering a run's facts from the database, and the diagnosis of a run
+//! that may still be running: loss trend, silence, idle GPUs, lost nodes.
+
+use super::{Facts, explain};
+use crate::error::ApiError;
+use crate::events::{self, Filter};
+use crate::jobs::store;
+use crate::logs;
+use crate::metrics::{self, Axis, Query};
+use crate::runs;
+use crate::state::AppState;
+use crate::time::now_ms;
+use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation, Finding};
+use gpuplane_api::event::Severity;
+use gpuplane_api::job::JobStatus;
+use gpuplane_api::metric::Value;
+
+/// Output silence longer than this while RUNNING is worth a finding.
+const SILENCE_MS: i64 = 15 * 60 * 1000;
+const LOW_UTILIZATION_PERCENT: u32 = 10;
+
+/// The explanation of a failed (or lost) run; 409 for one that has not failed.
+pub async fn failure(state: &AppState, run_id: &str) -> Result<FailureExplanation, ApiError> {
+    let run = runs::get(&state.db, run_id).await?;
+    let failed = run.status == JobStatus::Failed.as_str() || run.status == JobStatus::Lost.as_str();
+    if !failed {
+        return Err(ApiError::Conflict(format!(
+            "run {run_id} has not failed ({}): see its diagnosis instead",
+            run.status
+        )));
+    }
+    let facts = gather(state, run_id, run.job_id.as_deref(), &run.status).await?;
+    Ok(explain(run_id, run.job_id.as_deref(), &facts))
+}
+
+async fn gather(
+    state: &AppState,
+    run_id: &str,
+    job_id: Option<&str>,
+    status: &str,
+) -> Result<Facts, ApiError> {
+    let mut facts = Facts {
+        status: status.to_string(),
+        ..Facts::default()
+    };
+    if let Some(job_id) = job_id {
+        let job = store::get(&state.db, job_id).await?;
+        facts.failure_reason = job.failure_reason;
+        facts.detail = job.failure_detail.clone();
+        if let Some(attempt) = job.attempts.last() {
+            facts.exit_code = attempt.exit_code;
+            facts.signal = attempt.signal;
+            facts.failure_reason = facts.failure_reason.or(attempt.failure_reason);
+            facts.detail = facts.detail.or_else(|| attempt.failure_detail.clone());
+            let (_, kept) = logs::tail(
+                &state.db,
+                job_id,
+                attempt.n,
+                None,
+                2 * state.config.log_tail_lines,
+            )
+            .await?;
+            facts.lines = kept.lines;
+        }
+    }
+    let filter = Filter {
+        run_id: Some(run_id.to_string()),
+        ..Filter::default()
+    };
+    facts.events = events::list(&state.db, &filter, 50, None).await?.items;
+    facts.first_bad = first_bad(state, run_id).await?;
+    Ok(facts)
+}
+
+/// The earliest non-finite value among the run's loss-like keys.
+async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64, f64)>, ApiError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT key, first_non_finite_step FROM metric_series
+         WHERE run_id = ? AND first_non_finite_step IS NOT NULL ORDER BY first_non_finite_step",
+    )
+    .bind(run_id)
+    .fetch_all(&state.db)
+    .await?;
+    let Some((key, step)) = rows
+        .into_iter()
+        .find(|(key, _)| metrics::matches_pattern(&state.config.loss_pattern, key))
+    else {
+        return Ok(None);
+    };
+    let query = Query {
+        key: key.clone(),
+        max_points: 1000,
+        axis: Axis::Step,
+        from: Some(step as f64),
+        to: Some(step as f64),
+    };
+    let value = metrics::query(&state.db, run_id, &query)
+        .await?
+        .points
+        .and_then(|points| points.into_iter().map(|p| p.value.0).find(|v| !v.is_finite()))
+        .unwrap_or(f64::NAN);
+    Ok(Some((key, step, value)))
+}
+
+/// Findings about a run, running or not.
+pub async fn diagnose(state: &AppState, run_id: &str) -> Result<Diagnosis, ApiError> {
+    let run = runs::get(&state.db, run_id).await?;
+    let mut findings = Vec::new();
+    if let Some((key, step, value)) = first_bad(state, run_id).await? {
+        findings.push(Finding {
+            severity: Severity::Critical,
+            kind: "LOSS_NAN".into(),
+            summary: format!("{key} is {} since step {step}", Value(value).describe()),
+            evidence: vec![Evidence::Metric {
+                key,
+                step,
+                value: Value(value),
+            }],
+        });
+    }
+    findings.extend(loss_trend(state, run_id, &run.latest).await?);
+    let running = run.status == JobStatus::Running.as_str();
+    if let (Some(job_id), true) = (&run.job_id, running) {
+        let job = store::get(&state.db, job_id).await?;
+        if let Some(attempt) = job.attempts.last() {
+            findings.extend(silence(state, job_id, attempt.n).await?);
+            findings.extend(node_health(state, &attempt.node_id, &attempt.node, &attempt.gpus).await?);
+        }
+    }
+    let failed = run.status == JobStatus::Failed.as_str() || run.status == JobStatus::Lost.as_str();
+    let failure = if failed {
+        Some(failure(state, run_id).await?)
+    } else {
+        None
+    };
+    if let Some(failure) = &failure {
+        findings.insert(
+            0,
+            Finding {
+                severity: Severity::Critical,
+                kind: "FAILED".into(),
+                summary: format!("{}: {}", failure.category, failure.summary),
+                evidence: failure.evidence.clone(),
+            },
+        );
+    }
+    Ok(Diagnosis {
+        run_id: run_id.to_string(),
+        status: run.status,
+        findings,
+        failure,
+    })
+}
+
+/// Diverging or flat loss, from a coarse view of each loss-like key.
+async fn loss_trend(
+    state: &AppState,
+    run_id: &str,
+    latest: &std::collections::BTreeMap<String, gpuplane_api::metric::Latest>,
+) -> Result<Vec<Finding>, ApiError> {
+    let mut findings = Vec::new();
+    for key in latest
+        .keys()
+        .filter(|k| metrics::matches_pattern(&state.config.loss_pattern, k))
+    {
+        let query = Query {
+            key: key.clone(),
+            max_points: 30,
+            axis: Axis::Step,
+            from: None,
+            to: None,
+        };
+        let series = metrics::query(&state.db, run_id, &query).await?;
+        let values: Vec<(i64, f64)> = match (series.points, series.buckets) {
+            (Some(points), _) => points.into_iter().map(|p| (p.step, p.value.0)).collect(),
+            (_, Some(buckets)) => buckets.into_iter().map(|b| (b.step_to, b.last.0)).collect(),
+            _ => Vec::new(),
+        };
+        let finite: Vec<(i64, f64)> = values.into_iter().filter(|(_, v)| v.is_finite()).collect();
+        if finite.len() < 6 {
+            continue;
+        }
+        let third = finite.len() / 3;
+        let mean = |part: &[(i64, f64)]| part.iter().map(|(_, v)| v).sum::<f64>() / part.len() as f64;
+        let (early, late) = (mean(&finite[..third]), mean(&finite[finite.len() - third..]));
+        let scale = early.abs().max(late.abs()).max(1e-12);
+        let evidence = vec![
+            Evidence::Metric {
+                key: key.clone(),
+                step: finite[0].0,
+                value: Value(finite[0].1),
+            },
+            Evidence::Metric {
+                key: key.clone(),
+                step: finite[finite.len() - 1].0,
+                value: Value(finite[finite.len() - 1].1),
+            },
+        ];
+        if late > early * 1.5 && late - early > 1e-9 {
+            findings.push(Finding {
+                severity: Severity::Warning,
+                kind: "LOSS_DIVERGING".into(),
+                summary: format!(
+                    "{key} is rising: {early:.4} early, {late:.4} lately (lower the learning rate?)"
+                ),
+                evidence,
+            });
+        } else if (late - early).abs() / scale < 0.01 {
+            findings.push(Finding {
+                severity: Severity::Warning,
+                kind: "LOSS_FLAT".into(),
+                summary: format!("{key} is flat at about {late:.4}: the model may not be learning (learning rate, frozen weights, data)"),
+                evidence,
+            });
+        }
+    }
+    Ok(findings)
+}
+
+/// No output for a long time while running.
+async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<Finding>, ApiError> {
+    let last: Option<i64> =
+        sqlx::query_scalar("SELECT max(time) FROM log_lines WHERE job_id = ? AND attempt = ?")
+            .bind(job_id)
+            .bind(attempt)
+            .fetch_one(&state.db)
+            .await?;
+    let started: Option<i64> =
+        sqlx::query_scalar("SELECT started_at FROM attempts WHERE job_id = ? AND n = ?")
+            .bind(job_id)
+            .bind(attempt)
+            .fetch_one(&state.db)
+            .await?;
+    let since = last.or(started).unwrap_or_else(now_ms);
+    let quiet = now_ms() - since;
+    if quiet < SILENCE_MS {
+        return Ok(None);
+    }
+    Ok(Some(Finding {
+        severity: Severity::Warning,
+        kind: "NO_OUTPUT".into(),
+        summary: format!(
+            "no output for {} minutes: a hang, a deadlock between ranks, or a prompt waiting for input",
+            quiet / 60_000
+        ),
+        evidence: Vec::new(),
+    }))
+}
+
+/// The attempt's node offline, or its GPUs idle.
+async fn node_health(
+    state: &AppState,
+    node_id: &str,
+    node: &str,
+    gpus: &[u32],
+) -> Result<Vec<Finding>, ApiError> {
+    let mut findings = Vec::new();
+    let status: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE id = ?")
+        .bind(node_id)
+        .fetch_optional(&state.db)
+        .await?;
+    if status.as_deref() == Some("OFFLINE") {
+        findings.push(Finding {
+            severity: Severity::Critical,
+            kind: "NODE_OFFLINE".into(),
+            summary: format!("node {node} stopped answering; the job turns LOST unless it comes back within the grace period"),
+            evidence: Vec::new(),
+        });
+        return Ok(findings);
+    }
+    let readings: Vec<(i64, Option<i64>)> = sqlx::query_as(
+        "SELECT idx, utilization_percent FROM gpus WHERE node_id = ? AND source = 'nvml' ORDER BY idx",
+    )
+    .bind(node_id)
+    .fetch_all(&state.db)
+    .await?;
+    let idle: Vec<String> = readings
+        .iter()
+        .filter(|(idx, util)| {
+            gpus.contains(&(*idx as u32)) && util.is_some_and(|u| (u as u32) < LOW_UTILIZATION_PERCENT)
+        })
+        .map(|(idx, util)| format!("GPU {idx} at {}%", util.unwrap_or(0)))
+        .collect();
+    if !idle.is_empty() {
+        findings.push(Finding {
+            severity: Severity::Warning,
+            kind: "LOW_GPU_UTILIZATION".into(),
+            summary: format!(
+                "{} on {node}: the job may be waiting on data loading, the CPU, or not using the GPU at all",
+                idle.join(", ")
+            ),
+            evidence: Vec::new(),
+        });
+    }
+    Ok(findings)
+}
