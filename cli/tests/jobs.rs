@@ -272,4 +272,33 @@ async fn logs_n_0_prints_everything_from_the_agent_and_events_show_the_oom() {
     let listed = text(&events.stdout);
     assert!(listed.contains("critical OOM"), "{listed}");
     assert!(listed.contains(id), "{listed}");
+
+    // Why, without reading the log; the job id stands for its run.
+    let explained = env.run(&["run", "explain-failure", id]);
+    assert!(explained.status.success(), "{}", text(&explained.stderr));
+    let shown = text(&explained.stdout);
+    assert!(
+        shown.starts_with(
+            "The GPU ran out of memory: RuntimeError: CUDA error: out of memory  [CUDA out of memory]"
+        ),
+        "{shown}"
+    );
+    assert!(shown.contains("attempt 1 stderr line 1: RuntimeError"), "{shown}");
+    assert!(shown.contains("what to do\n  1. "), "{shown}");
+    assert!(shown.contains("retry: Retrying unchanged"), "{shown}");
+    let explanation = env.json(&["run", "explain-failure", id]);
+    assert_eq!(explanation["rule"], "cuda-oom");
+    let diagnosis = env.json(&["run", "diagnose", id]);
+    assert_eq!(diagnosis["failure"]["rule"], "cuda-oom");
+
+    // An unchanged retry is refused (exit 6) with the advice; a changed one is queued.
+    let refused = env.run(&["job", "retry", id]);
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains("--force"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let retried = env.json(&["job", "retry", id, "--set", "env.BATCH_SIZE=8"]);
+    assert_eq!(retried["spec"]["env"]["BATCH_SIZE"], "8");
 }
