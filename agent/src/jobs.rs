@@ -9,7 +9,7 @@ use crate::runner;
 use crate::tail::LineReader;
 use crate::watch::Watcher;
 use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, ReportItem, Resume};
-use gpuplane_api::job::Runner;
+use gpuplane_api::job::{JobKind, Runner};
 use gpuplane_api::log::LogStream;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -407,6 +407,8 @@ impl Attempt {
                     oom_killed: exit.oom_killed,
                     cancelled: self.dir.join(CANCELLED).exists(),
                     time: exit.ended_at,
+                    eval_result: (self.dispatch.spec.kind == JobKind::Evaluate)
+                        .then(|| runner::read_eval_result(&self.dir)),
                 };
                 tracing::info!(job_id = self.dispatch.job_id, code = ?exit.exit_code, signal = ?exit.signal, "job ended");
                 self.end(item).await;

@@ -3,7 +3,8 @@
 //! program, and for the docker runner the client, the engine and the image.
 
 use gpuplane_api::agent::Dispatch;
-use gpuplane_api::job::Runner;
+use gpuplane_api::evaluation::{self, ResultFile};
+use gpuplane_api::job::{JobKind, Runner};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,13 +18,65 @@ pub fn working_dir(dispatch: &Dispatch, attempt_dir: &Path) -> PathBuf {
 }
 
 /// The variables the job gets on top of the agent's own: the spec's, then
-/// the server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win.
-pub fn job_env(dispatch: &Dispatch) -> Vec<(String, String)> {
+/// the server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, and for an
+/// evaluation `GPUCTL_EVAL_OUTPUT`.
+pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
-    env.retain(|(key, _)| !dispatch.env.contains_key(key));
+    env.retain(|(key, _)| !dispatch.env.contains_key(key) && key != EVAL_OUTPUT);
     env.extend(dispatch.env.clone());
+    if dispatch.spec.kind == JobKind::Evaluate {
+        env.push((
+            EVAL_OUTPUT.to_string(),
+            eval_result_path(attempt_dir).display().to_string(),
+        ));
+    }
     env
 }
+
+/// Where an evaluation writes its result.
+pub fn eval_result_path(attempt_dir: &Path) -> PathBuf {
+    attempt_dir.join(evaluation::RESULT_FILE)
+}
+
+/// What an ended evaluation left in its result file, for the server to judge.
+pub fn read_eval_result(attempt_dir: &Path) -> ResultFile {
+    let path = eval_result_path(attempt_dir);
+    let shown = path.display().to_string();
+    let size = match std::fs::metadata(&path) {
+        Ok(metadata) => metadata.len(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            return ResultFile::Missing { path: shown };
+        }
+        Err(error) => {
+            return ResultFile::Unreadable {
+                path: shown,
+                reason: error.to_string(),
+            };
+        }
+    };
+    if size > evaluation::MAX_RESULT_BYTES {
+        return ResultFile::Unreadable {
+            path: shown,
+            reason: format!(
+                "it is {size} bytes; the limit is {} bytes",
+                evaluation::MAX_RESULT_BYTES
+            ),
+        };
+    }
+    match std::fs::read(&path).map(String::from_utf8) {
+        Ok(Ok(text)) => ResultFile::Text { path: shown, text },
+        Ok(Err(_)) => ResultFile::Unreadable {
+            path: shown,
+            reason: "it is not UTF-8 text".into(),
+        },
+        Err(error) => ResultFile::Unreadable {
+            path: shown,
+            reason: error.to_string(),
+        },
+    }
+}
+
+const EVAL_OUTPUT: &str = "GPUCTL_EVAL_OUTPUT";
 
 /// The name of an attempt's container (docker runner).
 pub fn container_name(dispatch: &Dispatch) -> String {
@@ -36,7 +89,7 @@ pub fn command_line(
     attempt_dir: &Path,
 ) -> (PathBuf, Vec<String>, PathBuf, Vec<(String, String)>) {
     let dir = working_dir(dispatch, attempt_dir);
-    let env = job_env(dispatch);
+    let env = job_env(dispatch, attempt_dir);
     match dispatch.spec.runner {
         Runner::Process => {
             let program =
@@ -53,6 +106,9 @@ pub fn command_line(
                 container_name(dispatch),
                 "--volume".to_string(),
                 format!("{mount}:{mount}"),
+                // GPUCTL_EVAL_OUTPUT is in the attempt directory.
+                "--volume".to_string(),
+                format!("{0}:{0}", attempt_dir.display()),
                 "--workdir".to_string(),
                 mount,
             ];

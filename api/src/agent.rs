@@ -158,6 +158,9 @@ pub enum ReportItem {
         /// The agent stopped it because the server asked.
         cancelled: bool,
         time: i64,
+        /// For an `EVALUATE` job: what it wrote to `GPUCTL_EVAL_OUTPUT`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        eval_result: Option<crate::evaluation::ResultFile>,
     },
     /// Metric points read from the attempt's TensorBoard files (idempotent by `batch_id`).
     Points {

@@ -5,6 +5,7 @@ pub mod agent;
 pub mod auth;
 pub mod diagnosis;
 pub mod error;
+pub mod evaluation;
 pub mod event;
 pub mod health;
 pub mod job;

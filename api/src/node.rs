@@ -31,6 +31,10 @@ pub enum GpuSource {
     Simulated,
 }
 
+/// Every node carries this label with its name, so that a `node_selector`
+/// can pin a job to one node (evaluations default to the checkpoint's node).
+pub const NODE_NAME_LABEL: &str = "gpuplane.node";
+
 /// One GPU as the agent last reported it. Readings the driver could not give are `null`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

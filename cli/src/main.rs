@@ -58,6 +58,9 @@ enum Command {
     /// Runs: what jobs (and SDK scripts) recorded.
     #[command(subcommand)]
     Run(commands::runs::RunCommand),
+    /// Evaluate checkpoints; results become eval/ metrics of the run.
+    #[command(subcommand)]
+    Eval(commands::evals::EvalCommand),
     /// What happened: OOMs, lost jobs, disconnected nodes, full disks.
     #[command(subcommand)]
     Event(EventCommand),
@@ -145,6 +148,9 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
         Command::Run(command) => {
             commands::runs::run(&Client::new(cli.server, cli.token)?, command, out).await
+        }
+        Command::Eval(command) => {
+            commands::evals::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Event(EventCommand::List(args)) => {
             commands::events::list(&Client::new(cli.server, cli.token)?, args, out).await

@@ -302,3 +302,79 @@ async fn logs_n_0_prints_everything_from_the_agent_and_events_show_the_oom() {
     let retried = env.json(&["job", "retry", id, "--set", "env.BATCH_SIZE=8"]);
     assert_eq!(retried["spec"]["env"]["BATCH_SIZE"], "8");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn evaluate_a_checkpoint_and_read_the_result() {
+    let env = Env::start().await;
+    let work = env.work.display().to_string();
+    let trained = env.json(&[
+        "job",
+        "submit",
+        "--workdir",
+        &work,
+        "--watch",
+        "ckpt",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p ckpt && echo weights > ckpt/step_300.pt",
+    ]);
+    let run_id = trained["run_id"].as_str().unwrap().to_string();
+    env.wait_status(trained["id"].as_str().unwrap(), "SUCCEEDED")
+        .await;
+    let path = env.work.join("ckpt/step_300.pt").display().to_string();
+
+    let created = env.run(&[
+        "eval",
+        "create",
+        "--run",
+        &run_id,
+        "--checkpoint",
+        &path,
+        "--",
+        "sh",
+        "-c",
+        r#"printf '{"metrics": {"accuracy": 0.5}}' > "$GPUCTL_EVAL_OUTPUT""#,
+    ]);
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let said = text(&created.stdout);
+    assert!(said.contains("(results at step 300)"), "{said}");
+    let job_id = said.split_whitespace().next().unwrap().to_string();
+    env.wait_status(&job_id, "SUCCEEDED").await;
+
+    let shown = text(&env.run(&["eval", "show", &job_id]).stdout);
+    assert!(shown.contains("step        300"), "{shown}");
+    assert!(shown.contains("  accuracy  0.5"), "{shown}");
+    let listed = env.json(&["eval", "list", "--run", &run_id]);
+    assert_eq!(listed["items"][0]["metrics"]["accuracy"], 0.5);
+    let run = env.json(&["run", "show", &run_id]);
+    assert_eq!(run["run"]["latest"]["eval/accuracy"]["step"], 300);
+
+    // The same path written by a second run: 409, exit 6, naming both runs.
+    let again = env.json(&[
+        "job",
+        "submit",
+        "--workdir",
+        &work,
+        "--watch",
+        "ckpt",
+        "--",
+        "sh",
+        "-c",
+        "echo other > ckpt/step_300.pt",
+    ]);
+    env.wait_status(again["id"].as_str().unwrap(), "SUCCEEDED").await;
+    let refused = env.run(&[
+        "eval",
+        "create",
+        "--run",
+        &run_id,
+        "--checkpoint",
+        &path,
+        "--",
+        "true",
+    ]);
+    assert_eq!(refused.status.code(), Some(6), "{}", text(&refused.stderr));
+    let message = text(&refused.stderr);
+    assert!(message.contains(again["run_id"].as_str().unwrap()), "{message}");
+}

@@ -80,13 +80,7 @@ pub async fn list(
     before: Option<i64>,
 ) -> Result<Page<Event>, ApiError> {
     let rows = query(db, filter, limit + 1, before, true).await?;
-    let has_more = rows.len() as i64 > limit;
-    let rows: Vec<(i64, Event)> = rows.into_iter().take(limit as usize).collect();
-    let next_before = if has_more {
-        rows.last().map(|(seq, _)| *seq)
-    } else {
-        None
-    };
+    let (rows, next_before) = crate::paging::split(rows, limit, |(seq, _)| *seq);
     Ok(Page {
         items: rows.into_iter().map(|(_, event)| event).collect(),
         next_before,

@@ -260,6 +260,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         post   /api/v1/agent/report  bearer ["agent"]
         get    /api/v1/auth/whoami  bearer []
         get    /api/v1/cluster  bearer ["read"]
+        get    /api/v1/evaluations  bearer ["read"]
+        post   /api/v1/evaluations  bearer ["write"]
+        get    /api/v1/evaluations/{job_id}  bearer ["read"]
         get    /api/v1/events  bearer ["read"]
         get    /api/v1/events/stream  bearer ["read"]
         get    /api/v1/health  public

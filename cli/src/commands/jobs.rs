@@ -92,7 +92,7 @@ pub struct SubmitArgs {
     command: Vec<String>,
 }
 
-fn key_value(text: &str) -> Result<(String, String), String> {
+pub fn key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))

@@ -1,6 +1,7 @@
 //! One module per command family.
 
 pub mod auth;
+pub mod evals;
 pub mod events;
 pub mod jobs;
 pub mod logs;

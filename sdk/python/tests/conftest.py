@@ -1,5 +1,6 @@
 """A real gpuplane-server for the SDK tests: the binary, a fresh data dir, a free port."""
 
+import json
 import os
 import re
 import signal
@@ -7,14 +8,15 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SERVER_BIN = os.environ.get("GPUPLANE_SERVER_BIN") or str(
-    Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "gpuplane-server"
-)
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
+SERVER_BIN = os.environ.get("GPUPLANE_SERVER_BIN") or str(TARGET / "gpuplane-server")
+AGENT_BIN = os.environ.get("GPUPLANE_AGENT_BIN") or str(TARGET / "gpuplane-agent")
 
 
 def free_port():
@@ -31,6 +33,7 @@ class Server:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.process = None
+        self.agent = None
         self.admin("create-user", "sdk-user", "--admin", "--password-stdin", input="sdk-password-123\n")
         self.token = self.admin("create-token", "--user", "sdk-user", "--scope", "write")
 
@@ -53,17 +56,39 @@ class Server:
         raise RuntimeError("the server did not start")
 
     def stop(self):
+        if self.agent and self.agent.poll() is None:
+            self.agent.kill()
+            self.agent.wait()
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=20)
 
     def get(self, path):
-        import json
-        import urllib.request
+        return self.call("GET", path)
 
-        request = urllib.request.Request(f"{self.url}/api/v1{path}", headers={"Authorization": f"Bearer {self.token}"})
+    def post(self, path, body):
+        return self.call("POST", path, body)
+
+    def call(self, method, path, body=None):
+        request = urllib.request.Request(
+            f"{self.url}/api/v1{path}",
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
+
+    def start_agent(self, jobs_dir):
+        """A real agent with one simulated GPU; stopped with the server."""
+        assert Path(AGENT_BIN).exists(), f"{AGENT_BIN} is missing: cargo build -p gpuplane-agent"
+        token = self.admin("create-agent-token")
+        self.agent = subprocess.Popen(
+            [AGENT_BIN, "--server", self.url, "--token", token, "--name", "sdk-box",
+             "--fake-gpus", "1", "--jobs-dir", str(jobs_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_until(lambda: self.get("/cluster")["nodes_online"] == 1)
 
 
 @pytest.fixture

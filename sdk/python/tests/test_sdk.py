@@ -4,6 +4,7 @@ duplicated across an unreachable server, a restart, replays and crashes."""
 import json
 import math
 import os
+import sys
 
 import gpuplane
 from gpuplane._spool import spool_dir
@@ -132,3 +133,28 @@ def test_write_eval_result(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUCTL_EVAL_OUTPUT", str(target))
     gpuplane.write_eval_result({"accuracy": 0.91, "loss": float("nan")})
     assert json.loads(target.read_text()) == {"metrics": {"accuracy": 0.91, "loss": "NaN"}}
+
+
+def test_an_evaluation_job_reports_write_eval_result_to_the_run(server, tmp_path):
+    """A real agent runs a real EVALUATE job whose script uses the SDK helper."""
+    from conftest import wait_until
+
+    server.start_agent(tmp_path / "jobs")
+    work = tmp_path / "work"
+    work.mkdir()
+    train = server.post("/jobs", {
+        "name": "train", "working_dir": str(work), "watch_dirs": ["ckpt"],
+        "command": ["sh", "-c", "mkdir -p ckpt && echo w > ckpt/step_40.pt"],
+    })
+    wait_until(lambda: server.get(f"/jobs/{train['id']}")["status"] == "SUCCEEDED")
+
+    script = "import gpuplane; gpuplane.write_eval_result({'accuracy': 0.75, 'loss': float('inf')})"
+    evaluation = server.post("/evaluations", {
+        "run_id": train["run_id"], "checkpoint": str(work / "ckpt" / "step_40.pt"),
+        "command": [sys.executable, "-c", script],
+    })
+    done = wait_until(lambda: (e := server.get(f"/evaluations/{evaluation['job_id']}"))["status"] in ("SUCCEEDED", "FAILED") and e)
+    assert done["status"] == "SUCCEEDED", done
+    assert done["metrics"] == {"accuracy": 0.75, "loss": "Infinity"}
+    assert series(server, train["run_id"], "eval/accuracy") == [(40, 0.75)]
+    assert series(server, train["run_id"], "eval/loss") == [(40, "Infinity")]

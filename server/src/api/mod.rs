@@ -5,6 +5,7 @@ mod agent;
 mod auth;
 mod cluster;
 mod diagnosis;
+mod evaluations;
 mod events;
 pub(crate) mod health;
 pub(crate) mod jobs;
@@ -72,6 +73,11 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::list_checkpoints))
         .routes(routes!(diagnosis::explain_failure))
         .routes(routes!(diagnosis::diagnose_run))
+        .routes(routes!(
+            evaluations::create_evaluation,
+            evaluations::list_evaluations
+        ))
+        .routes(routes!(evaluations::get_evaluation))
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(runs::ingest))

@@ -4,14 +4,16 @@
 //! one `BEGIN IMMEDIATE` transaction with the events it causes.
 
 use crate::error::ApiError;
+use crate::evaluations;
 use crate::events::{self, Links};
 use crate::jobs::store::{end_active_attempt, finish_job};
 use crate::logs;
 use crate::state::AppState;
 use crate::time::{now_ms, rfc3339};
 use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, Report, ReportItem, Resume};
+use gpuplane_api::evaluation::ResultFile;
 use gpuplane_api::event::{EventKind, Severity};
-use gpuplane_api::job::{FailureReason, JobSpec, JobStatus, signal_name};
+use gpuplane_api::job::{FailureReason, JobKind, JobSpec, JobStatus, signal_name};
 use gpuplane_api::log::LogStream;
 use sqlx::SqliteConnection;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -364,23 +366,18 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
                 oom_killed,
                 cancelled,
                 time,
+                eval_result,
                 ..
             } => {
-                if finish(
-                    &mut tx,
-                    state,
-                    &node_name,
-                    node_id,
-                    job_id,
-                    attempt,
-                    *exit_code,
-                    *signal,
-                    *oom_killed,
-                    *cancelled,
-                    *time,
-                )
-                .await?
-                {
+                let exit = AttemptExit {
+                    exit_code: *exit_code,
+                    signal: *signal,
+                    oom_killed: *oom_killed,
+                    cancelled: *cancelled,
+                    time: *time,
+                    eval_result: eval_result.as_ref(),
+                };
+                if finish(&mut tx, state, &node_name, node_id, job_id, attempt, exit).await? {
                     owned.insert(key, Some(JobStatus::Failed));
                     applied.jobs_changed = true;
                 }
@@ -493,9 +490,19 @@ async fn links(conn: &mut SqliteConnection, job_id: &str, node_id: &str) -> Resu
     })
 }
 
-/// Records an attempt's end: classifies it, ends the job or queues a retry.
+/// How an attempt ended, as its agent reported it.
+struct AttemptExit<'a> {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    oom_killed: bool,
+    cancelled: bool,
+    time: i64,
+    eval_result: Option<&'a ResultFile>,
+}
+
+/// Records an attempt's end: classifies it (an evaluation that exited 0
+/// must also have left a valid result), ends the job or queues a retry.
 /// Returns whether the attempt was still active (a replay changes nothing).
-#[allow(clippy::too_many_arguments)]
 async fn finish(
     conn: &mut SqliteConnection,
     state: &AppState,
@@ -503,12 +510,16 @@ async fn finish(
     node_id: &str,
     job_id: &str,
     attempt: i64,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    oom_killed: bool,
-    cancelled: bool,
-    time: i64,
+    exit: AttemptExit<'_>,
 ) -> Result<bool, ApiError> {
+    let AttemptExit {
+        exit_code,
+        signal,
+        oom_killed,
+        cancelled,
+        time,
+        eval_result,
+    } = exit;
     let status = attempt_status(conn, node_id, job_id, attempt).await?;
     if !status.is_some_and(JobStatus::is_active) {
         // Ended by the server already (lost, or cancelled while offline): keep the real exit on record.
@@ -524,19 +535,30 @@ async fn finish(
         .await?;
         return Ok(false);
     }
-    let cancel_requested: Option<i64> =
-        sqlx::query_scalar("SELECT cancel_requested_at FROM jobs WHERE id = ?")
+    let (cancel_requested, kind): (Option<i64>, String) =
+        sqlx::query_as("SELECT cancel_requested_at, kind FROM jobs WHERE id = ?")
             .bind(job_id)
             .fetch_one(&mut *conn)
             .await?;
     let output = logs::recent_text(conn, job_id, attempt, 300).await?;
-    let outcome = classify(
+    let mut outcome = classify(
         exit_code,
         signal,
         oom_killed,
         cancelled || cancel_requested.is_some(),
         &output,
     );
+    if outcome.status == JobStatus::Succeeded
+        && kind == JobKind::Evaluate.as_str()
+        && let Err(reason) =
+            evaluations::accept(conn, job_id, eval_result, &state.config.loss_pattern).await?
+    {
+        outcome = Outcome {
+            status: JobStatus::Failed,
+            reason: Some(FailureReason::EvaluationResultInvalid),
+            detail: Some(reason),
+        };
+    }
     let now = time.max(0);
     sqlx::query(
         "UPDATE attempts SET status = ?, exit_code = ?, signal = ?, ended_at = ?, failure_reason = ?, failure_detail = ?

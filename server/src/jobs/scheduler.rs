@@ -8,6 +8,7 @@ use crate::ids::new_id;
 use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
 use crate::state::AppState;
 use crate::time::now_ms;
+use gpuplane_api::node::NODE_NAME_LABEL;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -107,8 +108,9 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, ApiError>
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     Ok(rows
         .into_iter()
-        .map(|(id, name, labels, mut gpus, active)| {
+        .map(|(id, name, mut labels, mut gpus, active)| {
             gpus.sort_unstable();
+            labels.insert(NODE_NAME_LABEL.to_string(), name.clone());
             NodeCapacity {
                 id,
                 name,

@@ -28,10 +28,6 @@ pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> R
         )
     })
     .await?;
-    let user_id = principal.user_id.as_deref();
-    let now = now_ms();
-    let job_id = new_id("job");
-    let run_id = new_id("run");
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     // Admins pass the role check for any name: the project must also exist.
     let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
@@ -44,6 +40,21 @@ pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> R
             format!("no project named `{project}` that you can submit to"),
         ));
     }
+    let job_id = insert(&mut tx, spec, principal.user_id.as_deref()).await?;
+    tx.commit().await?;
+    Ok(job_id)
+}
+
+/// Inserts a validated spec as a QUEUED job with its run, in the caller's
+/// transaction; returns the job id.
+pub async fn insert(
+    conn: &mut SqliteConnection,
+    spec: &JobSpec,
+    user_id: Option<&str>,
+) -> Result<String, ApiError> {
+    let now = now_ms();
+    let job_id = new_id("job");
+    let run_id = new_id("run");
     let spec_json = serde_json::to_string(spec).map_err(anyhow::Error::from)?;
     let selector = serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?;
     sqlx::query(
@@ -66,7 +77,7 @@ pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> R
     .bind(user_id)
     .bind(now)
     .bind(now)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     sqlx::query("INSERT INTO runs (id, job_id, project, name, created_at) VALUES (?, ?, ?, ?, ?)")
         .bind(&run_id)
@@ -74,9 +85,8 @@ pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> R
         .bind(&spec.project)
         .bind(&spec.name)
         .bind(now)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-    tx.commit().await?;
     Ok(job_id)
 }
 
@@ -171,13 +181,7 @@ pub async fn list(
     .bind(visible.as_json())
     .fetch_all(db)
     .await?;
-    let has_more = rows.len() as i64 > limit;
-    let rows: Vec<JobRow> = rows.into_iter().take(limit as usize).collect();
-    let next_before = if has_more {
-        rows.last().map(|row| row.seq)
-    } else {
-        None
-    };
+    let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
     let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
     let mut attempts = attempts_of(db, &ids).await?;
     let items = rows
