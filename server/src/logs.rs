@@ -162,12 +162,16 @@ pub async fn tail(
     Ok((lines, logs))
 }
 
-/// The cursor of a job's newest kept line (0 when none): follow from here.
-pub async fn newest_id(db: &SqlitePool, job_id: &str) -> Result<i64, ApiError> {
-    let id: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = ?")
-        .bind(job_id)
-        .fetch_one(db)
-        .await?;
+/// Where a follower that found no lines of `attempt` starts: after every
+/// line of the earlier attempts, so that lines of `attempt` that arrive
+/// meanwhile are not skipped.
+pub async fn start_of_attempt(db: &SqlitePool, job_id: &str, attempt: i64) -> Result<i64, ApiError> {
+    let id: Option<i64> =
+        sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = ? AND attempt < ?")
+            .bind(job_id)
+            .bind(attempt)
+            .fetch_one(db)
+            .await?;
     Ok(id.unwrap_or(0))
 }
 

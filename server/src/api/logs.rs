@@ -110,7 +110,7 @@ pub async fn follow_logs(
             let (lines, _) = logs::tail(&state.db, &job_id, attempt, query.stream, tail).await?;
             match lines.first() {
                 Some((id, _)) => id - 1,
-                None => logs::newest_id(&state.db, &job_id).await?,
+                None => logs::start_of_attempt(&state.db, &job_id, attempt).await?,
             }
         }
     };
