@@ -78,11 +78,45 @@ printf '{"metrics": {"accuracy": 0.91, "loss": "NaN"}}' > "$GPUCTL_EVAL_OUTPUT""
     assert_eq!(run["latest"]["eval/loss"]["value"], "NaN");
     assert_eq!(run["latest"]["eval/loss"]["step"], 200);
 
+    // The earlier checkpoint evaluates better: with eval/accuracy as the
+    // primary metric it is the one marked best, though not the newest.
+    let earlier = checkpoint(&dir, "step_100.pt");
+    let script = r#"printf '{"metrics": {"accuracy": 0.95}}' > "$GPUCTL_EVAL_OUTPUT""#;
+    let (_, second) = evaluate(&cluster, &trained.run_id, &earlier, script).await;
+    cluster
+        .wait_for(second["job_id"].as_str().unwrap(), JobStatus::Succeeded)
+        .await;
+    let (status, run) = cluster
+        .post(
+            &format!("/api/v1/runs/{}/primary-metric", trained.run_id),
+            json!({"key": "eval/accuracy", "goal": "max"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["primary_metric"]["best"], json!({"step": 100, "value": 0.95}));
+    assert_eq!(run["primary_metric"]["best_checkpoint"], earlier.as_str());
+    let (_, checkpoints) = cluster
+        .get(&format!("/api/v1/runs/{}/checkpoints", trained.run_id))
+        .await;
+    let marks: Vec<(i64, bool, Value)> = checkpoints["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["step"].as_i64().unwrap(),
+                c["best"].as_bool().unwrap(),
+                c["primary_value"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(marks, [(200, false, json!(0.91)), (100, true, json!(0.95))]);
+
     let (_, listed) = cluster
         .get(&format!("/api/v1/evaluations?run_id={}", trained.run_id))
         .await;
-    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
-    assert_eq!(listed["items"][0]["job_id"], job_id);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2);
+    assert_eq!(listed["items"][1]["job_id"], job_id, "newest first");
 }
 
 #[tokio::test(flavor = "multi_thread")]

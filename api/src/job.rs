@@ -279,7 +279,7 @@ pub struct Attempt {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     pub id: String,
@@ -292,6 +292,9 @@ pub struct Job {
     /// Why it is waiting, while QUEUED.
     pub queued_reason: Option<String>,
     pub run_id: String,
+    /// Its run's primary metric and best value (what `sort=primary_metric` orders by).
+    #[serde(default)]
+    pub primary_metric: Option<crate::metric::PrimaryMetric>,
     pub priority: i64,
     pub resources: Resources,
     pub max_attempts: i64,

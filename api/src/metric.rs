@@ -181,12 +181,69 @@ pub struct Run {
     /// The job's status; `RUNNING` for an SDK run that has not finished, then `FINISHED`.
     pub status: String,
     pub latest: BTreeMap<String, Latest>,
-    pub primary_metric: Option<String>,
+    /// The metric that ranks this run: its own, else its project's default.
+    pub primary_metric: Option<PrimaryMetric>,
     pub created_at: String,
 }
 
-/// A checkpoint file a run wrote.
+/// Whether a larger or a smaller value of a primary metric is better.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum Goal {
+    Max,
+    Min,
+}
+
+impl Goal {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Goal::Max => "max",
+            Goal::Min => "min",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Goal> {
+        [Goal::Max, Goal::Min]
+            .into_iter()
+            .find(|goal| goal.as_str() == text)
+    }
+}
+
+/// `POST /api/v1/runs/{id}/primary-metric` and `POST /api/v1/projects/{name}/primary-metric`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SetPrimaryMetric {
+    /// A metric key such as `eval/accuracy`; it need not have points yet.
+    pub key: String,
+    pub goal: Goal,
+}
+
+/// A run's primary metric and its best value so far.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PrimaryMetric {
+    pub key: String,
+    pub goal: Goal,
+    /// `run` when set on the run, `project` when it is the project's default.
+    pub set_on: String,
+    /// The best finite value and the first step that reached it; null until one exists.
+    pub best: Option<BestValue>,
+    /// The checkpoint whose step has the best value (run summaries only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_checkpoint: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BestValue {
+    pub step: i64,
+    pub value: Value,
+}
+
+/// A checkpoint file a run wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Checkpoint {
     pub id: String,
@@ -199,6 +256,13 @@ pub struct Checkpoint {
     pub step: Option<i64>,
     /// Other runs wrote the same path: its content cannot be trusted for evaluation.
     pub shared_with: Vec<String>,
+    /// The run's primary metric at this checkpoint's step (the point at or
+    /// just before it), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_value: Option<Value>,
+    /// The best checkpoint by the run's primary metric.
+    #[serde(default)]
+    pub best: bool,
 }
 
 /// `POST /api/v1/runs`: a run made by the SDK outside the platform.

@@ -44,6 +44,9 @@ pub struct Project {
     pub name: String,
     /// The caller's role in it.
     pub role: Role,
+    /// The primary metric of runs that set none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_metric: Option<crate::metric::SetPrimaryMetric>,
 }
 
 /// `POST /api/v1/projects`.

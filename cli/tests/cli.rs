@@ -355,7 +355,7 @@ async fn run_show_marks_non_finite_latest_values() {
     expect![[r#"
         RUN  shown  (project default)
         status  RUNNING
-        primary metric  none
+        primary metric  none (set one: gpuctl run set-primary RUN KEY --goal max|min)
         metrics (latest)
           eval/acc    step 11       0.5
           train/loss  step 11       NaN  [non-finite]  (1 of 2 points non-finite)

@@ -350,6 +350,27 @@ async fn evaluate_a_checkpoint_and_read_the_result() {
     let run = env.json(&["run", "show", &run_id]);
     assert_eq!(run["run"]["latest"]["eval/accuracy"]["step"], 300);
 
+    // Rank by it: the summary, the checkpoint list and the run list show it.
+    let set = env.run(&["run", "set-primary", &run_id, "eval/accuracy", "--goal", "max"]);
+    assert!(set.status.success(), "{}", text(&set.stderr));
+    assert_eq!(
+        text(&set.stdout).trim(),
+        format!(
+            "{run_id} ranks by eval/accuracy (max, set on the run): best 0.5 at step 300, best checkpoint {path}"
+        )
+    );
+    let shown = text(&env.run(&["run", "show", &run_id]).stdout);
+    assert!(
+        shown.contains(&format!("step 300      {path}  8 bytes  0.5  [best]")),
+        "{shown}"
+    );
+    let listed = text(&env.run(&["run", "list", "--sort", "primary"]).stdout);
+    assert!(listed.contains("eval/accuracy=0.5"), "{listed}");
+    let jobs = text(&env.run(&["job", "list", "--sort", "primary_metric"]).stdout);
+    assert!(jobs.contains("PRIMARY (BEST)"), "{jobs}");
+    let bad = env.run(&["run", "set-primary", &run_id, "eval/accuracy", "--goal", "up"]);
+    assert_eq!(bad.status.code(), Some(2), "a usage error");
+
     // The same path written by a second run: 409, exit 6, naming both runs.
     let again = env.json(&[
         "job",

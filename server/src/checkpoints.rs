@@ -71,6 +71,8 @@ pub async fn of_run(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, Ap
                 .shared_with
                 .and_then(|s| serde_json::from_str(&s).ok())
                 .unwrap_or_default(),
+            primary_value: None,
+            best: false,
         })
         .collect())
 }

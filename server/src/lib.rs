@@ -21,6 +21,7 @@ pub mod logs;
 pub mod metrics;
 pub mod nodes;
 pub mod paging;
+pub mod primary;
 pub mod ratelimit;
 pub mod runs;
 pub mod secrets;

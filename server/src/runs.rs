@@ -2,18 +2,23 @@
 //! viewer of its project; writing to one needs an editor, and a job's own
 //! sdk token reaches only its job's run.
 
-use crate::access::{self, Principal};
+use crate::access::{self, Principal, Visible};
 use crate::auth::Caller;
+use crate::checkpoints;
 use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::metrics;
+use crate::paging::Sort;
+use crate::primary;
 use crate::time::{now_ms, rfc3339};
-use gpuplane_api::metric::{NewRun, Run};
+use gpuplane_api::Page;
+use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;
 use sqlx::SqlitePool;
 
 #[derive(sqlx::FromRow)]
 struct RunRow {
+    seq: i64,
     id: String,
     job_id: Option<String>,
     project: String,
@@ -21,6 +26,19 @@ struct RunRow {
     created_at: i64,
     finished_at: Option<i64>,
     job_status: Option<String>,
+    #[sqlx(flatten)]
+    primary: primary::Columns,
+}
+
+/// The columns of [`RunRow`], from runs `r`, jobs `j` and [`primary::JOIN`].
+fn select_runs() -> String {
+    format!(
+        "SELECT r.rowid AS seq, r.id, r.job_id, r.project, r.name, r.created_at, r.finished_at, j.status AS job_status,
+                {}
+         FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}",
+        primary::COLUMNS,
+        primary::JOIN
+    )
 }
 
 /// A run the caller may use with at least `needed`, else "not found".
@@ -38,16 +56,70 @@ pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role)
     Ok(project)
 }
 
-/// The run with its latest value per metric.
+/// The run with its latest value per metric, its primary metric and best checkpoint.
 pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, ApiError> {
-    let row: Option<RunRow> = sqlx::query_as(
-        "SELECT r.id, r.job_id, r.project, r.name, r.created_at, r.finished_at, j.status AS job_status
-         FROM runs r LEFT JOIN jobs j ON j.id = r.job_id WHERE r.id = ?",
-    )
-    .bind(run_id)
-    .fetch_optional(db)
+    let mut run = run_from_row(db, row(db, run_id).await?).await?;
+    if let Some(primary) = &mut run.primary_metric {
+        let mut listed = checkpoints::of_run(db, run_id).await?;
+        primary::mark_checkpoints(db, run_id, primary, &mut listed).await?;
+        primary.best_checkpoint = listed.into_iter().find(|c| c.best).map(|c| c.path);
+    }
+    Ok(run)
+}
+
+async fn row(db: &SqlitePool, run_id: &str) -> Result<RunRow, ApiError> {
+    let row: Option<RunRow> = sqlx::query_as(&format!("{} WHERE r.id = ?", select_runs()))
+        .bind(run_id)
+        .fetch_optional(db)
+        .await?;
+    row.ok_or_else(|| ApiError::NotFound(format!("no run {run_id}")))
+}
+
+/// A run's checkpoints, newest step first, the best by its primary metric marked.
+pub async fn checkpoints(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, ApiError> {
+    let mut listed = checkpoints::of_run(db, run_id).await?;
+    if let Some(primary) = row(db, run_id).await?.primary.metric() {
+        primary::mark_checkpoints(db, run_id, &primary, &mut listed).await?;
+    }
+    Ok(listed)
+}
+
+/// Runs of the visible projects, newest first or best primary metric first
+/// (then only the top `limit`, without further pages).
+pub async fn list(
+    db: &SqlitePool,
+    visible: &Visible,
+    project: Option<&str>,
+    sort: Sort,
+    limit: i64,
+    before: Option<i64>,
+) -> Result<Page<Run>, ApiError> {
+    let order = match sort {
+        Sort::Newest => "r.rowid DESC".to_string(),
+        Sort::PrimaryMetric => primary::best_first("r.rowid"),
+    };
+    let rows: Vec<RunRow> = sqlx::query_as(&format!(
+        "{} WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.rowid < ?2)
+           AND (?4 IS NULL OR r.project IN (SELECT value FROM json_each(?4)))
+         ORDER BY {order} LIMIT ?3",
+        select_runs()
+    ))
+    .bind(project)
+    .bind(before.filter(|_| sort == Sort::Newest))
+    .bind(limit + 1)
+    .bind(visible.as_json())
+    .fetch_all(db)
     .await?;
-    let row = row.ok_or_else(|| ApiError::NotFound(format!("no run {run_id}")))?;
+    let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
+    let next_before = next_before.filter(|_| sort == Sort::Newest);
+    let mut items = Vec::with_capacity(rows.len());
+    for row in rows {
+        items.push(run_from_row(db, row).await?);
+    }
+    Ok(Page { items, next_before })
+}
+
+async fn run_from_row(db: &SqlitePool, row: RunRow) -> Result<Run, ApiError> {
     let status = match (&row.job_status, row.finished_at) {
         (Some(status), _) => status.clone(),
         (None, Some(_)) => "FINISHED".into(),
@@ -55,12 +127,12 @@ pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, ApiError> {
     };
     Ok(Run {
         latest: metrics::latest(db, &row.id).await?,
+        primary_metric: row.primary.metric(),
         id: row.id,
         job_id: row.job_id,
         project: row.project,
         name: row.name,
         status,
-        primary_metric: None,
         created_at: rfc3339(row.created_at),
     })
 }

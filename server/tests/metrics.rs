@@ -369,3 +369,167 @@ async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(run["status"], "FINISHED");
 }
+
+/// Runs and jobs rank by their primary metric: a project default, a run's
+/// own overriding it, the first step of the best finite value (NaN never
+/// wins), and clear refusals.
+#[tokio::test(flavor = "multi_thread")]
+async fn runs_and_jobs_sort_by_their_primary_metric() {
+    let f = Fixture::new().await;
+    let db = &f.server.state.db;
+    let admin = user_token(db, "lead", Scope::Write, true).await;
+    // Jobs stay QUEUED (no agent); their runs take metrics like any other.
+    let mut runs = Vec::new();
+    for name in ["a", "b", "c"] {
+        let (status, job) = f
+            .send(
+                "POST",
+                "/jobs",
+                &f.token,
+                Some(json!({"name": name, "command": ["true"]}).to_string()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        runs.push((
+            job["id"].as_str().unwrap().to_string(),
+            job["run_id"].as_str().unwrap().to_string(),
+        ));
+    }
+    let accuracy = |values: &[(i64, Value)]| {
+        let points: Vec<Value> = values
+            .iter()
+            .map(|(s, v)| point("eval/accuracy", *s, v.clone()))
+            .collect();
+        json!({"batch_id": "acc", "points": points})
+    };
+    let [(job_a, a), (job_b, b), (job_c, c)] = runs.try_into().unwrap();
+    f.ingest(&a, accuracy(&[(1, json!(0.5)), (2, json!(0.8)), (3, json!(0.7))]))
+        .await;
+    f.ingest(
+        &b,
+        accuracy(&[(1, json!(0.9)), (2, json!("NaN")), (3, json!("Infinity"))]),
+    )
+    .await;
+    f.ingest(&c, accuracy(&[(1, json!(0.6))])).await;
+    // A second batch ties C's best at a later step: the first step stays.
+    f.ingest(
+        &c,
+        json!({"batch_id": "more", "points": [point("eval/accuracy", 5, json!(0.6))]}),
+    )
+    .await;
+
+    let (status, body) = f
+        .send(
+            "POST",
+            "/projects/default/primary-metric",
+            &f.token,
+            Some(json!({"key": "eval/accuracy", "goal": "max"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "project admins only: {body}");
+    let (status, project) = f
+        .send(
+            "POST",
+            "/projects/default/primary-metric",
+            &admin,
+            Some(json!({"key": "eval/accuracy", "goal": "max"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{project}");
+    assert_eq!(
+        project["primary_metric"],
+        json!({"key": "eval/accuracy", "goal": "max"})
+    );
+
+    let ranked = f.get("/runs?sort=primary_metric").await;
+    let order: Vec<&str> = ranked["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, [b.as_str(), a.as_str(), c.as_str()]);
+    assert_eq!(
+        ranked["items"][0]["primary_metric"],
+        json!({"key": "eval/accuracy", "goal": "max", "set_on": "project", "best": {"step": 1, "value": 0.9}})
+    );
+    assert_eq!(
+        ranked["items"][2]["primary_metric"]["best"],
+        json!({"step": 1, "value": 0.6})
+    );
+    let jobs = f.get("/jobs?sort=primary_metric").await;
+    let order: Vec<&str> = jobs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, [job_b.as_str(), job_a.as_str(), job_c.as_str()]);
+    assert_eq!(jobs["next_before"], Value::Null);
+
+    // A run's own primary metric wins over the project's: C by lowest loss.
+    f.ingest(&c, json!({"batch_id": "loss", "points": [
+        point("train/loss", 1, json!(2.0)), point("train/loss", 2, json!("NaN")), point("train/loss", 3, json!(0.25))
+    ]}))
+    .await;
+    let (status, run) = f
+        .send(
+            "POST",
+            &format!("/runs/{c}/primary-metric"),
+            &f.token,
+            Some(json!({"key": "train/loss", "goal": "min"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{run}");
+    assert_eq!(
+        run["primary_metric"],
+        json!({"key": "train/loss", "goal": "min", "set_on": "run", "best": {"step": 3, "value": 0.25}})
+    );
+    // Newest first stays the default, with pages.
+    let newest = f.get("/runs?limit=2").await;
+    assert_eq!(newest["items"][0]["id"], c.as_str());
+    assert!(newest["next_before"].is_i64());
+
+    // A key not logged yet is allowed: the run waits for its first value.
+    let (status, run) = f
+        .send(
+            "POST",
+            &format!("/runs/{a}/primary-metric"),
+            &f.token,
+            Some(json!({"key": "eval/f1", "goal": "max"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(run["primary_metric"]["best"], Value::Null);
+    let ranked = f.get("/runs?sort=primary_metric").await;
+    assert_eq!(ranked["items"][2]["id"], a.as_str(), "no value ranks last");
+
+    for (body, field) in [
+        (json!({"key": "", "goal": "max"}), "key"),
+        (json!({"key": "eval/accuracy", "goal": "bigger"}), "goal"),
+    ] {
+        let (status, error) = f
+            .send(
+                "POST",
+                &format!("/runs/{a}/primary-metric"),
+                &f.token,
+                Some(body.to_string()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{error}");
+        assert!(error.to_string().contains(field), "{error}");
+    }
+    let (status, error) = f.send("GET", "/runs?sort=best", &f.token, None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{error}");
+    assert_eq!(error["error"]["details"][0]["field"], "sort");
+    let reader = user_token(db, "reader", Scope::Read, false).await;
+    let (status, _) = f
+        .send(
+            "POST",
+            &format!("/runs/{a}/primary-metric"),
+            &reader,
+            Some(json!({"key": "x", "goal": "max"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}

@@ -2,6 +2,7 @@
 
 use crate::Output;
 use crate::client::{CliError, Client};
+use crate::commands::runs::best_text;
 use crate::exit::Failure;
 use clap::{Args, Subcommand};
 use gpuplane_api::Page;
@@ -20,6 +21,9 @@ pub enum JobCommand {
         status: Option<JobStatus>,
         #[arg(long)]
         project: Option<String>,
+        /// newest (default) or primary_metric (best run first).
+        #[arg(long, value_parser = crate::commands::parse_sort)]
+        sort: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: i64,
     },
@@ -199,6 +203,7 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
         JobCommand::List {
             status,
             project,
+            sort,
             limit,
         } => {
             let mut path = format!("jobs?limit={limit}");
@@ -207,6 +212,9 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
             }
             if let Some(project) = project {
                 path.push_str(&format!("&project={project}"));
+            }
+            if let Some(sort) = sort {
+                path.push_str(&format!("&sort={sort}"));
             }
             let page: Page<Job> = client.get(&path).await?;
             out.emit(&page, |page| render_list(&page.items));
@@ -257,9 +265,21 @@ fn render_list(jobs: &[Job]) -> String {
     if jobs.is_empty() {
         return "No jobs.".to_string();
     }
+    // The primary metric column appears once some job's run has one.
+    let ranked = jobs.iter().any(|job| job.primary_metric.is_some());
     let mut text = format!(
-        "{:<32} {:<20} {:<11} {:>4} {:>8}  {}\n",
-        "ID", "NAME", "STATUS", "GPUS", "ATTEMPTS", "NODE / REASON"
+        "{:<32} {:<20} {:<11} {:>4} {:>8}  {}{}\n",
+        "ID",
+        "NAME",
+        "STATUS",
+        "GPUS",
+        "ATTEMPTS",
+        if ranked {
+            format!("{:<24} ", "PRIMARY (BEST)")
+        } else {
+            String::new()
+        },
+        "NODE / REASON"
     );
     for job in jobs {
         let last = job.attempts.last();
@@ -272,9 +292,14 @@ fn render_list(jobs: &[Job]) -> String {
             ),
             _ => last.map(|a| a.node.clone()).unwrap_or_default(),
         };
+        let primary = if ranked {
+            format!("{:<24} ", best_text(job.primary_metric.as_ref()))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             text,
-            "{:<32} {:<20} {:<11} {:>4} {:>8}  {}",
+            "{:<32} {:<20} {:<11} {:>4} {:>8}  {primary}{}",
             job.id,
             truncate(&job.name, 20),
             job.status.as_str(),

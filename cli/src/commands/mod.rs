@@ -8,3 +8,18 @@ pub mod logs;
 pub mod projects;
 pub mod runs;
 pub mod status;
+
+/// `max` or `min`, for `--goal`.
+pub fn parse_goal(text: &str) -> Result<gpuplane_api::metric::Goal, String> {
+    gpuplane_api::metric::Goal::parse(&text.to_lowercase())
+        .ok_or_else(|| format!("`{text}` is not a goal: use max or min"))
+}
+
+/// `newest` or `primary_metric` (also `primary`), for `--sort`.
+pub fn parse_sort(text: &str) -> Result<String, String> {
+    match text {
+        "newest" => Ok("newest".into()),
+        "primary" | "primary_metric" | "primary-metric" => Ok("primary_metric".into()),
+        other => Err(format!("`{other}` is not a sort: use newest or primary_metric")),
+    }
+}

@@ -1,8 +1,9 @@
-//! `gpuctl project list|create|add-member`.
+//! `gpuctl project list|create|set-primary|add-member`.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use gpuplane_api::Page;
+use gpuplane_api::metric::{Goal, SetPrimaryMetric};
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
 use std::fmt::Write;
 
@@ -12,6 +13,14 @@ pub enum ProjectCommand {
     List,
     /// Create a project (server admins).
     Create { name: String },
+    /// Set the primary metric of the project's runs that set none (project admins).
+    SetPrimary {
+        project: String,
+        key: String,
+        /// max (larger is better) or min.
+        #[arg(long, value_parser = crate::commands::parse_goal)]
+        goal: Goal,
+    },
     /// Add a member or change their role (project admins).
     AddMember {
         project: String,
@@ -30,7 +39,12 @@ pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Resu
             out.emit(&page, |page| {
                 let mut text = String::new();
                 for project in &page.items {
-                    let _ = writeln!(text, "{:<24} {}", project.name, project.role.as_str());
+                    let primary = project
+                        .primary_metric
+                        .as_ref()
+                        .map(|p| format!("  primary {} ({})", p.key, p.goal.as_str()))
+                        .unwrap_or_default();
+                    let _ = writeln!(text, "{:<24} {}{primary}", project.name, project.role.as_str());
                 }
                 text
             });
@@ -39,6 +53,23 @@ pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Resu
             let project: Project = client.post("projects", &NewProject { name }).await?;
             out.emit(&project, |p| {
                 format!("Created project {}; you are its admin.", p.name)
+            });
+        }
+        ProjectCommand::SetPrimary { project, key, goal } => {
+            let updated: Project = client
+                .post(
+                    &format!("projects/{project}/primary-metric"),
+                    &SetPrimaryMetric { key, goal },
+                )
+                .await?;
+            out.emit(&updated, |p| match &p.primary_metric {
+                Some(primary) => format!(
+                    "Runs of {} without their own primary metric now rank by {} ({}).",
+                    p.name,
+                    primary.key,
+                    primary.goal.as_str()
+                ),
+                None => format!("{} has no primary metric.", p.name),
             });
         }
         ProjectCommand::AddMember { project, user, role } => {

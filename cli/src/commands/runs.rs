@@ -5,11 +5,12 @@
 
 use crate::Output;
 use crate::client::{CliError, Client};
+use crate::commands::{parse_goal, parse_sort};
 use gpuplane_api::Page;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
-use gpuplane_api::metric::{Checkpoint, Run};
+use gpuplane_api::metric::{Checkpoint, Goal, PrimaryMetric, Run, SetPrimaryMetric};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -17,6 +18,24 @@ use std::fmt::Write;
 pub enum RunCommand {
     /// Status, latest metrics, checkpoints and recent events of a run.
     Show { run_id: String },
+    /// Runs, newest first or best primary metric first (`--sort primary_metric`).
+    List {
+        #[arg(long)]
+        project: Option<String>,
+        /// newest (default) or primary_metric.
+        #[arg(long, value_parser = parse_sort)]
+        sort: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// Set the metric that ranks the run (e.g. eval/accuracy --goal max).
+    SetPrimary {
+        run_id: String,
+        key: String,
+        /// max (larger is better) or min.
+        #[arg(long, value_parser = parse_goal)]
+        goal: Goal,
+    },
     /// Why a failed run failed, the evidence, and what to change before retrying.
     ExplainFailure { run_id: String },
     /// What looks wrong with a run, running or ended: NaN or diverging loss,
@@ -45,6 +64,36 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
             };
             out.emit(&view, render);
         }
+        RunCommand::List { project, sort, limit } => {
+            let mut path = format!("runs?limit={limit}");
+            if let Some(project) = project {
+                path.push_str(&format!("&project={project}"));
+            }
+            if let Some(sort) = sort {
+                path.push_str(&format!("&sort={sort}"));
+            }
+            let page: Page<Run> = client.get(&path).await?;
+            out.emit(&page, |page| render_list(&page.items));
+        }
+        RunCommand::SetPrimary { run_id, key, goal } => {
+            let run_id = resolve(client, run_id).await?;
+            let run: Run = client
+                .post(
+                    &format!("runs/{run_id}/primary-metric"),
+                    &SetPrimaryMetric { key, goal },
+                )
+                .await?;
+            out.emit(&run, |run| {
+                format!(
+                    "{} ranks by {}",
+                    run.id,
+                    run.primary_metric
+                        .as_ref()
+                        .map(describe_primary)
+                        .unwrap_or_default()
+                )
+            });
+        }
         RunCommand::ExplainFailure { run_id } => {
             let run_id = resolve(client, run_id).await?;
             let explanation: FailureExplanation = client.get(&format!("runs/{run_id}/failure")).await?;
@@ -57,6 +106,61 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
         }
     }
     Ok(())
+}
+
+/// `eval/accuracy (max, set on the run): best 0.91 at step 200, checkpoint …`.
+pub fn describe_primary(primary: &PrimaryMetric) -> String {
+    let mut text = format!(
+        "{} ({}, set on the {})",
+        primary.key,
+        primary.goal.as_str(),
+        primary.set_on
+    );
+    match &primary.best {
+        Some(best) => {
+            let _ = write!(text, ": best {} at step {}", best.value.describe(), best.step);
+        }
+        None => text.push_str(": no finite value yet"),
+    }
+    if let Some(path) = &primary.best_checkpoint {
+        let _ = write!(text, ", best checkpoint {path}");
+    }
+    text
+}
+
+/// The best value of a primary metric, for list columns.
+pub fn best_text(primary: Option<&PrimaryMetric>) -> String {
+    match primary {
+        Some(PrimaryMetric {
+            key,
+            best: Some(best),
+            ..
+        }) => format!("{key}={}", best.value.describe()),
+        Some(primary) => format!("{}=-", primary.key),
+        None => "-".into(),
+    }
+}
+
+fn render_list(runs: &[Run]) -> String {
+    if runs.is_empty() {
+        return "No runs.\n".into();
+    }
+    let mut text = format!(
+        "{:<30} {:<24} {:<10} {:<12} {}\n",
+        "RUN", "NAME", "STATUS", "PROJECT", "PRIMARY (BEST)"
+    );
+    for run in runs {
+        let name: String = run.name.chars().take(24).collect();
+        let _ = writeln!(
+            text,
+            "{:<30} {name:<24} {:<10} {:<12} {}",
+            run.id,
+            run.status,
+            run.project,
+            best_text(run.primary_metric.as_ref())
+        );
+    }
+    text
 }
 
 /// A run id as given, or the run of a job id.
@@ -166,11 +270,14 @@ fn render(view: &RunView) -> String {
             .map(|j| format!("   job {j}"))
             .unwrap_or_default()
     );
-    let _ = writeln!(
-        text,
-        "primary metric  {}",
-        run.primary_metric.as_deref().unwrap_or("none")
-    );
+    let _ = match &run.primary_metric {
+        Some(primary) => writeln!(text, "primary metric  {}", describe_primary(primary)),
+        None => writeln!(
+            text,
+            "primary metric  none (set one: gpuctl run set-primary {} KEY --goal max|min)",
+            run.id
+        ),
+    };
     if run.latest.is_empty() {
         let _ = writeln!(
             text,
@@ -206,9 +313,14 @@ fn render(view: &RunView) -> String {
             } else {
                 format!("  [shared with {}]", checkpoint.shared_with.join(", "))
             };
+            let value = checkpoint
+                .primary_value
+                .map(|v| format!("  {}", v.describe()))
+                .unwrap_or_default();
+            let best = if checkpoint.best { "  [best]" } else { "" };
             let _ = writeln!(
                 text,
-                "  step {step:<8} {}  {} bytes{shared}",
+                "  step {step:<8} {}  {} bytes{value}{best}{shared}",
                 checkpoint.path, checkpoint.size
             );
         }

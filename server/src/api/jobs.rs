@@ -5,6 +5,7 @@ use crate::auth::{Authed, Read, Write};
 use crate::error::{ApiError, ApiJson, ApiQuery, OptionalJson};
 use crate::jobs::spec;
 use crate::jobs::store::{self, Cancelled};
+use crate::paging::Sort;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -48,13 +49,16 @@ pub struct ListQuery {
     /// Only jobs in this state (QUEUED, RUNNING, ...).
     status: Option<String>,
     project: Option<String>,
+    /// `newest` (default) or `primary_metric`: the best value of each job's
+    /// run's primary metric first, the top `limit` only.
+    sort: Option<String>,
     /// Page size, 1–500 (default 50).
     limit: Option<i64>,
     /// `next_before` of the previous page.
     before: Option<i64>,
 }
 
-/// Jobs, newest first.
+/// Jobs, newest first (or best primary metric first).
 #[utoipa::path(get, path = "/jobs", tag = "jobs",
     security(("bearer" = ["read"])),
     params(ListQuery),
@@ -79,21 +83,30 @@ pub async fn list_jobs(
     };
     let limit = page_limit(query.limit, &mut errors);
     let before = cursor(query.before, &mut errors);
+    let sort = sort_order(query.sort.as_deref(), &mut errors);
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
     let visible = access::visible_projects(&state.db, &auth.caller.principal()).await?;
-    Ok(Json(
-        store::list(
-            &state.db,
-            &visible,
-            status,
-            query.project.as_deref(),
-            limit,
-            before,
-        )
-        .await?,
-    ))
+    let filter = store::ListFilter {
+        status,
+        project: query.project.as_deref(),
+        sort,
+        limit,
+        before,
+    };
+    Ok(Json(store::list(&state.db, &visible, filter).await?))
+}
+
+/// `sort` must be `newest` or `primary_metric`.
+pub fn sort_order(sort: Option<&str>, errors: &mut Vec<FieldError>) -> Sort {
+    Sort::parse(sort).unwrap_or_else(|message| {
+        errors.push(FieldError {
+            field: "sort".into(),
+            message,
+        });
+        Sort::Newest
+    })
 }
 
 /// `limit` must be 1..=MAX_LIMIT.

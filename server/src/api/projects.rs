@@ -1,9 +1,10 @@
 //! `/api/v1/projects`: the caller's projects; creating projects and managing
 //! members (server admins, or admins of the project).
 
-use crate::access::{self, Visible};
+use crate::access::{self, Principal, Visible};
 use crate::auth::{Authed, Read, Write};
 use crate::error::{ApiError, ApiJson};
+use crate::primary;
 use crate::state::AppState;
 use crate::time::now_ms;
 use axum::Json;
@@ -11,7 +12,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
 use gpuplane_api::error::ErrorBody;
+use gpuplane_api::metric::SetPrimaryMetric;
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
+use sqlx::SqlitePool;
 
 /// The projects the caller can see, with the caller's role in each.
 #[utoipa::path(get, path = "/projects", tag = "projects",
@@ -33,7 +36,12 @@ pub async fn list_projects(
     let mut items = Vec::new();
     for name in names {
         if let Some(role) = access::role_in(&state.db, &principal, &name).await? {
-            items.push(Project { name, role });
+            let primary_metric = primary::of_project(&state.db, &name).await?;
+            items.push(Project {
+                name,
+                role,
+                primary_metric,
+            });
         }
     }
     Ok(Json(Page {
@@ -91,8 +99,34 @@ pub async fn create_project(
         Json(Project {
             name: new.name,
             role: Role::Admin,
+            primary_metric: None,
         }),
     ))
+}
+
+/// Sets the primary metric of the project's runs that set none (project admins).
+#[utoipa::path(post, path = "/projects/{name}/primary-metric", tag = "projects",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path)),
+    request_body = SetPrimaryMetric,
+    responses((status = 200, body = Project), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_project_primary_metric(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(request): ApiJson<SetPrimaryMetric>,
+) -> Result<Json<Project>, ApiError> {
+    let principal = auth.caller.principal();
+    require_admin(&state.db, &principal, &name).await?;
+    primary::set_for_project(&state.db, &name, &request).await?;
+    Ok(Json(Project {
+        role: access::role_in(&state.db, &principal, &name)
+            .await?
+            .unwrap_or(Role::Admin),
+        primary_metric: primary::of_project(&state.db, &name).await?,
+        name,
+    }))
 }
 
 /// Adds a member to a project, or changes their role (project admins).
@@ -109,15 +143,7 @@ pub async fn set_member(
     ApiJson(membership): ApiJson<Membership>,
 ) -> Result<Json<Membership>, ApiError> {
     let principal = auth.caller.principal();
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
-        .bind(&name)
-        .fetch_optional(&state.db)
-        .await?;
-    let not_found = || ApiError::NotFound(format!("no project {name}"));
-    if exists.is_none() {
-        return Err(not_found());
-    }
-    access::require(&state.db, &principal, &name, Role::Admin, not_found).await?;
+    require_admin(&state.db, &principal, &name).await?;
     let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = ?")
         .bind(&membership.user)
         .fetch_optional(&state.db)
@@ -142,4 +168,17 @@ fn valid_project_name(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_'))
+}
+
+/// The project exists and the principal is its admin (404 for those who cannot see it).
+async fn require_admin(db: &SqlitePool, principal: &Principal, name: &str) -> Result<(), ApiError> {
+    let not_found = || ApiError::NotFound(format!("no project {name}"));
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    if exists.is_none() {
+        return Err(not_found());
+    }
+    access::require(db, principal, name, Role::Admin, not_found).await
 }

@@ -1,8 +1,11 @@
 //! `/api/v1/runs`: create (SDK), show, ingest metrics, query metrics, finish.
 
-use crate::auth::{Authed, Ingest, Read};
+use crate::access;
+use crate::api::jobs::{cursor, page_limit, sort_order};
+use crate::auth::{Authed, Ingest, Read, Write};
 use crate::error::{ApiError, ApiJson, ApiQuery, parse_json};
 use crate::metrics::{self, Axis, Query};
+use crate::primary;
 use crate::runs;
 use crate::state::AppState;
 use axum::Json;
@@ -11,7 +14,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::metric::{Batch, Checkpoint, IngestResult, NewRun, Run, Series};
+use gpuplane_api::metric::{Batch, Checkpoint, IngestResult, NewRun, Run, Series, SetPrimaryMetric};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 
@@ -36,6 +39,60 @@ pub async fn create_run(
     }
     let run_id = runs::create(&state.db, &auth.caller.principal(), &new).await?;
     Ok((StatusCode::CREATED, Json(runs::get(&state.db, &run_id).await?)))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    project: Option<String>,
+    /// `newest` (default) or `primary_metric`: best value first, the top `limit` only.
+    sort: Option<String>,
+    /// Page size, 1–500 (default 50).
+    limit: Option<i64>,
+    /// `next_before` of the previous page.
+    before: Option<i64>,
+}
+
+/// Runs of the projects the caller can see, with their latest metrics and primary metric.
+#[utoipa::path(get, path = "/runs", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(ListQuery),
+    responses((status = 200, body = Page<Run>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn list_runs(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Page<Run>>, ApiError> {
+    let mut errors = Vec::new();
+    let limit = page_limit(query.limit, &mut errors);
+    let before = cursor(query.before, &mut errors);
+    let sort = sort_order(query.sort.as_deref(), &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let visible = access::visible_projects(&state.db, &auth.caller.principal()).await?;
+    let page = runs::list(&state.db, &visible, query.project.as_deref(), sort, limit, before).await?;
+    Ok(Json(page))
+}
+
+/// Sets the metric that ranks the run, and whether larger or smaller is
+/// better; the key need not have points yet.
+#[utoipa::path(post, path = "/runs/{run_id}/primary-metric", tag = "runs",
+    security(("bearer" = ["write"])),
+    params(("run_id" = String, Path)),
+    request_body = SetPrimaryMetric,
+    responses((status = 200, body = Run), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_primary_metric(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiJson(request): ApiJson<SetPrimaryMetric>,
+) -> Result<Json<Run>, ApiError> {
+    runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
+    primary::set_for_run(&state.db, &run_id, &request).await?;
+    Ok(Json(runs::get(&state.db, &run_id).await?))
 }
 
 /// A run with its latest value per metric (non-finite ones flagged).
@@ -205,7 +262,7 @@ pub async fn list_checkpoints(
 ) -> Result<Json<Page<Checkpoint>>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
     Ok(Json(Page {
-        items: crate::checkpoints::of_run(&state.db, &run_id).await?,
+        items: runs::checkpoints(&state.db, &run_id).await?,
         next_before: None,
     }))
 }

@@ -5,6 +5,8 @@ use crate::access::{self, Principal, Visible};
 use crate::db::DbError;
 use crate::error::ApiError;
 use crate::ids::new_id;
+use crate::paging::Sort;
+use crate::primary;
 use crate::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::job::{
@@ -107,6 +109,8 @@ struct JobRow {
     submitted_by: Option<String>,
     created_at: i64,
     updated_at: i64,
+    #[sqlx(flatten)]
+    primary: primary::Columns,
 }
 
 #[derive(sqlx::FromRow)]
@@ -124,6 +128,17 @@ struct AttemptRow {
     signal: Option<i64>,
     failure_reason: Option<String>,
     failure_detail: Option<String>,
+}
+
+/// What job queries select from: jobs `j`, their submitter `u`, their run `r`
+/// and its primary metric ([`primary::JOIN`]).
+fn jobs_from() -> String {
+    format!(
+        "SELECT {JOB_COLUMNS}, {} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by
+         JOIN runs r ON r.id = j.run_id {}",
+        primary::COLUMNS,
+        primary::JOIN
+    )
 }
 
 const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,
@@ -147,41 +162,46 @@ pub async fn get_for(
 
 /// One job with its attempts (no access check: see [`get_for`]).
 pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, ApiError> {
-    let row: Option<JobRow> = sqlx::query_as(&format!(
-        "SELECT {JOB_COLUMNS} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by WHERE j.id = ?"
-    ))
-    .bind(job_id)
-    .fetch_optional(db)
-    .await?;
+    let row: Option<JobRow> = sqlx::query_as(&format!("{} WHERE j.id = ?", jobs_from()))
+        .bind(job_id)
+        .fetch_optional(db)
+        .await?;
     let row = row.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?;
     let mut attempts = attempts_of(db, std::slice::from_ref(&row.id)).await?;
     job_from_row(row, attempts.remove(job_id).unwrap_or_default())
 }
 
-/// Jobs of the visible projects, newest first, optionally of one status and
-/// project, `limit` per page.
-pub async fn list(
-    db: &SqlitePool,
-    visible: &Visible,
-    status: Option<JobStatus>,
-    project: Option<&str>,
-    limit: i64,
-    before: Option<i64>,
-) -> Result<Page<Job>, ApiError> {
+/// Jobs of the visible projects, optionally of one status and project:
+/// newest first, `limit` per page, or their runs' best primary metric first
+/// (then only the top `limit`).
+pub struct ListFilter<'a> {
+    pub status: Option<JobStatus>,
+    pub project: Option<&'a str>,
+    pub sort: Sort,
+    pub limit: i64,
+    pub before: Option<i64>,
+}
+
+pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) -> Result<Page<Job>, ApiError> {
+    let order = match filter.sort {
+        Sort::Newest => "j.seq DESC".to_string(),
+        Sort::PrimaryMetric => primary::best_first("j.seq"),
+    };
     let rows: Vec<JobRow> = sqlx::query_as(&format!(
-        "SELECT {JOB_COLUMNS} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by
-         WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
+        "{} WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
            AND (?5 IS NULL OR j.project IN (SELECT value FROM json_each(?5)))
-         ORDER BY j.seq DESC LIMIT ?4"
+         ORDER BY {order} LIMIT ?4",
+        jobs_from()
     ))
-    .bind(status.map(JobStatus::as_str))
-    .bind(project)
-    .bind(before)
-    .bind(limit + 1)
+    .bind(filter.status.map(JobStatus::as_str))
+    .bind(filter.project)
+    .bind(filter.before.filter(|_| filter.sort == Sort::Newest))
+    .bind(filter.limit + 1)
     .bind(visible.as_json())
     .fetch_all(db)
     .await?;
-    let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
+    let (rows, next_before) = crate::paging::split(rows, filter.limit, |row| row.seq);
+    let next_before = next_before.filter(|_| filter.sort == Sort::Newest);
     let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
     let mut attempts = attempts_of(db, &ids).await?;
     let items = rows
@@ -245,6 +265,7 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, ApiError> {
     })?;
     let status = parse_status(&row.status)?;
     Ok(Job {
+        primary_metric: row.primary.metric(),
         id: row.id,
         name: row.name,
         project: row.project,

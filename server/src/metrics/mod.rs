@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 /// The most points one batch may carry.
 pub const MAX_BATCH_POINTS: usize = 100_000;
-const MAX_KEY_LEN: usize = 256;
+pub const MAX_KEY_LEN: usize = 256;
 
 /// Checks a batch; one error per bad field.
 pub fn validate(batch: &Batch) -> Result<(), ApiError> {
@@ -182,10 +182,31 @@ async fn update_series(
     let newer = existing
         .as_ref()
         .is_none_or(|(latest, _, _)| newest.step >= *latest);
+    // The extremes of the finite values, at the first step (points are in step order).
+    let (mut min, mut max): (Option<&RawPoint>, Option<&RawPoint>) = (None, None);
+    for point in points.iter().filter(|p| p.value.is_finite()) {
+        if min.is_none_or(|m| point.value < m.value) {
+            min = Some(point);
+        }
+        if max.is_none_or(|m| point.value > m.value) {
+            max = Some(point);
+        }
+    }
     sqlx::query(
-        "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits, first_non_finite_step)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
+                                    first_non_finite_step, min_value, min_step, max_value, max_step)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10, ?11, ?12, ?13)
          ON CONFLICT (run_id, key) DO UPDATE SET
+             min_step = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
+                               OR (excluded.min_value = min_value AND excluded.min_step < min_step)
+                             THEN coalesce(excluded.min_step, min_step) ELSE min_step END,
+             min_value = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
+                              THEN coalesce(excluded.min_value, min_value) ELSE min_value END,
+             max_step = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
+                               OR (excluded.max_value = max_value AND excluded.max_step < max_step)
+                             THEN coalesce(excluded.max_step, max_step) ELSE max_step END,
+             max_value = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
+                              THEN coalesce(excluded.max_value, max_value) ELSE max_value END,
              points = points + excluded.points,
              non_finite = non_finite + excluded.non_finite,
              latest_step = CASE WHEN ?9 THEN excluded.latest_step ELSE latest_step END,
@@ -203,6 +224,10 @@ async fn update_series(
     .bind(newest.value.to_bits() as i64)
     .bind(first_bad)
     .bind(newer)
+    .bind(min.map(|p| p.value))
+    .bind(min.map(|p| p.step))
+    .bind(max.map(|p| p.value))
+    .bind(max.map(|p| p.step))
     .execute(&mut *conn)
     .await?;
     let already_reported = existing.is_some_and(|(_, _, reported)| reported != 0);
@@ -403,6 +428,49 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
                 .collect(),
         ),
     })
+}
+
+/// The value of a series at each of `steps`: the point at that step, else
+/// the last one before it (None before the first point). Decodes only the
+/// chunks that hold or precede the steps.
+pub async fn values_at(
+    db: &SqlitePool,
+    run_id: &str,
+    key: &str,
+    steps: &[i64],
+) -> Result<Vec<Option<f64>>, ApiError> {
+    let chunks: Vec<(i64, i64, i64)> =
+        sqlx::query_as("SELECT id, step_min, step_max FROM metric_chunks WHERE run_id = ? AND key = ?")
+            .bind(run_id)
+            .bind(key)
+            .fetch_all(db)
+            .await?;
+    let mut needed = std::collections::BTreeSet::new();
+    for &step in steps {
+        let holding: Vec<i64> = chunks
+            .iter()
+            .filter(|(_, lo, hi)| *lo <= step && step <= *hi)
+            .map(|(id, _, _)| *id)
+            .collect();
+        if holding.is_empty() {
+            let before = chunks
+                .iter()
+                .filter(|(_, _, hi)| *hi < step)
+                .max_by_key(|(_, _, hi)| *hi);
+            needed.extend(before.map(|(id, _, _)| *id));
+        } else {
+            needed.extend(holding);
+        }
+    }
+    let mut points = load_points(db, needed.into_iter()).await?;
+    points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
+    Ok(steps
+        .iter()
+        .map(|&step| {
+            let after = points.partition_point(|p| p.step <= step);
+            after.checked_sub(1).map(|at| points[at].value)
+        })
+        .collect())
 }
 
 async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<RawPoint>, ApiError> {
