@@ -572,6 +572,48 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_while_the_disk_was_nearly_full() {
+        let mut facts = facts(
+            FailureReason::ExitCode,
+            "exited with code 1",
+            "saving checkpoint to ckpt/step_9000.pt\nRuntimeError: PytorchStreamWriter failed writing file data/27: file write failed",
+        );
+        facts.events = vec![Event {
+            id: "evt_2".into(),
+            time: "2026-11-30T00:00:00.000Z".into(),
+            severity: Severity::Warning,
+            kind: EventKind::DiskLow,
+            job_id: None,
+            run_id: None,
+            node_id: None,
+            message: "/data has 2.1% free (4.2 GiB of 200 GiB)".into(),
+        }];
+        check(
+            facts,
+            expect![[r#"
+                disk-low-event | disk full
+                The job failed while its disk was nearly full.
+                first action: df -h <working_dir> on the agent host; delete old checkpoints or move outputs
+                retry: Free space first; then retrying is reasonable.
+            "#]],
+        );
+    }
+
+    /// Rules are added to rules.toml with a test here: each id must appear below.
+    #[test]
+    fn every_rule_has_a_test() {
+        let source = include_str!("mod.rs");
+        let tests = &source[source.find("mod tests").unwrap()..];
+        for compiled in RULES.iter() {
+            let id = &compiled.rule.id;
+            assert!(
+                tests.contains(&format!("{id} |")) || tests.contains(&format!("\"{id}\"")),
+                "rule {id} has no test with a log excerpt"
+            );
+        }
+    }
+
+    #[test]
     fn job_lost_and_invalid_evaluations() {
         let lost = facts(
             FailureReason::JobLost,
