@@ -104,8 +104,11 @@ impl Output {
             println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
         }
         eprintln!("error: {}", error.error.message);
-        for detail in &error.error.details {
-            eprintln!("  {}: {}", detail.field, detail.message);
+        // With one field the message already names it.
+        if error.error.details.len() > 1 {
+            for detail in &error.error.details {
+                eprintln!("  {}: {}", detail.field, detail.message);
+            }
         }
         error.failure.code()
     }
