@@ -7,7 +7,9 @@ mod common;
 
 use common::{Cluster, sh};
 use gpuplane_api::job::{Job, JobStatus};
+use gpuplane_server::testkit::eventually;
 use serde_json::{Value, json};
+use std::time::Duration;
 
 /// The explanation of a failed job's run.
 async fn explain(cluster: &Cluster, job: &Job) -> Value {
@@ -163,13 +165,30 @@ async fn a_segfault_a_missing_working_dir_and_a_nan_loss_get_their_own_explanati
     assert_eq!(diagnosis["failure"]["rule"], "nan-loss");
 }
 
+/// The kinds of a run's findings, in order.
+async fn findings(cluster: &Cluster, run_id: &str) -> Vec<String> {
+    let (status, diagnosis) = cluster.get(&format!("/api/v1/runs/{run_id}/diagnosis")).await;
+    assert_eq!(status, 200, "{diagnosis}");
+    diagnosis["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_to_explain() {
-    let cluster = Cluster::start().await;
-    let _agent = cluster.agent("box", 1, &[]);
+    // Silence is worth a finding after 2 s here (15 minutes by default).
+    let cluster = Cluster::start_with(|config| {
+        config.silence_warning = Duration::from_secs(2);
+        config.lost_grace = Duration::from_secs(60);
+    })
+    .await;
+    let agent = cluster.agent("box", 1, &[]);
     cluster.wait_for_nodes(1).await;
     let job = cluster
-        .submit(json!({"name": "long", "command": ["sleep", "30"]}))
+        .submit(json!({"name": "long", "command": sh("echo starting; sleep 60")}))
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Running).await;
     let (status, diagnosis) = cluster
@@ -178,8 +197,33 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
     assert_eq!(status, 200, "{diagnosis}");
     assert_eq!(diagnosis["status"], "RUNNING");
     assert_eq!(diagnosis["failure"], Value::Null);
+    assert_eq!(findings(&cluster, &job.run_id).await, Vec::<String>::new());
     let (status, body) = cluster.get(&format!("/api/v1/runs/{}/failure", job.run_id)).await;
     assert_eq!(status, 409, "{body}");
+
+    // A loss that climbs, then nothing printed for a while, then a lost node.
+    let points: Vec<Value> = (0..30)
+        .map(|step| json!({"key": "train/loss", "step": step, "wall_time": 1.0e9 + step as f64, "value": 1.0 + step as f64 * 0.2}))
+        .collect();
+    let (status, body) = cluster
+        .post(
+            &format!("/api/v1/runs/{}/metrics", job.run_id),
+            json!({"batch_id": "rising", "points": points}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually("a NO_OUTPUT finding", common::WAIT, || async {
+        let kinds = findings(&cluster, &job.run_id).await;
+        (kinds == ["LOSS_DIVERGING", "NO_OUTPUT"]).then_some(())
+    })
+    .await;
+    agent.signal("STOP");
+    eventually("a NODE_OFFLINE finding", common::WAIT, || async {
+        let kinds = findings(&cluster, &job.run_id).await;
+        kinds.contains(&"NODE_OFFLINE".to_string()).then_some(())
+    })
+    .await;
+    agent.signal("CONT");
     let (status, _) = cluster.get("/api/v1/runs/run_nope/failure").await;
     assert_eq!(status, 404);
 
@@ -192,4 +236,62 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
         .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["details"][0]["field"], "command");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn loss_trends_are_read_from_the_metrics() {
+    let cluster = Cluster::start().await;
+    let mut runs = Vec::new();
+    for (name, values) in [
+        (
+            "learning",
+            (0..40).map(|s| json!(3.0 / (1.0 + s as f64))).collect::<Vec<_>>(),
+        ),
+        (
+            "flat",
+            (0..40).map(|s| json!(2.302 + (s % 2) as f64 * 0.001)).collect(),
+        ),
+        (
+            "diverging",
+            (0..40).map(|s| json!(0.5 * 1.1f64.powi(s))).collect(),
+        ),
+        (
+            "nan",
+            (0..40)
+                .map(|s| {
+                    if s == 25 {
+                        json!("NaN")
+                    } else {
+                        json!(1.0 / (1.0 + s as f64))
+                    }
+                })
+                .collect(),
+        ),
+    ] {
+        let (status, run) = cluster.post("/api/v1/runs", json!({"name": name})).await;
+        assert_eq!(status, 201, "{run}");
+        let run_id = run["id"].as_str().unwrap().to_string();
+        let points: Vec<Value> = values
+            .into_iter()
+            .enumerate()
+            .map(|(step, value)| json!({"key": "train/loss", "step": step, "wall_time": 1.0e9, "value": value}))
+            .collect();
+        let (status, body) = cluster
+            .post(
+                &format!("/api/v1/runs/{run_id}/metrics"),
+                json!({"batch_id": "b", "points": points}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        runs.push(run_id);
+    }
+    assert_eq!(findings(&cluster, &runs[0]).await, Vec::<String>::new());
+    assert_eq!(findings(&cluster, &runs[1]).await, ["LOSS_FLAT"]);
+    assert_eq!(findings(&cluster, &runs[2]).await, ["LOSS_DIVERGING"]);
+    let (_, diagnosis) = cluster.get(&format!("/api/v1/runs/{}/diagnosis", runs[3])).await;
+    assert_eq!(diagnosis["findings"][0]["kind"], "LOSS_NAN");
+    assert_eq!(
+        diagnosis["findings"][0]["summary"],
+        "train/loss is NaN since step 25"
+    );
 }

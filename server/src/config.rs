@@ -98,6 +98,10 @@ pub struct ServeArgs {
     #[arg(long, env = "GPUPLANE_LOSS_PATTERN")]
     pub loss_pattern: Option<String>,
 
+    /// A running job silent this long gets a NO_OUTPUT finding in its diagnosis, in seconds.
+    #[arg(long, env = "GPUPLANE_SILENCE_WARNING_S", value_name = "S")]
+    pub silence_warning_s: Option<u64>,
+
     /// SSO: the OpenID Connect issuer URL (enables "Sign in with SSO").
     #[arg(long, env = "GPUPLANE_OIDC_ISSUER", value_name = "URL")]
     pub oidc_issuer: Option<String>,
@@ -177,6 +181,7 @@ pub struct FileConfig {
     pub session_max_ms: Option<u64>,
     pub device_poll_interval_s: Option<u64>,
     pub loss_pattern: Option<String>,
+    pub silence_warning_s: Option<u64>,
     pub oidc_issuer: Option<String>,
     pub oidc_client_id: Option<String>,
     pub oidc_client_secret: Option<String>,
@@ -194,6 +199,7 @@ pub const DEFAULT_LOG_TAIL_LINES: i64 = 2_000;
 pub const DEFAULT_SESSION_IDLE_MS: u64 = 12 * 3600 * 1000;
 pub const DEFAULT_LOSS_PATTERN: &str = "*loss*";
 pub const DEFAULT_SESSION_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
+pub const DEFAULT_SILENCE_WARNING_S: u64 = 15 * 60;
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
 /// Everything `serve` needs, resolved from every layer.
@@ -217,6 +223,8 @@ pub struct ServerConfig {
     pub sso: Option<SsoConfig>,
     /// Metric keys whose first non-finite value raises LOSS_NAN (a glob).
     pub loss_pattern: String,
+    /// Output silence of a running job that its diagnosis reports (NO_OUTPUT).
+    pub silence_warning: Duration,
 }
 
 impl ServerConfig {
@@ -238,6 +246,7 @@ impl ServerConfig {
             device_poll_interval: Duration::from_secs(5),
             sso: None,
             loss_pattern: DEFAULT_LOSS_PATTERN.to_string(),
+            silence_warning: Duration::from_secs(DEFAULT_SILENCE_WARNING_S),
         }
     }
 
@@ -281,6 +290,12 @@ impl ServerConfig {
         }
         if let Some(pattern) = args.loss_pattern.or(file.loss_pattern) {
             config.loss_pattern = pattern;
+        }
+        if let Some(seconds) = args.silence_warning_s.or(file.silence_warning_s) {
+            if seconds < 1 {
+                bail!("silence_warning_s must be at least 1");
+            }
+            config.silence_warning = Duration::from_secs(seconds);
         }
         let issuer = args.oidc_issuer.or(file.oidc_issuer);
         let client_id = args.oidc_client_id.or(file.oidc_client_id);
@@ -425,6 +440,10 @@ device_poll_interval_s = 5
 
 # Metric keys whose first NaN/Infinity raises a critical LOSS_NAN event.
 loss_pattern = "{DEFAULT_LOSS_PATTERN}"
+
+# A running job with no output for this long gets a NO_OUTPUT finding in
+# `gpuctl run diagnose` (a hang, a deadlock between ranks), in seconds.
+silence_warning_s = {DEFAULT_SILENCE_WARNING_S}
 
 # Single sign-on through an OpenID Connect provider (all three to enable).
 # Register {{public_url}}/auth/oidc/callback as the redirect URI there.

@@ -14,9 +14,8 @@ use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation, Finding};
 use gpuplane_api::event::Severity;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::metric::Value;
+use std::time::Duration;
 
-/// Output silence longer than this while RUNNING is worth a finding.
-const SILENCE_MS: i64 = 15 * 60 * 1000;
 const LOW_UTILIZATION_PERCENT: u32 = 10;
 
 /// The explanation of a failed (or lost) run; 409 for one that has not failed.
@@ -232,16 +231,21 @@ async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<
             .fetch_one(&state.db)
             .await?;
     let since = last.or(started).unwrap_or_else(now_ms);
-    let quiet = now_ms() - since;
-    if quiet < SILENCE_MS {
+    let quiet = Duration::from_millis((now_ms() - since).max(0) as u64);
+    if quiet < state.config.silence_warning {
         return Ok(None);
     }
+    let what = if last.is_some() {
+        "no output"
+    } else {
+        "no output at all"
+    };
     Ok(Some(Finding {
         severity: Severity::Warning,
         kind: "NO_OUTPUT".into(),
         summary: format!(
-            "no output for {} minutes: a hang, a deadlock between ranks, or a prompt waiting for input",
-            quiet / 60_000
+            "{what} for {}: a hang, a deadlock between ranks, or a prompt waiting for input",
+            humantime::format_duration(Duration::from_secs(quiet.as_secs()))
         ),
         evidence: Vec::new(),
     }))
@@ -274,13 +278,7 @@ async fn node_health(
     .bind(node_id)
     .fetch_all(&state.db)
     .await?;
-    let idle: Vec<String> = readings
-        .iter()
-        .filter(|(idx, util)| {
-            gpus.contains(&(*idx as u32)) && util.is_some_and(|u| (u as u32) < LOW_UTILIZATION_PERCENT)
-        })
-        .map(|(idx, util)| format!("GPU {idx} at {}%", util.unwrap_or(0)))
-        .collect();
+    let idle = idle_gpus(&readings, gpus);
     if !idle.is_empty() {
         findings.push(Finding {
             severity: Severity::Warning,
@@ -293,4 +291,29 @@ async fn node_health(
         });
     }
     Ok(findings)
+}
+
+/// The job's GPUs whose last NVML reading is below [`LOW_UTILIZATION_PERCENT`]
+/// (GPUs without a reading are not judged), as `GPU 1 at 3%`.
+fn idle_gpus(readings: &[(i64, Option<i64>)], assigned: &[u32]) -> Vec<String> {
+    readings
+        .iter()
+        .filter(|(idx, util)| {
+            assigned.contains(&(*idx as u32)) && util.is_some_and(|u| u < LOW_UTILIZATION_PERCENT as i64)
+        })
+        .map(|(idx, util)| format!("GPU {idx} at {}%", util.unwrap_or(0)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_jobs_own_gpus_with_a_low_reading_are_idle() {
+        let readings = [(0, Some(3)), (1, Some(95)), (2, None), (3, Some(0))];
+        assert_eq!(idle_gpus(&readings, &[0, 1, 2]), ["GPU 0 at 3%"]);
+        assert_eq!(idle_gpus(&readings, &[3]), ["GPU 3 at 0%"]);
+        assert!(idle_gpus(&readings, &[1, 2]).is_empty());
+    }
 }
