@@ -3,6 +3,8 @@
 //! A token is 256 random bits shown once; the database keeps only its SHA-256,
 //! which is enough for a secret of that entropy and lets lookups use an index.
 //! Handlers declare the scope they need in their signature with [`Authed`].
+//! Without a bearer token, a signed-in console session may GET what a `read`
+//! token of its user could.
 
 use crate::access::Principal;
 use crate::db::DbError;
@@ -12,10 +14,10 @@ use crate::state::AppState;
 use crate::time::now_ms;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{Method, header};
 use base64::Engine;
-use gpuplane_api::auth::Scope;
+use gpuplane_api::auth::{Scope, SessionUser};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use sqlx::SqlitePool;
@@ -185,6 +187,27 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
 }
 
 /// The bearer token of a request, if it has one.
+/// A console session reads the API like a `read` token of its user: only
+/// GET and HEAD, so a cookie never changes anything (the console changes
+/// things through its CSRF-checked server functions).
+fn session_reader(parts: &Parts) -> Option<Caller> {
+    if !(parts.method == Method::GET || parts.method == Method::HEAD) {
+        return None;
+    }
+    let user = parts.extensions.get::<SessionUser>()?;
+    Some(Caller {
+        token_id: "session".into(),
+        token_name: "console session".into(),
+        scope: Scope::Read,
+        expires_at: None,
+        user_id: Some(user.id.clone()),
+        user_name: Some(user.name.clone()),
+        is_admin: user.is_admin,
+        project: None,
+        run_id: None,
+    })
+}
+
 fn bearer_token(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
@@ -250,8 +273,10 @@ impl<A: Access> FromRequestParts<AppState> for Authed<A> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let token = bearer_token(parts).ok_or(ApiError::Unauthorized)?;
-        let caller = authenticate(&state.db, token).await?;
+        let caller = match bearer_token(parts) {
+            Some(token) => authenticate(&state.db, token).await?,
+            None => session_reader(parts).ok_or(ApiError::Unauthorized)?,
+        };
         if !A::allows(caller.scope) {
             return Err(ApiError::InsufficientScope(A::NEEDED));
         }

@@ -277,3 +277,40 @@ async fn the_database_holds_no_session_id_in_clear() {
         "the session id is not in the database files"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_reads_the_api_but_never_writes_through_it() {
+    let console = Console::start(|_| {}).await;
+    let cookie = console.signed_in().await;
+    let get = |path: &str| {
+        console
+            .http
+            .get(console.url(path))
+            .header("cookie", &cookie)
+            .send()
+    };
+    let whoami = get("/api/v1/auth/whoami").await.unwrap();
+    assert_eq!(whoami.status(), StatusCode::OK);
+    let body: serde_json::Value = whoami.json().await.unwrap();
+    assert_eq!(body["scope"], "read");
+    assert_eq!(get("/api/v1/jobs").await.unwrap().status(), StatusCode::OK);
+    // Writes need a token, even from the console's own origin.
+    let post = console
+        .http
+        .post(console.url("/api/v1/jobs"))
+        .header("cookie", &cookie)
+        .header("origin", &console.server.url)
+        .json(&serde_json::json!({"name": "x", "command": ["true"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), StatusCode::UNAUTHORIZED);
+    // Without the cookie, nothing.
+    let anonymous = console
+        .http
+        .get(console.url("/api/v1/jobs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}
