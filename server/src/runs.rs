@@ -57,6 +57,35 @@ pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role)
 }
 
 /// The run with its latest value per metric, its primary metric and best checkpoint.
+/// A run's name for legends: `project/name`.
+pub async fn label(db: &SqlitePool, run_id: &str) -> Result<String, ApiError> {
+    let (project, name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_optional(db)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no run {run_id}")))?;
+    Ok(format!("{project}/{name}"))
+}
+
+/// Changes whenever the run gets points or checkpoints, or its job changes
+/// state: what live pages watch.
+pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, ApiError> {
+    let (points, checkpoints, job, finished): (i64, i64, Option<String>, Option<i64>) = sqlx::query_as(
+        "SELECT (SELECT COALESCE(SUM(points), 0) FROM metric_series WHERE run_id = ?1),
+                (SELECT COUNT(*) FROM checkpoints WHERE run_id = ?1),
+                (SELECT j.status || ' ' || j.updated_at FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = ?1),
+                (SELECT finished_at FROM runs WHERE id = ?1)",
+    )
+    .bind(run_id)
+    .fetch_one(db)
+    .await?;
+    Ok(format!(
+        "{points} {checkpoints} {} {}",
+        job.unwrap_or_default(),
+        finished.unwrap_or_default()
+    ))
+}
+
 pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, ApiError> {
     let mut run = run_from_row(db, row(db, run_id).await?).await?;
     if let Some(primary) = &mut run.primary_metric {

@@ -283,6 +283,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/runs  bearer ["read"]
         post   /api/v1/runs  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}  bearer ["read"]
+        get    /api/v1/runs/{run_id}/chart.svg  bearer ["read"]
         get    /api/v1/runs/{run_id}/checkpoints  bearer ["read"]
         get    /api/v1/runs/{run_id}/diagnosis  bearer ["read"]
         get    /api/v1/runs/{run_id}/failure  bearer ["read"]
@@ -290,6 +291,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/runs/{run_id}/metrics  bearer ["read"]
         post   /api/v1/runs/{run_id}/metrics  bearer ["sdk", "write"]
         post   /api/v1/runs/{run_id}/primary-metric  bearer ["write"]
+        get    /api/v1/runs/{run_id}/stream  bearer ["read"]
         get    /api/v1/tokens  bearer ["read"]
         post   /api/v1/tokens  bearer ["write"]
         delete /api/v1/tokens/{token_id}  bearer ["write"]
@@ -431,4 +433,36 @@ async fn tokens_are_stored_only_as_hashes() {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|window| window == needle)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_filter_by_user_and_text() {
+    let f = Fixture::new().await;
+    let alice = user_token(&f.server.state.db, "alice", Scope::Write, true).await;
+    let bob = user_token(&f.server.state.db, "bob", Scope::Write, true).await;
+    for (token, name) in [
+        (&alice, "resnet-sweep-1"),
+        (&alice, "bert-base"),
+        (&bob, "ResNet-big"),
+    ] {
+        let body = json!({"name": name, "command": ["true"]}).to_string();
+        let (status, job) = f.post("/api/v1/jobs", token, "application/json", &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+    }
+    let names = |body: &Value| -> Vec<String> {
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|job| job["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (_, _, by_text) = f.get("/api/v1/jobs?q=resnet", Some(&alice)).await;
+    assert_eq!(names(&by_text), ["ResNet-big", "resnet-sweep-1"]);
+    let (_, _, by_user) = f.get("/api/v1/jobs?user=alice", Some(&alice)).await;
+    assert_eq!(names(&by_user), ["bert-base", "resnet-sweep-1"]);
+    let (_, _, both) = f.get("/api/v1/jobs?user=bob&q=resnet", Some(&alice)).await;
+    assert_eq!(names(&both), ["ResNet-big"]);
+    let (_, _, none) = f.get("/api/v1/jobs?q=nothing-like-this", Some(&alice)).await;
+    assert_eq!(names(&none), Vec::<String>::new());
 }

@@ -49,6 +49,10 @@ pub struct ListQuery {
     /// Only jobs in this state (QUEUED, RUNNING, ...).
     status: Option<String>,
     project: Option<String>,
+    /// Only jobs this user (by name) submitted.
+    user: Option<String>,
+    /// Text found in the job's id or name (case-insensitive).
+    q: Option<String>,
     /// `newest` (default) or `primary_metric`: the best value of each job's
     /// run's primary metric first, the top `limit` only.
     sort: Option<String>,
@@ -91,6 +95,8 @@ pub async fn list_jobs(
     let filter = store::ListFilter {
         status,
         project: query.project.as_deref(),
+        user: query.user.as_deref(),
+        text: query.q.as_deref(),
         sort,
         limit,
         before,

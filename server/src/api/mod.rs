@@ -71,6 +71,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::set_primary_metric))
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::query_metrics))
+        .routes(routes!(runs::chart_svg))
+        .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
         .routes(routes!(runs::list_checkpoints))
         .routes(routes!(diagnosis::explain_failure))

@@ -4,7 +4,7 @@ use crate::access;
 use crate::api::jobs::{cursor, page_limit, sort_order};
 use crate::auth::{Authed, Ingest, Read, Write};
 use crate::error::{ApiError, ApiJson, ApiQuery, parse_json};
-use crate::metrics::{self, Axis, Query};
+use crate::metrics::{self, Axis, Query, chart};
 use crate::primary;
 use crate::runs;
 use crate::state::AppState;
@@ -12,11 +12,15 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use futures_util::Stream;
 use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::metric::{Batch, Checkpoint, IngestResult, NewRun, Run, Series, SetPrimaryMetric};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
+use std::convert::Infallible;
+use std::time::Duration;
 
 /// The largest ingest body (a batch of 100,000 points fits).
 pub const MAX_INGEST_BYTES: usize = 8 * 1024 * 1024;
@@ -216,25 +220,7 @@ pub async fn query_metrics(
             message: "must be between 1 and 100000".into(),
         });
     }
-    let axis = match query.x.as_deref() {
-        None | Some("step") => Axis::Step,
-        Some("time") => Axis::Time,
-        Some(other) => {
-            errors.push(FieldError {
-                field: "x".into(),
-                message: format!("must be `step` or `time`, not `{other}`"),
-            });
-            Axis::Step
-        }
-    };
-    if let (Some(from), Some(to)) = (query.from, query.to)
-        && from > to
-    {
-        errors.push(FieldError {
-            field: "from".into(),
-            message: "must not be after `to`".into(),
-        });
-    }
+    let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
@@ -247,6 +233,174 @@ pub async fn query_metrics(
         to: query.to,
     };
     Ok(Json(metrics::query(&state.db, &run_id, &query).await?))
+}
+
+/// A `changed` event whenever the run gets points or checkpoints or its
+/// job changes state (at most one a second), for live pages.
+#[utoipa::path(get, path = "/runs/{run_id}/stream", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path)),
+    responses((status = 200, description = "`changed` events", content_type = "text/event-stream"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn follow_run(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
+    let seen = runs::version(&state.db, &run_id).await?;
+    let follow = (state.event_recorded.subscribe(), state, run_id, seen);
+    let stream = futures_util::stream::unfold(follow, |(mut receiver, state, run_id, seen)| async move {
+        loop {
+            let mut shutdown = state.shutdown.clone();
+            tokio::select! {
+                _ = receiver.recv() => {}
+                () = tokio::time::sleep(Duration::from_secs(5)) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return None,
+            }
+            // Batches arrive many a second: one look a second is enough for a page.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let Ok(now) = runs::version(&state.db, &run_id).await else {
+                continue;
+            };
+            if now != seen {
+                let event = SseEvent::default().event("changed").data(now.clone());
+                return Some((Ok(event), (receiver.resubscribe(), state, run_id, now)));
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}
+
+/// `x` must be `step` or `time`, and `from` not after `to`.
+fn axis_and_range(x: Option<&str>, from: Option<f64>, to: Option<f64>, errors: &mut Vec<FieldError>) -> Axis {
+    if let (Some(from), Some(to)) = (from, to)
+        && from > to
+    {
+        errors.push(FieldError {
+            field: "from".into(),
+            message: "must not be after `to`".into(),
+        });
+    }
+    match x {
+        None | Some("step") => Axis::Step,
+        Some("time") => Axis::Time,
+        Some(other) => {
+            errors.push(FieldError {
+                field: "x".into(),
+                message: format!("must be `step` or `time`, not `{other}`"),
+            });
+            Axis::Step
+        }
+    }
+}
+
+/// Most runs one chart compares.
+const MAX_COMPARED: usize = 8;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ChartQuery {
+    /// The metric, e.g. `train/loss`.
+    key: String,
+    /// `step` (default) or `time` (wall time since the first point).
+    x: Option<String>,
+    /// Range on the x axis (inclusive; wall time in Unix seconds).
+    from: Option<f64>,
+    to: Option<f64>,
+    /// Smoothing weight, 0 (default) to 0.99.
+    smooth: Option<f64>,
+    /// Other runs to draw on the same chart, comma-separated ids.
+    compare: Option<String>,
+    /// Size in pixels: width 200–4000 (default 800), height 120–3000 (default 320).
+    width: Option<u32>,
+    height: Option<u32>,
+}
+
+/// One metric as an SVG chart (of this run and the compared ones): by step
+/// or wall time, smoothed on request, downsampled to the width; NaN and
+/// infinities break the line and are marked and named.
+#[utoipa::path(get, path = "/runs/{run_id}/chart.svg", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path), ChartQuery),
+    responses((status = 200, description = "The chart", content_type = "image/svg+xml"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn chart_svg(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<ChartQuery>,
+) -> Result<([(header::HeaderName, &'static str); 2], String), ApiError> {
+    let mut errors = Vec::new();
+    let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
+    let smoothing = query.smooth.unwrap_or(0.0);
+    if !(0.0..=0.99).contains(&smoothing) {
+        errors.push(FieldError {
+            field: "smooth".into(),
+            message: "must be between 0 and 0.99".into(),
+        });
+    }
+    let width = query.width.unwrap_or(800);
+    let height = query.height.unwrap_or(320);
+    for (field, value, range) in [("width", width, 200..=4000), ("height", height, 120..=3000)] {
+        if !range.contains(&value) {
+            errors.push(FieldError {
+                field: field.into(),
+                message: format!("must be between {} and {}", range.start(), range.end()),
+            });
+        }
+    }
+    let mut run_ids = vec![run_id];
+    for other in query
+        .compare
+        .iter()
+        .flat_map(|list| list.split(','))
+        .map(str::trim)
+    {
+        if !other.is_empty() && !run_ids.iter().any(|id| id == other) {
+            run_ids.push(other.to_string());
+        }
+    }
+    if run_ids.len() > 1 + MAX_COMPARED {
+        errors.push(FieldError {
+            field: "compare".into(),
+            message: format!("at most {MAX_COMPARED} runs"),
+        });
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let mut lines = Vec::new();
+    for id in &run_ids {
+        runs::check(&state.db, &auth.caller, id, Role::Viewer).await?;
+        let metric_query = Query {
+            key: query.key.clone(),
+            max_points: width as usize,
+            axis,
+            from: query.from,
+            to: query.to,
+        };
+        lines.push(chart::Line {
+            label: runs::label(&state.db, id).await?,
+            series: metrics::query(&state.db, id, &metric_query).await?,
+        });
+    }
+    let options = chart::ChartOptions {
+        title: query.key,
+        axis,
+        smoothing,
+        width,
+        height,
+    };
+    let svg = chart::svg(&lines, &options);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "private, no-store"),
+        ],
+        svg,
+    ))
 }
 
 /// The checkpoint files a run wrote, each with the other runs that wrote the same path.

@@ -177,6 +177,10 @@ pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, ApiError> {
 pub struct ListFilter<'a> {
     pub status: Option<JobStatus>,
     pub project: Option<&'a str>,
+    /// The name of the user who submitted it.
+    pub user: Option<&'a str>,
+    /// Text found in the job's id or name (case-insensitive).
+    pub text: Option<&'a str>,
     pub sort: Sort,
     pub limit: i64,
     pub before: Option<i64>,
@@ -190,6 +194,8 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     let rows: Vec<JobRow> = sqlx::query_as(&format!(
         "{} WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
            AND (?5 IS NULL OR j.project IN (SELECT value FROM json_each(?5)))
+           AND (?6 IS NULL OR u.name = ?6)
+           AND (?7 IS NULL OR instr(lower(j.id || ' ' || j.name), lower(?7)) > 0)
          ORDER BY {order} LIMIT ?4",
         jobs_from()
     ))
@@ -198,6 +204,8 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     .bind(filter.before.filter(|_| filter.sort == Sort::Newest))
     .bind(filter.limit + 1)
     .bind(visible.as_json())
+    .bind(filter.user)
+    .bind(filter.text.filter(|text| !text.is_empty()))
     .fetch_all(db)
     .await?;
     let (rows, next_before) = crate::paging::split(rows, filter.limit, |row| row.seq);

@@ -1,0 +1,439 @@
+//! Metric charts as SVG, drawn with plotters: one metric of one or more runs,
+//! by step or wall time, optionally smoothed. Non-finite values are never
+//! hidden: the line breaks there and a labelled marker says which value it was.
+
+use super::Axis;
+use gpuplane_api::metric::Series;
+use plotters::prelude::*;
+
+/// One line of a chart: a run's series of the charted metric.
+pub struct Line {
+    pub label: String,
+    pub series: Series,
+}
+
+pub struct ChartOptions {
+    pub title: String,
+    pub axis: Axis,
+    /// Exponential moving average weight, 0 (none) to below 1.
+    pub smoothing: f64,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// Colours of the lines, in order (readable on light and dark backgrounds).
+const PALETTE: [RGBColor; 6] = [
+    RGBColor(47, 111, 237),
+    RGBColor(230, 120, 20),
+    RGBColor(46, 160, 67),
+    RGBColor(156, 80, 220),
+    RGBColor(0, 150, 170),
+    RGBColor(200, 60, 130),
+];
+const NON_FINITE: RGBColor = RGBColor(214, 40, 40);
+/// Labels of non-finite markers closer than this (pixels) to a labelled one are left out.
+const LABEL_GAP_PX: f64 = 70.0;
+
+/// A position on the chart: the value at the end of a point or bucket, and
+/// the bucket's finite range when downsampled.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    x: f64,
+    /// Where the bucket starts (`x` for a point).
+    x_from: f64,
+    y: f64,
+    range: Option<(f64, f64)>,
+    /// Non-finite values here: the one value (a point), or a count (a bucket).
+    non_finite: Option<String>,
+}
+
+fn value_name(value: f64) -> &'static str {
+    if value.is_nan() {
+        "NaN"
+    } else if value > 0.0 {
+        "+Inf"
+    } else {
+        "-Inf"
+    }
+}
+
+fn samples(series: &Series, axis: Axis) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for point in series.points.iter().flatten() {
+        let value = point.value.0;
+        let x = match axis {
+            Axis::Step => point.step as f64,
+            Axis::Time => point.wall_time,
+        };
+        out.push(Sample {
+            x,
+            x_from: x,
+            y: value,
+            range: None,
+            non_finite: (!value.is_finite()).then(|| value_name(value).to_string()),
+        });
+    }
+    for bucket in series.buckets.iter().flatten() {
+        let last = bucket.last.0;
+        let non_finite = match bucket.non_finite {
+            0 => None,
+            1 if !last.is_finite() => Some(value_name(last).to_string()),
+            n => Some(format!("{n} non-finite")),
+        };
+        let (x_from, x) = match axis {
+            Axis::Step => (bucket.step_from as f64, bucket.step_to as f64),
+            Axis::Time => (bucket.time_from, bucket.time_to),
+        };
+        out.push(Sample {
+            x,
+            x_from,
+            y: last,
+            range: bucket.min.zip(bucket.max).map(|(lo, hi)| (lo.0, hi.0)),
+            non_finite,
+        });
+    }
+    out
+}
+
+/// TensorBoard's smoothing: a debiased exponential moving average over the
+/// finite values; non-finite values stay where they are and do not enter it.
+fn smooth(samples: &[Sample], weight: f64) -> Vec<f64> {
+    let mut average = 0.0;
+    let mut seen = 0;
+    samples
+        .iter()
+        .map(|sample| {
+            if !sample.y.is_finite() {
+                return sample.y;
+            }
+            seen += 1;
+            average = average * weight + (1.0 - weight) * sample.y;
+            average / (1.0 - weight.powi(seen))
+        })
+        .collect()
+}
+
+/// Runs of consecutive finite values: a non-finite value breaks the line.
+fn segments(xs: impl Iterator<Item = (f64, f64)>) -> Vec<Vec<(f64, f64)>> {
+    let mut out: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+    for (x, y) in xs {
+        if y.is_finite() {
+            out.last_mut().expect("never empty").push((x, y));
+        } else if !out.last().expect("never empty").is_empty() {
+            out.push(Vec::new());
+        }
+    }
+    out.retain(|segment| !segment.is_empty());
+    out
+}
+
+/// The x range, the y range of finite values, each widened when flat.
+fn bounds(lines: &[Vec<Sample>]) -> ((f64, f64), (f64, f64)) {
+    let mut x = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut y = (f64::INFINITY, f64::NEG_INFINITY);
+    for sample in lines.iter().flatten() {
+        x = (x.0.min(sample.x), x.1.max(sample.x));
+        let (lo, hi) = sample.range.unwrap_or((sample.y, sample.y));
+        for value in [lo, hi, sample.y] {
+            if value.is_finite() {
+                y = (y.0.min(value), y.1.max(value));
+            }
+        }
+    }
+    let widen = |(lo, hi): (f64, f64)| {
+        if !lo.is_finite() {
+            (0.0, 1.0)
+        } else if hi - lo < f64::EPSILON * lo.abs().max(1.0) {
+            let pad = (lo.abs() * 0.1).max(0.5);
+            (lo - pad, hi + pad)
+        } else {
+            let pad = (hi - lo) * 0.05;
+            (lo - pad, hi + pad)
+        }
+    };
+    let x = if x.0.is_finite() && x.1 > x.0 { x } else { widen(x) };
+    (x, widen(y))
+}
+
+/// The chart as an SVG document.
+pub fn svg(lines: &[Line], options: &ChartOptions) -> String {
+    let mut out = String::new();
+    if let Err(error) = draw(&mut out, lines, options) {
+        // Drawing into a string cannot fail for I/O reasons; say so if it does anyway.
+        tracing::error!(%error, "chart drawing failed");
+    }
+    out
+}
+
+fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::with_string(out, (options.width, options.height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut all: Vec<Vec<Sample>> = lines
+        .iter()
+        .map(|line| samples(&line.series, options.axis))
+        .collect();
+    // Wall time is shown as time since the earliest point, in a readable unit.
+    let unit = if options.axis == Axis::Time {
+        let start = all.iter().flatten().map(|s| s.x).fold(f64::INFINITY, f64::min);
+        let end = all
+            .iter()
+            .flatten()
+            .map(|s| s.x)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let (unit, divisor) = match end - start {
+            span if span > 3.0 * 3600.0 => ("hours", 3600.0),
+            span if span > 180.0 => ("minutes", 60.0),
+            _ => ("seconds", 1.0),
+        };
+        for sample in all.iter_mut().flatten() {
+            sample.x = (sample.x - start) / divisor;
+            sample.x_from = (sample.x_from - start) / divisor;
+        }
+        unit
+    } else {
+        "step"
+    };
+    let ((x0, x1), (y0, y1)) = bounds(&all);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&options.title, ("sans-serif", 19))
+        .margin(10)
+        .x_label_area_size(32)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    let x_desc = match options.axis {
+        Axis::Step => "step".to_string(),
+        Axis::Time => format!("{unit} since start"),
+    };
+    let step_label = |x: &f64| format!("{}", x.round() as i64);
+    let time_label = |x: &f64| format!("{}", (x * 100.0).round() / 100.0);
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .light_line_style(RGBColor(243, 244, 246))
+        .bold_line_style(RGBColor(222, 226, 230))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
+        .x_labels(8)
+        .y_labels(6)
+        .x_label_formatter(if options.axis == Axis::Step {
+            &step_label
+        } else {
+            &time_label
+        })
+        .draw()?;
+    if all.iter().all(Vec::is_empty) {
+        root.draw(&Text::new(
+            "no points in this range",
+            (
+                (options.width / 2).saturating_sub(80) as i32,
+                (options.height / 2) as i32,
+            ),
+            ("sans-serif", 15).into_font().color(&RGBColor(110, 118, 128)),
+        ))?;
+        root.present()?;
+        return Ok(());
+    }
+    let x_per_px = (x1 - x0) / f64::from(options.width.max(1));
+    for (index, (line, samples)) in lines.iter().zip(&all).enumerate() {
+        let colour = PALETTE[index % PALETTE.len()];
+        // Downsampled: each bucket's finite range as a light vertical bar, so spikes stay visible.
+        chart.draw_series(
+            samples
+                .iter()
+                .filter_map(|s| s.range)
+                .zip(samples)
+                .filter(|((lo, hi), _)| hi > lo)
+                .map(|((lo, hi), sample)| {
+                    PathElement::new(vec![(sample.x, lo), (sample.x, hi)], colour.mix(0.3))
+                }),
+        )?;
+        let raw = segments(samples.iter().map(|s| (s.x, s.y)));
+        let smoothed = (options.smoothing > 0.0).then(|| {
+            let values = smooth(samples, options.smoothing);
+            segments(samples.iter().zip(values).map(|(s, y)| (s.x, y)))
+        });
+        let main_style = colour.stroke_width(2);
+        let raw_style = if smoothed.is_some() {
+            colour.mix(0.3).stroke_width(1)
+        } else {
+            main_style
+        };
+        for segment in raw {
+            chart.draw_series(LineSeries::new(segment, raw_style))?;
+        }
+        let mut labelled = false;
+        for segment in smoothed.into_iter().flatten() {
+            let series = chart.draw_series(LineSeries::new(segment, main_style))?;
+            if !labelled {
+                series.label(line.label.clone()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2))
+                });
+                labelled = true;
+            }
+        }
+        if !labelled {
+            // The legend entry, drawn once whatever the line's shape.
+            chart
+                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())?
+                .label(line.label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
+        }
+        // Non-finite values: a red marker at the top (NaN, +Inf) or bottom (-Inf), labelled.
+        let mut last_label = f64::NEG_INFINITY;
+        for sample in samples {
+            let Some(name) = &sample.non_finite else { continue };
+            let y = if sample.y == f64::NEG_INFINITY { y0 } else { y1 };
+            chart.draw_series(std::iter::once(TriangleMarker::new(
+                (sample.x, y),
+                6,
+                NON_FINITE.filled(),
+            )))?;
+            if (sample.x - last_label) / x_per_px >= LABEL_GAP_PX {
+                let at = match options.axis {
+                    Axis::Step if sample.x_from < sample.x => {
+                        format!("{name} in steps {}–{}", sample.x_from, sample.x)
+                    }
+                    Axis::Step => format!("{name} at step {}", sample.x),
+                    Axis::Time => name.clone(),
+                };
+                let dy = if sample.y == f64::NEG_INFINITY { -18 } else { 8 };
+                // Near the right edge the label goes to the left of its marker.
+                let dx = if (x1 - sample.x) / x_per_px < 130.0 {
+                    -(8 * at.len() as i32)
+                } else {
+                    6
+                };
+                chart.draw_series(std::iter::once(
+                    EmptyElement::at((sample.x, y))
+                        + Text::new(at, (dx, dy), ("sans-serif", 14).into_font().color(&NON_FINITE)),
+                ))?;
+                last_label = sample.x;
+            }
+        }
+    }
+    if lines.len() > 1 {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(200, 205, 210))
+            .position(SeriesLabelPosition::UpperRight)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuplane_api::metric::{SeriesPoint, Value};
+
+    fn points(values: &[f64]) -> Series {
+        Series {
+            key: "train/loss".into(),
+            points: Some(
+                values
+                    .iter()
+                    .enumerate()
+                    .map(|(step, &value)| SeriesPoint {
+                        step: step as i64,
+                        wall_time: 1_000.0 + step as f64,
+                        value: Value(value),
+                    })
+                    .collect(),
+            ),
+            buckets: None,
+        }
+    }
+
+    fn options() -> ChartOptions {
+        ChartOptions {
+            title: "train/loss".into(),
+            axis: Axis::Step,
+            smoothing: 0.0,
+            width: 640,
+            height: 320,
+        }
+    }
+
+    #[test]
+    fn a_nan_breaks_the_line_and_is_labelled() {
+        let series = points(&[1.0, 0.9, f64::NAN, 0.8, 0.7]);
+        let svg = svg(
+            &[Line {
+                label: "run".into(),
+                series,
+            }],
+            &options(),
+        );
+        assert!(svg.starts_with("<svg"), "{svg}");
+        assert!(svg.contains("NaN at step 2"), "{svg}");
+        let line = r##"stroke="#2F6FED" stroke-width="2""##;
+        assert_eq!(svg.matches(line).count(), 2, "two segments around the NaN: {svg}");
+    }
+
+    #[test]
+    fn infinities_are_named_by_sign() {
+        let series = points(&[1.0, f64::INFINITY, 0.5, f64::NEG_INFINITY]);
+        let svg = svg(
+            &[Line {
+                label: "run".into(),
+                series,
+            }],
+            &options(),
+        );
+        assert!(
+            svg.contains("+Inf at step 1") && svg.contains("-Inf at step 3"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn smoothing_is_debiased_and_skips_non_finite_values() {
+        let samples: Vec<Sample> = [2.0, f64::NAN, 2.0]
+            .iter()
+            .enumerate()
+            .map(|(x, &y)| Sample {
+                x: x as f64,
+                x_from: x as f64,
+                y,
+                range: None,
+                non_finite: None,
+            })
+            .collect();
+        let smoothed = smooth(&samples, 0.9);
+        assert_eq!(smoothed[0], 2.0);
+        assert!(smoothed[1].is_nan());
+        assert!((smoothed[2] - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn an_empty_range_says_so() {
+        let svg = svg(
+            &[Line {
+                label: "run".into(),
+                series: points(&[]),
+            }],
+            &options(),
+        );
+        assert!(svg.contains("no points in this range"), "{svg}");
+    }
+
+    #[test]
+    fn labels_are_escaped() {
+        let series = points(&[1.0, 2.0]);
+        let lines = [
+            Line {
+                label: "<script>a</script>".into(),
+                series: series.clone(),
+            },
+            Line {
+                label: "b&c".into(),
+                series,
+            },
+        ];
+        let svg = svg(&lines, &options());
+        assert!(!svg.contains("<script>"), "{svg}");
+        assert!(svg.contains("b&amp;c"), "{svg}");
+    }
+}

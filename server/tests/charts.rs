@@ -1,0 +1,214 @@
+//! Charts and live run updates over HTTP with the real server: SVG charts
+//! that mark and name non-finite values (raw and downsampled), compare runs,
+//! refuse bad views by field, and a run stream that says when a run changed.
+
+use gpuplane_api::auth::Scope;
+use gpuplane_server::testkit::{start_server, user_token};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: gpuplane_server::RunningServer,
+    http: reqwest::Client,
+    token: String,
+}
+
+impl Fixture {
+    async fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start_server(dir.path()).await;
+        let token = user_token(&server.state.db, "ml", Scope::Write, false).await;
+        Fixture {
+            _dir: dir,
+            server,
+            http: reqwest::Client::new(),
+            token,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1{path}", self.server.url)
+    }
+
+    async fn run(&self, name: &str, values: &[Value]) -> String {
+        let response = self
+            .http
+            .post(self.url("/runs"))
+            .bearer_auth(&self.token)
+            .json(&json!({"name": name}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let run: Value = response.json().await.unwrap();
+        let id = run["id"].as_str().unwrap().to_string();
+        self.ingest(&id, "b0", values).await;
+        id
+    }
+
+    async fn ingest(&self, run: &str, batch_id: &str, values: &[Value]) {
+        let points: Vec<Value> = values
+            .iter()
+            .enumerate()
+            .map(|(step, value)| json!({"key": "train/loss", "step": step, "wall_time": 1_764_460_800.0 + step as f64, "value": value}))
+            .collect();
+        let response = self
+            .http
+            .post(self.url(&format!("/runs/{run}/metrics")))
+            .bearer_auth(&self.token)
+            .json(&json!({"batch_id": batch_id, "points": points}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{}",
+            response.text().await.unwrap()
+        );
+    }
+
+    async fn chart(&self, run: &str, query: &str) -> (StatusCode, String, String) {
+        let response = self
+            .http
+            .get(self.url(&format!("/runs/{run}/chart.svg?{query}")))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let kind = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (status, kind, response.text().await.unwrap())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chart_breaks_at_non_finite_values_and_names_them() {
+    let f = Fixture::new().await;
+    let run = f
+        .run(
+            "nan",
+            &[
+                json!(1.0),
+                json!(0.8),
+                json!("NaN"),
+                json!(0.6),
+                json!("Infinity"),
+                json!(0.5),
+            ],
+        )
+        .await;
+    let (status, kind, svg) = f.chart(&run, "key=train/loss").await;
+    assert_eq!(status, StatusCode::OK, "{svg}");
+    assert_eq!(kind, "image/svg+xml");
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(
+        svg.contains("NaN at step 2") && svg.contains("+Inf at step 4"),
+        "{svg}"
+    );
+
+    // Zoomed past the NaN: it is no longer drawn.
+    let (_, _, zoomed) = f
+        .chart(&run, "key=train/loss&from=3&to=5&smooth=0.6&x=step")
+        .await;
+    assert!(
+        !zoomed.contains("NaN at step") && zoomed.contains("+Inf at step 4"),
+        "{zoomed}"
+    );
+
+    let (_, _, by_time) = f.chart(&run, "key=train/loss&x=time").await;
+    assert!(by_time.contains("seconds since start"), "{by_time}");
+
+    let (_, _, unknown) = f.chart(&run, "key=eval/nothing").await;
+    assert!(unknown.contains("no points in this range"), "{unknown}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_downsampled_chart_still_marks_a_lone_nan() {
+    let f = Fixture::new().await;
+    let values: Vec<Value> = (0..5_000)
+        .map(|step| {
+            if step == 3_333 {
+                json!("NaN")
+            } else {
+                json!(1.0 / (step + 1) as f64)
+            }
+        })
+        .collect();
+    let run = f.run("long", &values).await;
+    let (status, _, svg) = f.chart(&run, "key=train/loss&width=200").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        svg.contains("1 non-finite in steps 3325–3349"),
+        "the bucket holding step 3333 is marked: {svg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compared_runs_share_a_chart_with_a_legend() {
+    let f = Fixture::new().await;
+    let first = f.run("baseline", &[json!(1.0), json!(0.5)]).await;
+    let second = f.run("bigger-lr", &[json!(1.0), json!(0.9)]).await;
+    let (status, _, svg) = f.chart(&first, &format!("key=train/loss&compare={second}")).await;
+    assert_eq!(status, StatusCode::OK, "{svg}");
+    assert!(
+        svg.contains("default/baseline") && svg.contains("default/bigger-lr"),
+        "{svg}"
+    );
+
+    let (status, _, body) = f.chart(&first, "key=train/loss&compare=run_nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_views_are_refused_by_field() {
+    let f = Fixture::new().await;
+    let run = f.run("r", &[json!(1.0)]).await;
+    for (query, field) in [
+        ("key=train/loss&smooth=1.5", "smooth"),
+        ("key=train/loss&width=10", "width"),
+        ("key=train/loss&height=99999", "height"),
+        ("key=train/loss&x=epoch", "x"),
+        ("key=train/loss&from=9&to=1", "from"),
+        ("smooth=0.5", "key"),
+    ] {
+        let (status, _, body) = f.chart(&run, query).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {body}");
+        assert!(body.contains(field), "{query}: {body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_run_stream_says_when_points_arrive() {
+    let f = Fixture::new().await;
+    let run = f.run("live", &[json!(1.0)]).await;
+    let mut response = f
+        .http
+        .get(f.url(&format!("/runs/{run}/stream")))
+        .bearer_auth(&f.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    f.ingest(&run, "b1", &[json!(0.5), json!(0.25)]).await;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains("event: changed") {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("a changed event within 10 s")
+            .unwrap()
+            .expect("the stream stays open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        seen.contains("data: 3 "),
+        "the version counts the 3 points: {seen}"
+    );
+}
