@@ -10,6 +10,11 @@ import path from 'node:path';
 const root = path.resolve(__dirname, '..');
 const targetDir = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target');
 const serverBin = path.join(targetDir, 'debug', 'gpuplane-server');
+const agentBin = path.join(targetDir, 'debug', 'gpuplane-agent');
+/** The virtualenv `scripts/test.sh` makes, with the Python SDK installed. */
+export const PYTHON = path.join(root, '.venv', 'bin', 'python');
+/** The name of the agent's node (two simulated GPUs). */
+export const NODE = 'e2e-node';
 export const GPUCTL = path.join(targetDir, 'debug', 'gpuctl');
 
 export const ADMIN_USER = 'e2e-admin';
@@ -21,6 +26,7 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
     execFileSync(serverBin, ['--data-dir', dataDir, 'admin', ...args], { input, encoding: 'utf8' }).trim();
   admin(['create-user', ADMIN_USER, '--admin', '--password-stdin'], ADMIN_PASSWORD + '\n');
   const token = admin(['create-token', '--user', ADMIN_USER, '--scope', 'write']);
+  const agentToken = admin(['create-agent-token', '--name', NODE]);
 
   const oidc = await startIssuer();
   const server = spawn(
@@ -55,6 +61,14 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
   });
   server.stderr!.on('data', (chunk: Buffer) => process.stderr.write(chunk));
 
+  // A real agent with simulated GPUs, for the pages that show jobs running.
+  const agent = spawn(
+    agentBin,
+    ['--server', url, '--token', agentToken, '--name', NODE, '--fake-gpus', '2',
+     '--jobs-dir', mkdtempSync(path.join(tmpdir(), 'gpuplane-e2e-jobs-'))],
+    { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, GPUPLANE_LOG: 'warn' } },
+  );
+
   await oidc.attach(url);
   process.env.GPUPLANE_URL = url;
   process.env.GPUPLANE_TOKEN = token;
@@ -62,6 +76,8 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
 
   return async () => {
     oidc.close();
+    agent.kill('SIGTERM');
+    await new Promise((resolve) => agent.once('exit', resolve));
     server.kill('SIGTERM');
     await new Promise((resolve) => server.once('exit', resolve));
   };

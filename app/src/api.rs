@@ -2,16 +2,7 @@
 //! public HTTP endpoint and checks its caller itself.
 
 use gpuplane_api::auth::SessionUser;
-use gpuplane_api::health::Health;
 use leptos::prelude::*;
-
-/// Server health for the dashboard.
-#[server(prefix = "/console/fn", endpoint = "server_health")]
-pub async fn server_health() -> Result<Health, ServerFnError> {
-    require_user().await?;
-    let backend = crate::backend::use_backend()?;
-    backend.health().await.map_err(ServerFnError::new)
-}
 
 /// The SSO provider's name for the sign-in page, when SSO is configured (public).
 #[server(prefix = "/console/fn", endpoint = "sso_name")]
@@ -40,6 +31,36 @@ pub async fn require_user() -> Result<SessionUser, ServerFnError> {
     session_user()
         .await
         .ok_or_else(|| ServerFnError::new("not signed in: sign in again"))
+}
+
+/// The body of `GET path` on the public API, read as the signed-in user.
+/// Pages read through this one call, so they show exactly what the API shows.
+#[server(prefix = "/console/fn", endpoint = "api_get")]
+pub async fn api_get(path: String) -> Result<String, ServerFnError> {
+    let user = require_user().await?;
+    crate::backend::use_backend()?
+        .api_get(user, path)
+        .await
+        .map_err(ServerFnError::new)
+}
+
+/// Several API reads in one call (a page's charts); each answer or its error.
+#[server(prefix = "/console/fn", endpoint = "api_get_many")]
+pub async fn api_get_many(paths: Vec<String>) -> Result<Vec<Result<String, String>>, ServerFnError> {
+    let user = require_user().await?;
+    let backend = crate::backend::use_backend()?;
+    let mut answers = Vec::with_capacity(paths.len());
+    for path in paths {
+        answers.push(backend.api_get(user.clone(), path).await);
+    }
+    Ok(answers)
+}
+
+/// An API answer, decoded.
+pub async fn fetch<T: serde::de::DeserializeOwned>(path: String) -> Result<T, ServerFnError> {
+    let body = api_get(path).await?;
+    serde_json::from_str(&body)
+        .map_err(|error| ServerFnError::new(format!("unexpected answer from the server: {error}")))
 }
 
 /// The pending device sign-in a user code names (wrong codes are rate-limited).

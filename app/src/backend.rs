@@ -2,7 +2,6 @@
 //! and provides as context; the app never touches the database itself.
 
 use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, SessionUser, TokenInfo};
-use gpuplane_api::health::Health;
 use leptos::prelude::*;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +11,6 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Errors are messages for the person at the console.
 pub trait ConsoleBackend: Send + Sync + 'static {
-    fn health(&self) -> BoxFuture<'_, Result<Health, String>>;
     /// The name of the SSO provider, when single sign-on is configured.
     fn sso_name(&self) -> Option<String>;
     /// The device sign-in a user code names; wrong codes count against `limiter_key`.
@@ -34,6 +32,9 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         request: CreateToken,
     ) -> BoxFuture<'_, Result<CreatedToken, String>>;
     fn revoke_token(&self, user: SessionUser, token_id: String) -> BoxFuture<'_, Result<(), String>>;
+    /// The body of `GET path` on the public API (`/api/v1/...`), read as
+    /// this user with a read scope: pages show what the API shows.
+    fn api_get(&self, user: SessionUser, path: String) -> BoxFuture<'_, Result<String, String>>;
 }
 
 /// The backend as the server provides it in every request's context.

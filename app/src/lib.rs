@@ -5,6 +5,7 @@ pub mod api;
 #[cfg(feature = "ssr")]
 pub mod backend;
 mod pages;
+pub mod view;
 
 use gpuplane_api::auth::SessionUser;
 use leptos::prelude::*;
@@ -57,6 +58,9 @@ pub fn App() -> impl IntoView {
                 <A href="/" attr:class="brand">"GPUPlane"</A>
                 <nav aria-label="Main">
                     <A href="/">"Dashboard"</A>
+                    <A href="/jobs">"Jobs"</A>
+                    <A href="/nodes">"Nodes"</A>
+                    <A href="/events">"Events"</A>
                     <A href="/tokens">"Tokens"</A>
                     <a href="/api/v1/openapi.json">"API"</a>
                 </nav>
@@ -78,6 +82,11 @@ pub fn App() -> impl IntoView {
                     // Async: a page that may redirect to /login renders fully before the first byte.
                     <Route path=StaticSegment("") ssr=SsrMode::Async view=|| view! { <Protected><pages::Dashboard /></Protected> } />
                     <Route path=path!("/login") view=pages::Login />
+                    <Route path=path!("/jobs") ssr=SsrMode::Async view=|| view! { <Protected><pages::Jobs /></Protected> } />
+                    <Route path=path!("/jobs/:job_id") ssr=SsrMode::Async view=|| view! { <Protected><pages::JobDetail /></Protected> } />
+                    <Route path=path!("/runs/:run_id") ssr=SsrMode::Async view=|| view! { <Protected><pages::RunPage /></Protected> } />
+                    <Route path=path!("/nodes") ssr=SsrMode::Async view=|| view! { <Protected><pages::Nodes /></Protected> } />
+                    <Route path=path!("/events") ssr=SsrMode::Async view=|| view! { <Protected><pages::Events /></Protected> } />
                     <Route path=path!("/tokens") ssr=SsrMode::Async view=|| view! { <Protected><pages::Tokens /></Protected> } />
                     <Route path=path!("/device") ssr=SsrMode::Async view=|| view! { <Protected><pages::Device /></Protected> } />
                 </Routes>

@@ -9,14 +9,16 @@ use app::backend::{Backend, BoxFuture, ConsoleBackend};
 use app::{App, shell};
 use axum::Router;
 use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, Scope, SessionUser, TokenInfo};
-use gpuplane_api::health::Health;
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
 use std::sync::Arc;
 
 /// Page routes, server functions, and a fallback serving files from the site root.
 pub fn router(state: &AppState) -> Router<AppState> {
-    let backend = Backend(Arc::new(ServerBackend { state: state.clone() }));
+    let backend = Backend(Arc::new(ServerBackend {
+        state: state.clone(),
+        api: crate::api::router().0.with_state(state.clone()),
+    }));
     let context = move || provide_context(backend.clone());
     let options = state.leptos.clone();
     Router::new()
@@ -28,6 +30,17 @@ pub fn router(state: &AppState) -> Router<AppState> {
 
 struct ServerBackend {
     state: AppState,
+    /// The API, for reads made on behalf of a page.
+    api: Router,
+}
+
+/// The largest API answer a page reads (a full log may be bigger: it is downloaded instead).
+const MAX_PAGE_READ: usize = 32 * 1024 * 1024;
+
+/// The API paths a page may read: no streams (they never end) and nothing outside `/api/v1/`.
+fn readable_by_pages(path: &str) -> bool {
+    let route = path.split('?').next().unwrap_or_default();
+    route.starts_with("/api/v1/") && !route.contains("..") && !route.ends_with("/stream")
 }
 
 fn principal(user: &SessionUser) -> Principal {
@@ -55,11 +68,22 @@ fn message(error: ApiError) -> String {
     }
 }
 
-impl ConsoleBackend for ServerBackend {
-    fn health(&self) -> BoxFuture<'_, Result<Health, String>> {
-        Box::pin(async move { crate::api::health::check(&self.state).await.map_err(message) })
+/// The message of an API error body, with its field details.
+fn error_message(status: axum::http::StatusCode, body: &str) -> String {
+    match serde_json::from_str::<gpuplane_api::error::ErrorBody>(body) {
+        Ok(error) if error.error.details.is_empty() => error.error.message,
+        Ok(error) => error
+            .error
+            .details
+            .iter()
+            .map(|d| format!("{}: {}", d.field, d.message))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(_) => format!("the server answered {status}"),
     }
+}
 
+impl ConsoleBackend for ServerBackend {
     fn sso_name(&self) -> Option<String> {
         self.state.config.sso.as_ref().map(|sso| sso.display_name.clone())
     }
@@ -116,6 +140,33 @@ impl ConsoleBackend for ServerBackend {
             tokens::create(&self.state.db, &principal(&user), Scope::Write, &request)
                 .await
                 .map_err(message)
+        })
+    }
+
+    fn api_get(&self, user: SessionUser, path: String) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async move {
+            use tower::ServiceExt;
+            if !readable_by_pages(&path) {
+                return Err(format!("the console does not read {path}"));
+            }
+            let mut request = axum::http::Request::get(&path)
+                .body(axum::body::Body::empty())
+                .map_err(|error| format!("bad path {path}: {error}"))?;
+            request.extensions_mut().insert(user);
+            let response = match self.api.clone().oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), MAX_PAGE_READ)
+                .await
+                .map_err(|error| format!("cannot read the answer to {path}: {error}"))?;
+            let text = String::from_utf8_lossy(&body).into_owned();
+            if status.is_success() {
+                Ok(text)
+            } else {
+                Err(error_message(status, &text))
+            }
         })
     }
 

@@ -314,3 +314,40 @@ async fn a_session_reads_the_api_but_never_writes_through_it() {
         .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pages_read_the_api_through_one_server_function_and_nothing_else() {
+    let console = Console::start(|_| {}).await;
+    let cookie = console.signed_in().await;
+    let call = |path: &str, cookie: Option<&str>| {
+        let mut request = console
+            .http
+            .post(console.url("/console/fn/api_get"))
+            .header("origin", &console.server.url)
+            .form(&[("path", path)]);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.send()
+    };
+    let answer = call("/api/v1/jobs?limit=5", Some(&cookie)).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    let body: String = answer.json().await.unwrap();
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(page["items"].is_array(), "{page}");
+
+    for refused in ["/api/v1/events/stream", "/login", "/api/v1/../tokens"] {
+        let response = call(refused, Some(&cookie)).await.unwrap();
+        assert!(!response.status().is_success(), "{refused}");
+        assert!(
+            response.text().await.unwrap().contains("does not read"),
+            "{refused}"
+        );
+    }
+    let missing = call("/api/v1/jobs/job_nope", Some(&cookie)).await.unwrap();
+    assert!(missing.text().await.unwrap().contains("job_nope"));
+    let bad = call("/api/v1/jobs?status=SLEEPING", Some(&cookie)).await.unwrap();
+    assert!(bad.text().await.unwrap().contains("status: "));
+    let anonymous = call("/api/v1/jobs", None).await.unwrap();
+    assert!(anonymous.text().await.unwrap().contains("not signed in"));
+}

@@ -1,13 +1,19 @@
 //! One module per console page.
 
 mod dashboard;
-mod device;
+pub(crate) mod device;
+mod jobs;
 mod login;
+mod nodes;
 mod not_found;
+mod run;
 mod tokens;
 
 pub use dashboard::Dashboard;
 pub use device::Device;
+pub use jobs::{JobDetail, Jobs};
 pub use login::Login;
+pub use nodes::{Events, Nodes};
 pub use not_found::NotFound;
+pub use run::RunPage;
 pub use tokens::Tokens;

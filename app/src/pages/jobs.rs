@@ -1,0 +1,177 @@
+//! `/jobs` (filters, pages) and `/jobs/{job_id}` (spec, attempts, queued
+//! reason, events, logs).
+
+use crate::api::fetch;
+use crate::view::format::{self, status_badge};
+use crate::view::loaded;
+use crate::view::logs::{LogViewer, LogsOf};
+use crate::view::query::{api, link};
+use crate::view::tables::{EventsTable, JobsTable};
+use gpuplane_api::Page;
+use gpuplane_api::event::Event;
+use gpuplane_api::job::Job;
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+
+const STATUSES: [&str; 7] = [
+    "QUEUED",
+    "DISPATCHING",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "CANCELLED",
+    "LOST",
+];
+
+#[component]
+pub fn Jobs() -> impl IntoView {
+    let query = use_query_map();
+    let param = move |key: &str| query.read().get(key).unwrap_or_default();
+    let jobs = Resource::new(
+        move || ["status", "project", "user", "q", "before"].map(param),
+        |[status, project, user, q, before]| {
+            fetch::<Page<Job>>(api(
+                "/api/v1/jobs",
+                &[
+                    ("status", &status),
+                    ("project", &project),
+                    ("user", &user),
+                    ("q", &q),
+                    ("before", &before),
+                ],
+            ))
+        },
+    );
+    view! {
+        <Title text="Jobs" />
+        <h1>"Jobs"</h1>
+        <form method="get" class="inline-form card" role="search" data-testid="job-filters">
+            <label>"Status"
+                <select name="status">
+                    <option value="" selected=move || param("status").is_empty()>"any"</option>
+                    {STATUSES.map(|s| view! { <option value=s selected=move || param("status") == s>{s}</option> })}
+                </select>
+            </label>
+            <label>"Project" <input name="project" prop:value=move || param("project") placeholder="any" /></label>
+            <label>"User" <input name="user" prop:value=move || param("user") placeholder="anyone" /></label>
+            <label>"Text" <input type="search" name="q" prop:value=move || param("q") placeholder="name or id" /></label>
+            <button type="submit">"Filter"</button>
+            <a href="/jobs">"Clear"</a>
+        </form>
+        {loaded(jobs, move |page: Page<Job>| {
+            let filtered = ["status", "project", "user", "q"].iter().any(|k| !param(k).is_empty());
+            let empty = if filtered {
+                "No job matches these filters."
+            } else {
+                "No jobs yet. Submit one: gpuctl job submit --name first --gpus 1 -- python train.py"
+            };
+            let older = page.next_before.map(|before| {
+                link("/jobs", &query.read_untracked(), &[("before", Some(&before.to_string()))])
+            });
+            view! {
+                <section class="card">
+                    <JobsTable jobs=page.items empty=empty />
+                    <nav class="pager" aria-label="Pages">
+                        {(!param("before").is_empty()).then(|| view! {
+                            <a href=link("/jobs", &query.read_untracked(), &[("before", None)])>"← Newest"</a>
+                        })}
+                        {older.map(|href| view! { <a href=href data-testid="older">"Older →"</a> })}
+                    </nav>
+                </section>
+            }
+        })}
+    }
+}
+
+#[component]
+pub fn JobDetail() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("job_id").unwrap_or_default();
+    let job = Resource::new(id, |id| fetch::<Job>(format!("/api/v1/jobs/{id}")));
+    let events = Resource::new(id, |id| {
+        fetch::<Page<Event>>(api("/api/v1/events", &[("job_id", &id), ("limit", "50")]))
+    });
+    view! {
+        <Title text="Job" />
+        {loaded(job, move |job: Job| view! { <JobView job=job /> })}
+        <h2>"Logs"</h2>
+        <LogViewer of=LogsOf::Job(params.read_untracked().get("job_id").unwrap_or_default()) />
+        <section class="card">
+            <h2>"Events"</h2>
+            {loaded(events, |page: Page<Event>| view! { <EventsTable events=page.items empty="No events for this job yet." /> })}
+        </section>
+    }
+}
+
+#[component]
+fn JobView(job: Job) -> impl IntoView {
+    let spec = job.spec.clone();
+    let command = spec.command.join(" ");
+    let queued = (job.status.as_str() == "QUEUED")
+        .then(|| job.queued_reason.clone())
+        .flatten();
+    view! {
+        <h1>{job.name.clone()} " " {status_badge(job.status.as_str())}</h1>
+        <p class="muted mono">{job.id.clone()}</p>
+        {queued.map(|reason| view! { <p class="notice" data-testid="queued-reason">"Waiting: " {reason}</p> })}
+        {job.failure_reason.map(|reason| view! {
+            <p class="notice danger">{reason.as_str()} ": " {job.failure_detail.clone().unwrap_or_default()}
+                " " <a href=format!("/runs/{}?tab=diagnosis", job.run_id)>"Why, and what to do"</a></p>
+        })}
+        <section class="card">
+            <h2>"Spec"</h2>
+            <dl class="details">
+                <dt>"Run"</dt><dd><a href=format!("/runs/{}", job.run_id) data-testid="run-link">{job.run_id.clone()}</a></dd>
+                <dt>"Kind"</dt><dd>{job.kind.as_str()}</dd>
+                <dt>"Project"</dt><dd>{job.project.clone()}</dd>
+                <dt>"Submitted"</dt><dd>{format::time(&job.created_at)} " by " {job.submitted_by.clone().unwrap_or_else(|| "–".into())}</dd>
+                <dt>"Command"</dt><dd>{command}</dd>
+                <dt>"Working dir"</dt><dd>{spec.working_dir.clone().unwrap_or_else(|| "(the agent's home)".into())}</dd>
+                <dt>"GPUs"</dt><dd>{spec.resources.gpu}</dd>
+                <dt>"Runner"</dt><dd>{format!("{:?}", spec.runner).to_lowercase()} {spec.image.clone().map(|i| format!(" ({i})"))}</dd>
+                <dt>"Priority"</dt><dd>{spec.priority}</dd>
+                <dt>"Attempts"</dt><dd>{format!("{} of at most {}", job.attempts.len(), job.max_attempts)}</dd>
+                {(!spec.env.is_empty()).then(|| view! {
+                    <dt>"Environment"</dt>
+                    <dd>{spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")}</dd>
+                })}
+                {(!spec.node_selector.is_empty()).then(|| view! {
+                    <dt>"Node selector"</dt>
+                    <dd>{spec.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")}</dd>
+                })}
+            </dl>
+        </section>
+        <section class="card">
+            <h2>"Attempts"</h2>
+            {if job.attempts.is_empty() {
+                view! { <p class="empty">"Not dispatched yet."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll"><table data-testid="attempts">
+                        <thead><tr><th>"#"</th><th>"Node"</th><th>"GPUs"</th><th>"Status"</th><th>"Started"</th><th>"Ended"</th><th>"Duration"</th><th>"Exit"</th><th>"Failure"</th></tr></thead>
+                        <tbody>{job.attempts.iter().cloned().map(|a| {
+                            let duration = a.started_at.as_deref().and_then(format::epoch_seconds).map(|start| {
+                                let end = a.ended_at.as_deref().and_then(format::epoch_seconds);
+                                match end {
+                                    Some(end) => format::duration(end - start),
+                                    None => "running".into(),
+                                }
+                            });
+                            view! { <tr>
+                                <td>{a.n}</td><td>{a.node}</td>
+                                <td>{a.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")}</td>
+                                <td>{status_badge(a.status.as_str())}</td>
+                                <td>{a.started_at.as_deref().map(format::time)}</td>
+                                <td>{a.ended_at.as_deref().map(format::time)}</td>
+                                <td>{duration}</td>
+                                <td>{a.exit_code.map(|c| c.to_string()).or(a.signal_name.clone())}</td>
+                                <td>{a.failure_reason.map(|r| r.as_str())} " " <span class="muted">{a.failure_detail.clone()}</span></td>
+                            </tr> }
+                        }).collect_view()}</tbody>
+                    </table></div>
+                }.into_any()
+            }}
+        </section>
+    }
+}

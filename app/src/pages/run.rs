@@ -1,0 +1,453 @@
+//! `/runs/{run_id}`: the shareable run page. The view (metrics, x axis,
+//! smoothing, range, compared runs, tab, log stream, search) lives in the
+//! URL query, so a copied link opens the same view.
+
+use crate::api::{api_get_many, fetch};
+use crate::pages::device::clean;
+use crate::view::format::{self, status_badge};
+use crate::view::live::{self, Next};
+use crate::view::loaded;
+use crate::view::logs::{HiddenParams, LogViewer, LogsOf};
+use crate::view::query::{api, link};
+use crate::view::tables::EventsTable;
+use gpuplane_api::Page;
+use gpuplane_api::diagnosis::{Diagnosis, Evidence};
+use gpuplane_api::evaluation::Evaluation;
+use gpuplane_api::event::Event;
+use gpuplane_api::job::Job;
+use gpuplane_api::metric::{Checkpoint, Run};
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_location, use_params_map, use_query_map};
+use serde::{Deserialize, Serialize};
+
+const TABS: [(&str, &str); 5] = [
+    ("logs", "Logs"),
+    ("events", "Events"),
+    ("checkpoints", "Checkpoints"),
+    ("evaluations", "Evaluations"),
+    ("diagnosis", "Diagnosis"),
+];
+
+/// The chart settings the URL carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ChartView {
+    metrics: Vec<String>,
+    x: String,
+    smooth: String,
+    from: String,
+    to: String,
+    compare: String,
+}
+
+/// The namespace a metric's chart is grouped under.
+fn group_of(key: &str) -> &'static str {
+    if key.starts_with("train/") {
+        "train/"
+    } else if key.starts_with("eval/") {
+        "eval/"
+    } else {
+        "other"
+    }
+}
+
+fn chart_path(run_id: &str, key: &str, view: &ChartView) -> String {
+    api(
+        &format!("/api/v1/runs/{run_id}/chart.svg"),
+        &[
+            ("key", key),
+            ("x", &view.x),
+            ("smooth", &view.smooth),
+            ("from", &view.from),
+            ("to", &view.to),
+            ("compare", &view.compare),
+        ],
+    )
+}
+
+/// The selected metrics' charts, each as SVG or the reason it could not be drawn.
+async fn load_charts(
+    run_id: String,
+    view: ChartView,
+) -> Result<Vec<(String, Result<String, String>)>, ServerFnError> {
+    let run = fetch::<Run>(format!("/api/v1/runs/{run_id}")).await?;
+    let keys: Vec<String> = run
+        .latest
+        .keys()
+        .filter(|key| view.metrics.is_empty() || view.metrics.contains(key))
+        .cloned()
+        .collect();
+    let paths = keys.iter().map(|key| chart_path(&run_id, key, &view)).collect();
+    let svgs = api_get_many(paths).await?;
+    Ok(keys.into_iter().zip(svgs).collect())
+}
+
+#[component]
+pub fn RunPage() -> impl IntoView {
+    let params = use_params_map();
+    let query = use_query_map();
+    let location = use_location();
+    let id = Memo::new(move |_| params.read().get("run_id").unwrap_or_default());
+    let param = move |key: &str| query.read().get(key).unwrap_or_default();
+    // Bumped by the live stream while the run is going.
+    let tick = RwSignal::new(0u64);
+    let summary = Resource::new(
+        move || (id.get(), tick.get()),
+        |(id, _)| async move {
+            let run = fetch::<Run>(format!("/api/v1/runs/{id}")).await?;
+            let job = match &run.job_id {
+                Some(job_id) => Some(fetch::<Job>(format!("/api/v1/jobs/{job_id}")).await?),
+                None => None,
+            };
+            Ok::<_, ServerFnError>((run, job))
+        },
+    );
+    let view_state = Memo::new(move |_| ChartView {
+        metrics: query.read().get_all("metric").unwrap_or_default(),
+        x: param("x"),
+        smooth: param("smooth"),
+        from: param("from"),
+        to: param("to"),
+        compare: param("compare"),
+    });
+    let charts = Resource::new(
+        move || (id.get(), view_state.get(), tick.get()),
+        |(id, view, _)| load_charts(id, view),
+    );
+    let live_url = Memo::new(move |_| {
+        let status = summary.get().and_then(Result::ok).map(|(run, _)| run.status)?;
+        matches!(status.as_str(), "QUEUED" | "DISPATCHING" | "RUNNING")
+            .then(|| format!("/api/v1/runs/{}/stream", id.get()))
+    });
+    let live_state = RwSignal::new(None::<&'static str>);
+    live::follow(
+        move || live_url.get(),
+        &["changed"],
+        move |_, _| {
+            tick.update(|t| *t += 1);
+            Next::Continue
+        },
+        move |up| live_state.set(Some(if up { "live" } else { "reconnecting…" })),
+    );
+    let tab = move || {
+        let chosen = param("tab");
+        if TABS.iter().any(|(name, _)| *name == chosen) {
+            chosen
+        } else {
+            "logs".to_string()
+        }
+    };
+    view! {
+        <Title text="Run" />
+        {loaded(summary, move |(run, job): (Run, Option<Job>)| view! { <Summary run=run job=job /> })}
+        <span class="muted" data-testid="run-live" role="status">{move || live_state.get()}</span>
+        <section class="card">
+            <h2>"Charts"</h2>
+            <form method="get" class="inline-form" data-testid="chart-view">
+                <HiddenParams except=&["x", "smooth", "from", "to", "compare"] />
+                <label>"X axis"
+                    <select name="x">
+                        <option value="step" selected=move || param("x") != "time">"step"</option>
+                        <option value="time" selected=move || param("x") == "time">"wall time"</option>
+                    </select>
+                </label>
+                <label>"Smoothing (0–0.99)" <input name="smooth" type="number" min="0" max="0.99" step="0.05" prop:value=move || param("smooth") /></label>
+                <label>"From" <input name="from" inputmode="decimal" prop:value=move || param("from") placeholder="start" /></label>
+                <label>"To" <input name="to" inputmode="decimal" prop:value=move || param("to") placeholder="end" /></label>
+                <label>"Compare with runs" <input name="compare" prop:value=move || param("compare") placeholder="run ids, comma-separated" /></label>
+                <button type="submit">"Apply"</button>
+                <a href=move || link(&location.pathname.get(), &query.read(), &[("from", None), ("to", None)])>"Whole range"</a>
+            </form>
+            <CopyLink />
+            <Suspense fallback=|| view! { <p class="muted">"Drawing charts…"</p> }>
+                {move || charts.get().map(|result| match result {
+                    Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
+                    Ok(list) if list.is_empty() => view! {
+                        <p class="empty" data-testid="no-metrics">"No metrics yet: write TensorBoard events into a watch dir of the job, or call "
+                            <code>"run.log({\"train/loss\": loss}, step=step)"</code> " with the Python SDK."</p>
+                    }.into_any(),
+                    Ok(list) => ["train/", "eval/", "other"].into_iter().filter_map(|group| {
+                        let charts: Vec<_> = list.iter().filter(|(key, _)| group_of(key) == group).cloned().collect();
+                        (!charts.is_empty()).then(|| view! {
+                            <h3>{group}</h3>
+                            <div class="charts">
+                                {charts.into_iter().map(|(key, svg)| {
+                                    let href = chart_path(&id.get_untracked(), &key, &view_state.get_untracked());
+                                    match svg {
+                                        Ok(svg) => view! {
+                                            <figure class="chart" data-key=key.clone()>
+                                                <div class="chart-svg" inner_html=svg></div>
+                                                <figcaption><a rel="external" href=href target="_blank">"SVG"</a></figcaption>
+                                            </figure>
+                                        }.into_any(),
+                                        Err(error) => view! { <p class="error">{key} ": " {error}</p> }.into_any(),
+                                    }
+                                }).collect_view()}
+                            </div>
+                        })
+                    }).collect_view().into_any(),
+                })}
+            </Suspense>
+        </section>
+        <nav class="tabs" aria-label="Run sections">
+            {TABS.map(|(name, label)| view! {
+                <a href=move || link(&location.pathname.get(), &query.read(), &[("tab", Some(name))])
+                    aria-current=move || (tab() == name).then_some("page")>{label}</a>
+            })}
+        </nav>
+        {move || {
+            let id = id.get();
+            match tab().as_str() {
+                "events" => view! { <RunEvents run_id=id tick=tick /> }.into_any(),
+                "checkpoints" => view! { <Checkpoints run_id=id tick=tick /> }.into_any(),
+                "evaluations" => view! { <Evaluations run_id=id tick=tick /> }.into_any(),
+                "diagnosis" => view! { <DiagnosisView run_id=id tick=tick /> }.into_any(),
+                _ => view! { <LogViewer of=LogsOf::Run(id) /> }.into_any(),
+            }
+        }}
+    }
+}
+
+#[component]
+fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
+    let attempt = job.as_ref().and_then(|job| job.attempts.last().cloned());
+    let duration = job.as_ref().and_then(|job| {
+        let start = job
+            .attempts
+            .first()?
+            .started_at
+            .as_deref()
+            .and_then(format::epoch_seconds)?;
+        let end = job
+            .attempts
+            .last()?
+            .ended_at
+            .as_deref()
+            .and_then(format::epoch_seconds);
+        Some(match end {
+            Some(end) => format::duration(end - start),
+            None => format!("{} so far", format::duration(now_seconds() - start)),
+        })
+    });
+    let git = job.as_ref().and_then(|job| {
+        ["GIT_COMMIT", "GIT_SHA"]
+            .iter()
+            .find_map(|name| job.spec.env.get(*name).cloned())
+    });
+    let primary = run.primary_metric.clone();
+    view! {
+        <Title text=format!("Run {}", run.name) />
+        <h1>{run.name.clone()} " " {status_badge(run.status.clone())}</h1>
+        <section class="card">
+            <dl class="details" data-testid="run-summary">
+                <dt>"Project"</dt><dd>{run.project.clone()}</dd>
+                {job.as_ref().map(|job| view! { <dt>"Job"</dt><dd><a href=format!("/jobs/{}", job.id)>{job.id.clone()}</a></dd> })}
+                <dt>"Duration"</dt><dd>{duration.unwrap_or_else(|| "not started".into())}</dd>
+                <dt>"Node"</dt><dd>{attempt.as_ref().map(|a| a.node.clone()).unwrap_or_else(|| "–".into())}</dd>
+                <dt>"GPUs"</dt><dd>{attempt.as_ref().map(|a| a.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")).filter(|g| !g.is_empty()).unwrap_or_else(|| "none".into())}</dd>
+                <dt>"Primary metric"</dt>
+                <dd data-testid="primary-metric">{match primary {
+                    None => "not set (gpuctl run set-primary RUN KEY --goal max|min)".to_string(),
+                    Some(p) => match p.best {
+                        Some(best) => format!("{} ({}): best {} at step {}{}", p.key, p.goal.as_str(), format::value(best.value.0), best.step,
+                            p.best_checkpoint.map(|c| format!(", checkpoint {c}")).unwrap_or_default()),
+                        None => format!("{} ({}): no finite value yet", p.key, p.goal.as_str()),
+                    },
+                }}</dd>
+                {git.map(|git| view! { <dt>"Git commit"</dt><dd>{git}</dd> })}
+                <dt>"Created"</dt><dd>{format::time(&run.created_at)}</dd>
+                <dt>"Run id"</dt><dd>{run.id.clone()}</dd>
+            </dl>
+        </section>
+        {(!run.latest.is_empty()).then(|| view! {
+            <section class="cards" data-testid="latest">
+                {run.latest.iter().map(|(key, latest)| view! {
+                    <div class="metric-card" class:bad=latest.non_finite data-key=key.clone()>
+                        <div class="metric-key">{key.clone()}</div>
+                        <div class="metric-value">{format::value(latest.value.0)}
+                            {latest.non_finite.then(|| view! { " " <span class="badge nonfinite" data-testid="non-finite">"non-finite"</span> })}</div>
+                        <div class="muted">"step " {latest.step} " · " {latest.count} " points"
+                            {(latest.non_finite_count > 0).then(|| format!(" · {} non-finite", latest.non_finite_count))}</div>
+                    </div>
+                }).collect_view()}
+            </section>
+        })}
+    }
+}
+
+/// Seconds since the epoch now (for "running for").
+fn now_seconds() -> i64 {
+    #[cfg(feature = "hydrate")]
+    {
+        (js_sys_now() / 1000.0) as i64
+    }
+    #[cfg(not(feature = "hydrate"))]
+    {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(feature = "hydrate")]
+fn js_sys_now() -> f64 {
+    web_sys::js_sys::Date::now()
+}
+
+/// Copies the page's address (the current view) to the clipboard.
+#[component]
+fn CopyLink() -> impl IntoView {
+    let copied = RwSignal::new(false);
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        if let Some(window) = web_sys::window()
+            && let Ok(href) = window.location().href()
+        {
+            let _ = window.navigator().clipboard().write_text(&href);
+            copied.set(true);
+        }
+    };
+    view! {
+        <p class="share">
+            "The address of this page is the view: share it. "
+            <button type="button" class="secondary" on:click=copy data-testid="copy-link">"Copy link"</button>
+            {move || copied.get().then(|| view! { <span class="info">" Copied."</span> })}
+        </p>
+    }
+}
+
+#[component]
+fn RunEvents(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
+    let events = Resource::new(
+        move || (run_id.clone(), tick.get()),
+        |(id, _)| fetch::<Page<Event>>(api("/api/v1/events", &[("run_id", &id), ("limit", "100")])),
+    );
+    view! {
+        <section class="card">
+            {loaded(events, |page: Page<Event>| view! { <EventsTable events=page.items empty="No events for this run." /> })}
+        </section>
+    }
+}
+
+#[component]
+fn Checkpoints(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
+    let checkpoints = Resource::new(
+        move || (run_id.clone(), tick.get()),
+        |(id, _)| fetch::<Page<Checkpoint>>(format!("/api/v1/runs/{id}/checkpoints")),
+    );
+    view! {
+        <section class="card">
+            {loaded(checkpoints, |page: Page<Checkpoint>| {
+                if page.items.is_empty() {
+                    return view! { <p class="empty">"No checkpoints yet: files named *.pt, *.pth, *.ckpt or *.safetensors in a watch dir appear here."</p> }.into_any();
+                }
+                view! {
+                    <div class="table-scroll"><table data-testid="checkpoints">
+                        <thead><tr><th>"Path"</th><th>"Step"</th><th>"Size"</th><th>"Written"</th><th>"Primary metric"</th><th></th></tr></thead>
+                        <tbody>{page.items.into_iter().map(|c| view! {
+                            <tr>
+                                <td class="mono">{c.path}</td>
+                                <td>{c.step.map(|s| s.to_string()).unwrap_or_else(|| "–".into())}</td>
+                                <td>{format!("{:.1} MiB", c.size as f64 / 1_048_576.0)}</td>
+                                <td>{format::time(&c.modified_at)}</td>
+                                <td>{c.primary_value.map(|v| format::value(v.0))} {c.best.then(|| view! { " " <span class="badge best">"best"</span> })}</td>
+                                <td>{(!c.shared_with.is_empty()).then(|| view! {
+                                    <span class="error">"also written by " {c.shared_with.join(", ")} ": not safe to evaluate"</span>
+                                })}</td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table></div>
+                }.into_any()
+            })}
+        </section>
+    }
+}
+
+#[component]
+fn Evaluations(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
+    let evaluations = Resource::new(
+        move || (run_id.clone(), tick.get()),
+        |(id, _)| fetch::<Page<Evaluation>>(api("/api/v1/evaluations", &[("run_id", &id)])),
+    );
+    view! {
+        <section class="card">
+            {loaded(evaluations, |page: Page<Evaluation>| {
+                if page.items.is_empty() {
+                    return view! { <p class="empty">"No evaluations yet: gpuctl eval create RUN --checkpoint PATH -- python eval.py"</p> }.into_any();
+                }
+                view! {
+                    <div class="table-scroll"><table data-testid="evaluations">
+                        <thead><tr><th>"Job"</th><th>"Checkpoint"</th><th>"Step"</th><th>"Status"</th><th>"Metrics"</th></tr></thead>
+                        <tbody>{page.items.into_iter().map(|e| view! {
+                            <tr>
+                                <td><a href=format!("/jobs/{}", e.job_id)>{e.job_id.clone()}</a></td>
+                                <td class="mono">{e.checkpoint}</td>
+                                <td>{e.step}</td>
+                                <td>{status_badge(e.status.as_str())}</td>
+                                <td>{e.metrics.iter().map(|(k, v)| format!("{k} = {}", format::value(v.0))).collect::<Vec<_>>().join(", ")}
+                                    {e.failure_detail.map(|d| view! { <span class="error">{d}</span> })}</td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table></div>
+                }.into_any()
+            })}
+        </section>
+    }
+}
+
+fn evidence_view(evidence: Evidence) -> impl IntoView {
+    match evidence {
+        Evidence::Log {
+            attempt,
+            stream,
+            n,
+            text,
+        } => {
+            format!("attempt {attempt} {} line {n}: {text}", stream.as_str())
+        }
+        Evidence::Event {
+            time,
+            event_kind,
+            message,
+        } => format!("{} {event_kind}: {message}", format::time(&time)),
+        Evidence::Metric { key, step, value } => format!("{key} = {} at step {step}", format::value(value.0)),
+        Evidence::Job { text } => text,
+    }
+}
+
+#[component]
+fn DiagnosisView(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
+    let diagnosis = Resource::new(
+        move || (run_id.clone(), tick.get()),
+        |(id, _)| fetch::<Diagnosis>(format!("/api/v1/runs/{id}/diagnosis")),
+    );
+    view! {
+        <section class="card" data-testid="diagnosis">
+            {loaded(diagnosis, |d: Diagnosis| view! {
+                {d.failure.map(|f| view! {
+                    <h2>{f.summary}</h2>
+                    <p class="muted">"Rule " <code>{f.rule}</code> " · " {f.category}</p>
+                    <h3>"Evidence"</h3>
+                    <ul class="evidence">{f.evidence.into_iter().map(|e| view! { <li><code>{evidence_view(e)}</code></li> }).collect_view()}</ul>
+                    <h3>"Likely causes"</h3>
+                    <ul>{f.likely_causes.into_iter().map(|c| view! { <li>{c}</li> }).collect_view()}</ul>
+                    <h3>"What to do"</h3>
+                    <ol>{f.actions.into_iter().map(|a| view! { <li>{a}</li> }).collect_view()}</ol>
+                    <p><strong>"Retry? "</strong>{f.retry_advice}</p>
+                })}
+                <h3>"Findings"</h3>
+                {if d.findings.is_empty() {
+                    view! { <p class="empty">"Nothing looks wrong with this run."</p> }.into_any()
+                } else {
+                    view! {
+                        <ul class="findings">{d.findings.into_iter().map(|f| view! {
+                            <li><span class=format!("badge severity-{}", f.severity.as_str())>{f.severity.as_str()}</span>
+                                " " <code>{f.kind}</code> " " {f.summary}</li>
+                        }).collect_view()}</ul>
+                    }.into_any()
+                }}
+            })}
+        </section>
+    }
+}

@@ -1,0 +1,34 @@
+//! Pieces shared by pages: formatting, ANSI text, the log viewer, charts,
+//! live updates and links that keep the view in the URL.
+
+pub mod ansi;
+pub mod format;
+pub mod live;
+pub mod logs;
+pub mod query;
+pub mod tables;
+
+use crate::pages::device::clean;
+use leptos::prelude::*;
+
+/// `render(value)` once `resource` has loaded; its error in place if it failed.
+pub fn loaded<T, V>(
+    resource: Resource<Result<T, ServerFnError>>,
+    render: impl Fn(T) -> V + Clone + Send + Sync + 'static,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + 'static,
+    V: IntoView + 'static,
+{
+    view! {
+        <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || {
+                let render = render.clone();
+                resource.get().map(move |result| match result {
+                    Ok(value) => render(value).into_any(),
+                    Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
+                })
+            }}
+        </Suspense>
+    }
+}
