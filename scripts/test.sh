@@ -27,10 +27,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Chromium (Debian) and the browser-test packages (npm)"
-if ! command -v chromium >/dev/null 2>&1; then
+step "install: Chromium and a font for PNG charts (Debian), the browser-test packages (npm)"
+if ! command -v chromium >/dev/null 2>&1 || [ ! -d /usr/share/fonts/truetype/dejavu ]; then
   as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium fonts-dejavu-core >/dev/null
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 

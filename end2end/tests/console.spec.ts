@@ -2,7 +2,7 @@
 // (NaN included) through the real Python SDK and prints lines; the browser
 // follows it from the dashboard to the run page, shares the view, and
 // watches the log grow.
-import { test, expect, Page, APIRequestContext } from '@playwright/test';
+import { test, expect, Browser, Page, APIRequestContext } from '@playwright/test';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -60,6 +60,17 @@ async function lastTick(page: Page): Promise<number> {
 test('dashboard → jobs → job → run: NaN marker, non-finite badge, shared view, live log', async ({ page, browser, request }) => {
   const stop = path.join(mkdtempSync(path.join(tmpdir(), 'console-stop-')), 'stop');
   const job = await submitJob(request, 'console-e2e', stop);
+  try {
+    await followTheJob(page, browser, request, job);
+  } finally {
+    writeFileSync(stop, '');
+  }
+  await expect
+    .poll(async () => (await (await request.get(`${url()}/api/v1/jobs/${job.id}`, { headers: auth() })).json()).status, { timeout: 30_000 })
+    .toBe('SUCCEEDED');
+});
+
+async function followTheJob(page: Page, browser: Browser, request: APIRequestContext, job: { id: string; run_id: string }) {
   await waitForPoints(request, job.run_id);
 
   await signIn(page, '/');
@@ -85,6 +96,19 @@ test('dashboard → jobs → job → run: NaN marker, non-finite badge, shared v
   await expect(page.getByTestId('first-error')).toBeVisible();
   await page.screenshot({ path: 'artifacts/job-live-log.png', fullPage: true });
 
+  // Streams, search and the agent's whole file.
+  await page.getByRole('navigation', { name: 'Stream' }).getByRole('link', { name: 'stderr' }).click();
+  await expect(page).toHaveURL(/log=stderr/);
+  await expect(log.locator('.line.stderr')).toBeVisible();
+  await expect(log.locator('.line.stdout').first()).toBeHidden();
+  await page.getByRole('navigation', { name: 'Stream' }).getByRole('link', { name: 'merged' }).click();
+  await page.getByLabel('Search the log').fill('tick 3');
+  await page.getByLabel('Search the log').press('Enter');
+  await expect(page).toHaveURL(/q=tick(\+|%20)3/);
+  await expect(log.locator('mark').first()).toHaveText('tick 3');
+  await page.getByRole('button', { name: 'Show full stdout' }).click();
+  await expect(page.getByTestId('full-log')).toContainText('training started');
+
   await page.getByTestId('run-link').click();
   await expect(page).toHaveURL(`${url()}/runs/${job.run_id}`);
   const loss = page.locator('.metric-card[data-key="train/loss"]');
@@ -93,7 +117,14 @@ test('dashboard → jobs → job → run: NaN marker, non-finite badge, shared v
   await expect(page.locator('.metric-card[data-key="train/lr"]').getByTestId('non-finite')).toHaveCount(0);
   const lossChart = page.locator('figure.chart[data-key="train/loss"] svg');
   await expect(lossChart).toContainText('NaN at step 20');
+  await expect(page.getByTestId('run-live')).toHaveText('live');
   await page.screenshot({ path: 'artifacts/run-nan.png', fullPage: true });
+  // Each chart has its own URL, as SVG and PNG, for the signed-in (session cookie).
+  const pngUrl = await page.locator('figure.chart[data-key="train/loss"]').getByTestId('chart-png').getAttribute('href');
+  const png = await page.request.get(url() + pngUrl);
+  expect(png.status()).toBe(200);
+  expect(png.headers()['content-type']).toBe('image/png');
+  writeFileSync('artifacts/chart-train-loss.png', await png.body());
   await page.emulateMedia({ colorScheme: 'dark' });
   await page.setViewportSize({ width: 390, height: 844 });
   await page.screenshot({ path: 'artifacts/run-nan-phone-dark.png', fullPage: true });
@@ -127,8 +158,13 @@ test('dashboard → jobs → job → run: NaN marker, non-finite badge, shared v
   await second.screenshot({ path: 'artifacts/run-shared.png', fullPage: true });
   await other.close();
 
-  writeFileSync(stop, '');
-  await expect
-    .poll(async () => (await (await request.get(`${url()}/api/v1/jobs/${job.id}`, { headers: auth() })).json()).status, { timeout: 30_000 })
-    .toBe('SUCCEEDED');
-});
+
+  // While the run goes on, the open page follows it: a finite value ends the badge.
+  const more = await request.post(`${url()}/api/v1/runs/${job.run_id}/metrics`, {
+    headers: auth(),
+    data: { batch_id: 'e2e-late', points: [{ key: 'train/loss', step: 31, wall_time: Date.now() / 1000, value: 0.05 }] },
+  });
+  expect(more.status(), await more.text()).toBe(200);
+  await expect(page.locator('.metric-card[data-key="train/loss"] .metric-value')).toHaveText('0.05');
+  await expect(page.locator('.metric-card[data-key="train/loss"]').getByTestId('non-finite')).toHaveCount(0);
+}

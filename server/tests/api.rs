@@ -283,6 +283,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/runs  bearer ["read"]
         post   /api/v1/runs  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}  bearer ["read"]
+        get    /api/v1/runs/{run_id}/chart.png  bearer ["read"]
         get    /api/v1/runs/{run_id}/chart.svg  bearer ["read"]
         get    /api/v1/runs/{run_id}/checkpoints  bearer ["read"]
         get    /api/v1/runs/{run_id}/diagnosis  bearer ["read"]

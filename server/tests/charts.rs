@@ -212,3 +212,32 @@ async fn the_run_stream_says_when_points_arrive() {
         "the version counts the 3 points: {seen}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_chart_comes_as_png() {
+    let f = Fixture::new().await;
+    let run = f.run("png", &[json!(1.0), json!("NaN"), json!(0.5)]).await;
+    let response = f
+        .http
+        .get(f.url(&format!(
+            "/runs/{run}/chart.png?key=train/loss&width=400&height=200"
+        )))
+        .bearer_auth(&f.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "image/png");
+    let png = response.bytes().await.unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // The IHDR chunk holds the size asked for.
+    assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 400);
+    assert_eq!(u32::from_be_bytes(png[20..24].try_into().unwrap()), 200);
+    let anonymous = f
+        .http
+        .get(f.url(&format!("/runs/{run}/chart.png?key=train/loss")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}

@@ -51,9 +51,10 @@ fn group_of(key: &str) -> &'static str {
     }
 }
 
-fn chart_path(run_id: &str, key: &str, view: &ChartView) -> String {
+/// The URL of a chart as `svg` or `png`.
+fn chart_path(run_id: &str, key: &str, view: &ChartView, format: &str) -> String {
     api(
-        &format!("/api/v1/runs/{run_id}/chart.svg"),
+        &format!("/api/v1/runs/{run_id}/chart.{format}"),
         &[
             ("key", key),
             ("x", &view.x),
@@ -77,7 +78,10 @@ async fn load_charts(
         .filter(|key| view.metrics.is_empty() || view.metrics.contains(key))
         .cloned()
         .collect();
-    let paths = keys.iter().map(|key| chart_path(&run_id, key, &view)).collect();
+    let paths = keys
+        .iter()
+        .map(|key| chart_path(&run_id, key, &view, "svg"))
+        .collect();
     let svgs = api_get_many(paths).await?;
     Ok(keys.into_iter().zip(svgs).collect())
 }
@@ -172,12 +176,16 @@ pub fn RunPage() -> impl IntoView {
                             <h3>{group}</h3>
                             <div class="charts">
                                 {charts.into_iter().map(|(key, svg)| {
-                                    let href = chart_path(&id.get_untracked(), &key, &view_state.get_untracked());
+                                    let (run_id, view) = (id.get_untracked(), view_state.get_untracked());
+                                    let (svg_href, png_href) = (chart_path(&run_id, &key, &view, "svg"), chart_path(&run_id, &key, &view, "png"));
                                     match svg {
                                         Ok(svg) => view! {
                                             <figure class="chart" data-key=key.clone()>
                                                 <div class="chart-svg" inner_html=svg></div>
-                                                <figcaption><a rel="external" href=href target="_blank">"SVG"</a></figcaption>
+                                                <figcaption>
+                                                    <a rel="external" href=svg_href target="_blank">"SVG"</a> " · "
+                                                    <a rel="external" href=png_href target="_blank" data-testid="chart-png">"PNG"</a>
+                                                </figcaption>
                                             </figure>
                                         }.into_any(),
                                         Err(error) => view! { <p class="error">{key} ": " {error}</p> }.into_any(),

@@ -72,6 +72,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::get_run))
         .routes(routes!(runs::query_metrics))
         .routes(routes!(runs::chart_svg))
+        .routes(routes!(runs::chart_png))
         .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
         .routes(routes!(runs::list_checkpoints))

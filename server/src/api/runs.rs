@@ -332,6 +332,48 @@ pub async fn chart_svg(
     Path(run_id): Path<String>,
     ApiQuery(query): ApiQuery<ChartQuery>,
 ) -> Result<([(header::HeaderName, &'static str); 2], String), ApiError> {
+    let svg = draw_chart(&state, &auth, run_id, query).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "private, no-store"),
+        ],
+        svg,
+    ))
+}
+
+/// The same chart as a PNG image, for pasting where SVG is not shown.
+#[utoipa::path(get, path = "/runs/{run_id}/chart.png", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path), ChartQuery),
+    responses((status = 200, description = "The chart", content_type = "image/png"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn chart_png(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<ChartQuery>,
+) -> Result<([(header::HeaderName, &'static str); 2], Vec<u8>), ApiError> {
+    let svg = draw_chart(&state, &auth, run_id, query).await?;
+    let png = tokio::task::spawn_blocking(move || chart::png(&svg))
+        .await
+        .map_err(anyhow::Error::from)??;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/png"),
+            (header::CACHE_CONTROL, "private, no-store"),
+        ],
+        png,
+    ))
+}
+
+async fn draw_chart(
+    state: &AppState,
+    auth: &Authed<Read>,
+    run_id: String,
+    query: ChartQuery,
+) -> Result<String, ApiError> {
     let mut errors = Vec::new();
     let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
     let smoothing = query.smooth.unwrap_or(0.0);
@@ -393,14 +435,7 @@ pub async fn chart_svg(
         width,
         height,
     };
-    let svg = chart::svg(&lines, &options);
-    Ok((
-        [
-            (header::CONTENT_TYPE, "image/svg+xml"),
-            (header::CACHE_CONTROL, "private, no-store"),
-        ],
-        svg,
-    ))
+    Ok(chart::svg(&lines, &options))
 }
 
 /// The checkpoint files a run wrote, each with the other runs that wrote the same path.

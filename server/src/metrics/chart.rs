@@ -155,6 +155,54 @@ fn bounds(lines: &[Vec<Sample>]) -> ((f64, f64), (f64, f64)) {
     (x, widen(y))
 }
 
+/// A chart drawn by [`svg`] as a PNG image. Text uses the system's fonts
+/// (DejaVu, Liberation, ...), read once.
+pub fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
+    use resvg::{tiny_skia, usvg};
+    static FONTS: std::sync::OnceLock<std::sync::Arc<usvg::fontdb::Database>> = std::sync::OnceLock::new();
+    let fonts = FONTS.get_or_init(|| {
+        let mut fonts = usvg::fontdb::Database::new();
+        fonts.load_system_fonts();
+        // The charts ask for "sans-serif": point it at a family this host has.
+        let installed = [
+            "DejaVu Sans",
+            "Liberation Sans",
+            "Noto Sans",
+            "FreeSans",
+            "Arial",
+            "Helvetica",
+        ]
+        .into_iter()
+        .find(|family| {
+            fonts
+                .faces()
+                .any(|face| face.families.iter().any(|(name, _)| name == family))
+        });
+        match installed {
+            Some(family) => fonts.set_sans_serif_family(family),
+            None => tracing::warn!(
+                "no usual sans-serif font: PNG charts may have no text (install fonts-dejavu-core)"
+            ),
+        }
+        std::sync::Arc::new(fonts)
+    });
+    let options = usvg::Options {
+        fontdb: fonts.clone(),
+        ..usvg::Options::default()
+    };
+    let tree = usvg::Tree::from_str(svg, &options)?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or_else(|| {
+        anyhow::anyhow!(
+            "a chart of {}×{} pixels cannot be drawn",
+            size.width(),
+            size.height()
+        )
+    })?;
+    resvg::render(&tree, tiny_skia::Transform::default(), &mut pixmap.as_mut());
+    Ok(pixmap.encode_png()?)
+}
+
 /// The chart as an SVG document.
 pub fn svg(lines: &[Line], options: &ChartOptions) -> String {
     let mut out = String::new();
