@@ -98,17 +98,21 @@ pub fn App() -> impl IntoView {
 
 /// Shows its children to signed-in users; sends everyone else to the
 /// sign-in page, coming back here afterwards.
+///
+/// The children are made once, outside the `Suspense` that waits for the
+/// user: the server renders a `Suspense`'s content more than once, and a
+/// page made inside it would load its data each time. A signed-out visitor
+/// gets a 302 before any of it is sent (and the page's own calls refuse).
 #[component]
-fn Protected(children: ChildrenFn) -> impl IntoView {
+fn Protected(children: Children) -> impl IntoView {
     let user = expect_context::<CurrentUser>();
     let location = use_location();
-    let children = StoredValue::new(children);
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || {
                 let signed_in = user.0.get().map(|r| matches!(r, Ok(Some(_))));
                 match signed_in {
-                    Some(true) => Some(children.read_value()().into_any()),
+                    Some(true) => None,
                     Some(false) => {
                         let search = location.search.get_untracked();
                         let here = match search.trim_start_matches('?') {
@@ -123,6 +127,7 @@ fn Protected(children: ChildrenFn) -> impl IntoView {
                 }
             }}
         </Suspense>
+        {children()}
     }
 }
 

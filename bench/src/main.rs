@@ -1,10 +1,11 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
 //! about a process (latency, CPU, memory), and the server library in this
 //! process for the scheduler's pass.
 
+mod console;
 mod jobs;
 mod metrics;
 
@@ -41,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     match which.as_str() {
         "jobs" => runtime.block_on(jobs::run()),
         "metrics" => runtime.block_on(metrics::run()),
+        "console" => runtime.block_on(console::run()),
         "tfevents" => {
             let path = std::env::args()
                 .nth(2)
@@ -49,8 +51,9 @@ fn main() -> anyhow::Result<()> {
         }
         "all" => runtime.block_on(async {
             jobs::run().await?;
-            metrics::run().await
+            metrics::run().await?;
+            console::run().await
         }),
-        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs, metrics or all"),
+        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs, metrics, console or all"),
     }
 }

@@ -225,6 +225,9 @@ pub struct ServerConfig {
     pub loss_pattern: String,
     /// Output silence of a running job that its diagnosis reports (NO_OUTPUT).
     pub silence_warning: Duration,
+    /// How long metric compaction waits after ingest before it looks (not
+    /// a setting users need; tests make it long to see chunks before).
+    pub compaction_delay: Duration,
 }
 
 impl ServerConfig {
@@ -247,6 +250,7 @@ impl ServerConfig {
             sso: None,
             loss_pattern: DEFAULT_LOSS_PATTERN.to_string(),
             silence_warning: Duration::from_secs(DEFAULT_SILENCE_WARNING_S),
+            compaction_delay: Duration::from_secs(2),
         }
     }
 

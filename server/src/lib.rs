@@ -86,6 +86,7 @@ pub async fn serve(
     let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), state.shutdown.clone()));
     let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
     let sweeper = tokio::spawn(sweep_sessions(state.clone()));
+    let compactor = tokio::spawn(metrics::compact::run(state.clone()));
     let mut graceful = state.shutdown.clone();
     let stopper = state.clone();
     let server = axum::serve(
@@ -110,6 +111,7 @@ pub async fn serve(
     stopper.begin_shutdown();
     let _ = monitor.await;
     let _ = scheduler.await;
+    let _ = compactor.await;
     sweeper.abort();
     Ok(())
 }

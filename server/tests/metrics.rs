@@ -3,7 +3,7 @@
 //! LOSS_NAN once per key, and clear refusals that write nothing.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::testkit::{start_server, user_token};
+use gpuplane_server::testkit::{start_server_with, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -16,8 +16,12 @@ struct Fixture {
 
 impl Fixture {
     async fn new() -> Fixture {
+        Fixture::with(|_| {}).await
+    }
+
+    async fn with(configure: impl FnOnce(&mut gpuplane_server::config::ServerConfig)) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let server = start_server(dir.path()).await;
+        let server = start_server_with(dir.path(), configure).await;
         let token = user_token(&server.state.db, "ml", Scope::Write, false).await;
         Fixture {
             _dir: dir,
@@ -532,4 +536,100 @@ async fn runs_and_jobs_sort_by_their_primary_metric() {
         )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn many_small_batches_are_compacted_without_changing_any_answer() {
+    let f = Fixture::with(|config| config.compaction_delay = std::time::Duration::from_secs(3600)).await;
+    let run = f.run("chatty").await;
+    for batch in 0..40 {
+        let points: Vec<Value> = (batch * 50..(batch + 1) * 50)
+            .map(|step| {
+                let value = if step == 1_234 {
+                    json!("NaN")
+                } else {
+                    json!(step as f64 * 0.5)
+                };
+                point("train/loss", step, value)
+            })
+            .collect();
+        let (status, body) = f
+            .ingest(&run, json!({"batch_id": format!("s{batch}"), "points": points}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let db = &f.server.state.db;
+    let chunks = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM metric_chunks WHERE run_id = ?")
+            .bind(&run)
+            .fetch_one(db)
+            .await
+            .unwrap()
+    };
+    let answers = || async {
+        [
+            f.get(&format!("/runs/{run}/metrics?key=train/loss&max_points=100000"))
+                .await,
+            f.get(&format!("/runs/{run}/metrics?key=train/loss&max_points=7"))
+                .await,
+            f.get(&format!("/runs/{run}/metrics?key=train/loss&from=1200&to=1300"))
+                .await,
+            f.get(&format!("/runs/{run}")).await["latest"].clone(),
+        ]
+    };
+    let before = answers().await;
+    assert_eq!(chunks().await, 40);
+
+    let mut seen = 0;
+    let compacted = gpuplane_server::metrics::compact::pass(db, &mut seen)
+        .await
+        .unwrap();
+    assert_eq!(compacted, 1);
+    assert_eq!(chunks().await, 1, "2,000 points fit one chunk");
+    let after = answers().await;
+    assert_eq!(after[0], before[0], "every point, in order");
+    assert_eq!(after[2], before[2], "a zoomed range");
+    assert_eq!(after[3], before[3], "the latest values");
+    // Buckets are made of 64-point sub-buckets, whose edges move with the
+    // chunks: the totals, the extremes and the non-finite count stay.
+    let totals = |answer: &Value| {
+        let buckets = answer["buckets"].as_array().unwrap();
+        let sum = |field: &str| buckets.iter().map(|b| b[field].as_u64().unwrap()).sum::<u64>();
+        let extreme = |field: &str, pick: fn(f64, f64) -> f64| {
+            buckets
+                .iter()
+                .filter_map(|b| b[field].as_f64())
+                .fold(f64::NAN, pick)
+        };
+        (
+            sum("count"),
+            sum("non_finite"),
+            extreme("min", f64::min),
+            extreme("max", f64::max),
+        )
+    };
+    assert_eq!(totals(&after[1]), totals(&before[1]));
+    assert_eq!(totals(&before[1]), (2_000, 1, 0.0, 999.5));
+    assert_eq!(before[0]["points"].as_array().unwrap().len(), 2_000);
+    assert_eq!(before[0]["points"][1_234]["value"], "NaN");
+
+    // Nothing new: nothing to do.
+    assert_eq!(
+        gpuplane_server::metrics::compact::pass(db, &mut seen)
+            .await
+            .unwrap(),
+        0
+    );
+    // New points after compaction still land and are read.
+    let (status, _) = f
+        .ingest(
+            &run,
+            json!({"batch_id": "late", "points": [point("train/loss", 2_000, json!(7.0))]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let all = f
+        .get(&format!("/runs/{run}/metrics?key=train/loss&max_points=100000"))
+        .await;
+    assert_eq!(all["points"].as_array().unwrap().len(), 2_001);
 }

@@ -163,7 +163,7 @@ pub fn RunPage() -> impl IntoView {
                 <a href=move || link(&location.pathname.get(), &query.read(), &[("from", None), ("to", None)])>"Whole range"</a>
             </form>
             <CopyLink />
-            <Suspense fallback=|| view! { <p class="muted">"Drawing charts…"</p> }>
+            <Transition fallback=|| view! { <p class="muted">"Drawing charts…"</p> }>
                 {move || charts.get().map(|result| match result {
                     Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
                     Ok(list) if list.is_empty() => view! {
@@ -195,7 +195,7 @@ pub fn RunPage() -> impl IntoView {
                         })
                     }).collect_view().into_any(),
                 })}
-            </Suspense>
+            </Transition>
         </section>
         <nav class="tabs" aria-label="Run sections">
             {TABS.map(|(name, label)| view! {

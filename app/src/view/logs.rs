@@ -171,6 +171,12 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         },
         move |up| connection.set(if up { "live" } else { "reconnecting…" }),
     );
+    // Another attempt: start over from its own lines.
+    Effect::new(move |_| {
+        attempt.track();
+        arrived.set(Vec::new());
+        newest.update_value(HashMap::clear);
+    });
     let container = NodeRef::<leptos::html::Div>::new();
     Effect::new(move |_| {
         arrived.track();

@@ -21,7 +21,7 @@ where
     V: IntoView + 'static,
 {
     view! {
-        <Suspense fallback=|| view! { <p class="muted">"Loading…"</p> }>
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || {
                 let render = render.clone();
                 resource.get().map(move |result| match result {
@@ -29,6 +29,6 @@ where
                     Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
                 })
             }}
-        </Suspense>
+        </Transition>
     }
 }

@@ -127,6 +127,29 @@ fn segments(xs: impl Iterator<Item = (f64, f64)>) -> Vec<Vec<(f64, f64)>> {
     out
 }
 
+/// Outlines of the min–max band of consecutive buckets (upper edge, then the
+/// lower edge back): one polygon per run of buckets with a finite range.
+fn bands(samples: &[Sample]) -> Vec<Vec<(f64, f64)>> {
+    let mut out = Vec::new();
+    let mut run: Vec<(f64, f64, f64)> = Vec::new();
+    let mut close = |run: &mut Vec<(f64, f64, f64)>| {
+        if run.len() > 1 {
+            let upper = run.iter().map(|&(x, _, hi)| (x, hi));
+            let lower = run.iter().rev().map(|&(x, lo, _)| (x, lo));
+            out.push(upper.chain(lower).collect());
+        }
+        run.clear();
+    };
+    for sample in samples {
+        match sample.range {
+            Some((lo, hi)) => run.push((sample.x, lo, hi)),
+            None => close(&mut run),
+        }
+    }
+    close(&mut run);
+    out
+}
+
 /// The x range, the y range of finite values, each widened when flat.
 fn bounds(lines: &[Vec<Sample>]) -> ((f64, f64), (f64, f64)) {
     let mut x = (f64::INFINITY, f64::NEG_INFINITY);
@@ -257,7 +280,7 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
     chart
         .configure_mesh()
         .x_desc(x_desc)
-        .light_line_style(RGBColor(243, 244, 246))
+        .max_light_lines(0)
         .bold_line_style(RGBColor(222, 226, 230))
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 14))
@@ -284,17 +307,10 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
     let x_per_px = (x1 - x0) / f64::from(options.width.max(1));
     for (index, (line, samples)) in lines.iter().zip(&all).enumerate() {
         let colour = PALETTE[index % PALETTE.len()];
-        // Downsampled: each bucket's finite range as a light vertical bar, so spikes stay visible.
-        chart.draw_series(
-            samples
-                .iter()
-                .filter_map(|s| s.range)
-                .zip(samples)
-                .filter(|((lo, hi), _)| hi > lo)
-                .map(|((lo, hi), sample)| {
-                    PathElement::new(vec![(sample.x, lo), (sample.x, hi)], colour.mix(0.3))
-                }),
-        )?;
+        // Downsampled: the buckets' finite ranges as a light band, so spikes stay visible.
+        for band in bands(samples) {
+            chart.draw_series(std::iter::once(Polygon::new(band, colour.mix(0.25).filled())))?;
+        }
         let raw = segments(samples.iter().map(|s| (s.x, s.y)));
         let smoothed = (options.smoothing > 0.0).then(|| {
             let values = smooth(samples, options.smoothing);

@@ -5,6 +5,7 @@
 
 pub mod chart;
 pub mod chunk;
+pub mod compact;
 
 use crate::error::ApiError;
 use crate::events::{self, Links};
@@ -128,36 +129,52 @@ pub async fn ingest(
         });
     }
     for (key, mut points) in by_key {
-        points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
-        for part in points.chunks(CHUNK_POINTS) {
-            let (first, last) = (part[0], part[part.len() - 1]);
-            let (time_min, time_max) = part
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-                    (lo.min(p.wall), hi.max(p.wall))
-                });
-            sqlx::query(
-                "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(run_id)
-            .bind(key)
-            .bind(first.step)
-            .bind(last.step)
-            .bind(time_min)
-            .bind(time_max)
-            .bind(part.len() as i64)
-            .bind(encode_summary(part))
-            .bind(encode_points(part))
-            .execute(&mut *conn)
-            .await?;
-        }
+        sort_points(&mut points);
+        insert_chunks(conn, run_id, key, &points).await?;
         update_series(conn, run_id, key, &points, loss_pattern, now).await?;
     }
     Ok(IngestResult {
         accepted: batch.points.len() as u64,
         duplicate: false,
     })
+}
+
+/// Step order; points at the same step keep their wall-time order.
+fn sort_points(points: &mut [RawPoint]) {
+    points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
+}
+
+/// Stores points of one series (sorted) as chunks of at most [`CHUNK_POINTS`].
+async fn insert_chunks(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    key: &str,
+    points: &[RawPoint],
+) -> Result<(), ApiError> {
+    for part in points.chunks(CHUNK_POINTS) {
+        let (first, last) = (part[0], part[part.len() - 1]);
+        let (time_min, time_max) = part
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+                (lo.min(p.wall), hi.max(p.wall))
+            });
+        sqlx::query(
+            "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(run_id)
+        .bind(key)
+        .bind(first.step)
+        .bind(last.step)
+        .bind(time_min)
+        .bind(time_max)
+        .bind(part.len() as i64)
+        .bind(encode_summary(part))
+        .bind(encode_points(part))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Updates a key's summary row with a batch's points (sorted by step).
