@@ -51,9 +51,14 @@ async function waitForPoints(request: APIRequestContext, runId: string) {
     .toBe(30);
 }
 
-async function lastTick(page: Page): Promise<number> {
+/** The tick numbers in the log view, in the order shown. */
+async function allTicks(page: Page): Promise<number[]> {
   const text = await page.getByTestId('log-lines').innerText();
-  const ticks = [...text.matchAll(/tick (\d+)/g)].map((m) => Number(m[1]));
+  return [...text.matchAll(/tick (\d+)/g)].map((m) => Number(m[1]));
+}
+
+async function lastTick(page: Page): Promise<number> {
+  const ticks = await allTicks(page);
   return ticks.length ? Math.max(...ticks) : 0;
 }
 
@@ -95,6 +100,11 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await expect.poll(() => lastTick(page), { timeout: 10_000 }).toBeGreaterThan(seen + 3);
   await expect(page.getByTestId('first-error')).toBeVisible();
   await page.screenshot({ path: 'artifacts/job-live-log.png', fullPage: true });
+
+  // The stream starts by replaying the lines the page was rendered with, and
+  // the viewer keeps each line once: none lost, none twice.
+  const ticks = await allTicks(page);
+  expect(ticks).toEqual(Array.from({ length: ticks.length }, (_, i) => i + 1));
 
   // Streams, search and the agent's whole file.
   await page.getByRole('navigation', { name: 'Stream' }).getByRole('link', { name: 'stderr' }).click();
