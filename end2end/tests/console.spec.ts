@@ -146,8 +146,11 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await form.getByLabel('Smoothing').fill('0.5');
   await form.getByLabel('From').fill('5');
   await form.getByLabel('To').fill('25');
+  await form.getByLabel('train/loss').check();
   await form.getByRole('button', { name: 'Apply' }).click();
   await expect(page).toHaveURL(/smooth=0\.5/);
+  await expect(page).toHaveURL(/metric=train%2Floss/);
+  await expect(page.locator('figure.chart')).toHaveCount(1);
   await expect(page).toHaveURL(/from=5&to=25|to=25.*from=5|from=5.*to=25/);
   await page.getByRole('link', { name: 'Diagnosis' }).click();
   await expect(page).toHaveURL(/tab=diagnosis/);
@@ -163,6 +166,9 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await expect(second).toHaveURL(shared);
   await expect(second.getByTestId('chart-view').getByLabel('Smoothing')).toHaveValue('0.5');
   await expect(second.getByTestId('chart-view').getByLabel('From')).toHaveValue('5');
+  await expect(second.getByTestId('chart-view').getByLabel('train/loss')).toBeChecked();
+  // Only the chosen metric is drawn.
+  await expect(second.locator('figure.chart')).toHaveCount(1);
   await expect(second.getByTestId('diagnosis')).toContainText('LOSS_NAN');
   expect(await second.locator('figure.chart[data-key="train/loss"] svg').innerHTML()).toBe(chartHere);
   await second.screenshot({ path: 'artifacts/run-shared.png', fullPage: true });

@@ -148,7 +148,19 @@ pub fn RunPage() -> impl IntoView {
         <section class="card">
             <h2>"Charts"</h2>
             <form method="get" class="inline-form" data-testid="chart-view">
-                <HiddenParams except=&["x", "smooth", "from", "to", "compare"] />
+                <HiddenParams except=&["x", "smooth", "from", "to", "compare", "metric"] />
+                <fieldset class="metric-picker">
+                    <legend>"Metrics (none ticked: all)"</legend>
+                    <Transition fallback=|| ()>
+                        {move || summary.get().and_then(Result::ok).map(|(run, _)| {
+                            let chosen = view_state.read_untracked().metrics.clone();
+                            run.latest.into_keys().map(|key| {
+                                let checked = chosen.contains(&key);
+                                view! { <label class="check"><input type="checkbox" name="metric" value=key.clone() checked=checked />{key}</label> }
+                            }).collect_view()
+                        })}
+                    </Transition>
+                </fieldset>
                 <label>"X axis"
                     <select name="x">
                         <option value="step" selected=move || param("x") != "time">"step"</option>
