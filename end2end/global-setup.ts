@@ -13,6 +13,8 @@ const serverBin = path.join(targetDir, 'debug', 'gpuplane-server');
 const agentBin = path.join(targetDir, 'debug', 'gpuplane-agent');
 /** The virtualenv `scripts/test.sh` makes, with the Python SDK installed. */
 export const PYTHON = path.join(root, '.venv', 'bin', 'python');
+/** The operators' notice the dashboard shows. */
+export const MAINTENANCE = 'Driver upgrade Saturday 10:00 UTC';
 /** The name of the agent's node (two simulated GPUs). */
 export const NODE = 'e2e-node';
 export const GPUCTL = path.join(targetDir, 'debug', 'gpuctl');
@@ -43,6 +45,9 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
         GPUPLANE_OIDC_CLIENT_SECRET: OIDC_CLIENT_SECRET,
         GPUPLANE_OIDC_ALLOWED_DOMAINS: 'example.com',
         GPUPLANE_OIDC_NAME: 'Test SSO',
+        GPUPLANE_MAINTENANCE_MESSAGE: MAINTENANCE,
+        // Streams end every 2 s, so pages prove they resume without losing or repeating anything.
+        GPUPLANE_STREAM_MAX_S: '2',
       },
     },
   );

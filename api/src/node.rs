@@ -78,4 +78,7 @@ pub struct ClusterSummary {
     pub gpus_simulated: u64,
     /// Jobs per status (every status, zeros included).
     pub jobs: BTreeMap<String, u64>,
+    /// The operators' notice (planned maintenance), when set.
+    #[serde(default)]
+    pub maintenance: Option<String>,
 }

@@ -6,7 +6,7 @@ import { test, expect, Browser, Page, APIRequestContext } from '@playwright/test
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { NODE, PYTHON } from '../global-setup';
+import { MAINTENANCE, NODE, PYTHON } from '../global-setup';
 import { signIn, url } from './helpers';
 
 const auth = () => ({ Authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` });
@@ -83,6 +83,7 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await expect(page.getByTestId('nodes')).toContainText(NODE);
   await expect(page.getByTestId('nodes')).toContainText('simulated');
   await expect(page.getByTestId('queue-running')).toHaveText('1');
+  await expect(page.getByTestId('maintenance')).toHaveText(MAINTENANCE);
   await page.screenshot({ path: 'artifacts/dashboard.png', fullPage: true });
 
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Jobs' }).click();
@@ -96,13 +97,15 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await expect(log).toContainText('training started');
   await expect(log.locator('.ansi-2')).toHaveText('training started');
   await expect(page.getByTestId('log-connection')).toHaveText('live');
+  // The server ends each stream after 2 s (GPUPLANE_STREAM_MAX_S); the page
+  // reconnects with Last-Event-ID. Wait through a few reconnections.
   const seen = await lastTick(page);
-  await expect.poll(() => lastTick(page), { timeout: 10_000 }).toBeGreaterThan(seen + 3);
+  await expect.poll(() => lastTick(page), { timeout: 20_000 }).toBeGreaterThan(seen + 30);
   await expect(page.getByTestId('first-error')).toBeVisible();
   await page.screenshot({ path: 'artifacts/job-live-log.png', fullPage: true });
 
-  // The stream starts by replaying the lines the page was rendered with, and
-  // the viewer keeps each line once: none lost, none twice.
+  // Across the reconnections, and the replay of the lines the page was
+  // rendered with, each line is shown once: none lost, none twice.
   const ticks = await allTicks(page);
   expect(ticks).toEqual(Array.from({ length: ticks.length }, (_, i) => i + 1));
 

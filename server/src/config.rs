@@ -102,6 +102,14 @@ pub struct ServeArgs {
     #[arg(long, env = "GPUPLANE_SILENCE_WARNING_S", value_name = "S")]
     pub silence_warning_s: Option<u64>,
 
+    /// Server-sent event streams end after this long, in seconds; clients reconnect and resume.
+    #[arg(long, env = "GPUPLANE_STREAM_MAX_S", value_name = "S")]
+    pub stream_max_s: Option<u64>,
+
+    /// A notice shown on the console's dashboard and by `gpuctl status` (planned maintenance).
+    #[arg(long, env = "GPUPLANE_MAINTENANCE_MESSAGE", value_name = "TEXT")]
+    pub maintenance_message: Option<String>,
+
     /// SSO: the OpenID Connect issuer URL (enables "Sign in with SSO").
     #[arg(long, env = "GPUPLANE_OIDC_ISSUER", value_name = "URL")]
     pub oidc_issuer: Option<String>,
@@ -182,6 +190,8 @@ pub struct FileConfig {
     pub device_poll_interval_s: Option<u64>,
     pub loss_pattern: Option<String>,
     pub silence_warning_s: Option<u64>,
+    pub stream_max_s: Option<u64>,
+    pub maintenance_message: Option<String>,
     pub oidc_issuer: Option<String>,
     pub oidc_client_id: Option<String>,
     pub oidc_client_secret: Option<String>,
@@ -200,6 +210,7 @@ pub const DEFAULT_SESSION_IDLE_MS: u64 = 12 * 3600 * 1000;
 pub const DEFAULT_LOSS_PATTERN: &str = "*loss*";
 pub const DEFAULT_SESSION_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
 pub const DEFAULT_SILENCE_WARNING_S: u64 = 15 * 60;
+pub const DEFAULT_STREAM_MAX_S: u64 = 30 * 60;
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
 /// Everything `serve` needs, resolved from every layer.
@@ -228,6 +239,10 @@ pub struct ServerConfig {
     /// How long metric compaction waits after ingest before it looks (not
     /// a setting users need; tests make it long to see chunks before).
     pub compaction_delay: Duration,
+    /// How long one server-sent event stream lasts before the client reconnects.
+    pub stream_max: Duration,
+    /// Shown on the dashboard and by `gpuctl status`.
+    pub maintenance_message: Option<String>,
 }
 
 impl ServerConfig {
@@ -251,6 +266,8 @@ impl ServerConfig {
             loss_pattern: DEFAULT_LOSS_PATTERN.to_string(),
             silence_warning: Duration::from_secs(DEFAULT_SILENCE_WARNING_S),
             compaction_delay: Duration::from_secs(2),
+            stream_max: Duration::from_secs(DEFAULT_STREAM_MAX_S),
+            maintenance_message: None,
         }
     }
 
@@ -300,6 +317,15 @@ impl ServerConfig {
                 bail!("silence_warning_s must be at least 1");
             }
             config.silence_warning = Duration::from_secs(seconds);
+        }
+        if let Some(seconds) = args.stream_max_s.or(file.stream_max_s) {
+            if seconds < 1 {
+                bail!("stream_max_s must be at least 1");
+            }
+            config.stream_max = Duration::from_secs(seconds);
+        }
+        if let Some(message) = args.maintenance_message.or(file.maintenance_message) {
+            config.maintenance_message = Some(message.trim().to_string()).filter(|m| !m.is_empty());
         }
         let issuer = args.oidc_issuer.or(file.oidc_issuer);
         let client_id = args.oidc_client_id.or(file.oidc_client_id);
@@ -448,6 +474,13 @@ loss_pattern = "{DEFAULT_LOSS_PATTERN}"
 # A running job with no output for this long gets a NO_OUTPUT finding in
 # `gpuctl run diagnose` (a hang, a deadlock between ranks), in seconds.
 silence_warning_s = {DEFAULT_SILENCE_WARNING_S}
+
+# Server-sent event streams (logs, events, runs) end after this long, in
+# seconds; browsers and gpuctl reconnect and resume where they were.
+stream_max_s = {DEFAULT_STREAM_MAX_S}
+
+# A notice on the console's dashboard and in `gpuctl status`, e.g.
+# maintenance_message = "Drivers upgrade Saturday 10:00-12:00 UTC: jobs will be requeued"
 
 # Single sign-on through an OpenID Connect provider (all three to enable).
 # Register {{public_url}}/auth/oidc/callback as the redirect URI there.

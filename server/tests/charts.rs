@@ -185,32 +185,51 @@ async fn bad_views_are_refused_by_field() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_run_stream_says_when_points_arrive() {
+async fn the_run_stream_says_when_points_arrive_and_resumes_from_the_last_version() {
     let f = Fixture::new().await;
     let run = f.run("live", &[json!(1.0)]).await;
-    let mut response = f
-        .http
-        .get(f.url(&format!("/runs/{run}/stream")))
-        .bearer_auth(&f.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let open = |last: Option<String>| {
+        let mut request = f
+            .http
+            .get(f.url(&format!("/runs/{run}/stream")))
+            .bearer_auth(&f.token);
+        if let Some(last) = last {
+            request = request.header("last-event-id", last);
+        }
+        request.send()
+    };
+    // A new client hears the current version at once, then each change.
+    let mut first = open(None).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let version = until(&mut first, "1 ").await;
     f.ingest(&run, "b1", &[json!(0.5), json!(0.25)]).await;
+    let version_after = until(&mut first, "3 ").await;
+    drop(first);
+    assert_ne!(version, version_after);
+
+    // A client that reconnects with the last version it heard hears of what
+    // changed while it was away.
+    f.ingest(&run, "b2", &[json!(0.1)]).await;
+    let mut resumed = open(Some(version_after)).await.unwrap();
+    until(&mut resumed, "4 ").await;
+}
+
+/// Reads a run stream until an event whose data starts with `prefix`; its id.
+async fn until(response: &mut reqwest::Response, prefix: &str) -> String {
     let mut seen = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !seen.contains("event: changed") {
+    loop {
+        if let Some(at) = seen.find(&format!("data: {prefix}")) {
+            let id = seen[..at].rsplit("id: ").next().unwrap().lines().next().unwrap();
+            return id.to_string();
+        }
         let chunk = tokio::time::timeout_at(deadline, response.chunk())
             .await
-            .expect("a changed event within 10 s")
+            .unwrap_or_else(|_| panic!("no event with data {prefix:?} within 10 s: {seen}"))
             .unwrap()
             .expect("the stream stays open");
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
-    assert!(
-        seen.contains("data: 3 "),
-        "the version counts the 3 points: {seen}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

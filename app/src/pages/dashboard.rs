@@ -45,6 +45,7 @@ pub fn Dashboard() -> impl IntoView {
         <Title text="Dashboard" />
         <h1>"Dashboard"</h1>
         {loaded(cluster, |c: ClusterSummary| view! {
+            {c.maintenance.map(|notice| view! { <p class="notice warn" role="status" data-testid="maintenance">{notice}</p> })}
             <section class="cards" data-testid="cluster">
                 <div class="metric-card"><div class="metric-key">"Nodes online"</div>
                     <div class="metric-value">{c.nodes_online}</div>

@@ -171,8 +171,12 @@ async fn follow(client: &Client, args: &LogsArgs, tail: i64, out: &Output) -> Re
         let mut buffer = String::new();
         let mut event = SseEvent::default();
         let mut ended = false;
+        let mut broken = false;
         'read: while let Some(chunk) = body.next().await {
-            let Ok(chunk) = chunk else { break };
+            let Ok(chunk) = chunk else {
+                broken = true;
+                break;
+            };
             buffer.push_str(&String::from_utf8_lossy(&chunk));
             while let Some(newline) = buffer.find('\n') {
                 let line: String = buffer.drain(..=newline).collect();
@@ -213,7 +217,10 @@ async fn follow(client: &Client, args: &LogsArgs, tail: i64, out: &Output) -> Re
         if ended {
             return Ok(());
         }
-        eprintln!("(connection lost; reconnecting)");
+        // The server also ends streams now and then (`stream_max_s`): resume quietly.
+        if broken {
+            eprintln!("(connection lost; reconnecting)");
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }

@@ -32,8 +32,9 @@ pub async fn status(client: &Client, out: &Output) -> Result<(), CliError> {
             .iter()
             .map(|status| format!("{} {}", c.jobs.get(status.as_str()).copied().unwrap_or(0), status.as_str()))
             .collect();
+        let notice = c.maintenance.as_ref().map(|m| format!("\nNotice  {m}")).unwrap_or_default();
         format!(
-            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}",
+            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}{notice}",
             s.server,
             s.health.version,
             s.health.status,

@@ -54,5 +54,6 @@ pub async fn summary(state: &AppState) -> Result<ClusterSummary, ApiError> {
         gpus_in_use: in_use as u64,
         gpus_simulated: simulated as u64,
         jobs,
+        maintenance: state.config.maintenance_message.clone(),
     })
 }

@@ -120,6 +120,7 @@ pub async fn follow_events(
             .await?
             .unwrap_or(0),
     });
+    let stream_max = state.config.stream_max;
     let follow = (
         state.event_recorded.subscribe(),
         state,
@@ -152,5 +153,6 @@ pub async fn follow_events(
             }
         },
     );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Ok(Sse::new(super::bounded(stream_max, stream))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

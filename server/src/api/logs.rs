@@ -114,6 +114,7 @@ pub async fn follow_logs(
             }
         }
     };
+    let stream_max = state.config.stream_max;
     let follow = Follow {
         receiver: state.log_appended.subscribe(),
         state,
@@ -128,7 +129,8 @@ pub async fn follow_logs(
         let event = follow.next().await?;
         Some((Ok(event), follow))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Ok(Sse::new(super::bounded(stream_max, events))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 struct Follow {

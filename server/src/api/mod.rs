@@ -114,6 +114,16 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     (api, doc)
 }
 
+/// Ends a server-sent event stream after `stream_max`: the client reconnects
+/// with `Last-Event-ID` and resumes, and no proxy sees an endless response.
+pub(crate) fn bounded<S: futures_util::Stream>(
+    stream_max: std::time::Duration,
+    stream: S,
+) -> impl futures_util::Stream<Item = S::Item> {
+    use futures_util::StreamExt;
+    stream.take_until(tokio::time::sleep(stream_max))
+}
+
 #[derive(Clone)]
 struct OpenApiJson(Arc<str>);
 

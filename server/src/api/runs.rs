@@ -246,12 +246,31 @@ pub async fn follow_run(
     auth: Authed<Read>,
     State(state): State<AppState>,
     Path(run_id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
-    let seen = runs::version(&state.db, &run_id).await?;
+    // Each event's id is the version it announces. A client that reconnects
+    // hears at once if the run changed meanwhile; a new client hears the
+    // current version first, so nothing between its page load and the
+    // stream's start goes unnoticed.
+    let seen = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string)
+        .unwrap_or_default();
+    let stream_max = state.config.stream_max;
     let follow = (state.event_recorded.subscribe(), state, run_id, seen);
     let stream = futures_util::stream::unfold(follow, |(mut receiver, state, run_id, seen)| async move {
         loop {
+            if let Ok(now) = runs::version(&state.db, &run_id).await
+                && now != seen
+            {
+                let event = SseEvent::default()
+                    .event("changed")
+                    .id(now.clone())
+                    .data(now.clone());
+                return Some((Ok(event), (receiver.resubscribe(), state, run_id, now)));
+            }
             let mut shutdown = state.shutdown.clone();
             tokio::select! {
                 _ = receiver.recv() => {}
@@ -260,16 +279,10 @@ pub async fn follow_run(
             }
             // Batches arrive many a second: one look a second is enough for a page.
             tokio::time::sleep(Duration::from_secs(1)).await;
-            let Ok(now) = runs::version(&state.db, &run_id).await else {
-                continue;
-            };
-            if now != seen {
-                let event = SseEvent::default().event("changed").data(now.clone());
-                return Some((Ok(event), (receiver.resubscribe(), state, run_id, now)));
-            }
         }
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+    Ok(Sse::new(super::bounded(stream_max, stream))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
 /// `x` must be `step` or `time`, and `from` not after `to`.
