@@ -53,10 +53,11 @@ pub fn Dashboard() -> impl IntoView {
                 <div class="metric-card"><div class="metric-key">"GPUs in use"</div>
                     <div class="metric-value">{c.gpus_in_use} " / " {c.gpus_total}</div>
                     <div class="muted">{(c.gpus_simulated > 0).then(|| format!("{} simulated", c.gpus_simulated))}</div></div>
-                {c.jobs.into_iter().filter(|(status, _)| ["QUEUED", "DISPATCHING", "RUNNING", "FAILED", "LOST"].contains(&status.as_str()))
+                {["QUEUED", "DISPATCHING", "RUNNING", "FAILED", "LOST"].into_iter()
+                    .map(|status| (status, c.jobs.get(status).copied().unwrap_or(0)))
                     .map(|(status, count)| view! {
                         <a class="metric-card link-card" href=format!("/jobs?status={status}")>
-                            <div class="metric-key">{status.clone()}</div>
+                            <div class="metric-key">{status}</div>
                             <div class="metric-value" data-testid=format!("queue-{}", status.to_lowercase())>{count}</div>
                         </a>
                     }).collect_view()}
