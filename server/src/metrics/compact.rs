@@ -64,6 +64,17 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, ApiError> {
 
 /// Merges the series' small chunks into full ones when it has enough of them.
 pub async fn compact_series(db: &SqlitePool, run_id: &str, key: &str) -> Result<bool, ApiError> {
+    // A plain read first: most looks find nothing to do and take no write lock.
+    let small: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM metric_chunks WHERE run_id = ? AND key = ? AND count < ?")
+            .bind(run_id)
+            .bind(key)
+            .bind(SMALL)
+            .fetch_one(db)
+            .await?;
+    if small < SMALL_CHUNKS_BEFORE_COMPACTING {
+        return Ok(false);
+    }
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let small: Vec<(i64, Vec<u8>)> = sqlx::query_as(
         "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND count < ? ORDER BY step_min, id",
