@@ -39,3 +39,23 @@ test('unknown pages answer 404 with a way back', async ({ page }) => {
   await expect(page.getByRole('heading', { name: 'Page not found' })).toBeVisible();
   await expect(page.getByRole('link', { name: 'Go to the dashboard' })).toBeVisible();
 });
+
+test('missing things and bad filters are explained in place, not a blank page', async ({ page }) => {
+  await signIn(page, '/jobs/job_does_not_exist');
+  await expect(page.getByRole('alert').first()).toContainText('job_does_not_exist');
+  await page.goto(url() + '/runs/run_does_not_exist');
+  await expect(page.getByRole('alert').first()).toContainText('run_does_not_exist');
+  await page.goto(url() + '/events?severity=loud');
+  await expect(page.getByRole('alert')).toContainText('severity');
+});
+
+test('nodes and events pages list and filter', async ({ page }) => {
+  await signIn(page, '/nodes');
+  await expect(page.getByTestId('nodes')).toContainText('simulated');
+  await page.goto(url() + '/events');
+  await page.getByLabel('Severity').selectOption('info');
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await expect(page).toHaveURL(/severity=info/);
+  await expect(page.getByRole('heading', { name: 'Events' })).toBeVisible();
+  await page.screenshot({ path: 'artifacts/events.png', fullPage: true });
+});
