@@ -3,6 +3,7 @@
 //! alone, and the hydrate bundle's size (gzip) when a release site exists.
 
 use crate::jobs::{Binaries, percentile, release_binaries, start_server_process};
+use crate::metrics::create_run;
 use anyhow::Context;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -55,15 +56,7 @@ async fn sign_in(binaries: &Binaries, data_dir: &std::path::Path, url: &str) -> 
 async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
     let server = start_server_process(binaries, &[]).await?;
     let http = reqwest::Client::new();
-    let run: serde_json::Value = http
-        .post(format!("{}/api/v1/runs", server.url))
-        .bearer_auth(&server.token)
-        .json(&serde_json::json!({"name": "twenty-metrics"}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let run_id = run["id"].as_str().context("no run id")?.to_string();
+    let run_id = create_run(&http, &server, "twenty-metrics").await?;
     let keys: Vec<String> = (0..KEYS)
         .map(|k| match k {
             0..=9 => format!("train/metric_{k}"),

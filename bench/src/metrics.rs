@@ -2,7 +2,7 @@
 //! metric of 1,000,000 points downsampled to 2,000 buckets, server RSS
 //! during sustained ingest.
 
-use crate::jobs::{Binaries, percentile, release_binaries, rss_mib, start_server_process};
+use crate::jobs::{Binaries, ServerProcess, percentile, release_binaries, rss_mib, start_server_process};
 use anyhow::Context;
 use std::time::{Duration, Instant};
 
@@ -31,18 +31,27 @@ fn batch(batch_id: &str, keys: &[String], step: i64, count: usize) -> String {
     serde_json::json!({"batch_id": batch_id, "points": points}).to_string()
 }
 
-async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
-    let server = start_server_process(binaries, &[]).await?;
-    let http = reqwest::Client::new();
+/// A run made the SDK's way; its id.
+pub(crate) async fn create_run(
+    http: &reqwest::Client,
+    server: &ServerProcess,
+    name: &str,
+) -> anyhow::Result<String> {
     let run: serde_json::Value = http
         .post(format!("{}/api/v1/runs", server.url))
         .bearer_auth(&server.token)
-        .json(&serde_json::json!({"name": "bench"}))
+        .json(&serde_json::json!({"name": name}))
         .send()
         .await?
         .json()
         .await?;
-    let run_id = run["id"].as_str().context("no run id")?.to_string();
+    Ok(run["id"].as_str().context("no run id")?.to_string())
+}
+
+async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let http = reqwest::Client::new();
+    let run_id = create_run(&http, &server, "bench").await?;
     let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
     let pid = server.process.0.id();
 
@@ -78,19 +87,8 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
 
     // Two clients at once, 8 keys per batch (another run, so series differ).
     let keys: Vec<String> = (0..8).map(|k| format!("train/metric_{k}")).collect();
-    let run2: serde_json::Value = http
-        .post(format!("{}/api/v1/runs", server.url))
-        .bearer_auth(&server.token)
-        .json(&serde_json::json!({"name": "bench-2"}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let url2 = format!(
-        "{}/api/v1/runs/{}/metrics",
-        server.url,
-        run2["id"].as_str().unwrap_or_default()
-    );
+    let run2 = create_run(&http, &server, "bench-2").await?;
+    let url2 = format!("{}/api/v1/runs/{run2}/metrics", server.url);
     let bodies: Vec<String> = (0..100)
         .map(|b| batch(&format!("c{b}"), &keys, b * 1250, 10_000))
         .collect();
