@@ -299,6 +299,7 @@ impl Attempt {
             attempt: self.dispatch.attempt,
             pid: shim.child_pid,
             time: shim.started_at,
+            git_commit: crate::git::head_commit(&runner::working_dir(&self.dispatch, &self.dir)),
         });
         self.follow(shim, stdout_lines, stderr_lines).await;
     }

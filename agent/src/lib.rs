@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod files;
+pub mod git;
 pub mod gpus;
 pub mod jobs;
 pub mod reporter;

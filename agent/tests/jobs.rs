@@ -42,6 +42,33 @@ async fn a_job_runs_with_its_gpus_env_and_argv_and_succeeds() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_commit_a_job_ran_at_is_kept_with_its_attempt() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 0, &[]);
+    cluster.wait_for_nodes(1).await;
+    // A checkout as git leaves it: HEAD names a branch whose file holds the hash.
+    let repo = cluster.workdir("repo");
+    let hash = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+    std::fs::create_dir_all(repo.join(".git/refs/heads")).unwrap();
+    std::fs::write(repo.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(repo.join(".git/refs/heads/main"), format!("{hash}\n")).unwrap();
+    let inside = repo.join("experiments");
+    std::fs::create_dir_all(&inside).unwrap();
+    let job = cluster
+        .submit(json!({"name": "versioned", "working_dir": inside, "command": ["true"]}))
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    assert_eq!(job.attempts[0].git_commit.as_deref(), Some(hash));
+
+    // Outside a checkout: nothing.
+    let plain = cluster
+        .submit(json!({"name": "plain", "working_dir": cluster.workdir("plain"), "command": ["true"]}))
+        .await;
+    let plain = cluster.wait_for(&plain.id, JobStatus::Succeeded).await;
+    assert_eq!(plain.attempts[0].git_commit, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn the_job_token_is_an_sdk_token_limited_to_its_run_and_revoked_at_the_end() {
     let cluster = Cluster::start().await;
     let _agent = cluster.agent("box", 1, &[]);

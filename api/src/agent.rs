@@ -131,6 +131,9 @@ pub enum ReportItem {
         pid: u32,
         /// Epoch milliseconds.
         time: i64,
+        /// The commit the working directory is checked out at, when it is a git checkout.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        git_commit: Option<String>,
     },
     /// The agent could not start it; `detail` names the path, binary or image.
     DispatchFailed {

@@ -276,6 +276,9 @@ pub struct Attempt {
     pub signal_name: Option<String>,
     pub failure_reason: Option<FailureReason>,
     pub failure_detail: Option<String>,
+    /// The commit the working directory was checked out at, when it was a git checkout.
+    #[serde(default)]
+    pub git_commit: Option<String>,
 }
 
 /// A job as the API shows it.

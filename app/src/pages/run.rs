@@ -249,10 +249,12 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
             None => format!("{} so far", format::duration(now_seconds() - start)),
         })
     });
-    let git = job.as_ref().and_then(|job| {
+    // What the agent read from the working directory, else what the job's environment says.
+    let git = attempt.as_ref().and_then(|a| a.git_commit.clone()).or_else(|| {
+        let env = &job.as_ref()?.spec.env;
         ["GIT_COMMIT", "GIT_SHA"]
             .iter()
-            .find_map(|name| job.spec.env.get(*name).cloned())
+            .find_map(|name| env.get(*name).cloned())
     });
     let primary = run.primary_metric.clone();
     view! {
@@ -274,7 +276,7 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                         None => format!("{} ({}): no finite value yet", p.key, p.goal.as_str()),
                     },
                 }}</dd>
-                {git.map(|git| view! { <dt>"Git commit"</dt><dd>{git}</dd> })}
+                {git.map(|git| view! { <dt>"Git commit"</dt><dd data-testid="git-commit">{git}</dd> })}
                 <dt>"Created"</dt><dd>{format::time(&run.created_at)}</dd>
                 <dt>"Run id"</dt><dd>{run.id.clone()}</dd>
             </dl>

@@ -288,13 +288,23 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
             continue;
         }
         match item {
-            ReportItem::Started { pid, time, .. } => {
+            ReportItem::Started {
+                pid,
+                time,
+                git_commit,
+                ..
+            } => {
                 let started = sqlx::query(
-                    "UPDATE attempts SET status = 'RUNNING', started_at = ?, pid = ?
+                    "UPDATE attempts SET status = 'RUNNING', started_at = ?, pid = ?, git_commit = ?
                      WHERE job_id = ? AND n = ? AND status = 'DISPATCHING'",
                 )
                 .bind(time)
                 .bind(*pid as i64)
+                .bind(
+                    git_commit
+                        .as_deref()
+                        .filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit())),
+                )
                 .bind(job_id)
                 .bind(attempt)
                 .execute(&mut *tx)

@@ -128,6 +128,7 @@ struct AttemptRow {
     signal: Option<i64>,
     failure_reason: Option<String>,
     failure_detail: Option<String>,
+    git_commit: Option<String>,
 }
 
 /// What job queries select from: jobs `j`, their submitter `u`, their run `r`
@@ -233,7 +234,7 @@ async fn attempts_of(
     let ids = serde_json::to_string(job_ids).map_err(anyhow::Error::from)?;
     let rows: Vec<AttemptRow> = sqlx::query_as(
         "SELECT a.job_id, a.n, a.node_id, n.name AS node_name, a.gpus, a.status, a.dispatched_at,
-                a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail
+                a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail, a.git_commit
          FROM attempts a JOIN nodes n ON n.id = a.node_id
          WHERE a.job_id IN (SELECT value FROM json_each(?))
          ORDER BY a.job_id, a.n",
@@ -257,6 +258,7 @@ async fn attempts_of(
             signal_name: signal.and_then(signal_name).map(str::to_string),
             failure_reason: row.failure_reason.as_deref().and_then(FailureReason::parse),
             failure_detail: row.failure_detail,
+            git_commit: row.git_commit,
         });
     }
     Ok(by_job)
