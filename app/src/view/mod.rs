@@ -1,5 +1,5 @@
-//! Pieces shared by pages: formatting, ANSI text, the log viewer, charts,
-//! live updates and links that keep the view in the URL.
+//! Pieces shared by pages: formatting, ANSI text, the log viewer, tables,
+//! live updates, links that keep the view in the URL, and `loaded`.
 
 pub mod ansi;
 pub mod format;
