@@ -27,10 +27,17 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Chromium and a font for PNG charts (Debian), the browser-test packages (npm)"
-if ! command -v chromium >/dev/null 2>&1 || [ ! -d /usr/share/fonts/truetype/dejavu ]; then
+step "install: Debian packages (Chromium, a font for PNG charts, npm, Python venv), then npm packages"
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+[ -d /usr/share/fonts/truetype/dejavu ] || missing+=(fonts-dejavu-core)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
   as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium fonts-dejavu-core >/dev/null
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
