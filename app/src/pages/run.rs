@@ -19,7 +19,6 @@ use gpuplane_api::metric::{Checkpoint, Run};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_location, use_params_map, use_query_map};
-use serde::{Deserialize, Serialize};
 
 const TABS: [(&str, &str); 5] = [
     ("logs", "Logs"),
@@ -30,7 +29,7 @@ const TABS: [(&str, &str); 5] = [
 ];
 
 /// The chart settings the URL carries.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 struct ChartView {
     metrics: Vec<String>,
     x: String,

@@ -101,14 +101,13 @@ pub fn pieces(line: &str) -> Vec<Piece> {
     out
 }
 
-/// The line without escape sequences (for search and copying).
-pub fn plain(line: &str) -> String {
-    pieces(line).into_iter().map(|piece| piece.text).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plain(line: &str) -> String {
+        pieces(line).into_iter().map(|piece| piece.text).collect()
+    }
 
     #[test]
     fn colours_and_bold_become_classes() {

@@ -68,47 +68,38 @@ pub fn NodesTable(nodes: Vec<Node>) -> impl IntoView {
 
 #[component]
 pub fn EventsTable(events: Vec<Event>, #[prop(into)] empty: String) -> impl IntoView {
-    if events.is_empty() {
-        return view! { <p class="empty">{empty}</p> }.into_any();
-    }
-    view! {
-        <div class="table-scroll">
-        <table data-testid="events">
-            <thead><tr><th>"Time"</th><th>"Severity"</th><th>"Kind"</th><th>"Message"</th><th>"Job / run"</th></tr></thead>
-            <tbody>
-                {events.into_iter().map(|event| {
-                    let severity = event.severity.as_str();
-                    view! {
-                        <tr class=format!("severity-{severity}")>
-                            <td>{format::time(&event.time)}</td>
-                            <td><span class=format!("badge severity-{severity}")>{severity}</span></td>
-                            <td><code>{event.kind.as_str()}</code></td>
-                            <td>{event.message}</td>
-                            <td>
-                                {event.job_id.map(|id| view! { <a href=format!("/jobs/{id}")>{id.clone()}</a> " " })}
-                                {event.run_id.map(|id| view! { <a href=format!("/runs/{id}")>"run"</a> })}
-                            </td>
-                        </tr>
-                    }
-                }).collect_view()}
-            </tbody>
-        </table>
-        </div>
-    }
-    .into_any()
+    let rows = events
+        .into_iter()
+        .map(|event| {
+            let severity = event.severity.as_str();
+            view! {
+                <tr class=format!("severity-{severity}")>
+                    <td>{format::time(&event.time)}</td>
+                    <td><span class=format!("badge severity-{severity}")>{severity}</span></td>
+                    <td><code>{event.kind.as_str()}</code></td>
+                    <td>{event.message}</td>
+                    <td>
+                        {event.job_id.map(|id| view! { <a href=format!("/jobs/{id}")>{id.clone()}</a> " " })}
+                        {event.run_id.map(|id| view! { <a href=format!("/runs/{id}")>"run"</a> })}
+                    </td>
+                </tr>
+            }
+            .into_any()
+        })
+        .collect();
+    table_or(
+        empty,
+        "events",
+        &["Time", "Severity", "Kind", "Message", "Job / run"],
+        rows,
+    )
 }
 
 #[component]
 pub fn JobsTable(jobs: Vec<Job>, #[prop(into)] empty: String) -> impl IntoView {
-    if jobs.is_empty() {
-        return view! { <p class="empty">{empty}</p> }.into_any();
-    }
-    view! {
-        <div class="table-scroll">
-        <table data-testid="jobs">
-            <thead><tr><th>"Job"</th><th>"Status"</th><th>"Project"</th><th>"User"</th><th>"Node / GPUs"</th><th>"Submitted"</th><th>"Run"</th></tr></thead>
-            <tbody>
-                {jobs.into_iter().map(|job| {
+    let rows = jobs
+        .into_iter()
+        .map(|job| {
                     let placement = job.attempts.last().map(|a| {
                         let gpus = a.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
                         if gpus.is_empty() { a.node.clone() } else { format!("{} [{gpus}]", a.node) }
@@ -127,9 +118,41 @@ pub fn JobsTable(jobs: Vec<Job>, #[prop(into)] empty: String) -> impl IntoView {
                             <td><a href=format!("/runs/{}", job.run_id)>"run"</a></td>
                         </tr>
                     }
-                }).collect_view()}
-            </tbody>
-        </table>
+            .into_any()
+        })
+        .collect();
+    table_or(
+        empty,
+        "jobs",
+        &[
+            "Job",
+            "Status",
+            "Project",
+            "User",
+            "Node / GPUs",
+            "Submitted",
+            "Run",
+        ],
+        rows,
+    )
+}
+
+/// A scrollable table with a header row, or `empty` when there are no rows.
+fn table_or(
+    empty: String,
+    test_id: &'static str,
+    headers: &'static [&'static str],
+    rows: Vec<AnyView>,
+) -> AnyView {
+    if rows.is_empty() {
+        return view! { <p class="empty">{empty}</p> }.into_any();
+    }
+    view! {
+        <div class="table-scroll">
+            <table data-testid=test_id>
+                <thead><tr>{headers.iter().map(|header| view! { <th>{*header}</th> }).collect_view()}</tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
         </div>
     }
     .into_any()
