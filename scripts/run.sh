@@ -50,7 +50,9 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 
-agent_args=(--server "$url" --token "$(cat "$secrets/agent-token")")
+# The token file is 0600 (umask above); never put a token in argv, where
+# other users of the host can read it in /proc.
+agent_args=(--server "$url" --token-file "$secrets/agent-token")
 if [ -n "${GPUPLANE_FAKE_GPUS:-}" ]; then
   [ "$GPUPLANE_FAKE_GPUS" != 0 ] && agent_args+=(--fake-gpus "$GPUPLANE_FAKE_GPUS")
 elif ! command -v nvidia-smi >/dev/null 2>&1; then

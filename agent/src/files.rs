@@ -4,18 +4,23 @@
 //!
 //! | file | written by | means |
 //! |---|---|---|
-//! | `dispatch.json` | agent | the attempt as the server sent it |
+//! | `owner.json` | agent | the server (id, URL) and node it was dispatched by |
+//! | `dispatch.json` | agent | the attempt as the server sent it (mode 0600: it holds the job's token) |
 //! | `stdout.log`, `stderr.log` | the job | its whole output |
 //! | `shim.json` | shim | the job started: its pid |
 //! | `exit.json` | shim | the job ended: code, signal, OOM kill |
 //! | `cancelled` | agent | the server asked to stop it |
 //! | `reported` | agent | the server acknowledged its end: forget it |
+//!
+//! The jobs directory and every directory below it are 0700, and every file
+//! the agent or the shim writes is 0600: other users of the host see nothing.
 
 use anyhow::Context;
 use gpuplane_api::agent::{AttemptRef, Dispatch};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+pub const OWNER: &str = "owner.json";
 pub const DISPATCH: &str = "dispatch.json";
 pub const SHIM: &str = "shim.json";
 pub const EXIT: &str = "exit.json";
@@ -34,6 +39,40 @@ pub fn attempt_dir(jobs_dir: &Path, attempt: &AttemptRef) -> PathBuf {
     jobs_dir
         .join(&attempt.job_id)
         .join(format!("attempt-{}", attempt.attempt))
+}
+
+/// Which server and node an attempt belongs to, written before anything
+/// else: a later agent connected to another server never reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub server_id: String,
+    pub server_url: String,
+    pub node_id: String,
+    pub node_name: String,
+}
+
+/// Creates `dir` (and missing parents) readable by this user only, and
+/// makes `dir` itself 0700 if it existed with looser rights.
+pub fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot make {} private", dir.display()))
+}
+
+/// Opens `path` for appending, creating it with mode 0600.
+pub fn append_private(path: &Path) -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -55,10 +94,18 @@ pub struct ExitState {
     pub spawn_error: Option<String>,
 }
 
-/// Writes `value` as JSON atomically (temporary file, then rename).
+/// Writes `value` as JSON atomically (temporary file, then rename), mode 0600.
 pub fn write_json<T: Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let temporary = path.with_extension("tmp");
-    std::fs::write(&temporary, serde_json::to_vec_pretty(value)?)
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)
+        .and_then(|mut file| file.write_all(&serde_json::to_vec_pretty(value)?))
         .with_context(|| format!("cannot write {}", temporary.display()))?;
     std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
@@ -69,7 +116,7 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Option<T> {
 }
 
 pub fn touch(path: &Path) -> anyhow::Result<()> {
-    std::fs::write(path, b"").with_context(|| format!("cannot write {}", path.display()))
+    append_private(path).map(|_| ())
 }
 
 /// Attempts on disk whose end the server has not acknowledged, with their dispatch.

@@ -8,7 +8,7 @@ use crate::reporter::Reporter;
 use crate::runner;
 use crate::tail::LineReader;
 use crate::watch::Watcher;
-use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, ReportItem, Resume};
+use gpuplane_api::agent::{AgentCommand, AgentWelcome, AttemptRef, Dispatch, ReportItem};
 use gpuplane_api::job::{JobKind, Runner};
 use gpuplane_api::log::LogStream;
 use std::collections::HashMap;
@@ -28,13 +28,18 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Manager {
     pub jobs_dir: PathBuf,
     pub host: String,
+    server_url: String,
     reporter: Arc<Reporter>,
     client: Arc<Client>,
     attempts: Mutex<HashMap<AttemptRef, Handle>>,
     /// Adopted at start-up, waiting for the first hello to say where to resume.
     adopted: Mutex<Vec<(PathBuf, Dispatch)>>,
+    /// The server and node this agent works for, from its last hello.
+    owner: Mutex<Option<files::Owner>>,
     /// Replaces the measured free space (tests of DISK_LOW).
     disk_free_override: Option<f64>,
+    /// Output lines are cut at this many bytes.
+    max_line_bytes: usize,
 }
 
 struct Handle {
@@ -57,9 +62,11 @@ impl Manager {
     pub fn new(
         jobs_dir: PathBuf,
         host: String,
+        server_url: String,
         reporter: Arc<Reporter>,
         client: Arc<Client>,
         disk_free_override: Option<f64>,
+        max_line_bytes: usize,
     ) -> Manager {
         let adopted = files::unfinished_attempts(&jobs_dir);
         if !adopted.is_empty() {
@@ -71,11 +78,14 @@ impl Manager {
         Manager {
             jobs_dir,
             host,
+            server_url,
             reporter,
             client,
             attempts: Mutex::new(HashMap::new()),
             adopted: Mutex::new(adopted),
+            owner: Mutex::new(None),
             disk_free_override,
+            max_line_bytes,
         }
     }
 
@@ -105,8 +115,17 @@ impl Manager {
     }
 
     /// After a hello: start following adopted attempts where the server
-    /// left off, and stop those the server has given up on.
-    pub fn resume(self: &Arc<Self>, resume: &[Resume]) {
+    /// left off, and stop those the server has given up on. Attempts this
+    /// server never dispatched to this node (left by another installation)
+    /// are left alone on disk and never reported.
+    pub fn resume(self: &Arc<Self>, welcome: &AgentWelcome) {
+        let resume = &welcome.resume;
+        *self.owner.lock().unwrap_or_else(|e| e.into_inner()) = Some(files::Owner {
+            server_id: welcome.server_id.clone(),
+            server_url: self.server_url.clone(),
+            node_id: welcome.node_id.clone(),
+            node_name: self.host.clone(),
+        });
         let adopted: Vec<(PathBuf, Dispatch)> =
             std::mem::take(&mut *self.adopted.lock().unwrap_or_else(|e| e.into_inner()));
         for (dir, dispatch) in adopted {
@@ -114,6 +133,21 @@ impl Manager {
             let point = resume
                 .iter()
                 .find(|r| r.job_id == key.job_id && r.attempt == key.attempt);
+            let recorded = files::read_json::<files::Owner>(&dir.join(files::OWNER));
+            let ours = point.is_some_and(|p| p.known)
+                && recorded
+                    .as_ref()
+                    .is_none_or(|owner| owner.server_id == welcome.server_id);
+            if !ours {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    recorded_server = recorded.as_ref().map(|o| format!("{} ({})", o.server_url, o.server_id)),
+                    recorded_node = recorded.as_ref().map(|o| o.node_name.clone()),
+                    "an attempt on disk that this server never dispatched here (an earlier install or another \
+                     server): not adopted, nothing of it is reported, the directory is left as it is"
+                );
+                continue;
+            }
             let (stdout_lines, stderr_lines, keep) =
                 point.map_or((0, 0, false), |p| (p.stdout_lines, p.stderr_lines, p.keep));
             let handle = self.spawn(
@@ -152,10 +186,15 @@ impl Manager {
                     return; // Already started (a re-sent dispatch).
                 }
                 tracing::info!(job_id = key.job_id, attempt = key.attempt, gpus = ?dispatch.gpus, "dispatch");
-                if let Err(error) = std::fs::create_dir_all(&dir)
-                    .map_err(anyhow::Error::from)
-                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch))
-                {
+                let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let written = files::create_private_dir(dir.parent().unwrap_or(&dir))
+                    .and_then(|()| files::create_private_dir(&dir))
+                    .and_then(|()| match &owner {
+                        Some(owner) => files::write_json(&dir.join(files::OWNER), owner),
+                        None => Ok(()),
+                    })
+                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch));
+                if let Err(error) = written {
                     self.reporter.push(ReportItem::DispatchFailed {
                         job_id: key.job_id,
                         attempt: key.attempt,
@@ -314,7 +353,13 @@ impl Attempt {
 
     fn start_shim(&self) -> anyhow::Result<()> {
         let exe = std::env::current_exe()?;
-        let mut child = tokio::process::Command::new(exe)
+        let mut command = tokio::process::Command::new(exe);
+        for (name, _) in std::env::vars_os() {
+            if crate::private_variable(&name) && name != "GPUPLANE_LOG" {
+                command.env_remove(name);
+            }
+        }
+        let mut child = command
             .arg("shim")
             .arg(&self.dir)
             .stdin(std::process::Stdio::null())
@@ -356,11 +401,13 @@ impl Attempt {
         let mut readers = [
             (
                 LogStream::Stdout,
-                LineReader::resume(&self.dir.join("stdout.log"), stdout_lines),
+                LineReader::resume(&self.dir.join("stdout.log"), stdout_lines)
+                    .with_max_line(self.manager.max_line_bytes),
             ),
             (
                 LogStream::Stderr,
-                LineReader::resume(&self.dir.join("stderr.log"), stderr_lines),
+                LineReader::resume(&self.dir.join("stderr.log"), stderr_lines)
+                    .with_max_line(self.manager.max_line_bytes),
             ),
         ];
         let working_dir = runner::working_dir(&self.dispatch, &self.dir);
@@ -476,7 +523,14 @@ impl Attempt {
         shipped
     }
 
-    fn push_lines(&self, stream: LogStream, first_n: i64, lines: Vec<String>) {
+    fn push_lines(&self, stream: LogStream, first_n: i64, mut lines: Vec<String>) {
+        // A secret the job prints is masked before it leaves the host (the
+        // log file on this host keeps what the job wrote).
+        for secret in self.dispatch.spec.secret_env.values().filter(|s| s.len() >= 4) {
+            for line in lines.iter_mut().filter(|line| line.contains(secret.as_str())) {
+                *line = line.replace(secret.as_str(), "***");
+            }
+        }
         self.reporter().push(ReportItem::Lines {
             job_id: self.dispatch.job_id.clone(),
             attempt: self.dispatch.attempt,

@@ -40,9 +40,26 @@ pub struct Args {
     #[arg(long, env = "GPUPLANE_SERVER", default_value = "http://127.0.0.1:8600")]
     pub server: String,
 
-    /// Agent token (`gpuplane-server admin create-agent-token`).
-    #[arg(long, env = "GPUPLANE_AGENT_TOKEN", hide_env_values = true)]
-    pub token: String,
+    /// Agent token (`gpuplane-server admin create-agent-token`). Prefer
+    /// `--token-file` or the variable: other users of this host can read a
+    /// process's command line.
+    #[arg(
+        long,
+        env = "GPUPLANE_AGENT_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "token_file"
+    )]
+    pub token: Option<String>,
+
+    /// Read the agent token from this file (mode 0600 or stricter; refused
+    /// when group or others can read it).
+    #[arg(
+        long,
+        env = "GPUPLANE_AGENT_TOKEN_FILE",
+        value_name = "PATH",
+        conflicts_with = "token"
+    )]
+    pub token_file: Option<PathBuf>,
 
     /// Node name, unique in the cluster (default: the host name).
     #[arg(long, env = "GPUPLANE_NODE_NAME")]
@@ -64,6 +81,58 @@ pub struct Args {
     /// of measuring it (to exercise DISK_LOW).
     #[arg(long, hide = true, value_name = "PERCENT")]
     pub disk_free_percent_override: Option<f64>,
+
+    /// Cut output lines longer than this many bytes (to exercise the
+    /// server's refusal of oversized reports).
+    #[arg(long, hide = true, value_name = "BYTES", default_value_t = tail::MAX_LINE_BYTES)]
+    pub max_line_bytes: usize,
+}
+
+impl Args {
+    /// The agent token, from `--token` / `GPUPLANE_AGENT_TOKEN` or `--token-file`.
+    pub fn resolve_token(&self) -> anyhow::Result<String> {
+        match (&self.token, &self.token_file) {
+            (Some(token), _) => Ok(token.trim().to_string()),
+            (None, Some(path)) => read_token_file(path),
+            (None, None) => {
+                anyhow::bail!("give the agent token with --token-file PATH or GPUPLANE_AGENT_TOKEN")
+            }
+        }
+    }
+}
+
+/// Reads a token file that only its owner can read.
+pub fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata =
+        std::fs::metadata(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+    if !metadata.is_file() {
+        anyhow::bail!("the token file {} is not a file", path.display());
+    }
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "refusing the token file {}: group or others can read it (mode {mode:04o}); run `chmod 600 {}`",
+            path.display(),
+            path.display()
+        );
+    }
+    let token = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the token file {}", path.display()))?;
+    let token = token.trim();
+    if token.is_empty() {
+        anyhow::bail!("the token file {} is empty", path.display());
+    }
+    Ok(token.to_string())
+}
+
+/// Whether a variable of the agent's own environment must not reach a job:
+/// the agent's settings (`GPUPLANE_*`, its token among them) and any
+/// `GPUCTL_*` the agent was started with (a user's CLI token, say). A job
+/// gets `GPUCTL_*` only from the server, for its own run.
+pub fn private_variable(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    name.starts_with("GPUPLANE_") || name.starts_with("GPUCTL_")
 }
 
 #[derive(Debug, Clone, Default)]
@@ -98,17 +167,19 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let hostname = hostname();
     let name = args.name.clone().unwrap_or_else(|| hostname.clone());
     let probe = GpuProbe::detect(args.fake_gpus, &name);
-    let client = Arc::new(Client::new(&args.server, &args.token)?);
+    let client = Arc::new(Client::new(&args.server, &args.resolve_token()?)?);
     let reporter = Arc::new(Reporter::new());
     let jobs_dir = args.jobs_dir.clone().unwrap_or_else(files::default_jobs_dir);
-    std::fs::create_dir_all(&jobs_dir)
+    files::create_private_dir(&jobs_dir)
         .with_context(|| format!("cannot create the jobs directory {}", jobs_dir.display()))?;
     let manager = Arc::new(Manager::new(
         jobs_dir.clone(),
         name.clone(),
+        args.server.clone(),
         reporter.clone(),
         client.clone(),
         args.disk_free_percent_override,
+        args.max_line_bytes,
     ));
     tracing::info!(server = args.server, name, gpus = probe.describe(), jobs_dir = %jobs_dir.display(), "agent starting");
     let sender = {
@@ -132,9 +203,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 Ok(welcome) => welcome,
                 Err(error) => return error,
             };
-            tracing::info!(node_id = welcome.node_id, "connected to the server");
+            tracing::info!(
+                node_id = welcome.node_id,
+                server_id = welcome.server_id,
+                "connected to the server"
+            );
             reporter.set_node(&welcome.node_id);
-            manager.resume(&welcome.resume);
+            manager.resume(&welcome);
             tokio::select! {
                 error = polls(&client, &probe, &manager, &welcome) => error,
                 () = reporter.forgotten.notified() => ClientError::UnknownNode,

@@ -18,6 +18,22 @@ fn main() -> ExitCode {
         };
     }
     let args = gpuplane_agent::Args::parse();
+    // Nothing of the agent's own settings, its token first, may reach the
+    // shims and jobs it starts. Still one thread here, so changing the
+    // environment is sound.
+    for (name, _) in std::env::vars_os() {
+        if gpuplane_agent::private_variable(&name) && name != "GPUPLANE_LOG" {
+            // SAFETY: no other thread exists yet to read the environment.
+            unsafe { std::env::remove_var(&name) };
+        }
+    }
+    // Jobs run as this user: refuse them ptrace and /proc/<agent>/environ
+    // or /mem, where the token would still be readable. Children are
+    // dumpable again after their exec.
+    // SAFETY: prctl(PR_SET_DUMPABLE) only changes this process's flag.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
     let filter = EnvFilter::try_from_env("GPUPLANE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

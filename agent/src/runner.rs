@@ -17,11 +17,13 @@ pub fn working_dir(dispatch: &Dispatch, attempt_dir: &Path) -> PathBuf {
     }
 }
 
-/// The variables the job gets on top of the agent's own: the spec's, then
-/// the server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, and for an
+/// The variables the job gets on top of the host's (less the agent's own,
+/// see [`crate::private_variable`]): the spec's and its secrets, then the
+/// server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, and for an
 /// evaluation `GPUCTL_EVAL_OUTPUT`.
 pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
+    env.extend(dispatch.spec.secret_env.clone());
     env.retain(|(key, _)| !dispatch.env.contains_key(key) && key != EVAL_OUTPUT);
     env.extend(dispatch.env.clone());
     if dispatch.spec.kind == JobKind::Evaluate {

@@ -22,11 +22,18 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
     }
     let dispatch: Dispatch = files::read_json(&dir.join(DISPATCH))
         .ok_or_else(|| anyhow::anyhow!("cannot read {}", dir.join(DISPATCH).display()))?;
-    let stdout = append(&dir.join("stdout.log"))?;
-    let stderr = append(&dir.join("stderr.log"))?;
+    let stdout = files::append_private(&dir.join("stdout.log"))?;
+    let stderr = files::append_private(&dir.join("stderr.log"))?;
     let (program, args, working_dir, env) = command_line(&dispatch, dir);
     let oom_before = oom_kills();
-    let child = Command::new(&program)
+    let mut command = Command::new(&program);
+    // The host's environment minus the agent's own settings; then the job's.
+    for (name, _) in std::env::vars_os() {
+        if crate::private_variable(&name) {
+            command.env_remove(name);
+        }
+    }
+    let child = command
         .args(&args)
         .current_dir(&working_dir)
         .envs(env)
@@ -67,10 +74,6 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
         spawn_error: None,
     };
     files::write_json(&dir.join(EXIT), &state)
-}
-
-fn append(path: &Path) -> anyhow::Result<std::fs::File> {
-    Ok(std::fs::OpenOptions::new().create(true).append(true).open(path)?)
 }
 
 fn now_ms() -> i64 {

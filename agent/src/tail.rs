@@ -5,15 +5,23 @@ use std::path::{Path, PathBuf};
 
 /// Bytes read per call, so one busy job cannot starve the others.
 const READ_CHUNK: usize = 1 << 20;
-/// A "line" longer than this without a newline is shipped anyway.
-const MAX_PENDING: usize = 1 << 20;
+/// Lines longer than this are cut (the file keeps them whole).
+pub use gpuplane_api::log::MAX_LINE_BYTES;
+/// Room kept at the end of a cut line for the note that says so.
+const CUT_NOTE_ROOM: usize = 128;
 
+/// Lines are numbered by the file's newlines, so a resumed reader and the
+/// server always agree on which line is which: a long line is cut, never
+/// split into several.
 pub struct LineReader {
     path: PathBuf,
     offset: u64,
     /// The number the next complete line gets.
     pub next_n: i64,
     pending: Vec<u8>,
+    /// Bytes of the current line beyond `max_line`, dropped.
+    cut: usize,
+    max_line: usize,
 }
 
 impl LineReader {
@@ -24,6 +32,8 @@ impl LineReader {
             offset: 0,
             next_n: 1,
             pending: Vec::new(),
+            cut: 0,
+            max_line: MAX_LINE_BYTES - CUT_NOTE_ROOM,
         };
         if done > 0 {
             let Ok(bytes) = std::fs::read(path) else {
@@ -46,6 +56,12 @@ impl LineReader {
         reader
     }
 
+    /// Cuts lines at `bytes` instead of [`MAX_LINE_BYTES`].
+    pub fn with_max_line(mut self, bytes: usize) -> LineReader {
+        self.max_line = bytes.saturating_sub(CUT_NOTE_ROOM).max(1);
+        self
+    }
+
     /// Complete lines written since the last call: `(first line number, lines)`.
     pub fn read(&mut self) -> (i64, Vec<String>) {
         let first = self.next_n;
@@ -63,12 +79,16 @@ impl LineReader {
         self.offset += read as u64;
         for byte in chunk {
             if byte == b'\n' {
-                lines.push(decode(&std::mem::take(&mut self.pending)));
-            } else {
+                lines.push(self.take_line());
+            } else if self.pending.len() < self.max_line {
                 self.pending.push(byte);
-                if self.pending.len() >= MAX_PENDING {
-                    lines.push(decode(&std::mem::take(&mut self.pending)));
-                }
+            } else if byte == b'\r' {
+                // A full line rewritten from its start (a progress bar): a
+                // terminal would show only what follows.
+                self.pending.clear();
+                self.cut = 0;
+            } else {
+                self.cut += 1;
             }
         }
         self.next_n += lines.len() as i64;
@@ -82,7 +102,20 @@ impl LineReader {
         }
         let n = self.next_n;
         self.next_n += 1;
-        Some((n, decode(&std::mem::take(&mut self.pending))))
+        Some((n, self.take_line()))
+    }
+
+    fn take_line(&mut self) -> String {
+        let mut line = decode(&std::mem::take(&mut self.pending));
+        if self.cut > 0 {
+            let file = self.path.file_name().unwrap_or_default().to_string_lossy();
+            line.push_str(&format!(
+                " [… {} more bytes cut; the whole line is in {file} on the agent host]",
+                self.cut
+            ));
+            self.cut = 0;
+        }
+        line
     }
 }
 
@@ -121,6 +154,33 @@ mod tests {
         let mut past_end = LineReader::resume(&path, 9);
         assert_eq!(past_end.next_n, 10);
         assert_eq!(past_end.read(), (10, vec![]));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn long_lines_are_cut_not_split_so_numbers_match_the_file() {
+        let dir = std::env::temp_dir().join(format!("gpuplane-tail-long-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.log");
+        let long = "\u{1}".repeat(100);
+        std::fs::write(
+            &path,
+            format!("a\n{long}\nb\nbar 1%\r{}\rbar 100%\nc", "x".repeat(50)),
+        )
+        .unwrap();
+        let mut reader = LineReader::resume(&path, 0).with_max_line(10 + CUT_NOTE_ROOM);
+        let (first, lines) = reader.read();
+        assert_eq!(first, 1);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert_eq!(lines[0], "a");
+        assert!(lines[1].starts_with(&"\u{1}".repeat(10)), "{:?}", lines[1]);
+        assert!(lines[1].contains("90 more bytes cut"), "{:?}", lines[1]);
+        assert_eq!(lines[2], "b");
+        assert_eq!(lines[3], "bar 100%", "a rewritten line shows its last state");
+        assert_eq!(reader.finish(), Some((5, "c".to_string())));
+        // A resumed reader agrees: line 3 is `b`.
+        let mut resumed = LineReader::resume(&path, 2).with_max_line(10 + CUT_NOTE_ROOM);
+        assert_eq!(resumed.read(), (3, vec!["b".to_string(), "bar 100%".to_string()]));
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

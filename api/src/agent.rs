@@ -8,6 +8,10 @@
 //! order, retried until acknowledged; the server applies them idempotently.
 
 use crate::job::JobSpec;
+
+/// The largest report body the server accepts (`POST /agent/report`); the
+/// agent keeps its batches well below it.
+pub const MAX_REPORT_BYTES: usize = 8 * 1024 * 1024;
 use crate::log::LogStream;
 use crate::node::Gpu;
 use serde::{Deserialize, Serialize};
@@ -42,6 +46,9 @@ pub struct AgentHello {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentWelcome {
     pub node_id: String,
+    /// This server installation; the agent records it in each attempt
+    /// directory and never reports an attempt of another server here.
+    pub server_id: String,
     /// How long a poll may wait for commands; also the heartbeat period.
     pub heartbeat_interval_ms: u64,
     /// For each attempt of the hello: where to resume, or to drop it.
@@ -59,6 +66,9 @@ pub struct Resume {
     /// False when the server has given up on the attempt (LOST and requeued,
     /// or cancelled): stop it if it still runs, report its end, forget it.
     pub keep: bool,
+    /// False when this server never dispatched the attempt to this node
+    /// (left by another server): the agent leaves it alone and reports nothing.
+    pub known: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,4 +207,20 @@ pub enum ReportItem {
         path: String,
         free_percent: f64,
     },
+}
+
+impl ReportItem {
+    /// The job and attempt the item is about.
+    pub fn attempt(&self) -> (&str, i64) {
+        match self {
+            ReportItem::Started { job_id, attempt, .. }
+            | ReportItem::DispatchFailed { job_id, attempt, .. }
+            | ReportItem::Lines { job_id, attempt, .. }
+            | ReportItem::Exited { job_id, attempt, .. }
+            | ReportItem::Points { job_id, attempt, .. }
+            | ReportItem::Checkpoint { job_id, attempt, .. }
+            | ReportItem::Notice { job_id, attempt, .. }
+            | ReportItem::Disk { job_id, attempt, .. } => (job_id, *attempt),
+        }
+    }
 }

@@ -120,14 +120,25 @@ pub struct CreatedToken {
 pub struct DeviceRequest {
     /// `XXXX-XXXX`.
     pub user_code: String,
+    /// Program and host as the terminal reported them (not verified).
     pub client_name: String,
     pub client_host: String,
+    /// The address the request came from, as the server saw it.
     pub client_ip: String,
+    /// The address of the browser looking at the request; when it differs
+    /// from `client_ip`, the page warns that the terminal may not be yours.
+    pub approver_ip: String,
     pub requested_at: String,
     pub expires_at: String,
     /// pending, approved, denied or consumed.
     pub status: String,
 }
+
+/// The client's address as the server resolved it (the peer, or the
+/// `X-Forwarded-For` entry from a trusted proxy), put in each request's
+/// extensions for handlers and server functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddress(pub std::net::IpAddr);
 
 #[cfg(test)]
 mod tests {

@@ -54,10 +54,13 @@ pub enum EventKind {
     TensorboardCorrupt,
     /// A job ended without reporting any metric.
     NoMetrics,
+    /// The server refused part of what the agent reported (too large, say);
+    /// the message names the job and what was dropped.
+    ReportDropped,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::JobFailed,
         EventKind::JobRetrying,
         EventKind::DispatchFailed,
@@ -69,6 +72,7 @@ impl EventKind {
         EventKind::LossNan,
         EventKind::TensorboardCorrupt,
         EventKind::NoMetrics,
+        EventKind::ReportDropped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +88,7 @@ impl EventKind {
             EventKind::LossNan => "LOSS_NAN",
             EventKind::TensorboardCorrupt => "TENSORBOARD_CORRUPT",
             EventKind::NoMetrics => "NO_METRICS",
+            EventKind::ReportDropped => "REPORT_DROPPED",
         }
     }
 

@@ -194,6 +194,11 @@ pub struct JobSpec {
     pub working_dir: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables whose values are secrets (API keys, passwords): stored
+    /// encrypted, passed to the job, never shown back (answers list only
+    /// their names, in `Job.secret_env`) and masked in the job's output.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secret_env: BTreeMap<String, String>,
     #[serde(default)]
     pub runner: Runner,
     /// Required with `runner = docker`.
@@ -243,6 +248,7 @@ impl JobSpec {
             command,
             working_dir: None,
             env: BTreeMap::new(),
+            secret_env: BTreeMap::new(),
             runner: Runner::Process,
             image: None,
             resources: Resources::default(),
@@ -302,7 +308,11 @@ pub struct Job {
     pub resources: Resources,
     pub max_attempts: i64,
     pub attempts: Vec<Attempt>,
+    /// The spec as submitted, without the values of `secret_env`.
     pub spec: JobSpec,
+    /// The names of the secret variables set for the job (values are never shown).
+    #[serde(default)]
+    pub secret_env: Vec<String>,
     pub submitted_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,

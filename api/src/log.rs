@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest output line shipped and kept, in bytes: the agent cuts longer
+/// lines (saying how much it cut) and the whole line stays in the agent's
+/// log file.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]

@@ -39,19 +39,32 @@ pub async fn require_user() -> Result<SessionUser, ServerFnError> {
 pub async fn api_get(path: String) -> Result<String, ServerFnError> {
     let user = require_user().await?;
     crate::backend::use_backend()?
-        .api_get(user, path)
+        .api_get(user, path, crate::backend::MAX_READ_BYTES)
         .await
         .map_err(ServerFnError::new)
 }
 
-/// Several API reads in one call (a page's charts); each answer or its error.
+/// Several API reads in one call (a page's charts); each answer or its
+/// error. At most `MAX_READ_PATHS` paths and `MAX_READ_BYTES` in all.
 #[server(prefix = "/console/fn", endpoint = "api_get_many")]
 pub async fn api_get_many(paths: Vec<String>) -> Result<Vec<Result<String, String>>, ServerFnError> {
+    use crate::backend::{MAX_READ_BYTES, MAX_READ_PATHS};
     let user = require_user().await?;
+    if paths.len() > MAX_READ_PATHS {
+        return Err(ServerFnError::new(format!(
+            "a console read names at most {MAX_READ_PATHS} paths, not {}",
+            paths.len()
+        )));
+    }
     let backend = crate::backend::use_backend()?;
     let mut answers = Vec::with_capacity(paths.len());
+    let mut left = MAX_READ_BYTES;
     for path in paths {
-        answers.push(backend.api_get(user.clone(), path).await);
+        let answer = backend.api_get(user.clone(), path, left).await;
+        if let Ok(body) = &answer {
+            left -= body.len().min(left);
+        }
+        answers.push(answer);
     }
     Ok(answers)
 }
@@ -68,14 +81,19 @@ pub async fn fetch<T: serde::de::DeserializeOwned>(path: String) -> Result<T, Se
 pub async fn device_request(user_code: String) -> Result<gpuplane_api::auth::DeviceRequest, ServerFnError> {
     let user = require_user().await?;
     let backend = crate::backend::use_backend()?;
-    let client = leptos_axum::extract::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .await
-        .map(|axum::extract::ConnectInfo(peer)| peer.ip().to_string())
-        .unwrap_or_default();
     backend
-        .device_lookup(user_code, format!("{client}/{}", user.id))
+        .device_lookup(user_code, user.id, client_address().await)
         .await
         .map_err(ServerFnError::new)
+}
+
+/// The caller's address as the server resolved it (trusted proxies included).
+#[cfg(feature = "ssr")]
+async fn client_address() -> String {
+    leptos_axum::extract::<axum::Extension<gpuplane_api::auth::ClientAddress>>()
+        .await
+        .map(|axum::Extension(address)| address.0.to_string())
+        .unwrap_or_default()
 }
 
 /// Approves or denies a device sign-in as the signed-in user.
@@ -84,7 +102,7 @@ pub async fn decide_device(user_code: String, approve: bool) -> Result<bool, Ser
     let user = require_user().await?;
     let backend = crate::backend::use_backend()?;
     backend
-        .device_decide(user_code, user.id, approve)
+        .device_decide(user_code, user.id, client_address().await, approve)
         .await
         .map_err(ServerFnError::new)?;
     Ok(approve)

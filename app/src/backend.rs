@@ -14,15 +14,19 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     /// The name of the SSO provider, when single sign-on is configured.
     fn sso_name(&self) -> Option<String>;
     /// The device sign-in a user code names; wrong codes count against `limiter_key`.
+    /// The pending request a user code names, as `user_id` at `approver_ip` sees it.
     fn device_lookup(
         &self,
         user_code: String,
-        limiter_key: String,
+        user_id: String,
+        approver_ip: String,
     ) -> BoxFuture<'_, Result<DeviceRequest, String>>;
+    /// Approves or denies; rate limited per user and address like lookups.
     fn device_decide(
         &self,
         user_code: String,
         user_id: String,
+        approver_ip: String,
         approve: bool,
     ) -> BoxFuture<'_, Result<(), String>>;
     fn tokens(&self, user: SessionUser) -> BoxFuture<'_, Result<Vec<TokenInfo>, String>>;
@@ -33,9 +37,20 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<CreatedToken, String>>;
     fn revoke_token(&self, user: SessionUser, token_id: String) -> BoxFuture<'_, Result<(), String>>;
     /// The body of `GET path` on the public API (`/api/v1/...`), read as
-    /// this user with a read scope: pages show what the API shows.
-    fn api_get(&self, user: SessionUser, path: String) -> BoxFuture<'_, Result<String, String>>;
+    /// this user with a read scope: pages show what the API shows. An answer
+    /// longer than `max_bytes` is an error.
+    fn api_get(
+        &self,
+        user: SessionUser,
+        path: String,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<String, String>>;
 }
+
+/// The most bytes one console read returns, one path or many together.
+pub const MAX_READ_BYTES: usize = 32 * 1024 * 1024;
+/// The most paths one batched console read may name.
+pub const MAX_READ_PATHS: usize = 64;
 
 /// The backend as the server provides it in every request's context.
 #[derive(Clone)]

@@ -129,14 +129,14 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     for i in 0..fillers {
         let mut spec = JobSpec::new(format!("filler-{i}"), vec!["true".into()]);
         spec.resources.gpu = if i < 1000 { 8 } else { 0 };
-        gpuplane_server::jobs::store::submit(&state.db, &spec, &user).await?;
+        gpuplane_server::jobs::store::submit(&state.db, &state.secret, &spec, &user).await?;
     }
     gpuplane_server::jobs::scheduler::pass(&state).await?;
     for i in 0..10_000 {
         let mut spec = JobSpec::new(format!("queued-{i}"), vec!["true".into()]);
         spec.resources.gpu = [1, 1, 2, 4, 8, 0][i % 6];
         spec.priority = (i % 5) as i64;
-        gpuplane_server::jobs::store::submit(&state.db, &spec, &user).await?;
+        gpuplane_server::jobs::store::submit(&state.db, &state.secret, &spec, &user).await?;
     }
     let started = Instant::now();
     gpuplane_server::jobs::scheduler::pass(&state).await?;

@@ -5,7 +5,7 @@ use crate::auth::{NewToken, create_token, hash_password};
 use crate::config::AdminCommand;
 use crate::db::DbError;
 use crate::ids::new_id;
-use crate::time::now_ms;
+use crate::time::{now_ms, rfc3339};
 use anyhow::{Context, bail};
 use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;
@@ -50,6 +50,8 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
                     name: &name,
                     scope,
                     expires_at,
+                    project: None,
+                    node: None,
                 },
             )
             .await?;
@@ -60,17 +62,103 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             eprintln!("disabled user {name}: their sessions and tokens no longer work");
             Ok(None)
         }
-        AdminCommand::CreateAgentToken { name } => {
+        AdminCommand::CreateAgentToken { name, node } => {
+            if let Some(node) = &node
+                && !crate::api::valid_node_name(node)
+            {
+                bail!("node names are 1-128 characters of letters, digits, '.', '_' or '-'");
+            }
             let new = NewToken {
                 user_id: None,
                 name: &name,
                 scope: Scope::Agent,
                 expires_at: None,
+                project: None,
+                node: node.as_deref(),
             };
             let (_, secret) = create_token(db, new).await?;
             Ok(Some(secret))
         }
+        AdminCommand::ListAgentTokens { json } => {
+            let tokens = list_agent_tokens(db).await?;
+            if json {
+                return Ok(Some(serde_json::to_string_pretty(&tokens)?));
+            }
+            let mut table = format!(
+                "{:<30} {:<16} {:<20} {:<25} {:<25} {}\n",
+                "ID", "NAME", "NODE", "CREATED", "LAST USED", "REVOKED"
+            );
+            for token in tokens {
+                let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".into());
+                table.push_str(&format!(
+                    "{:<30} {:<16} {:<20} {:<25} {:<25} {}\n",
+                    token.id,
+                    token.name,
+                    token.node.unwrap_or_else(|| "(not yet bound)".into()),
+                    token.created_at,
+                    or_dash(token.last_used_at),
+                    or_dash(token.revoked_at),
+                ));
+            }
+            Ok(Some(table.trim_end().to_string()))
+        }
+        AdminCommand::RevokeAgentToken { token_id } => {
+            let revoked = sqlx::query(
+                "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND scope = 'agent'",
+            )
+            .bind(now_ms())
+            .bind(&token_id)
+            .execute(db)
+            .await?;
+            if revoked.rows_affected() == 0 {
+                bail!("no agent token {token_id} (see `gpuplane-server admin list-agent-tokens`)");
+            }
+            eprintln!("revoked agent token {token_id}: its agent is refused from its next request on");
+            Ok(None)
+        }
     }
+}
+
+/// An agent token as `admin list-agent-tokens` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct AgentTokenInfo {
+    pub id: String,
+    pub name: String,
+    /// The node it speaks for; `None` until its first hello.
+    pub node: Option<String>,
+    pub created_at: String,
+    pub last_used_at: Option<String>,
+    pub revoked_at: Option<String>,
+}
+
+/// Every agent token, oldest first.
+pub async fn list_agent_tokens(db: &SqlitePool) -> anyhow::Result<Vec<AgentTokenInfo>> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: String,
+        name: String,
+        node_name: Option<String>,
+        created_at: i64,
+        last_used_at: Option<i64>,
+        revoked_at: Option<i64>,
+    }
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, name, node_name, created_at, last_used_at, revoked_at
+         FROM api_tokens WHERE scope = 'agent' ORDER BY created_at, id",
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| AgentTokenInfo {
+            id: row.id,
+            name: row.name,
+            node: row.node_name,
+            created_at: rfc3339(row.created_at),
+            last_used_at: row.last_used_at.map(rfc3339),
+            revoked_at: row.revoked_at.map(rfc3339),
+        })
+        .collect())
 }
 
 /// Disables a user; every check of a session or token sees it at once.

@@ -15,7 +15,8 @@ pub type Upload = (Body, oneshot::Sender<()>);
 pub struct AgentLink {
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
     pending: Mutex<HashMap<String, Vec<AgentCommand>>>,
-    fetches: Mutex<HashMap<String, oneshot::Sender<Upload>>>,
+    /// Fetches waiting for an upload: the node asked (by name) and the reader.
+    fetches: Mutex<HashMap<String, (String, oneshot::Sender<Upload>)>>,
 }
 
 impl AgentLink {
@@ -43,11 +44,11 @@ impl AgentLink {
         pending.remove(node_id).unwrap_or_default()
     }
 
-    /// Registers a fetch; the receiver gets the agent's upload.
-    pub fn expect_upload(&self, request_id: &str) -> oneshot::Receiver<Upload> {
+    /// Registers a fetch from the node named `node`; the receiver gets its upload.
+    pub fn expect_upload(&self, request_id: &str, node: &str) -> oneshot::Receiver<Upload> {
         let (sender, receiver) = oneshot::channel();
         let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
-        fetches.insert(request_id.to_string(), sender);
+        fetches.insert(request_id.to_string(), (node.to_string(), sender));
         receiver
     }
 
@@ -57,11 +58,15 @@ impl AgentLink {
         fetches.remove(request_id);
     }
 
-    /// Hands an upload to whoever asked for it; `None` when nobody waits.
-    pub fn deliver_upload(&self, request_id: &str, body: Body) -> Option<oneshot::Receiver<()>> {
+    /// Hands an upload from the node named `node` to whoever asked that
+    /// node for it; `None` when nobody waits for this node's upload.
+    pub fn deliver_upload(&self, request_id: &str, node: &str, body: Body) -> Option<oneshot::Receiver<()>> {
         let sender = {
             let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
-            fetches.remove(request_id)?
+            if fetches.get(request_id).is_none_or(|(asked, _)| asked != node) {
+                return None;
+            }
+            fetches.remove(request_id)?.1
         };
         let (done_sender, done) = oneshot::channel();
         sender.send((body, done_sender)).ok()?;

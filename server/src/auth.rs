@@ -71,6 +71,11 @@ pub struct NewToken<'a> {
     pub name: &'a str,
     pub scope: Scope,
     pub expires_at: Option<i64>,
+    /// Limits the token to one project.
+    pub project: Option<&'a str>,
+    /// For agent tokens: the only node the token may speak for (else the
+    /// first node it registers).
+    pub node: Option<&'a str>,
 }
 
 /// Stores a new token and returns `(token id, secret)`; the secret is not kept.
@@ -78,8 +83,8 @@ pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String,
     let id = new_id("tok");
     let secret = generate_token();
     sqlx::query(
-        "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, expires_at, project, node_name)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&id)
     .bind(new.user_id)
@@ -88,6 +93,8 @@ pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String,
     .bind(hash_token(&secret))
     .bind(now_ms())
     .bind(new.expires_at)
+    .bind(new.project)
+    .bind(new.node)
     .execute(db)
     .await?;
     Ok((id, secret))
@@ -107,6 +114,8 @@ pub struct Caller {
     pub project: Option<String>,
     /// A job's sdk token is limited to the job's run.
     pub run_id: Option<String>,
+    /// An agent token speaks only for this node (by name); `None` until its first hello.
+    pub node: Option<String>,
 }
 
 impl Caller {
@@ -135,12 +144,13 @@ struct TokenRow {
     disabled_at: Option<i64>,
     project: Option<String>,
     run_id: Option<String>,
+    node_name: Option<String>,
 }
 
 /// Resolves a presented token, or says why it is not valid.
 pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiError> {
     let row: Option<TokenRow> = sqlx::query_as(
-        "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at, t.project, t.run_id,
+        "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at, t.project, t.run_id, t.node_name,
                 u.id AS user_id, u.name AS user_name, u.is_admin, u.disabled_at
          FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = ?",
@@ -183,8 +193,12 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
         is_admin: row.is_admin.unwrap_or(false),
         project: row.project,
         run_id: row.run_id,
+        node: row.node_name,
     })
 }
+
+/// The `token_id` of a caller signed in through a console session.
+pub const SESSION_TOKEN_ID: &str = "session";
 
 /// The bearer token of a request, if it has one.
 /// A console session reads the API like a `read` token of its user: only
@@ -196,7 +210,7 @@ fn session_reader(parts: &Parts) -> Option<Caller> {
     }
     let user = parts.extensions.get::<SessionUser>()?;
     Some(Caller {
-        token_id: "session".into(),
+        token_id: SESSION_TOKEN_ID.into(),
         token_name: "console session".into(),
         scope: Scope::Read,
         expires_at: None,
@@ -205,6 +219,7 @@ fn session_reader(parts: &Parts) -> Option<Caller> {
         is_admin: user.is_admin,
         project: None,
         run_id: None,
+        node: None,
     })
 }
 

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use gpuplane_api::auth::Scope;
 use serde::Deserialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -129,6 +129,32 @@ pub struct ServeArgs {
     /// SSO: the provider's name on the sign-in button.
     #[arg(long, env = "GPUPLANE_OIDC_NAME")]
     pub oidc_name: Option<String>,
+
+    /// SSO: let anyone the provider knows sign in when no domain is allowed
+    /// (without it, SSO with no `oidc_allowed_domains` refuses to start).
+    #[arg(long, env = "GPUPLANE_OIDC_ALLOW_ANY_DOMAIN", value_name = "BOOL")]
+    pub oidc_allow_any_domain: Option<bool>,
+
+    /// SSO: the role a new SSO user gets in the `default` project: none, viewer or editor (default none).
+    #[arg(long, env = "GPUPLANE_OIDC_NEW_USER_ROLE", value_name = "ROLE")]
+    pub oidc_new_user_role: Option<String>,
+
+    /// Tokens issued by `gpuctl login` (device login) expire after this many days.
+    #[arg(long, env = "GPUPLANE_DEVICE_TOKEN_DAYS", value_name = "DAYS")]
+    pub device_token_days: Option<u64>,
+
+    /// Live streams (SSE) one user, and one token, may hold open at once; more answer 429.
+    #[arg(long, env = "GPUPLANE_MAX_STREAMS_PER_USER", value_name = "N")]
+    pub max_streams_per_user: Option<u32>,
+
+    /// Proxies whose `X-Forwarded-For` is believed for sign-in limits, comma-separated addresses.
+    #[arg(
+        long,
+        env = "GPUPLANE_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_name = "IP"
+    )]
+    pub trusted_proxies: Option<Vec<IpAddr>>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -158,9 +184,25 @@ pub enum AdminCommand {
         expires_in: Option<Duration>,
     },
     /// Create a token for `gpuplane-agent` and print it (only) on stdout.
+    /// The token speaks for one node: the one named here, else the first
+    /// node it says hello as.
     CreateAgentToken {
         #[arg(long, default_value = "agent")]
         name: String,
+        /// The node (agent `--name`) this token may speak for.
+        #[arg(long, value_name = "NODE")]
+        node: Option<String>,
+    },
+    /// List agent tokens: id, name, node, created, last used, revoked.
+    ListAgentTokens {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an agent token: its agent is refused from its next request on.
+    RevokeAgentToken {
+        /// The token's id (`tok_…`, from list-agent-tokens).
+        token_id: String,
     },
     /// Disable a user: their sessions and tokens stop working at once.
     DisableUser { name: String },
@@ -197,6 +239,11 @@ pub struct FileConfig {
     pub oidc_client_secret: Option<String>,
     pub oidc_allowed_domains: Option<Vec<String>>,
     pub oidc_name: Option<String>,
+    pub oidc_allow_any_domain: Option<bool>,
+    pub oidc_new_user_role: Option<String>,
+    pub device_token_days: Option<u64>,
+    pub max_streams_per_user: Option<u32>,
+    pub trusted_proxies: Option<Vec<IpAddr>>,
 }
 
 pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
@@ -211,6 +258,8 @@ pub const DEFAULT_LOSS_PATTERN: &str = "*loss*";
 pub const DEFAULT_SESSION_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
 pub const DEFAULT_SILENCE_WARNING_S: u64 = 15 * 60;
 pub const DEFAULT_STREAM_MAX_S: u64 = 30 * 60;
+pub const DEFAULT_DEVICE_TOKEN_DAYS: u64 = 30;
+pub const DEFAULT_MAX_STREAMS_PER_USER: u32 = 32;
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
 /// Everything `serve` needs, resolved from every layer.
@@ -243,6 +292,12 @@ pub struct ServerConfig {
     pub stream_max: Duration,
     /// Shown on the dashboard and by `gpuctl status`.
     pub maintenance_message: Option<String>,
+    /// How long a token issued by device login lives.
+    pub device_token_lifetime: Duration,
+    /// Open live streams allowed per user and per token.
+    pub max_streams_per_user: u32,
+    /// Peers whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<IpAddr>,
 }
 
 impl ServerConfig {
@@ -268,6 +323,9 @@ impl ServerConfig {
             compaction_delay: Duration::from_secs(2),
             stream_max: Duration::from_secs(DEFAULT_STREAM_MAX_S),
             maintenance_message: None,
+            device_token_lifetime: Duration::from_secs(DEFAULT_DEVICE_TOKEN_DAYS * 24 * 3600),
+            max_streams_per_user: DEFAULT_MAX_STREAMS_PER_USER,
+            trusted_proxies: Vec::new(),
         }
     }
 
@@ -331,22 +389,65 @@ impl ServerConfig {
         let client_id = args.oidc_client_id.or(file.oidc_client_id);
         let client_secret = args.oidc_client_secret.or(file.oidc_client_secret);
         config.sso = match (issuer, client_id, client_secret) {
-            (Some(issuer), Some(client_id), Some(client_secret)) => Some(SsoConfig {
-                issuer,
-                client_id,
-                client_secret,
-                allowed_domains: args
+            (Some(issuer), Some(client_id), Some(client_secret)) => {
+                let allowed_domains: Vec<String> = args
                     .oidc_allowed_domains
                     .or(file.oidc_allowed_domains)
-                    .unwrap_or_default(),
-                display_name: args
-                    .oidc_name
-                    .or(file.oidc_name)
-                    .unwrap_or_else(|| "SSO".to_string()),
-            }),
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|domain| domain.trim().to_lowercase())
+                    .filter(|domain| !domain.is_empty())
+                    .collect();
+                let any_domain = args
+                    .oidc_allow_any_domain
+                    .or(file.oidc_allow_any_domain)
+                    .unwrap_or(false);
+                if allowed_domains.is_empty() && !any_domain {
+                    bail!(
+                        "SSO is on but oidc_allowed_domains is empty: anyone with an account at {issuer} could \
+                         sign in. List the email domains allowed, or set oidc_allow_any_domain = true"
+                    );
+                }
+                let new_user_role = match args
+                    .oidc_new_user_role
+                    .or(file.oidc_new_user_role)
+                    .as_deref()
+                    .unwrap_or("none")
+                {
+                    "none" => None,
+                    role @ ("viewer" | "editor") => role.parse().ok(),
+                    other => bail!("oidc_new_user_role must be none, viewer or editor, got `{other}`"),
+                };
+                Some(SsoConfig {
+                    issuer,
+                    client_id,
+                    client_secret,
+                    allowed_domains,
+                    new_user_role,
+                    display_name: args
+                        .oidc_name
+                        .or(file.oidc_name)
+                        .unwrap_or_else(|| "SSO".to_string()),
+                })
+            }
             (None, None, None) => None,
             _ => bail!("SSO needs all of oidc_issuer, oidc_client_id and oidc_client_secret"),
         };
+        if let Some(days) = args.device_token_days.or(file.device_token_days) {
+            if !(1..=3650).contains(&days) {
+                bail!("device_token_days must be between 1 and 3650");
+            }
+            config.device_token_lifetime = Duration::from_secs(days * 24 * 3600);
+        }
+        if let Some(streams) = args.max_streams_per_user.or(file.max_streams_per_user) {
+            if streams < 1 {
+                bail!("max_streams_per_user must be at least 1");
+            }
+            config.max_streams_per_user = streams;
+        }
+        if let Some(proxies) = args.trusted_proxies.or(file.trusted_proxies) {
+            config.trusted_proxies = proxies;
+        }
         if let Some(lines) = args.log_tail_lines.or(file.log_tail_lines) {
             if lines < 1 {
                 bail!("log_tail_lines must be at least 1");
@@ -489,6 +590,22 @@ stream_max_s = {DEFAULT_STREAM_MAX_S}
 # oidc_client_secret = "..."
 # oidc_allowed_domains = ["example.com"]
 # oidc_name = "Example SSO"
+# With no allowed domain, SSO refuses to start unless this is true:
+# oidc_allow_any_domain = false
+# The role a new SSO user gets in the `default` project (none, viewer, editor);
+# with none, an admin adds them to projects.
+# oidc_new_user_role = "none"
+
+# Tokens that `gpuctl login` (device login) issues expire after this many days.
+device_token_days = {DEFAULT_DEVICE_TOKEN_DAYS}
+
+# Live streams (logs -f, the console's live pages) one user, and one token,
+# may hold open at once; more are refused with 429.
+max_streams_per_user = {DEFAULT_MAX_STREAMS_PER_USER}
+
+# Reverse proxies in front of this server: their X-Forwarded-For header names
+# the client for sign-in limits. From any other peer the header is ignored.
+# trusted_proxies = ["127.0.0.1"]
 "#
     )
 }

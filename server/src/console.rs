@@ -8,6 +8,8 @@ use crate::{device, tokens};
 use app::backend::{Backend, BoxFuture, ConsoleBackend};
 use app::{App, shell};
 use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
 use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, Scope, SessionUser, TokenInfo};
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
@@ -19,7 +21,17 @@ pub fn router(state: &AppState) -> Router<AppState> {
         state: state.clone(),
         api: crate::api::router().0.with_state(state.clone()),
     }));
-    let context = move || provide_context(backend.clone());
+    let context = move || {
+        provide_context(backend.clone());
+        // Leptos gives each page a fresh nonce for its hydration script.
+        if let (Some(nonce), Some(response)) = (
+            leptos::nonce::use_nonce(),
+            leptos::prelude::use_context::<leptos_axum::ResponseOptions>(),
+        ) && let Ok(policy) = HeaderValue::from_str(&content_security_policy(Some(&nonce)))
+        {
+            response.insert_header(header::CONTENT_SECURITY_POLICY, policy);
+        }
+    };
     let options = state.leptos.clone();
     Router::new()
         .leptos_routes_with_context(state, generate_route_list(App), context.clone(), move || {
@@ -28,19 +40,72 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .fallback(file_and_error_handler_with_context::<AppState, _>(context, shell))
 }
 
+/// What a console page may load: its own scripts (the hydrate bundle, and
+/// the inline script that starts it, by nonce), WebAssembly, its own styles,
+/// images and streams; nothing from elsewhere, and no framing.
+fn content_security_policy(nonce: Option<&str>) -> String {
+    let script = match nonce {
+        Some(nonce) => format!("'self' 'nonce-{nonce}' 'wasm-unsafe-eval'"),
+        None => "'self' 'wasm-unsafe-eval'".to_string(),
+    };
+    format!(
+        "default-src 'none'; script-src {script}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+         connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'"
+    )
+}
+
+/// Headers on every answer: no MIME sniffing, no referrer to other sites,
+/// no framing; HTML without a policy of its own (error pages, files) gets
+/// the console's policy without a nonce, so it can run no inline script.
+pub async fn security_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    let html = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/html") || value.starts_with("image/svg+xml"));
+    if html
+        && !headers.contains_key(header::CONTENT_SECURITY_POLICY)
+        && let Ok(policy) = HeaderValue::from_str(&content_security_policy(None))
+    {
+        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    response
+}
+
 struct ServerBackend {
     state: AppState,
     /// The API, for reads made on behalf of a page.
     api: Router,
 }
 
-/// The largest API answer a page reads (a full log may be bigger: it is downloaded instead).
-const MAX_PAGE_READ: usize = 32 * 1024 * 1024;
+/// How long one read made for a page may take.
+const PAGE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The API paths a page may read: no streams (they never end) and nothing outside `/api/v1/`.
-fn readable_by_pages(path: &str) -> bool {
-    let route = path.split('?').next().unwrap_or_default();
-    route.starts_with("/api/v1/") && !route.contains("..") && !route.ends_with("/stream")
+/// The API paths a page may read, judged on the path as the router will see
+/// it: nothing outside `/api/v1/`, no `..`, no fragment, no streams (they
+/// never end). Answers are bounded in bytes and time by the caller.
+fn readable_by_pages(path: &str) -> Option<axum::http::Uri> {
+    if path.contains('#') || path.contains('\\') {
+        return None;
+    }
+    let uri: axum::http::Uri = path.parse().ok()?;
+    if uri.scheme().is_some() || uri.authority().is_some() {
+        return None;
+    }
+    let route = uri.path();
+    let readable = route.starts_with("/api/v1/")
+        && !route.contains("..")
+        && !route.contains("//")
+        && !route.ends_with("/stream");
+    readable.then_some(uri)
 }
 
 fn principal(user: &SessionUser) -> Principal {
@@ -68,6 +133,19 @@ fn message(error: ApiError) -> String {
     }
 }
 
+fn lookup_message(error: device::LookupError) -> String {
+    match error {
+        device::LookupError::Unknown => {
+            "no pending sign-in has this code: check it, or start `gpuctl login` again".to_string()
+        }
+        device::LookupError::Limited(wait) => format!(
+            "too many wrong or stale codes: try again in {} minutes",
+            wait.as_secs() / 60 + 1
+        ),
+        device::LookupError::Internal(error) => message(error),
+    }
+}
+
 /// The message of an API error body, with its field details.
 fn error_message(status: axum::http::StatusCode, body: &str) -> String {
     match serde_json::from_str::<gpuplane_api::error::ErrorBody>(body) {
@@ -91,24 +169,13 @@ impl ConsoleBackend for ServerBackend {
     fn device_lookup(
         &self,
         user_code: String,
-        limiter_key: String,
+        user_id: String,
+        approver_ip: String,
     ) -> BoxFuture<'_, Result<DeviceRequest, String>> {
         Box::pin(async move {
-            device::lookup(&self.state, &user_code, &limiter_key)
+            device::lookup(&self.state, &user_code, &user_id, &approver_ip)
                 .await
-                .map_err(|error| match error {
-                    device::LookupError::Unknown => {
-                        "no pending sign-in has this code: check it, or start `gpuctl login` again"
-                            .to_string()
-                    }
-                    device::LookupError::Limited(wait) => {
-                        format!(
-                            "too many wrong codes: try again in {} minutes",
-                            wait.as_secs() / 60 + 1
-                        )
-                    }
-                    device::LookupError::Internal(error) => message(error),
-                })
+                .map_err(lookup_message)
         })
     }
 
@@ -116,13 +183,14 @@ impl ConsoleBackend for ServerBackend {
         &self,
         user_code: String,
         user_id: String,
+        approver_ip: String,
         approve: bool,
     ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            match device::decide(&self.state, &user_code, &user_id, approve).await {
+            match device::decide(&self.state, &user_code, &user_id, &approver_ip, approve).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err("this request is no longer waiting (expired or already decided)".into()),
-                Err(error) => Err(message(error)),
+                Err(error) => Err(lookup_message(error)),
             }
         })
     }
@@ -143,24 +211,37 @@ impl ConsoleBackend for ServerBackend {
         })
     }
 
-    fn api_get(&self, user: SessionUser, path: String) -> BoxFuture<'_, Result<String, String>> {
+    fn api_get(
+        &self,
+        user: SessionUser,
+        path: String,
+        max_bytes: usize,
+    ) -> BoxFuture<'_, Result<String, String>> {
         Box::pin(async move {
             use tower::ServiceExt;
-            if !readable_by_pages(&path) {
+            let Some(uri) = readable_by_pages(&path) else {
                 return Err(format!("the console does not read {path}"));
-            }
-            let mut request = axum::http::Request::get(&path)
+            };
+            let mut request = axum::http::Request::get(uri)
                 .body(axum::body::Body::empty())
                 .map_err(|error| format!("bad path {path}: {error}"))?;
             request.extensions_mut().insert(user);
-            let response = match self.api.clone().oneshot(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
+            let read = async {
+                let response = match self.api.clone().oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                };
+                let status = response.status();
+                axum::body::to_bytes(response.into_body(), max_bytes)
+                    .await
+                    .map(|body| (status, body))
+                    .map_err(|_| {
+                        format!("the answer to {path} is larger than a page may read ({max_bytes} bytes)")
+                    })
             };
-            let status = response.status();
-            let body = axum::body::to_bytes(response.into_body(), MAX_PAGE_READ)
+            let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, read)
                 .await
-                .map_err(|error| format!("cannot read the answer to {path}: {error}"))?;
+                .map_err(|_| format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}"))??;
             let text = String::from_utf8_lossy(&body).into_owned();
             if status.is_success() {
                 Ok(text)

@@ -8,16 +8,16 @@ use crate::auth::{NewToken, create_token, hash_token};
 use crate::ids::new_id;
 use crate::state::AppState;
 use crate::time::{now_ms, rfc3339};
-use axum::extract::{ConnectInfo, State};
+use axum::Extension;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Form, Json};
 use base64::Engine;
-use gpuplane_api::auth::{DeviceRequest, Scope};
+use gpuplane_api::auth::{ClientAddress, DeviceRequest, Scope};
 use rand::Rng;
 use serde::Deserialize;
 use serde_json::json;
-use std::net::SocketAddr;
 
 /// The grant type the token endpoint serves.
 pub const DEVICE_GRANT: &str = "urn:ietf:params:oauth:grant-type:device_code";
@@ -79,9 +79,18 @@ pub struct AuthorizationRequest {
         (status = 400, description = "RFC 6749 error"), (status = 401, description = "invalid_client")))]
 pub async fn authorize(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(ClientAddress(client)): Extension<ClientAddress>,
     Form(request): Form<AuthorizationRequest>,
 ) -> Response {
+    let limiter_key = client.to_string();
+    if state.device_authorize_limiter.check(&limiter_key).is_err() {
+        return oauth_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "slow_down",
+            "too many sign-in requests from this address; try again in a few minutes",
+        );
+    }
+    state.device_authorize_limiter.fail(&limiter_key);
     if !CLIENTS.contains(&request.client_id.as_str()) {
         return oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client_id");
     }
@@ -120,7 +129,7 @@ pub async fn authorize(
     .bind(&request.client_id)
     .bind(clip(request.client_name, &request.client_id))
     .bind(clip(request.client_host, "unknown host"))
-    .bind(peer.ip().to_string())
+    .bind(client.to_string())
     .bind(interval)
     .bind(now)
     .bind(now + EXPIRES_IN_S * 1000)
@@ -268,17 +277,23 @@ async fn redeem(
                 .await?;
             tx.commit().await?;
             let name = format!("{} on {}", pending.client_id, pending.client_host);
+            let lifetime = state.config.device_token_lifetime;
             let new = NewToken {
                 user_id: Some(&user_id),
                 name: &name,
                 scope: Scope::Write,
-                expires_at: None,
+                expires_at: Some(now_ms() + lifetime.as_millis() as i64),
+                project: None,
+                node: None,
             };
             let (_, secret) = create_token(&state.db, new).await?;
-            return Ok(
-                Json(json!({"access_token": secret, "token_type": "Bearer", "scope": "write"}))
-                    .into_response(),
-            );
+            return Ok(Json(json!({
+                "access_token": secret,
+                "token_type": "Bearer",
+                "scope": "write",
+                "expires_in": lifetime.as_secs(),
+            }))
+            .into_response());
         }
         _ => oauth_error(
             StatusCode::BAD_REQUEST,
@@ -317,6 +332,7 @@ struct RequestRow {
 }
 
 /// Why a user code lookup on the console failed.
+#[derive(Debug)]
 pub enum LookupError {
     /// No pending request has this code (counted against the rate limit).
     Unknown,
@@ -325,13 +341,20 @@ pub enum LookupError {
     Internal(crate::error::ApiError),
 }
 
+/// The key wrong user codes count against: the approving user at their address.
+fn limiter_key(user_id: &str, approver_ip: &str) -> String {
+    format!("{approver_ip}/{user_id}")
+}
+
 /// The pending request a user code names, for the approving user to check.
-/// Wrong codes count against `limiter_key` (the user's address).
+/// Wrong codes count against the user at their address.
 pub async fn lookup(
     state: &AppState,
     user_code: &str,
-    limiter_key: &str,
+    user_id: &str,
+    approver_ip: &str,
 ) -> Result<DeviceRequest, LookupError> {
+    let limiter_key = &limiter_key(user_id, approver_ip);
     if let Err(wait) = state.user_code_limiter.check(limiter_key) {
         return Err(LookupError::Limited(wait));
     }
@@ -350,6 +373,7 @@ pub async fn lookup(
             client_name: row.client_name,
             client_host: row.client_host,
             client_ip: row.client_ip,
+            approver_ip: approver_ip.to_string(),
             requested_at: rfc3339(row.created_at),
             expires_at: rfc3339(row.expires_at),
             status: row.status,
@@ -362,13 +386,18 @@ pub async fn lookup(
 }
 
 /// Approves or denies a pending request for `user_id`; false when it is no
-/// longer pending (or expired).
+/// longer pending (or expired), which counts like a wrong code.
 pub async fn decide(
     state: &AppState,
     user_code: &str,
     user_id: &str,
+    approver_ip: &str,
     approve: bool,
-) -> Result<bool, crate::error::ApiError> {
+) -> Result<bool, LookupError> {
+    let limiter_key = &limiter_key(user_id, approver_ip);
+    if let Err(wait) = state.user_code_limiter.check(limiter_key) {
+        return Err(LookupError::Limited(wait));
+    }
     let code = normalise_user_code(user_code);
     let decided = sqlx::query(
         "UPDATE device_authorizations SET status = ?, user_id = ?, decided_at = ?
@@ -380,8 +409,24 @@ pub async fn decide(
     .bind(hash_token(&code))
     .bind(now_ms())
     .execute(&state.db)
-    .await?;
+    .await
+    .map_err(|e| LookupError::Internal(e.into()))?;
+    if decided.rows_affected() == 0 {
+        state.user_code_limiter.fail(limiter_key);
+    }
     Ok(decided.rows_affected() == 1)
+}
+
+/// Deletes device authorizations that expired more than a day ago (run from time to time).
+pub async fn delete_expired(db: &sqlx::SqlitePool) {
+    let day_ago = now_ms() - 24 * 3600 * 1000;
+    if let Err(error) = sqlx::query("DELETE FROM device_authorizations WHERE expires_at < ?")
+        .bind(day_ago)
+        .execute(db)
+        .await
+    {
+        tracing::warn!(%error, "cannot delete expired device authorizations");
+    }
 }
 
 #[cfg(test)]

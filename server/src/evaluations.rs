@@ -4,7 +4,7 @@
 //! the evaluated run at the checkpoint's step. Anything else fails the job
 //! with EVALUATION_RESULT_INVALID and says exactly what was wrong.
 
-use crate::access::{Principal, Visible};
+use crate::access::{self, Principal, Visible};
 use crate::error::ApiError;
 use crate::jobs::{spec, store};
 use crate::metrics;
@@ -38,7 +38,12 @@ struct CheckpointRow {
 /// Queues an evaluation of `new.checkpoint` of run `new.run_id` in the run's
 /// project (the caller must be an editor there: checked by the caller).
 /// A path another run also wrote is refused with 409.
-pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewEvaluation) -> Result<String, ApiError> {
+pub async fn create(
+    db: &SqlitePool,
+    secret: &crate::secrets::SecretKey,
+    principal: &Principal,
+    new: &NewEvaluation,
+) -> Result<String, ApiError> {
     let (project, run_name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = ?")
         .bind(&new.run_id)
         .fetch_one(db)
@@ -59,14 +64,29 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewEvaluation)
     let shared_with: Vec<String> =
         serde_json::from_str(&checkpoint.shared_with).map_err(anyhow::Error::from)?;
     if !shared_with.is_empty() {
+        // Name only the runs the caller may see; the others are counted.
+        let visible = access::visible_projects(db, principal).await?;
+        let mut named = Vec::new();
+        for run_id in &shared_with {
+            let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = ?")
+                .bind(run_id)
+                .fetch_optional(db)
+                .await?;
+            if project.is_some_and(|p| visible.contains(&p)) {
+                named.push(run_id.clone());
+            }
+        }
+        let hidden = shared_with.len() - named.len();
+        let others = match (named.is_empty(), hidden) {
+            (false, 0) => named.join(", "),
+            (false, n) => format!("{} and {n} run(s) of projects you cannot see", named.join(", ")),
+            (true, n) => format!("{n} run(s) of projects you cannot see"),
+        };
         return Err(ApiError::Conflict(format!(
-            "checkpoint {} was written by run {} and also by {}: it may hold another run's weights, \
+            "checkpoint {} was written by run {} and also by {others}: it may hold another run's weights, \
              so it cannot be evaluated for {}. Write checkpoints into run-scoped directories \
              (for example checkpoints/$GPUCTL_RUN_ID/) so that no two runs share a path",
-            new.checkpoint,
-            new.run_id,
-            shared_with.join(", "),
-            new.run_id
+            new.checkpoint, new.run_id, new.run_id
         )));
     }
     let step = match checkpoint.step {
@@ -77,7 +97,7 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewEvaluation)
     spec::validate(&spec).map_err(ApiError::Validation)?;
 
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
-    let job_id = store::insert(&mut tx, &spec, principal.user_id.as_deref()).await?;
+    let job_id = store::insert(&mut tx, secret, &spec, principal.user_id.as_deref()).await?;
     sqlx::query(
         "INSERT INTO evaluations (job_id, run_id, checkpoint, step, created_at) VALUES (?, ?, ?, ?, ?)",
     )

@@ -28,7 +28,9 @@ pub async fn record(
 ) -> Result<i64, DbError> {
     let seq: i64 = sqlx::query_scalar(
         "INSERT INTO events (id, time, severity, kind, job_id, run_id, node_id, message, project)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, (SELECT project FROM jobs WHERE id = ?5)) RETURNING seq",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                 coalesce((SELECT project FROM jobs WHERE id = ?5), (SELECT project FROM runs WHERE id = ?6)))
+         RETURNING seq",
     )
     .bind(new_id("evt"))
     .bind(time)

@@ -28,6 +28,7 @@ pub mod secrets;
 pub mod sessions;
 pub mod sso;
 pub mod state;
+pub mod streams;
 pub mod testkit;
 pub mod time;
 pub mod tokens;
@@ -64,6 +65,11 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             sessions::check_origin,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            sessions::client_address,
+        ))
+        .layer(axum::middleware::from_fn(console::security_headers))
         .layer(axum::middleware::from_fn(error::log_internal_errors))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let route = request
@@ -116,10 +122,11 @@ pub async fn serve(
     Ok(())
 }
 
-/// Deletes expired console sessions every hour.
+/// Deletes expired console sessions and device authorizations every hour.
 async fn sweep_sessions(state: AppState) {
     loop {
         state.sessions.delete_expired().await;
+        device::delete_expired(&state.db).await;
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 }

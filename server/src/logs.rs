@@ -9,7 +9,7 @@ use gpuplane_api::log::{LogLine, LogStream, Logs};
 use sqlx::{SqliteConnection, SqlitePool};
 
 /// Longest line kept on the server; the agent's file has the whole line.
-pub const MAX_LINE_BYTES: usize = 16 * 1024;
+pub use gpuplane_api::log::MAX_LINE_BYTES;
 
 /// Consecutive lines of one stream of one attempt, numbered from `first_n`.
 pub struct Batch<'a> {

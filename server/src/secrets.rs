@@ -11,6 +11,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub const SECRET_FILE: &str = "secret.key";
+/// How a sealed secret starts in the database.
+const SEALED_PREFIX: &str = "sealed:v1:";
 
 #[derive(Clone)]
 pub struct SecretKey([u8; 32]);
@@ -51,6 +53,68 @@ impl SecretKey {
         }
     }
 
+    /// This installation's identity, told to agents so that attempt
+    /// directories left by another server are never reported here. Derived
+    /// from the key (one-way), so it reveals nothing of it.
+    pub fn server_id(&self) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"server-id");
+        format!("srv_{}", hex::encode(&mac.finalize().into_bytes()[..10]))
+    }
+
+    /// The key that encrypts secret job variables, derived so that
+    /// `secret.key` itself serves one purpose per derivation.
+    fn secret_env_key(&self) -> ring::aead::LessSafeKey {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(b"secret-env-key");
+        let bytes = mac.finalize().into_bytes();
+        let key = ring::aead::UnboundKey::new(&ring::aead::CHACHA20_POLY1305, &bytes)
+            .expect("a 32-byte key fits ChaCha20-Poly1305");
+        ring::aead::LessSafeKey::new(key)
+    }
+
+    /// Encrypts the value of secret variable `name` of job `job_id`
+    /// (ChaCha20-Poly1305, random nonce, bound to the job and the name).
+    pub fn seal(&self, job_id: &str, name: &str, value: &str) -> String {
+        let mut nonce = [0u8; 12];
+        rand::rng().fill_bytes(&mut nonce);
+        let mut sealed = value.as_bytes().to_vec();
+        self.secret_env_key()
+            .seal_in_place_append_tag(
+                ring::aead::Nonce::assume_unique_for_key(nonce),
+                ring::aead::Aad::from(format!("{job_id}\0{name}")),
+                &mut sealed,
+            )
+            .expect("ChaCha20-Poly1305 seals any message of this size");
+        let mut bytes = nonce.to_vec();
+        bytes.extend(sealed);
+        format!(
+            "{SEALED_PREFIX}{}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+        )
+    }
+
+    /// The value [`seal`](Self::seal) encrypted, if this key sealed it for this job and name.
+    pub fn open(&self, job_id: &str, name: &str, sealed: &str) -> Option<String> {
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(sealed.strip_prefix(SEALED_PREFIX)?)
+            .ok()?;
+        if bytes.len() < 12 {
+            return None;
+        }
+        let (nonce, ciphertext) = bytes.split_at(12);
+        let mut buffer = ciphertext.to_vec();
+        let plain = self
+            .secret_env_key()
+            .open_in_place(
+                ring::aead::Nonce::try_assume_unique_for_key(nonce).ok()?,
+                ring::aead::Aad::from(format!("{job_id}\0{name}")),
+                &mut buffer,
+            )
+            .ok()?;
+        String::from_utf8(plain.to_vec()).ok()
+    }
+
     /// The sdk token of one attempt of one job. Derived rather than stored, so
     /// the server can hand it to the agent again without keeping it: only its
     /// hash is in the database, like every token.
@@ -63,5 +127,38 @@ impl SecretKey {
             crate::auth::TOKEN_PREFIX,
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_values_open_only_for_their_job_and_name() {
+        let key = SecretKey([7; 32]);
+        let sealed = key.seal("job_1", "API_KEY", "hunter2-very-secret");
+        assert!(!sealed.contains("hunter2"));
+        assert_ne!(
+            sealed,
+            key.seal("job_1", "API_KEY", "hunter2-very-secret"),
+            "random nonces"
+        );
+        assert_eq!(
+            key.open("job_1", "API_KEY", &sealed).as_deref(),
+            Some("hunter2-very-secret")
+        );
+        assert_eq!(
+            key.open("job_2", "API_KEY", &sealed),
+            None,
+            "moved to another job"
+        );
+        assert_eq!(key.open("job_1", "OTHER", &sealed), None, "moved to another name");
+        assert_eq!(
+            SecretKey([8; 32]).open("job_1", "API_KEY", &sealed),
+            None,
+            "another server"
+        );
+        assert_eq!(key.open("job_1", "API_KEY", "sealed:v1:AAAA"), None);
     }
 }

@@ -8,15 +8,15 @@ use crate::auth::{hash_password, verify_password};
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::time::now_ms;
-use axum::Form;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
-use gpuplane_api::auth::SessionUser;
+use axum::{Extension, Form};
+use gpuplane_api::auth::{ClientAddress, SessionUser};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use tower_sessions::cookie::SameSite;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
@@ -140,7 +140,7 @@ pub struct LoginForm {
 /// redirects back to the form saying why.
 pub async fn login(
     State(state): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(ClientAddress(client)): Extension<ClientAddress>,
     session: Session,
     Form(form): Form<LoginForm>,
 ) -> Response {
@@ -149,9 +149,9 @@ pub async fn login(
         Redirect::to(&format!("/login?error={error}&next={}", urlencode(&next))).into_response()
     };
     let account = format!("user:{}", form.username.to_lowercase());
-    let ip = format!("ip:{}", peer.ip());
+    let ip = format!("ip:{client}");
     if state.sign_in_limiter.check(&account).is_err() || state.sign_in_limiter_ip.check(&ip).is_err() {
-        tracing::warn!(user = form.username, ip = %peer.ip(), "sign-in refused: too many failures");
+        tracing::warn!(user = form.username, ip = %client, "sign-in refused: too many failures");
         return back("locked");
     }
     let user: Option<(String, Option<String>)> =
@@ -160,16 +160,16 @@ pub async fn login(
             .fetch_optional(&state.db)
             .await
             .unwrap_or(None);
-    // Verify against a real hash even for unknown users, so timing does not tell who exists.
-    let stored = user
-        .as_ref()
-        .and_then(|(_, hash)| hash.clone())
-        .unwrap_or_else(|| DUMMY_HASH.clone());
-    let valid = verify_password(&form.password, &stored) && user.is_some();
+    // Verify against a real hash even for unknown users and for accounts
+    // without a password (SSO), so timing does not tell who exists; only a
+    // stored hash of the account itself can ever match.
+    let own_hash = user.as_ref().and_then(|(_, hash)| hash.clone());
+    let matched = verify_password(&form.password, own_hash.as_deref().unwrap_or(&DUMMY_HASH));
+    let valid = matched && own_hash.is_some();
     let Some((user_id, _)) = user.filter(|_| valid) else {
         state.sign_in_limiter.fail(&account);
         state.sign_in_limiter_ip.fail(&ip);
-        tracing::info!(user = form.username, ip = %peer.ip(), "sign-in failed");
+        tracing::info!(user = form.username, ip = %client, "sign-in failed");
         return back("invalid");
     };
     state.sign_in_limiter.reset(&account);
@@ -198,18 +198,64 @@ pub async fn logout(session: Session) -> Response {
     Redirect::to("/login?signed_out=1").into_response()
 }
 
-/// Only same-site paths: `/jobs`, never `//evil.example` or `https://…`.
+/// Only same-site absolute paths: `/jobs?status=QUEUED`, never
+/// `//evil.example`, `https://…`, a backslash, whitespace or a control
+/// character (browsers drop tabs and newlines, so `/\t/evil.example` would
+/// become `//evil.example`). Anything else goes to `/`.
 pub fn safe_next(next: Option<&str>) -> String {
+    let same_site = |path: &str| {
+        path.starts_with('/')
+            && !path.starts_with("//")
+            && path.bytes().all(|b| b.is_ascii_graphic() && b != b'\\')
+            && !path.split(['?', '#']).next().unwrap_or_default().contains(':')
+    };
     match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => {
-            path.to_string()
-        }
+        Some(path) if same_site(path) => path.to_string(),
         _ => "/".to_string(),
     }
 }
 
 fn urlencode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// Puts the client's [`ClientAddress`] in the request's extensions: the
+/// peer's address, or, when the peer is one of `trusted_proxies`, the
+/// nearest address in `X-Forwarded-For` that is not a trusted proxy itself.
+/// Requests without a peer address (in-process calls) get 0.0.0.0.
+pub async fn client_address(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip())
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    let forwarded = request
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    let client = resolve_client(peer, &forwarded, &state.config.trusted_proxies);
+    request.extensions_mut().insert(ClientAddress(client));
+    next.run(request).await
+}
+
+fn resolve_client(peer: IpAddr, forwarded_for: &str, trusted: &[IpAddr]) -> IpAddr {
+    if !trusted.contains(&peer) {
+        return peer;
+    }
+    let mut client = peer;
+    for hop in forwarded_for.rsplit(',') {
+        let Ok(address) = hop.trim().parse::<IpAddr>() else {
+            break; // Garbage: believe nothing further left.
+        };
+        client = address;
+        if !trusted.contains(&address) {
+            break;
+        }
+    }
+    client
 }
 
 /// Refuses state-changing requests from other origins. Browsers send
@@ -264,6 +310,61 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example")), "/");
         assert_eq!(safe_next(Some("/\\evil.example")), "/");
         assert_eq!(safe_next(None), "/");
+        assert_eq!(safe_next(Some("/runs/run_1#L20")), "/runs/run_1#L20");
+        assert_eq!(safe_next(Some("/jobs?q=a:b")), "/jobs?q=a:b");
+    }
+
+    #[test]
+    fn hostile_next_values_go_home() {
+        let hostile = [
+            "",
+            "jobs",
+            "//evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "/ /evil.example",
+            "/\u{0}/evil.example",
+            "/\u{7f}/evil.example",
+            "/\u{a0}/evil.example",
+            "/\u{2028}/evil.example",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "/%5C/evil.example\\",
+            "https://evil.example",
+            "javascript:alert(1)",
+            "/javascript:alert(1)",
+            "data:text/html,x",
+            " /jobs",
+            "/jobs\t",
+        ];
+        for next in hostile {
+            assert_eq!(safe_next(Some(next)), "/", "{next:?} must not be followed");
+        }
+    }
+
+    #[test]
+    fn forwarded_for_is_believed_only_from_trusted_proxies() {
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        let proxy = ip("10.0.0.1");
+        let trusted = [proxy, ip("10.0.0.2")];
+        // From an untrusted peer the header is ignored.
+        assert_eq!(
+            resolve_client(ip("203.0.113.9"), "198.51.100.1", &trusted),
+            ip("203.0.113.9")
+        );
+        // From the proxy: the nearest untrusted hop.
+        assert_eq!(
+            resolve_client(proxy, "198.51.100.1", &trusted),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            resolve_client(proxy, "1.1.1.1, 198.51.100.1, 10.0.0.2", &trusted),
+            ip("198.51.100.1"),
+            "a spoofed left-most entry is not believed"
+        );
+        assert_eq!(resolve_client(proxy, "", &trusted), proxy);
+        assert_eq!(resolve_client(proxy, "garbage", &trusted), proxy);
     }
 
     #[test]

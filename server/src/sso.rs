@@ -30,8 +30,10 @@ pub struct SsoConfig {
     pub issuer: String,
     pub client_id: String,
     pub client_secret: String,
-    /// Email domains allowed to sign in; empty: any.
+    /// Email domains allowed to sign in; empty: any (only with `oidc_allow_any_domain`).
     pub allowed_domains: Vec<String>,
+    /// The role a new SSO user gets in the `default` project; `None`: no project.
+    pub new_user_role: Option<gpuplane_api::project::Role>,
     /// What the sign-in button says.
     pub display_name: String,
 }
@@ -385,12 +387,17 @@ async fn provision(
         .execute(&state.db)
         .await?;
         if inserted.rows_affected() == 1 {
-            sqlx::query("INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, 'editor', ?)")
+            if let Some(role) = config.new_user_role {
+                sqlx::query(
+                    "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, ?, ?)",
+                )
                 .bind(&id)
+                .bind(role.as_str())
                 .bind(now)
                 .execute(&state.db)
                 .await?;
-            tracing::info!(name, "provisioned a user from SSO");
+            }
+            tracing::info!(name, role = ?config.new_user_role, "provisioned a user from SSO");
             return Ok(id);
         }
     }

@@ -36,6 +36,10 @@ pub struct AppState {
     pub sign_in_limiter_ip: Arc<Limiter>,
     /// Wrong device user codes per client address.
     pub user_code_limiter: Arc<Limiter>,
+    /// Device authorizations started per client address.
+    pub device_authorize_limiter: Arc<Limiter>,
+    /// Live streams open per user and token.
+    pub streams: Arc<crate::streams::StreamCounts>,
     /// Turns true when the server shuts down: long-lived responses end.
     pub shutdown: watch::Receiver<bool>,
     shutdown_sender: Arc<watch::Sender<bool>>,
@@ -55,6 +59,8 @@ impl AppState {
             sign_in_limiter: Arc::new(Limiter::new(5, Duration::from_secs(15 * 60))),
             sign_in_limiter_ip: Arc::new(Limiter::new(30, Duration::from_secs(15 * 60))),
             user_code_limiter: Arc::new(Limiter::new(10, Duration::from_secs(10 * 60))),
+            device_authorize_limiter: Arc::new(Limiter::new(30, Duration::from_secs(10 * 60))),
+            streams: Arc::default(),
             db,
             config: Arc::new(config),
             leptos,

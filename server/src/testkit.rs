@@ -37,6 +37,8 @@ pub async fn user_token(db: &SqlitePool, name: &str, scope: Scope, is_admin: boo
         name: "test",
         scope,
         expires_at: None,
+        project: None,
+        node: None,
     };
     create_token(db, new).await.expect("the token is created").1
 }
@@ -48,6 +50,8 @@ pub async fn agent_token(db: &SqlitePool) -> String {
         name: "test-agent",
         scope: Scope::Agent,
         expires_at: None,
+        project: None,
+        node: None,
     };
     create_token(db, new).await.expect("the token is created").1
 }

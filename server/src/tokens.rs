@@ -91,6 +91,18 @@ pub async fn create(
     {
         bad("expires_in_days", "must be between 1 and 3650".into());
     }
+    // A token limited to a project makes only tokens limited to that project.
+    let project = match (&principal.project, &request.project) {
+        (Some(limit), Some(asked)) if limit != asked => {
+            bad(
+                "project",
+                format!("this token is limited to project `{limit}`; its tokens are too"),
+            );
+            None
+        }
+        (Some(limit), _) => Some(limit.clone()),
+        (None, asked) => asked.clone(),
+    };
     if let Some(project) = &request.project {
         let allowed = access::role_in(db, principal, project)
             .await?
@@ -115,16 +127,11 @@ pub async fn create(
             name,
             scope: request.scope,
             expires_at,
+            project: project.as_deref(),
+            node: None,
         },
     )
     .await?;
-    if let Some(project) = &request.project {
-        sqlx::query("UPDATE api_tokens SET project = ? WHERE id = ?")
-            .bind(project)
-            .bind(&id)
-            .execute(db)
-            .await?;
-    }
     let row: TokenRow = sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = ?"))
         .bind(&id)
         .fetch_one(db)

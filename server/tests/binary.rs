@@ -96,6 +96,84 @@ fn admin_commands_print_only_the_secret() {
 }
 
 #[test]
+fn agent_tokens_are_listed_with_their_node_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let output = server(dir.path(), args).output().unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    run(&[
+        "admin",
+        "create-agent-token",
+        "--name",
+        "rack-1",
+        "--node",
+        "gpu-01",
+    ]);
+    run(&["admin", "create-agent-token", "--name", "rack-2"]);
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&["admin", "list-agent-tokens", "--json"])).unwrap();
+    let tokens = listed.as_array().unwrap();
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(
+        (&tokens[0]["name"], &tokens[0]["node"]),
+        (&"rack-1".into(), &"gpu-01".into())
+    );
+    assert_eq!(
+        tokens[1]["node"],
+        serde_json::Value::Null,
+        "bound at its first hello"
+    );
+    let table = run(&["admin", "list-agent-tokens"]);
+    assert!(
+        table.contains("gpu-01") && table.contains("(not yet bound)"),
+        "{table}"
+    );
+
+    let id = tokens[0]["id"].as_str().unwrap();
+    let revoked = server(dir.path(), &["admin", "revoke-agent-token", id])
+        .output()
+        .unwrap();
+    assert!(
+        revoked.status.success() && revoked.stdout.is_empty(),
+        "{revoked:?}"
+    );
+    let listed: serde_json::Value =
+        serde_json::from_str(&run(&["admin", "list-agent-tokens", "--json"])).unwrap();
+    assert!(listed[0]["revoked_at"].is_string(), "{listed}");
+    let unknown = server(dir.path(), &["admin", "revoke-agent-token", "tok_nope"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&unknown, "no agent token tok_nope");
+    let bad_node = server(dir.path(), &["admin", "create-agent-token", "--node", "a b"])
+        .output()
+        .unwrap();
+    assert_one_line_error(&bad_node, "node names are");
+}
+
+#[test]
+fn sso_without_allowed_domains_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = server(dir.path(), &["serve", "--bind", "127.0.0.1:0"])
+        .env("GPUPLANE_OIDC_ISSUER", "https://idp.example")
+        .env("GPUPLANE_OIDC_CLIENT_ID", "gpuplane")
+        .env("GPUPLANE_OIDC_CLIENT_SECRET", "s")
+        .output()
+        .unwrap();
+    assert_one_line_error(&output, "oidc_allowed_domains is empty");
+    let output = server(dir.path(), &["serve", "--bind", "127.0.0.1:0"])
+        .env("GPUPLANE_OIDC_ISSUER", "https://idp.example")
+        .env("GPUPLANE_OIDC_CLIENT_ID", "gpuplane")
+        .env("GPUPLANE_OIDC_CLIENT_SECRET", "s")
+        .env("GPUPLANE_OIDC_ALLOWED_DOMAINS", "example.com")
+        .env("GPUPLANE_OIDC_NEW_USER_ROLE", "owner")
+        .output()
+        .unwrap();
+    assert_one_line_error(&output, "oidc_new_user_role must be none, viewer or editor");
+}
+
+#[test]
 fn unknown_config_keys_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -135,7 +135,7 @@ async fn a_code_approved_in_the_console_yields_one_token() {
 
     // The approving user sees who asks; the code matches whatever the case and dashes.
     let typed = user_code.replace('-', "").to_lowercase();
-    let request = match device::lookup(&flow.server.state, &typed, "test").await {
+    let request = match device::lookup(&flow.server.state, &typed, &flow.user_id, "127.0.0.1").await {
         Ok(request) => request,
         Err(_) => panic!("the code is found"),
     };
@@ -143,12 +143,12 @@ async fn a_code_approved_in_the_console_yields_one_token() {
     assert_eq!(request.client_ip, "127.0.0.1");
     assert_eq!(request.status, "pending");
     assert!(
-        device::decide(&flow.server.state, user_code, &flow.user_id, true)
+        device::decide(&flow.server.state, user_code, &flow.user_id, "127.0.0.1", true)
             .await
             .unwrap()
     );
     assert!(
-        !device::decide(&flow.server.state, user_code, &flow.user_id, false)
+        !device::decide(&flow.server.state, user_code, &flow.user_id, "127.0.0.1", false)
             .await
             .unwrap(),
         "decided once"
@@ -195,6 +195,7 @@ async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
         &flow.server.state,
         denied["user_code"].as_str().unwrap(),
         &flow.user_id,
+        "127.0.0.1",
         false,
     )
     .await
@@ -214,6 +215,7 @@ async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
             &flow.server.state,
             expired["user_code"].as_str().unwrap(),
             &flow.user_id,
+            "127.0.0.1",
             true
         )
         .await
@@ -238,7 +240,7 @@ async fn wrong_user_codes_are_rate_limited() {
     let grant = flow.authorize().await;
     let mut refused_after = None;
     for attempt in 1..=1000 {
-        match device::lookup(&flow.server.state, "BBBB-BBBB", "203.0.113.7/usr_x").await {
+        match device::lookup(&flow.server.state, "BBBB-BBBB", "usr_x", "203.0.113.7").await {
             Err(device::LookupError::Unknown) => {}
             Err(device::LookupError::Limited(_)) => {
                 refused_after.get_or_insert(attempt);
@@ -250,14 +252,24 @@ async fn wrong_user_codes_are_rate_limited() {
     // Even the right code now waits for this caller, but not for others.
     let right = grant["user_code"].as_str().unwrap();
     assert!(matches!(
-        device::lookup(&flow.server.state, right, "203.0.113.7/usr_x").await,
+        device::lookup(&flow.server.state, right, "usr_x", "203.0.113.7").await,
         Err(device::LookupError::Limited(_))
     ));
     assert!(
-        device::lookup(&flow.server.state, right, "198.51.100.1/usr_y")
+        device::lookup(&flow.server.state, right, "usr_y", "198.51.100.1")
             .await
             .is_ok()
     );
+    // Approving is limited the same way: the limited caller cannot approve.
+    assert!(matches!(
+        device::decide(&flow.server.state, right, "usr_x", "203.0.113.7", true).await,
+        Err(device::LookupError::Limited(_))
+    ));
+    let pending: String = sqlx::query_scalar("SELECT status FROM device_authorizations")
+        .fetch_one(&flow.server.state.db)
+        .await
+        .unwrap();
+    assert_eq!(pending, "pending");
 }
 
 #[tokio::test(flavor = "multi_thread")]

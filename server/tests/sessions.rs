@@ -336,7 +336,20 @@ async fn pages_read_the_api_through_one_server_function_and_nothing_else() {
     let page: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(page["items"].is_array(), "{page}");
 
-    for refused in ["/api/v1/events/stream", "/login", "/api/v1/../tokens"] {
+    // Streams never end: refused however the path is dressed (a fragment
+    // is cut off by the URI parser, so it must not hide the route).
+    for refused in [
+        "/api/v1/events/stream",
+        "/login",
+        "/api/v1/../tokens",
+        "/api/v1/events/stream#",
+        "/api/v1/events/stream#x",
+        "/api/v1/jobs/job_x/logs/stream#.json",
+        "/api/v1/events/stream?x=1#",
+        "http://evil.example/api/v1/jobs",
+        "//evil.example/api/v1/jobs",
+        "/api/v1/events\\stream",
+    ] {
         let response = call(refused, Some(&cookie)).await.unwrap();
         assert!(!response.status().is_success(), "{refused}");
         assert!(
@@ -350,4 +363,24 @@ async fn pages_read_the_api_through_one_server_function_and_nothing_else() {
     assert!(bad.text().await.unwrap().contains("status: "));
     let anonymous = call("/api/v1/jobs", None).await.unwrap();
     assert!(anonymous.text().await.unwrap().contains("not signed in"));
+
+    // The batched read is bounded: at most 64 paths per call.
+    let many = |count: usize| {
+        // Server functions take a form, with lists as `paths[0]`, `paths[1]`, …
+        let form: Vec<(String, String)> = (0..count)
+            .map(|i| (format!("paths[{i}]"), "/api/v1/nodes".to_string()))
+            .collect();
+        console
+            .http
+            .post(console.url("/console/fn/api_get_many"))
+            .header("origin", &console.server.url)
+            .header("cookie", &cookie)
+            .form(&form)
+            .send()
+    };
+    let fine = many(64).await.unwrap();
+    assert_eq!(fine.status(), StatusCode::OK);
+    let too_many = many(65).await.unwrap();
+    assert!(!too_many.status().is_success());
+    assert!(too_many.text().await.unwrap().contains("at most 64 paths"));
 }

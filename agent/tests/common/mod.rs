@@ -23,7 +23,8 @@ pub struct Cluster {
     pub server: gpuplane_server::RunningServer,
     pub http: reqwest::Client,
     pub token: String,
-    pub agent_token: String,
+    /// Each node's own agent token (a token speaks for one node only).
+    agent_tokens: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// An agent process, killed when the test ends.
@@ -61,14 +62,25 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         let server = start_server_with(&dir.path().join("server"), configure).await;
         let token = user_token(&server.state.db, "tester", Scope::Write, true).await;
-        let agent_token = agent_token(&server.state.db).await;
         Cluster {
             dir,
             server,
             http: reqwest::Client::new(),
             token,
-            agent_token,
+            agent_tokens: Default::default(),
         }
+    }
+
+    /// The agent token of the node named `name`, made on first use.
+    pub fn agent_token(&self, name: &str) -> String {
+        let mut tokens = self.agent_tokens.lock().unwrap();
+        tokens
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                let db = self.server.state.db.clone();
+                tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(agent_token(&db)))
+            })
+            .clone()
     }
 
     /// Starts an agent named `name` with `gpus` simulated GPUs and its own jobs dir.
@@ -79,34 +91,32 @@ impl Cluster {
 
     /// Starts an agent over an existing jobs dir (a restarted agent).
     pub fn agent_in(&self, name: &str, gpus: u32, jobs_dir: &std::path::Path, extra: &[&str]) -> Agent {
-        // Appended: a restarted agent's log follows the first one's.
+        let mut command = self.agent_command(name, gpus, jobs_dir);
+        command.args(["--token", &self.agent_token(name)]).args(extra);
+        Agent {
+            child: command.spawn().unwrap(),
+            jobs_dir: jobs_dir.to_path_buf(),
+        }
+    }
+
+    /// The command line of an agent named `name`, without its token, its
+    /// log appended to `agent-NAME.log` (a restarted agent's follows the first's).
+    pub fn agent_command(&self, name: &str, gpus: u32, jobs_dir: &std::path::Path) -> Command {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("agent-{name}.log")))
             .unwrap();
-        let child = Command::new(AGENT)
-            .args([
-                "--server",
-                &self.server.url,
-                "--token",
-                &self.agent_token,
-                "--name",
-                name,
-            ])
+        let mut command = Command::new(AGENT);
+        command
+            .args(["--server", &self.server.url, "--name", name])
             .args(["--fake-gpus", &gpus.to_string()])
             .arg("--jobs-dir")
             .arg(jobs_dir)
-            .args(extra)
             .env("GPUPLANE_LOG", "info,gpuplane_agent=debug")
             .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Agent {
-            child,
-            jobs_dir: jobs_dir.to_path_buf(),
-        }
+            .stderr(log);
+        command
     }
 
     /// Waits until `count` nodes are ONLINE.

@@ -31,15 +31,23 @@ pub fn Device() -> impl IntoView {
                     }.into_any(),
                     Some(Ok(request)) => {
                         let code = request.user_code.clone();
+                        let elsewhere = request.approver_ip != request.client_ip;
                         view! {
                             <p>"A terminal asks to sign in as you. Check that it is yours:"</p>
                             <dl class="details" data-testid="device-request">
                                 <dt>"Code"</dt><dd data-testid="device-code">{request.user_code}</dd>
-                                <dt>"Program"</dt><dd>{request.client_name}</dd>
-                                <dt>"Host"</dt><dd data-testid="device-host">{request.client_host}</dd>
-                                <dt>"Address"</dt><dd>{request.client_ip}</dd>
+                                <dt>"Program (reported by the terminal)"</dt><dd>{request.client_name}</dd>
+                                <dt>"Host (reported by the terminal)"</dt><dd data-testid="device-host">{request.client_host}</dd>
+                                <dt>"Address (seen by the server)"</dt><dd data-testid="device-address">{request.client_ip.clone()}</dd>
                                 <dt>"Asked at"</dt><dd>{request.requested_at}</dd>
                             </dl>
+                            {elsewhere.then(|| view! {
+                                <p class="warning" role="alert" data-testid="device-elsewhere">
+                                    "This request came from " {request.client_ip} ", not from this browser's address ("
+                                    {request.approver_ip} "). Approve only if you started "
+                                    <code>"gpuctl login"</code> " on that machine yourself: someone may have sent you this code."
+                                </p>
+                            })}
                             {move || match decide.value().get() {
                                 Some(Ok(true)) => view! { <p class="info" data-testid="device-result">"Approved: the terminal is signed in."</p> }.into_any(),
                                 Some(Ok(false)) => view! { <p class="info" data-testid="device-result">"Denied: the terminal was refused."</p> }.into_any(),

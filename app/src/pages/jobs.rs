@@ -136,6 +136,10 @@ fn JobView(job: Job) -> impl IntoView {
                     <dt>"Environment"</dt>
                     <dd>{spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")}</dd>
                 })}
+                {(!job.secret_env.is_empty()).then(|| view! {
+                    <dt>"Secret environment"</dt>
+                    <dd data-testid="secret-env">{job.secret_env.iter().map(|name| format!("{name} (set)")).collect::<Vec<_>>().join(" ")}</dd>
+                })}
                 {(!spec.node_selector.is_empty()).then(|| view! {
                     <dt>"Node selector"</dt>
                     <dd>{spec.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")}</dd>

@@ -79,6 +79,11 @@ pub struct SubmitArgs {
     /// Environment variable for the job, KEY=VALUE (repeatable).
     #[arg(long = "env", value_parser = key_value)]
     env: Vec<(String, String)>,
+    /// Secret variable for the job, NAME=VALUE, or NAME to take the value
+    /// from this shell's environment (repeatable). Stored encrypted, never
+    /// shown back, masked in the job's output.
+    #[arg(long = "secret-env", value_parser = secret_value)]
+    secret_env: Vec<(String, String)>,
     /// Node label the job needs, KEY=VALUE (repeatable).
     #[arg(long = "selector", value_parser = key_value)]
     selector: Vec<(String, String)>,
@@ -100,6 +105,17 @@ pub fn key_value(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("`{text}` is not KEY=VALUE"))
+}
+
+/// `NAME=VALUE`, or `NAME` with the value of that variable here (so the
+/// secret never appears in this command's arguments).
+fn secret_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) => Ok((name.to_string(), value.to_string())),
+        None => std::env::var(text)
+            .map(|value| (text.to_string(), value))
+            .map_err(|_| format!("`{text}` is not NAME=VALUE and no variable {text} is set here")),
+    }
 }
 
 fn parse_kind(text: &str) -> Result<JobKind, String> {
@@ -170,6 +186,7 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
         spec.working_dir = Some(dir);
     }
     spec.env.extend(args.env);
+    spec.secret_env.extend(args.secret_env);
     spec.node_selector.extend(args.selector);
     spec.watch_dirs.extend(args.watch);
     if let Some(runner) = args.runner {
@@ -342,6 +359,13 @@ fn render_job(job: &Job) -> String {
     let _ = writeln!(text, "command    {}", shell_words(&job.spec.command));
     if let Some(dir) = &job.spec.working_dir {
         let _ = writeln!(text, "workdir    {dir}");
+    }
+    if !job.secret_env.is_empty() {
+        let _ = writeln!(
+            text,
+            "secrets    {} (set; values are never shown)",
+            job.secret_env.join(", ")
+        );
     }
     let _ = writeln!(
         text,

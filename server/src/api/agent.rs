@@ -1,7 +1,7 @@
 //! The agent protocol (see `gpuplane_api::agent`): hello, long poll, reports,
 //! and full-log uploads.
 
-use crate::auth::{Agent, Authed};
+use crate::auth::{Agent, Authed, Caller};
 use crate::db::DbError;
 use crate::error::{ApiError, ApiJson};
 use crate::jobs::lifecycle;
@@ -24,12 +24,13 @@ use std::collections::HashSet;
     responses((status = 200, body = AgentWelcome), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn hello(
-    _auth: Authed<Agent>,
+    auth: Authed<Agent>,
     State(state): State<AppState>,
     ApiJson(hello): ApiJson<AgentHello>,
 ) -> Result<Json<AgentWelcome>, ApiError> {
     validate_hello(&hello)?;
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    bind_token_to_node(&mut tx, &auth.caller, &hello.name).await?;
     let (node_id, was_offline) = nodes::register(&mut tx, &hello).await?;
     if was_offline {
         nodes::record_reconnect(&mut tx, &node_id, &hello.name, now_ms()).await?;
@@ -48,6 +49,7 @@ pub async fn hello(
     );
     Ok(Json(AgentWelcome {
         node_id,
+        server_id: state.secret.server_id(),
         heartbeat_interval_ms: state.config.heartbeat_interval.as_millis() as u64,
         resume,
     }))
@@ -61,10 +63,11 @@ pub async fn hello(
     responses((status = 200, body = PollAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn poll(
-    _auth: Authed<Agent>,
+    auth: Authed<Agent>,
     State(state): State<AppState>,
     ApiJson(poll): ApiJson<Poll>,
 ) -> Result<Json<PollAnswer>, ApiError> {
+    require_own_node(&state.db, &auth.caller, &poll.node_id).await?;
     let reconnected = nodes::heartbeat(&state.db, &poll.node_id, &poll.gpus)
         .await
         .map_err(|error| match error {
@@ -103,10 +106,11 @@ pub async fn poll(
     responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn report(
-    _auth: Authed<Agent>,
+    auth: Authed<Agent>,
     State(state): State<AppState>,
     ApiJson(report): ApiJson<Report>,
 ) -> Result<StatusCode, ApiError> {
+    require_own_node(&state.db, &auth.caller, &report.node_id).await?;
     let applied = lifecycle::apply_report(&state, &report).await?;
     for job_id in applied.logs_for {
         let _ = state.log_appended.send(job_id);
@@ -127,17 +131,81 @@ pub async fn report(
     responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody)))]
 pub async fn log_upload(
-    _auth: Authed<Agent>,
+    auth: Authed<Agent>,
     State(state): State<AppState>,
     Path(request_id): Path<String>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
+    let node = auth.caller.node.as_deref().unwrap_or_default();
     let done = state
         .agents
-        .deliver_upload(&request_id, body)
+        .deliver_upload(&request_id, node, body)
         .ok_or_else(|| ApiError::NotFound(format!("nobody is waiting for {request_id} any more")))?;
     let _ = done.await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Binds an agent token to the node it speaks for: the node named at its
+/// creation, else the first node it says hello as. A token speaks for one
+/// node only, and a node has one token (until that token is revoked).
+async fn bind_token_to_node(
+    conn: &mut sqlx::SqliteConnection,
+    caller: &Caller,
+    name: &str,
+) -> Result<(), ApiError> {
+    if let Some(bound) = &caller.node {
+        if bound != name {
+            return Err(ApiError::Forbidden(format!(
+                "this agent token speaks only for node `{bound}`, not `{name}`: \
+                 each node needs its own token (`gpuplane-server admin create-agent-token --node {name}`)"
+            )));
+        }
+        return Ok(());
+    }
+    let holder: Option<String> = sqlx::query_scalar(
+        "SELECT id FROM api_tokens WHERE node_name = ? AND scope = 'agent' AND revoked_at IS NULL AND id <> ?",
+    )
+    .bind(name)
+    .bind(&caller.token_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(holder) = holder {
+        return Err(ApiError::Forbidden(format!(
+            "node `{name}` belongs to another agent token ({holder}); an agent token speaks only for its own node \
+             (revoke the other one with `gpuplane-server admin revoke-agent-token {holder}` to move the node)"
+        )));
+    }
+    sqlx::query("UPDATE api_tokens SET node_name = ? WHERE id = ? AND node_name IS NULL")
+        .bind(name)
+        .bind(&caller.token_id)
+        .execute(&mut *conn)
+        .await?;
+    tracing::info!(
+        token_id = caller.token_id,
+        node = name,
+        "agent token bound to its node"
+    );
+    Ok(())
+}
+
+/// Passes when `node_id` is the node the caller's agent token speaks for;
+/// 404 when no such node is registered (the agent then says hello again).
+async fn require_own_node(db: &sqlx::SqlitePool, caller: &Caller, node_id: &str) -> Result<(), ApiError> {
+    let name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+        .bind(node_id)
+        .fetch_optional(db)
+        .await?;
+    let name = name
+        .ok_or_else(|| ApiError::NotFound(format!("node {node_id} is not registered; send hello first")))?;
+    match &caller.node {
+        Some(bound) if *bound == name => Ok(()),
+        Some(bound) => Err(ApiError::Forbidden(format!(
+            "this agent token speaks only for node `{bound}`; {node_id} is node `{name}`"
+        ))),
+        None => Err(ApiError::Forbidden(
+            "this agent token has not said hello as any node yet; send hello first".into(),
+        )),
+    }
 }
 
 fn validate_hello(hello: &AgentHello) -> Result<(), ApiError> {

@@ -38,7 +38,7 @@ pub async fn create_evaluation(
             }
             other => other,
         })?;
-    let job_id = evaluations::create(&state.db, &auth.caller.principal(), &new).await?;
+    let job_id = evaluations::create(&state.db, &state.secret, &auth.caller.principal(), &new).await?;
     state.scheduler_wake.notify_one();
     tracing::info!(
         job_id,

@@ -109,6 +109,7 @@ pub async fn follow_events(
     filter.projects = access::visible_projects(&state.db, &auth.caller.principal())
         .await?
         .as_json();
+    let permit = super::stream_permit(&state, &auth.caller)?;
     let resume = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
@@ -153,6 +154,6 @@ pub async fn follow_events(
             }
         },
     );
-    Ok(Sse::new(super::bounded(stream_max, stream))
+    Ok(Sse::new(super::bounded(stream_max, permit, stream))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }

@@ -32,7 +32,7 @@ pub async fn submit_job(
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     spec::validate(&spec).map_err(ApiError::Validation)?;
-    let job_id = store::submit(&state.db, &spec, &auth.caller.principal()).await?;
+    let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
     state.scheduler_wake.notify_one();
     tracing::info!(
         job_id,

@@ -98,6 +98,7 @@ pub async fn follow_logs(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let tail = check_log_query(&query)?;
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
+    let permit = super::stream_permit(&state, &auth.caller)?;
     let resume = headers
         .get("last-event-id")
         .and_then(|value| value.to_str().ok())
@@ -129,7 +130,7 @@ pub async fn follow_logs(
         let event = follow.next().await?;
         Some((Ok(event), follow))
     });
-    Ok(Sse::new(super::bounded(stream_max, events))
+    Ok(Sse::new(super::bounded(stream_max, permit, events))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 
@@ -266,7 +267,7 @@ pub async fn full_log(
         )));
     }
     let request_id = new_id("fetch");
-    let upload = state.agents.expect_upload(&request_id);
+    let upload = state.agents.expect_upload(&request_id, &node_name);
     state.agents.push(
         &node_id,
         AgentCommand::FetchLog {
@@ -292,8 +293,17 @@ pub async fn full_log(
         let _ = &done;
         chunk
     });
+    let file_name = format!("{job_id}-attempt-{attempt}-{}", stream.file_name());
     Ok((
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+            // A download, never a page the browser renders.
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file_name}\""),
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
+        ],
         Body::from_stream(relayed),
     )
         .into_response())

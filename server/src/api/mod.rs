@@ -27,6 +27,8 @@ use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use agent::valid_name as valid_node_name;
+
 /// The prefix of every API route.
 pub const PREFIX: &str = "/api/v1";
 
@@ -93,7 +95,9 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(events::follow_events))
         .routes(routes!(agent::hello))
         .routes(routes!(agent::poll))
-        .routes(routes!(agent::report))
+        .merge(OpenApiRouter::new().routes(routes!(agent::report)).layer(
+            axum::extract::DefaultBodyLimit::max(gpuplane_api::agent::MAX_REPORT_BYTES),
+        ))
         .routes(routes!(agent::log_upload))
         .routes(routes!(openapi_json));
     // The OAuth endpoints live at the root, where RFC 8414 clients expect them.
@@ -114,14 +118,30 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     (api, doc)
 }
 
+/// A place for one more live stream of `caller` (429 over the limit);
+/// taken before the stream's work starts, given to [`bounded`].
+pub(crate) fn stream_permit(
+    state: &AppState,
+    caller: &crate::auth::Caller,
+) -> Result<crate::streams::StreamPermit, ApiError> {
+    state.streams.acquire(caller, state.config.max_streams_per_user)
+}
+
 /// Ends a server-sent event stream after `stream_max`: the client reconnects
 /// with `Last-Event-ID` and resumes, and no proxy sees an endless response.
+/// The stream holds `permit` until it ends.
 pub(crate) fn bounded<S: futures_util::Stream>(
     stream_max: std::time::Duration,
+    permit: crate::streams::StreamPermit,
     stream: S,
 ) -> impl futures_util::Stream<Item = S::Item> {
     use futures_util::StreamExt;
-    stream.take_until(tokio::time::sleep(stream_max))
+    stream
+        .take_until(tokio::time::sleep(stream_max))
+        .map(move |item| {
+            let _ = &permit;
+            item
+        })
 }
 
 #[derive(Clone)]

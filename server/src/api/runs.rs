@@ -249,6 +249,7 @@ pub async fn follow_run(
     headers: HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
+    let permit = super::stream_permit(&state, &auth.caller)?;
     // Each event's id is the version it announces. A client that reconnects
     // hears at once if the run changed meanwhile; a new client hears the
     // current version first, so nothing between its page load and the
@@ -281,7 +282,7 @@ pub async fn follow_run(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     });
-    Ok(Sse::new(super::bounded(stream_max, stream))
+    Ok(Sse::new(super::bounded(stream_max, permit, stream))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
 }
 

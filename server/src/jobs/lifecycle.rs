@@ -126,6 +126,7 @@ pub async fn reconcile(
             stdout_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stdout).await?,
             stderr_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stderr).await?,
             keep: status.is_some_and(JobStatus::is_active),
+            known: status.is_some(),
         });
     }
     let listed: HashSet<(&str, i64)> = attempts.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
@@ -180,7 +181,24 @@ pub async fn commands_for(
                 grace_ms,
             });
         } else if row.status == "DISPATCHING" && !running.contains(&(row.job_id.as_str(), row.n)) {
-            let spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;
+            let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;
+            // The agent gets the secret values, and only for this dispatch.
+            spec.secret_env = std::mem::take(&mut spec.secret_env)
+                .into_iter()
+                .filter_map(
+                    |(name, sealed)| match state.secret.open(&row.job_id, &name, &sealed) {
+                        Some(value) => Some((name, value)),
+                        None => {
+                            tracing::warn!(
+                                job_id = row.job_id,
+                                name,
+                                "a secret variable cannot be opened with this server's key"
+                            );
+                            None
+                        }
+                    },
+                )
+                .collect();
             let gpus: Vec<u32> = serde_json::from_str(&row.gpus).map_err(anyhow::Error::from)?;
             commands.push(AgentCommand::Dispatch(Box::new(dispatch(
                 state,
@@ -259,17 +277,8 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
         .ok_or_else(|| ApiError::NotFound(format!("node {node_id} is not registered; send hello first")))?;
     let mut owned: BTreeMap<(String, i64), Option<JobStatus>> = BTreeMap::new();
     for item in &report.items {
-        let (job_id, attempt) = match item {
-            ReportItem::Started { job_id, attempt, .. }
-            | ReportItem::DispatchFailed { job_id, attempt, .. }
-            | ReportItem::Lines { job_id, attempt, .. }
-            | ReportItem::Exited { job_id, attempt, .. }
-            | ReportItem::Points { job_id, attempt, .. }
-            | ReportItem::Checkpoint { job_id, attempt, .. }
-            | ReportItem::Notice { job_id, attempt, .. }
-            | ReportItem::Disk { job_id, attempt, .. } => (job_id, *attempt),
-        };
-        let key = (job_id.clone(), attempt);
+        let (job_id, attempt) = item.attempt();
+        let key = (job_id.to_string(), attempt);
         let status = match owned.get(&key) {
             Some(status) => *status,
             None => {
@@ -368,7 +377,7 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
                     lines,
                 };
                 logs::ingest(&mut tx, batch, state.config.log_tail_lines).await?;
-                applied.logs_for.insert(job_id.clone());
+                applied.logs_for.insert(job_id.to_string());
             }
             ReportItem::Exited {
                 exit_code,

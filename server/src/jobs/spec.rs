@@ -9,6 +9,9 @@ use gpuplane_api::job::{JobSpec, Runner};
 pub const MAX_GPUS_PER_JOB: i64 = 1024;
 pub const MAX_ATTEMPTS: i64 = 100;
 const MAX_NAME_LEN: usize = 200;
+/// Secret variables per job, and the longest secret value.
+const MAX_SECRET_ENV: usize = 64;
+const MAX_SECRET_BYTES: usize = 16 * 1024;
 
 /// Checks a spec; returns one error per bad field.
 pub fn validate(spec: &JobSpec) -> Result<(), Vec<FieldError>> {
@@ -56,10 +59,46 @@ pub fn validate(spec: &JobSpec) -> Result<(), Vec<FieldError>> {
             bad("env", format!("the value of `{key}` contains a NUL byte"));
         }
     }
+    if spec.secret_env.len() > MAX_SECRET_ENV {
+        bad("secret_env", format!("at most {MAX_SECRET_ENV} secret variables"));
+    }
+    for (name, value) in &spec.secret_env {
+        let field = format!("secret_env.{name}");
+        let valid_name = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            bad(
+                "secret_env",
+                format!("`{name}` is not a variable name (letters, digits, `_`)"),
+            );
+        } else if name.starts_with("GPUCTL_")
+            || name.starts_with("GPUPLANE_")
+            || name == "CUDA_VISIBLE_DEVICES"
+        {
+            bad(&field, "is set by GPUPlane itself".into());
+        } else if spec.env.contains_key(name) {
+            bad(&field, "is also in env: give it in one of the two".into());
+        } else if value.contains('\0') {
+            bad(&field, "contains a NUL byte".into());
+        } else if value.len() > MAX_SECRET_BYTES {
+            bad(&field, format!("is longer than {MAX_SECRET_BYTES} bytes"));
+        }
+    }
     match (spec.runner, &spec.image) {
         (Runner::Docker, None) => bad("image", "is required with runner = docker".into()),
         (Runner::Docker, Some(image)) if image.trim().is_empty() => {
             bad("image", "is required with runner = docker".into())
+        }
+        // `docker run` would read `-v/:/host` and the like as its own option.
+        (Runner::Docker, Some(image)) if image.starts_with('-') => bad(
+            "image",
+            "must not start with `-` (docker would read it as an option)".into(),
+        ),
+        (Runner::Docker, Some(image)) if image.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+            bad("image", "must not contain spaces or control characters".into())
         }
         (Runner::Process, Some(_)) => bad("image", "is only used with runner = docker".into()),
         _ => {}
@@ -296,6 +335,22 @@ mod tests {
         assert!(check(spec.clone()).starts_with("command: `python` alone starts an interactive session"));
         spec.allow_interactive = true;
         assert_eq!(check(spec), "ok");
+    }
+
+    #[test]
+    fn docker_images_that_read_as_options_are_refused() {
+        let field_errors = |image: &str| {
+            let mut spec = JobSpec::new("d", vec!["true".into()]);
+            spec.runner = Runner::Docker;
+            spec.image = Some(image.into());
+            validate(&spec).err().unwrap_or_default()
+        };
+        for hostile in ["-v/:/host", "--privileged", "ubuntu --privileged", "ubuntu\n"] {
+            let errors = field_errors(hostile);
+            assert_eq!(errors.len(), 1, "{hostile:?}: {errors:?}");
+            assert_eq!(errors[0].field, "image");
+        }
+        assert!(field_errors("ghcr.io/acme/train@sha256:0123abcd").is_empty());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::error::ApiError;
 use crate::ids::new_id;
 use crate::paging::Sort;
 use crate::primary;
+use crate::secrets::SecretKey;
 use crate::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::job::{
@@ -21,7 +22,12 @@ pub const WAITING_FOR_SCHEDULER: &str = "waiting for the scheduler";
 
 /// Stores a validated spec as a QUEUED job with its run; returns the job id.
 /// The submitter must be an editor of the job's project.
-pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> Result<String, ApiError> {
+pub async fn submit(
+    db: &SqlitePool,
+    secret: &SecretKey,
+    spec: &JobSpec,
+    principal: &Principal,
+) -> Result<String, ApiError> {
     let project = spec.project.clone();
     access::require(db, principal, &spec.project, Role::Editor, || {
         ApiError::field(
@@ -42,7 +48,7 @@ pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> R
             format!("no project named `{project}` that you can submit to"),
         ));
     }
-    let job_id = insert(&mut tx, spec, principal.user_id.as_deref()).await?;
+    let job_id = insert(&mut tx, secret, spec, principal.user_id.as_deref()).await?;
     tx.commit().await?;
     Ok(job_id)
 }
@@ -51,13 +57,19 @@ pub async fn submit(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> R
 /// transaction; returns the job id.
 pub async fn insert(
     conn: &mut SqliteConnection,
+    secret: &SecretKey,
     spec: &JobSpec,
     user_id: Option<&str>,
 ) -> Result<String, ApiError> {
     let now = now_ms();
     let job_id = new_id("job");
     let run_id = new_id("run");
-    let spec_json = serde_json::to_string(spec).map_err(anyhow::Error::from)?;
+    // Secret values are stored sealed, bound to this job and their name.
+    let mut stored = spec.clone();
+    for (name, value) in stored.secret_env.iter_mut() {
+        *value = secret.seal(&job_id, name, value);
+    }
+    let spec_json = serde_json::to_string(&stored).map_err(anyhow::Error::from)?;
     let selector = serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?;
     sqlx::query(
         "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
@@ -270,9 +282,11 @@ fn parse_status(text: &str) -> Result<JobStatus, ApiError> {
 }
 
 fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, ApiError> {
-    let spec: JobSpec = serde_json::from_str(&row.spec).map_err(|error| {
+    let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(|error| {
         ApiError::Internal(anyhow::anyhow!("bad spec of {} in database: {error}", row.id))
     })?;
+    // Secret values never leave the server except to the job's agent.
+    let secret_env: Vec<String> = std::mem::take(&mut spec.secret_env).into_keys().collect();
     let status = parse_status(&row.status)?;
     Ok(Job {
         primary_metric: row.primary.metric(),
@@ -296,6 +310,7 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, ApiError> {
         max_attempts: row.max_attempts,
         attempts,
         spec,
+        secret_env,
         submitted_by: row.submitted_by,
         created_at: rfc3339(row.created_at),
         updated_at: rfc3339(row.updated_at),
@@ -380,6 +395,15 @@ pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Res
     let now = now_ms();
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     if changed {
+        // Keep the sealed secrets the shown spec leaves out.
+        let sealed: Option<String> =
+            sqlx::query_scalar("SELECT json_extract(spec, '$.secret_env') FROM jobs WHERE id = ?")
+                .bind(job_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        spec.secret_env = sealed
+            .and_then(|json| serde_json::from_str(&json).ok())
+            .unwrap_or_default();
         sqlx::query("UPDATE jobs SET spec = ?, gpus = ?, node_selector = ?, priority = ?, max_attempts = ? WHERE id = ?")
             .bind(serde_json::to_string(&spec).map_err(anyhow::Error::from)?)
             .bind(spec.resources.gpu)

@@ -1,0 +1,271 @@
+//! Attacks through real agent processes and real jobs that must fail: a job
+//! reading the agent's credential, a token file others can read, one huge
+//! output line stalling a node, and attempts of another server being
+//! reported here. (Server-only holes: `server/tests/security.rs`.)
+
+mod common;
+
+use common::{AGENT, Cluster, WAIT, sh};
+use gpuplane_api::event::EventKind;
+use gpuplane_api::job::JobStatus;
+use gpuplane_server::testkit::eventually;
+use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// Hole 2: the agent's environment (its token first) never reaches a job;
+/// a job gets the host's environment, its spec's variables, its secrets
+/// (masked in what is shipped) and GPUPlane's own `GPUCTL_*`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_sees_nothing_of_the_agents_own_environment() {
+    let cluster = Cluster::start().await;
+    let jobs_dir = cluster.dir.path().join("agents").join("box");
+    let token = cluster.agent_token("box");
+    let user_cli_token = "gpp_the-users-own-cli-token";
+    let _agent = common::Agent {
+        child: cluster
+            .agent_command("box", 1, &jobs_dir)
+            .env("GPUPLANE_AGENT_TOKEN", &token)
+            .env("GPUPLANE_SOMETHING_ELSE", "agent-setting")
+            .env("GPUCTL_TOKEN", user_cli_token)
+            .env("GPUCTL_PROFILE", "someone")
+            .spawn()
+            .unwrap(),
+        jobs_dir: jobs_dir.clone(),
+    };
+    cluster.wait_for_nodes(1).await;
+    let secret = "s3cr3t-value-9f2";
+    let job = cluster
+        .submit(json!({
+            "name": "env", "resources": {"gpu": 1},
+            "env": {"PLAIN": "visible"},
+            "secret_env": {"API_KEY": secret},
+            "command": sh("env; echo key=$API_KEY"),
+        }))
+        .await;
+    cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let output = cluster.output(&job.id, "stdout").await;
+    let text = output.join("\n");
+    assert!(!text.contains(&token), "the agent token reached the job");
+    assert!(
+        !text.contains("GPUPLANE_"),
+        "a GPUPLANE_ variable reached the job:\n{text}"
+    );
+    assert!(
+        !text.contains(user_cli_token) && !text.contains("GPUCTL_PROFILE"),
+        "{text}"
+    );
+    assert!(!text.contains(secret), "the secret was shipped unmasked:\n{text}");
+    assert!(output.iter().any(|l| l == "key=***"), "{text}");
+    assert!(
+        output.iter().any(|l| l == "API_KEY=***"),
+        "the job had its secret: {text}"
+    );
+    assert!(output.iter().any(|l| l == "PLAIN=visible"));
+    assert!(output.iter().any(|l| l == "CUDA_VISIBLE_DEVICES=0"));
+    assert!(output.iter().any(|l| *l == format!("GPUCTL_JOB_ID={}", job.id)));
+    let job_token = output
+        .iter()
+        .find_map(|l| l.strip_prefix("GPUCTL_TOKEN="))
+        .expect("the job's own sdk token");
+    assert!(job_token.starts_with("gpp_") && job_token != user_cli_token);
+    assert!(
+        output.iter().any(|l| l.starts_with("PATH=")),
+        "the host's environment stays"
+    );
+
+    // Nobody else on the host can read the attempt's files (its dispatch holds the job's token).
+    let attempt = jobs_dir.join(&job.id).join("attempt-1");
+    for dir in [&jobs_dir, &jobs_dir.join(&job.id), &attempt] {
+        assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    }
+    for file in [
+        "dispatch.json",
+        "owner.json",
+        "stdout.log",
+        "stderr.log",
+        "exit.json",
+        "shim.json",
+    ] {
+        assert_eq!(mode(&attempt.join(file)), 0o600, "{file}");
+    }
+}
+
+/// `--token-file`: refused when group or others can read it, used when private.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_token_file_must_be_private() {
+    let cluster = Cluster::start().await;
+    let file = cluster.dir.path().join("agent-token");
+    std::fs::write(&file, format!("{}\n", cluster.agent_token("box"))).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let jobs_dir = cluster.dir.path().join("agents").join("box");
+    let refused = std::process::Command::new(AGENT)
+        .args(["--server", &cluster.server.url, "--name", "box", "--token-file"])
+        .arg(&file)
+        .arg("--jobs-dir")
+        .arg(&jobs_dir)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("group or others can read it (mode 0644)") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut command = cluster.agent_command("box", 1, &jobs_dir);
+    command.arg("--token-file").arg(&file);
+    let _agent = common::Agent {
+        child: command.spawn().unwrap(),
+        jobs_dir,
+    };
+    cluster.wait_for_nodes(1).await;
+}
+
+/// A job printing 1.5 MB of control characters on one line.
+fn huge_line_job() -> serde_json::Value {
+    json!({"name": "huge-line", "resources": {"gpu": 1},
+           "command": sh("head -c 1500000 /dev/zero | tr '\\000' '\\001'; echo; echo done")})
+}
+
+/// Runs the huge-line job and then a small one on the same one-GPU node
+/// (agent flags `extra`); both must succeed. Returns the cluster, its agent
+/// (killed when dropped) and the huge job.
+async fn huge_line_then_another_job(extra: &[&str]) -> (Cluster, common::Agent, gpuplane_api::job::Job) {
+    let cluster = Cluster::start().await;
+    let agent = cluster.agent("box", 1, extra);
+    cluster.wait_for_nodes(1).await;
+    let huge = cluster.submit(huge_line_job()).await;
+    let next = cluster
+        .submit(json!({"name": "next", "resources": {"gpu": 1}, "command": ["echo", "after"]}))
+        .await;
+    cluster.wait_for(&huge.id, JobStatus::Succeeded).await;
+    cluster.wait_for(&next.id, JobStatus::Succeeded).await;
+    assert_eq!(cluster.output(&next.id, "stdout").await, ["after"]);
+    (cluster, agent, huge)
+}
+
+/// Hole 4: one huge line is cut, the job ends, and the next job on the node runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_huge_line_is_cut_and_never_stalls_the_node() {
+    let (cluster, _agent, huge) = huge_line_then_another_job(&[]).await;
+    let output = cluster.output(&huge.id, "stdout").await;
+    assert_eq!(output.len(), 2, "line numbers follow the file's newlines");
+    assert!(output[0].starts_with("\u{1}\u{1}"));
+    assert!(
+        output[0].len() <= gpuplane_api::log::MAX_LINE_BYTES,
+        "kept whole by the server"
+    );
+    assert!(
+        output[0].ends_with("more bytes cut; the whole line is in stdout.log on the agent host]"),
+        "{:?}",
+        &output[0][output[0].len() - 120..]
+    );
+    assert_eq!(output[1], "done");
+}
+
+/// Hole 4, when a line does get through uncut (here: the agent's cut is
+/// raised past the server's body limit): the server refuses that item, the
+/// agent drops it with a REPORT_DROPPED event naming the job and what was
+/// dropped, and everything else still arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_item_the_server_refuses_is_dropped_with_an_event_and_blocks_nothing() {
+    let (cluster, _agent, huge) = huge_line_then_another_job(&["--max-line-bytes", "4000000"]).await;
+    let output = cluster.logs(&huge.id, "stream=stdout").await.lines;
+    assert_eq!(
+        output.len(),
+        1,
+        "{:?}",
+        output.iter().map(|l| (l.n, l.text.len())).collect::<Vec<_>>()
+    );
+    assert_eq!((output[0].n, output[0].text.as_str()), (2, "done"));
+    let dropped: Vec<_> = cluster
+        .events("kind=REPORT_DROPPED")
+        .await
+        .into_iter()
+        .filter(|e| e.job_id.as_deref() == Some(huge.id.as_str()))
+        .collect();
+    assert_eq!(dropped.len(), 1, "{dropped:?}");
+    assert_eq!(dropped[0].kind, EventKind::ReportDropped);
+    assert!(
+        dropped[0].message.contains(&huge.id) && dropped[0].message.contains("stdout line(s) 1-1"),
+        "{}",
+        dropped[0].message
+    );
+}
+
+/// Hole 7: attempt directories left by an agent of another server (an
+/// earlier install on the same host) are never reported to this one: they
+/// stay on disk untouched, are named once in the agent's log, and this
+/// server's own jobs run.
+#[tokio::test(flavor = "multi_thread")]
+async fn attempts_of_another_server_are_never_reported() {
+    let first = Cluster::start().await;
+    let shared_jobs = first.dir.path().join("shared-jobs");
+    let mut agent = first.agent_in("box", 1, &shared_jobs, &[]);
+    first.wait_for_nodes(1).await;
+    let old = first
+        .submit(json!({"name": "old", "resources": {"gpu": 1},
+                       "command": sh("echo secret-of-the-first-cluster; sleep 1; echo more-secrets")}))
+        .await;
+    eventually("the first line", WAIT, || async {
+        (!first.output(&old.id, "stdout").await.is_empty()).then_some(())
+    })
+    .await;
+    agent.kill();
+    let attempt = shared_jobs.join(&old.id).join("attempt-1");
+    eventually("the old job to end without its agent", WAIT, || async {
+        attempt.join("exit.json").exists().then_some(())
+    })
+    .await;
+    let before: Vec<_> = ["stdout.log", "exit.json", "owner.json", "dispatch.json"]
+        .iter()
+        .map(|f| std::fs::read(attempt.join(f)).unwrap())
+        .collect();
+
+    // A second cluster, its agent on the same host and jobs directory.
+    let second = Cluster::start().await;
+    let _agent = second.agent_in("box", 1, &shared_jobs, &[]);
+    second.wait_for_nodes(1).await;
+    let mine = second
+        .submit(json!({"name": "mine", "resources": {"gpu": 1}, "command": ["echo", "hello"]}))
+        .await;
+    second.wait_for(&mine.id, JobStatus::Succeeded).await;
+    assert_eq!(second.output(&mine.id, "stdout").await, ["hello"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let db = &second.server.state.db;
+    let leaked: i64 = sqlx::query_scalar("SELECT count(*) FROM log_lines WHERE job_id = ?")
+        .bind(&old.id)
+        .fetch_one(db)
+        .await
+        .unwrap();
+    assert_eq!(
+        leaked, 0,
+        "lines of the first cluster's job reached the second server"
+    );
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE job_id = ? OR message LIKE ?")
+        .bind(&old.id)
+        .bind(format!("%{}%", old.id))
+        .fetch_one(db)
+        .await
+        .unwrap();
+    assert_eq!(events, 0);
+    let after: Vec<_> = ["stdout.log", "exit.json", "owner.json", "dispatch.json"]
+        .iter()
+        .map(|f| std::fs::read(attempt.join(f)).unwrap())
+        .collect();
+    assert_eq!(before, after, "the directory is left untouched");
+    assert!(!attempt.join("reported").exists());
+    let log = second.agent_log("box");
+    assert_eq!(
+        log.matches("never dispatched here").count(),
+        1,
+        "named once in the agent's log:\n{log}"
+    );
+}
