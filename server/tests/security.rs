@@ -548,3 +548,48 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
     let body: Value = limited.json().await.unwrap();
     assert_eq!(body["error"], "slow_down");
 }
+
+/// The 409 for a checkpoint path several runs wrote names only the runs the
+/// caller may see; the others are only counted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
+    let f = Fixture::new().await;
+    let db = &f.server.state.db;
+    let admin = user_token(db, "root", Scope::Write, true).await;
+    assert_eq!(
+        f.post("/api/v1/projects", &admin, json!({"name": "hidden"}))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let editor = user_token(db, "ada", Scope::Write, false).await;
+    let mut runs = Vec::new();
+    for (token, project) in [(&editor, "default"), (&editor, "default"), (&admin, "hidden")] {
+        let (status, run) = f
+            .post("/api/v1/runs", token, json!({"project": project, "name": "r"}))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        runs.push(run["id"].as_str().unwrap().to_string());
+    }
+    for run in &runs {
+        let mut conn = db.acquire().await.unwrap();
+        gpuplane_server::checkpoints::record(&mut conn, run, "node_x", "/ckpt/shared.pt", 1, 0, Some(10))
+            .await
+            .unwrap();
+    }
+    let (status, body) = f
+        .post(
+            "/api/v1/evaluations",
+            &editor,
+            json!({"run_id": runs[0], "checkpoint": "/ckpt/shared.pt", "command": ["true"]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&runs[1]), "a visible run is named: {message}");
+    assert!(!message.contains(&runs[2]), "a hidden run is not: {message}");
+    assert!(
+        message.contains("1 run(s) of projects you cannot see"),
+        "{message}"
+    );
+}
