@@ -399,3 +399,49 @@ async fn evaluate_a_checkpoint_and_read_the_result() {
     let message = text(&refused.stderr);
     assert!(message.contains(again["run_id"].as_str().unwrap()), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secret_variables_reach_the_job_but_are_never_shown() {
+    let env = Env::start().await;
+    let secret = "tok-3b8e91-never-show";
+    let from_shell = "from-the-shell-77c1";
+    let output = Command::new(GPUCTL)
+        .args(["--json", "job", "submit", "--name", "secrets", "--gpus", "0"])
+        .args([
+            "--secret-env",
+            &format!("API_KEY={secret}"),
+            "--secret-env",
+            "SHELL_SECRET",
+        ])
+        .args(["--", "sh", "-c", "echo key=$API_KEY shell=$SHELL_SECRET"])
+        .env("GPUCTL_HOME", env.home.path())
+        .env("GPUCTL_SERVER", &env.server.url)
+        .env("GPUCTL_TOKEN", &env.token)
+        .env("SHELL_SECRET", from_shell)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let submitted: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let id = submitted["id"].as_str().unwrap();
+    env.wait_status(id, "SUCCEEDED").await;
+    let shown = env.run(&["job", "show", id]);
+    let shown_text = text(&shown.stdout);
+    assert!(
+        shown_text.contains("secrets    API_KEY, SHELL_SECRET (set; values are never shown)"),
+        "{shown_text}"
+    );
+    let json = env.json(&["job", "show", id]).to_string();
+    assert!(!json.contains(secret) && !json.contains(from_shell), "{json}");
+    let logs = text(&env.run(&["logs", id]).stdout);
+    assert_eq!(logs.trim(), "key=*** shell=***", "masked in the shipped output");
+    let missing = env.run(&[
+        "job",
+        "submit",
+        "--secret-env",
+        "NOT_SET_ANYWHERE_42",
+        "--",
+        "true",
+    ]);
+    assert_eq!(missing.status.code(), Some(2), "{}", text(&missing.stderr));
+    assert!(text(&missing.stderr).contains("no variable NOT_SET_ANYWHERE_42 is set here"));
+}
