@@ -41,10 +41,31 @@ impl Client {
         })
     }
 
-    /// Streams a file to `/api/v1/{path}` (a full log the server asked for).
-    pub async fn upload_file(&self, path: &str, file: &std::path::Path) -> anyhow::Result<()> {
+    /// Streams a file to `/api/v1/{path}` (a full log the server asked
+    /// for), with `secrets` masked as it goes.
+    pub async fn upload_file(
+        &self,
+        path: &str,
+        file: &std::path::Path,
+        secrets: Vec<Vec<u8>>,
+    ) -> anyhow::Result<()> {
+        use futures_util::StreamExt;
         let body = match tokio::fs::File::open(file).await {
-            Ok(file) => reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(file)),
+            Ok(file) => {
+                let masker = std::sync::Arc::new(std::sync::Mutex::new(crate::mask::Masker::new(secrets)));
+                let end = masker.clone();
+                let chunks = tokio_util::io::ReaderStream::new(file).map(move |chunk| {
+                    chunk.map(|bytes| {
+                        let mut masker = masker.lock().unwrap_or_else(|e| e.into_inner());
+                        bytes::Bytes::from(masker.push(&bytes))
+                    })
+                });
+                let rest = futures_util::stream::once(async move {
+                    let mut masker = end.lock().unwrap_or_else(|e| e.into_inner());
+                    Ok::<_, std::io::Error>(bytes::Bytes::from(masker.finish()))
+                });
+                reqwest::Body::wrap_stream(chunks.chain(rest))
+            }
             Err(error) => reqwest::Body::from(format!(
                 "[gpuplane-agent: cannot read {}: {error}]\n",
                 file.display()

@@ -4,6 +4,7 @@
 
 use crate::client::Client;
 use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState};
+use crate::mask;
 use crate::reporter::Reporter;
 use crate::runner;
 use crate::tail::LineReader;
@@ -226,12 +227,15 @@ impl Manager {
                 attempt,
                 stream,
             } => {
-                let path = files::attempt_dir(&self.jobs_dir, &AttemptRef { job_id, attempt })
-                    .join(stream.file_name());
+                let dir = files::attempt_dir(&self.jobs_dir, &AttemptRef { job_id, attempt });
+                let path = dir.join(stream.file_name());
+                let secrets = files::read_json::<Dispatch>(&dir.join(files::DISPATCH))
+                    .map(|dispatch| mask::needles(dispatch.spec.secret_env.values()))
+                    .unwrap_or_default();
                 let client = self.client.clone();
                 tokio::spawn(async move {
                     if let Err(error) = client
-                        .upload_file(&format!("agent/log-fetch/{request_id}"), &path)
+                        .upload_file(&format!("agent/log-fetch/{request_id}"), &path, secrets)
                         .await
                     {
                         tracing::warn!(%error, path = %path.display(), "log upload failed");
@@ -262,6 +266,7 @@ impl Manager {
             let task = Attempt {
                 manager: manager.clone(),
                 dir,
+                secrets: mask::needles(dispatch.spec.secret_env.values()),
                 dispatch,
                 running,
                 messages: receiver,
@@ -292,6 +297,8 @@ struct Attempt {
     manager: Arc<Manager>,
     dir: PathBuf,
     dispatch: Dispatch,
+    /// The job's secret values, masked in what is shipped.
+    secrets: Vec<Vec<u8>>,
     running: Arc<AtomicBool>,
     messages: mpsc::UnboundedReceiver<Message>,
 }
@@ -526,9 +533,9 @@ impl Attempt {
     fn push_lines(&self, stream: LogStream, first_n: i64, mut lines: Vec<String>) {
         // A secret the job prints is masked before it leaves the host (the
         // log file on this host keeps what the job wrote).
-        for secret in self.dispatch.spec.secret_env.values().filter(|s| s.len() >= 4) {
-            for line in lines.iter_mut().filter(|line| line.contains(secret.as_str())) {
-                *line = line.replace(secret.as_str(), "***");
+        if !self.secrets.is_empty() {
+            for line in lines.iter_mut() {
+                *line = mask::line(line, &self.secrets);
             }
         }
         self.reporter().push(ReportItem::Lines {

@@ -8,6 +8,7 @@ pub mod files;
 pub mod git;
 pub mod gpus;
 pub mod jobs;
+pub mod mask;
 pub mod reporter;
 pub mod runner;
 pub mod shim;

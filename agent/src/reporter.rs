@@ -4,11 +4,12 @@
 //!
 //! Items are kept well below the server's body limit: output lines and
 //! metric points are split into several items as they are queued. If the
-//! server still refuses a batch for good (a 4xx other than 401/403/404/429),
-//! its items are sent one at a time, and an item refused on its own is
-//! replaced by a `REPORT_DROPPED` notice naming the job and what was dropped
-//! (an exit keeps its code and loses only its evaluation result), so one bad
-//! item never blocks the items behind it.
+//! server still refuses a batch for good (413 too large, 422 invalid), its
+//! items are sent one at a time, and an item refused on its own is replaced
+//! by a `REPORT_DROPPED` notice naming the job and what was dropped, so one
+//! bad item never blocks the items behind it. A job's start, failed start
+//! and exit are never dropped: an exit loses only its evaluation result,
+//! and otherwise they are retried like any undelivered report.
 
 use crate::client::{Client, ClientError};
 use gpuplane_api::agent::{Report, ReportItem};
@@ -135,7 +136,10 @@ impl Reporter {
                 }
                 Err(ClientError::Failed { status, message }) if refused_for_good(status) => {
                     tracing::warn!(%status, message, items = count, "the server refused a report");
-                    self.refused(count, last_seq, &format!("{status}: {message}"));
+                    if !self.refused(count, last_seq, &format!("{status}: {message}")) {
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                    }
                 }
                 Err(error) => {
                     tracing::debug!(%error, retry_in = ?backoff, "report not delivered");
@@ -175,27 +179,36 @@ impl Reporter {
 
     /// The server refused the first `count` items for good: send them one at
     /// a time to find the culprit; a lone refused item is replaced by what
-    /// can still be said about it.
-    fn refused(&self, count: usize, last_seq: u64, why: &str) {
+    /// can still be said about it. Returns false when the item must simply be
+    /// tried again later (a job's start or exit is never given up).
+    fn refused(&self, count: usize, last_seq: u64, why: &str) -> bool {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if count > 1 {
             queue.one_by_one_until = queue.one_by_one_until.max(last_seq);
-            return;
+            return true;
         }
         let Some(front) = queue.items.front_mut() else {
-            return;
+            return true;
         };
         let lines = match &front.item {
             ReportItem::Lines { lines, .. } => lines.len(),
             _ => 0,
         };
-        match replacement(&front.item, why) {
-            Some(item) => {
+        match refusal(&front.item, why) {
+            Refusal::Retry => {
+                tracing::warn!(
+                    why,
+                    "the server refused {}; trying again later",
+                    describe(&front.item)
+                );
+                return false;
+            }
+            Refusal::Replace(item) => {
                 tracing::warn!(why, "replacing a refused report item: {}", describe(&front.item));
                 front.bytes = json_size(&item);
                 front.item = item;
             }
-            None => {
+            Refusal::Drop => {
                 tracing::warn!(why, "dropping a refused report item: {}", describe(&front.item));
                 let seq = front.seq;
                 queue.items.pop_front();
@@ -205,6 +218,7 @@ impl Reporter {
         }
         let mut queued = self.queued_lines.lock().unwrap_or_else(|e| e.into_inner());
         *queued = queued.saturating_sub(lines);
+        true
     }
 
     fn acknowledge(&self, count: usize) {
@@ -231,38 +245,48 @@ impl Default for Reporter {
     }
 }
 
-/// A refusal that retrying the same body will not change.
+/// A refusal that retrying the same body will not change: too large, or
+/// invalid. (Anything else, a proxy's error page say, is retried.)
 fn refused_for_good(status: reqwest::StatusCode) -> bool {
-    status.is_client_error() && !matches!(status.as_u16(), 401 | 403 | 404 | 408 | 409 | 425 | 429)
+    matches!(status.as_u16(), 413 | 422)
 }
 
-/// What replaces an item the server refused on its own: the exit without
-/// its evaluation result (the job must still end), else a notice naming
-/// what was dropped; nothing when the notice itself was refused.
-fn replacement(item: &ReportItem, why: &str) -> Option<ReportItem> {
+/// What becomes of an item the server refused on its own.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// Send this instead.
+    Replace(ReportItem),
+    /// Give it up.
+    Drop,
+    /// Keep it and try again later.
+    Retry,
+}
+
+/// An exit loses its evaluation result (the job must still end); a job's
+/// start, failed start or bare exit is kept; a notice that was itself
+/// refused is dropped; anything else becomes a notice naming what was dropped.
+fn refusal(item: &ReportItem, why: &str) -> Refusal {
     match item {
         ReportItem::Exited {
-            eval_result: Some(result),
+            eval_result: Some(ResultFile::Text { path, .. }),
             ..
         } => {
-            let path = match result {
-                ResultFile::Missing { path }
-                | ResultFile::Unreadable { path, .. }
-                | ResultFile::Text { path, .. } => path.clone(),
-            };
             let mut item = item.clone();
             if let ReportItem::Exited { eval_result, .. } = &mut item {
                 *eval_result = Some(ResultFile::Unreadable {
-                    path,
+                    path: path.clone(),
                     reason: format!("the server refused it ({why})"),
                 });
             }
-            Some(item)
+            Refusal::Replace(item)
         }
-        ReportItem::Notice { .. } => None,
+        ReportItem::Started { .. } | ReportItem::DispatchFailed { .. } | ReportItem::Exited { .. } => {
+            Refusal::Retry
+        }
+        ReportItem::Notice { .. } => Refusal::Drop,
         other => {
             let (job_id, attempt) = other.attempt();
-            Some(ReportItem::Notice {
+            Refusal::Replace(ReportItem::Notice {
                 job_id: job_id.to_string(),
                 attempt,
                 kind: EventKind::ReportDropped,
@@ -503,7 +527,8 @@ mod tests {
     #[test]
     fn a_refused_item_becomes_a_notice_and_an_exit_keeps_its_code() {
         let refused = lines(3, vec!["x".into(); 2]);
-        let Some(ReportItem::Notice { kind, message, .. }) = replacement(&refused, "413: too large") else {
+        let Refusal::Replace(ReportItem::Notice { kind, message, .. }) = refusal(&refused, "413: too large")
+        else {
             panic!("a notice")
         };
         assert_eq!(kind, EventKind::ReportDropped);
@@ -524,15 +549,23 @@ mod tests {
                 text: "huge".into(),
             }),
         };
-        let Some(ReportItem::Exited {
+        let Refusal::Replace(stripped) = refusal(&exit, "413: too large") else {
+            panic!("the exit stays")
+        };
+        let ReportItem::Exited {
             exit_code,
             eval_result: Some(ResultFile::Unreadable { reason, .. }),
             ..
-        }) = replacement(&exit, "413: too large")
+        } = &stripped
         else {
-            panic!("the exit stays")
+            panic!("the exit keeps its code and loses its result")
         };
-        assert_eq!(exit_code, Some(0));
+        assert_eq!(*exit_code, Some(0));
+        assert_eq!(
+            refusal(&stripped, "413"),
+            Refusal::Retry,
+            "an exit is never dropped"
+        );
         assert!(reason.contains("refused"));
     }
 }

@@ -77,6 +77,18 @@ async fn a_job_sees_nothing_of_the_agents_own_environment() {
         output.iter().any(|l| l.starts_with("PATH=")),
         "the host's environment stays"
     );
+    // The whole file, fetched from the agent, is masked too.
+    let full = cluster
+        .http
+        .get(format!("{}/api/v1/jobs/{}/logs/full", cluster.server.url, job.id))
+        .bearer_auth(&cluster.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(full.contains("key=***\n") && !full.contains(secret), "{full}");
 
     // Nobody else on the host can read the attempt's files (its dispatch holds the job's token).
     let attempt = jobs_dir.join(&job.id).join("attempt-1");

@@ -205,7 +205,7 @@ impl ConsoleBackend for ServerBackend {
         request: CreateToken,
     ) -> BoxFuture<'_, Result<CreatedToken, String>> {
         Box::pin(async move {
-            tokens::create(&self.state.db, &principal(&user), Scope::Write, &request)
+            tokens::create(&self.state.db, &principal(&user), Scope::Write, None, &request)
                 .await
                 .map_err(message)
         })

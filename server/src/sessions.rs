@@ -242,16 +242,24 @@ pub async fn client_address(State(state): State<AppState>, mut request: Request,
 }
 
 fn resolve_client(peer: IpAddr, forwarded_for: &str, trusted: &[IpAddr]) -> IpAddr {
-    if !trusted.contains(&peer) {
+    // `::ffff:10.0.0.1` (an IPv4 peer on a dual-stack socket) is 10.0.0.1.
+    let trusted = |address: IpAddr| trusted.iter().any(|t| t.to_canonical() == address);
+    let peer = peer.to_canonical();
+    if !trusted(peer) {
         return peer;
     }
     let mut client = peer;
     for hop in forwarded_for.rsplit(',') {
-        let Ok(address) = hop.trim().parse::<IpAddr>() else {
+        let hop = hop.trim();
+        // An entry may carry a port: `203.0.113.7:4711`, `[2001:db8::1]:4711`.
+        let address = hop
+            .parse::<IpAddr>()
+            .or_else(|_| hop.parse::<SocketAddr>().map(|socket| socket.ip()));
+        let Ok(address) = address else {
             break; // Garbage: believe nothing further left.
         };
-        client = address;
-        if !trusted.contains(&address) {
+        client = address.to_canonical();
+        if !trusted(client) {
             break;
         }
     }
@@ -365,6 +373,15 @@ mod tests {
         );
         assert_eq!(resolve_client(proxy, "", &trusted), proxy);
         assert_eq!(resolve_client(proxy, "garbage", &trusted), proxy);
+        // A dual-stack socket shows the proxy as ::ffff:10.0.0.1; entries may carry ports.
+        assert_eq!(
+            resolve_client(ip("::ffff:10.0.0.1"), "198.51.100.1:4711", &trusted),
+            ip("198.51.100.1")
+        );
+        assert_eq!(
+            resolve_client(proxy, "[2001:db8::1]:443", &trusted),
+            ip("2001:db8::1")
+        );
     }
 
     #[test]

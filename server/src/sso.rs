@@ -375,6 +375,8 @@ async fn provision(
         } else {
             format!("{base}-{}", attempt + 1)
         };
+        // The user and their membership, together or not at all.
+        let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
         let inserted = sqlx::query(
             "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES (?, ?, ?, ?, 0, ?)
              ON CONFLICT (name) DO NOTHING",
@@ -384,7 +386,7 @@ async fn provision(
         .bind(&claims.email)
         .bind(&subject)
         .bind(now)
-        .execute(&state.db)
+        .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() == 1 {
             if let Some(role) = config.new_user_role {
@@ -394,9 +396,10 @@ async fn provision(
                 .bind(&id)
                 .bind(role.as_str())
                 .bind(now)
-                .execute(&state.db)
+                .execute(&mut *tx)
                 .await?;
             }
+            tx.commit().await?;
             tracing::info!(name, role = ?config.new_user_role, "provisioned a user from SSO");
             return Ok(id);
         }

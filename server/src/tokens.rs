@@ -52,11 +52,13 @@ pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, ApiE
 
 /// Creates a token for the user. `ceiling` is what the creator itself may
 /// do (a session may create anything the user may; a read token cannot
-/// mint a write token).
+/// mint a write token), and `expires_ceiling` when the creator itself
+/// expires: a token never outlives the token that made it.
 pub async fn create(
     db: &SqlitePool,
     principal: &Principal,
     ceiling: Scope,
+    expires_ceiling: Option<i64>,
     request: &CreateToken,
 ) -> Result<CreatedToken, ApiError> {
     let user_id = principal
@@ -117,9 +119,13 @@ pub async fn create(
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
-    let expires_at = request
+    let asked = request
         .expires_in_days
         .map(|days| now_ms() + days * 24 * 3600 * 1000);
+    let expires_at = match (asked, expires_ceiling) {
+        (Some(asked), Some(ceiling)) => Some(asked.min(ceiling)),
+        (asked, ceiling) => asked.or(ceiling),
+    };
     let (id, secret) = create_token(
         db,
         NewToken {

@@ -534,10 +534,19 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
         .await
         .unwrap();
     assert_eq!(token["expires_in"], 3 * 24 * 3600, "{token}");
-    let (_, tokens) = f
-        .get("/api/v1/tokens", token["access_token"].as_str().unwrap())
-        .await;
+    let access = token["access_token"].as_str().unwrap();
+    let (_, tokens) = f.get("/api/v1/tokens", access).await;
     assert!(tokens["items"][0]["expires_at"].is_string(), "{tokens}");
+    // A token it makes cannot outlive it.
+    let parent_expiry = tokens["items"][0]["expires_at"].as_str().unwrap().to_string();
+    for asked in [
+        json!({"name": "forever", "scope": "write"}),
+        json!({"name": "long", "scope": "read", "expires_in_days": 3650}),
+    ] {
+        let (status, child) = f.post("/api/v1/tokens", access, asked).await;
+        assert_eq!(status, StatusCode::CREATED, "{child}");
+        assert_eq!(child["token"]["expires_at"], parent_expiry.as_str(), "{child}");
+    }
 
     // 30 requests per address per 10 minutes; the first one above was one.
     for _ in 0..29 {

@@ -153,7 +153,13 @@ async fn bind_token_to_node(
     caller: &Caller,
     name: &str,
 ) -> Result<(), ApiError> {
-    if let Some(bound) = &caller.node {
+    // Read again inside the transaction: two first hellos of one token
+    // with different names must not both bind it.
+    let bound: Option<String> = sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = ?")
+        .bind(&caller.token_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    if let Some(bound) = &bound {
         if bound != name {
             return Err(ApiError::Forbidden(format!(
                 "this agent token speaks only for node `{bound}`, not `{name}`: \

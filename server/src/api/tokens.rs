@@ -43,7 +43,15 @@ pub async fn create_token(
     State(state): State<AppState>,
     ApiJson(request): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
-    let created = tokens::create(&state.db, &auth.caller.principal(), auth.caller.scope, &request).await?;
+    let caller = &auth.caller;
+    let created = tokens::create(
+        &state.db,
+        &caller.principal(),
+        caller.scope,
+        caller.expires_at,
+        &request,
+    )
+    .await?;
     Ok((StatusCode::CREATED, Json(created)))
 }
 

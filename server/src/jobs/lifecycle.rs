@@ -173,6 +173,7 @@ pub async fn commands_for(
     let running: BTreeSet<(&str, i64)> = running.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
     let grace_ms = state.config.cancel_grace.as_millis() as u64;
     let mut commands = Vec::new();
+    let mut unopenable = Vec::new();
     for row in &active {
         if row.cancel_requested_at.is_some() {
             commands.push(AgentCommand::Cancel {
@@ -182,23 +183,32 @@ pub async fn commands_for(
             });
         } else if row.status == "DISPATCHING" && !running.contains(&(row.job_id.as_str(), row.n)) {
             let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;
-            // The agent gets the secret values, and only for this dispatch.
-            spec.secret_env = std::mem::take(&mut spec.secret_env)
-                .into_iter()
-                .filter_map(
-                    |(name, sealed)| match state.secret.open(&row.job_id, &name, &sealed) {
-                        Some(value) => Some((name, value)),
-                        None => {
-                            tracing::warn!(
-                                job_id = row.job_id,
-                                name,
-                                "a secret variable cannot be opened with this server's key"
-                            );
-                            None
-                        }
-                    },
-                )
-                .collect();
+            // The agent gets the secret values, and only in its dispatch. A
+            // value this server's key cannot open fails the dispatch: a job
+            // must not run without the credentials it was given.
+            let mut opened = BTreeMap::new();
+            let mut lost = Vec::new();
+            for (name, sealed) in std::mem::take(&mut spec.secret_env) {
+                match state.secret.open(&row.job_id, &name, &sealed) {
+                    Some(value) => {
+                        opened.insert(name, value);
+                    }
+                    None => lost.push(name),
+                }
+            }
+            if !lost.is_empty() {
+                unopenable.push(ReportItem::DispatchFailed {
+                    job_id: row.job_id.clone(),
+                    attempt: row.n,
+                    detail: format!(
+                        "the secret variables {} cannot be decrypted with this server's key \
+                         (was DATA_DIR/secret.key replaced?); submit the job again with its secrets",
+                        lost.join(", ")
+                    ),
+                });
+                continue;
+            }
+            spec.secret_env = opened;
             let gpus: Vec<u32> = serde_json::from_str(&row.gpus).map_err(anyhow::Error::from)?;
             commands.push(AgentCommand::Dispatch(Box::new(dispatch(
                 state,
@@ -221,6 +231,15 @@ pub async fn commands_for(
         }
     }
     commands.extend(state.agents.take_pending(node_id));
+    if !unopenable.is_empty() {
+        let report = Report {
+            node_id: node_id.to_string(),
+            items: unopenable,
+        };
+        apply_report(state, &report).await?;
+        state.scheduler_wake.notify_one();
+        let _ = state.event_recorded.send(());
+    }
     Ok(commands)
 }
 

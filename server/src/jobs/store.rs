@@ -382,7 +382,15 @@ pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Res
     let job = get(db, job_id).await?;
     let mut spec = job.spec.clone();
     super::spec::apply_changes(&mut spec, &request.set).map_err(ApiError::Validation)?;
-    super::spec::validate(&spec).map_err(ApiError::Validation)?;
+    // Checked with the names of its secrets (their values are not shown), so
+    // a change cannot put one of them in `env` too.
+    let mut checked = spec.clone();
+    checked.secret_env = job
+        .secret_env
+        .iter()
+        .map(|name| (name.clone(), String::new()))
+        .collect();
+    super::spec::validate(&checked).map_err(ApiError::Validation)?;
     let changed = spec != job.spec;
     if job.failure_reason == Some(FailureReason::Oom) && !changed && !request.force {
         return Err(ApiError::Conflict(format!(
