@@ -9,7 +9,6 @@ use app::backend::{Backend, BoxFuture, ConsoleBackend};
 use app::{App, shell};
 use axum::Router;
 use axum::http::{HeaderValue, header};
-use axum::response::Response;
 use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, Scope, SessionUser, TokenInfo};
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
@@ -55,29 +54,32 @@ fn content_security_policy(nonce: Option<&str>) -> String {
     )
 }
 
-/// Headers on every answer: no MIME sniffing, no referrer to other sites,
-/// no framing; HTML without a policy of its own (error pages, files) gets
-/// the console's policy without a nonce, so it can run no inline script.
-pub async fn security_headers(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    let html = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("text/html") || value.starts_with("image/svg+xml"));
-    if html
-        && !headers.contains_key(header::CONTENT_SECURITY_POLICY)
-        && let Ok(policy) = HeaderValue::from_str(&content_security_policy(None))
-    {
-        headers.insert(header::CONTENT_SECURITY_POLICY, policy);
-    }
-    response
+/// Headers on every console answer (pages, server functions, files): no
+/// MIME sniffing, no referrer to other sites, no framing, and a
+/// Content-Security-Policy for answers that have none of their own (pages
+/// set theirs with their nonce): without a nonce, no inline script runs.
+pub fn security_headers<S>(router: Router<S>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    use tower_http::set_header::SetResponseHeaderLayer;
+    let policy =
+        HeaderValue::from_str(&content_security_policy(None)).expect("the policy is a valid header value");
+    let fixed = [
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (header::REFERRER_POLICY, HeaderValue::from_static("same-origin")),
+        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+    ];
+    let router = router.layer(SetResponseHeaderLayer::if_not_present(
+        header::CONTENT_SECURITY_POLICY,
+        policy,
+    ));
+    fixed.into_iter().fold(router, |router, (name, value)| {
+        router.layer(SetResponseHeaderLayer::overriding(name, value))
+    })
 }
 
 struct ServerBackend {

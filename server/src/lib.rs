@@ -51,7 +51,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole HTTP surface: API, console pages and static files.
 pub fn app(state: AppState) -> Router {
     let (api, _doc) = api::router();
-    api.merge(console::router(&state))
+    let app = api
+        .merge(console::router(&state))
         .route("/login", axum::routing::post(sessions::login))
         .route("/logout", axum::routing::post(sessions::logout))
         .route("/auth/oidc/start", axum::routing::get(sso::begin))
@@ -64,12 +65,8 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             sessions::check_origin,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            sessions::client_address,
-        ))
-        .layer(axum::middleware::from_fn(console::security_headers))
+        ));
+    console::security_headers(app)
         .layer(axum::middleware::from_fn(error::log_internal_errors))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let route = request

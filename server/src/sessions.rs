@@ -219,16 +219,18 @@ fn urlencode(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
-/// Puts the client's [`ClientAddress`] in the request's extensions: the
-/// peer's address, or, when the peer is one of `trusted_proxies`, the
-/// nearest address in `X-Forwarded-For` that is not a trusted proxy itself.
-/// Requests without a peer address (in-process calls) get 0.0.0.0.
-pub async fn client_address(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+/// The client's address: the peer's, or, when the peer is one of
+/// `trusted_proxies`, the nearest address in `X-Forwarded-For` that is not
+/// a trusted proxy itself. Requests without a peer (in-process calls) get 0.0.0.0.
+fn client_address(request: &Request, trusted_proxies: &[IpAddr]) -> ClientAddress {
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(peer)| peer.ip())
         .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    if trusted_proxies.is_empty() {
+        return ClientAddress(peer.to_canonical());
+    }
     let forwarded = request
         .headers()
         .get_all("x-forwarded-for")
@@ -236,9 +238,7 @@ pub async fn client_address(State(state): State<AppState>, mut request: Request,
         .filter_map(|value| value.to_str().ok())
         .collect::<Vec<_>>()
         .join(",");
-    let client = resolve_client(peer, &forwarded, &state.config.trusted_proxies);
-    request.extensions_mut().insert(ClientAddress(client));
-    next.run(request).await
+    ClientAddress(resolve_client(peer, &forwarded, trusted_proxies))
 }
 
 fn resolve_client(peer: IpAddr, forwarded_for: &str, trusted: &[IpAddr]) -> IpAddr {
@@ -269,8 +269,12 @@ fn resolve_client(peer: IpAddr, forwarded_for: &str, trusted: &[IpAddr]) -> IpAd
 /// Refuses state-changing requests from other origins. Browsers send
 /// `Origin` (or at least `Referer`) with every POST; it must name this
 /// server. Bearer-token API routes and the OAuth endpoints, which never use
-/// cookies, are exempt.
-pub async fn check_origin(State(state): State<AppState>, request: Request, next: Next) -> Response {
+/// cookies, are exempt. Also puts the client's [`ClientAddress`] in the
+/// request's extensions (for rate limits), so every request pays for one
+/// middleware, not two.
+pub async fn check_origin(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let client = client_address(&request, &state.config.trusted_proxies);
+    request.extensions_mut().insert(client);
     let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let path = request.uri().path();
     let exempt = path.starts_with("/api/") || path.starts_with("/oauth/");

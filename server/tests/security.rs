@@ -491,9 +491,11 @@ async fn console_pages_carry_a_strict_content_security_policy() {
         html.contains(&format!("nonce=\"{nonce}\"")),
         "the hydration script carries the nonce"
     );
-    // API answers get the plain headers too.
-    let health = f.http.get(f.url("/api/v1/health")).send().await.unwrap();
-    assert_eq!(health.headers()["x-content-type-options"], "nosniff");
+    // Files and error pages of the console carry the headers too.
+    let file = f.http.get(f.url("/no-such-file.html")).send().await.unwrap();
+    assert_eq!(file.headers()["x-content-type-options"], "nosniff");
+    let policy = file.headers()["content-security-policy"].to_str().unwrap();
+    assert!(policy.contains("frame-ancestors 'none'"), "{policy}");
 }
 
 /// Device login: tokens expire, and sign-in requests per address are limited.
