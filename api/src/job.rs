@@ -177,7 +177,8 @@ pub const DEFAULT_MAX_ATTEMPTS: i64 = 1;
 pub const DEFAULT_RETRY_COOLDOWN_S: i64 = 30;
 
 /// What `POST /api/v1/jobs` takes (and `gpuctl job submit -f` reads).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Its `Debug` shows the names of secret variables, never their values.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
@@ -224,6 +225,49 @@ pub struct JobSpec {
     /// anyway. Jobs get no input: such commands are refused unless this is set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_interactive: bool,
+}
+
+impl std::fmt::Debug for JobSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured, so a new field cannot be forgotten here.
+        let JobSpec {
+            name,
+            kind,
+            project,
+            command,
+            working_dir,
+            env,
+            secret_env,
+            runner,
+            image,
+            resources,
+            node_selector,
+            priority,
+            max_attempts,
+            retry_cooldown_s,
+            watch_dirs,
+            allow_interactive,
+        } = self;
+        let secret_names: Vec<&String> = secret_env.keys().collect();
+        f.debug_struct("JobSpec")
+            .field("name", name)
+            .field("kind", kind)
+            .field("project", project)
+            .field("command", command)
+            .field("working_dir", working_dir)
+            .field("env", env)
+            .field("secret_env (names)", &secret_names)
+            .field("runner", runner)
+            .field("image", image)
+            .field("resources", resources)
+            .field("node_selector", node_selector)
+            .field("priority", priority)
+            .field("max_attempts", max_attempts)
+            .field("retry_cooldown_s", retry_cooldown_s)
+            .field("watch_dirs", watch_dirs)
+            .field("allow_interactive", allow_interactive)
+            .finish()
+    }
 }
 
 fn default_project() -> String {
@@ -387,5 +431,13 @@ mod tests {
     #[test]
     fn unknown_fields_are_refused() {
         assert!(serde_json::from_str::<JobSpec>(r#"{"name": "x", "command": ["true"], "gpus": 1}"#).is_err());
+    }
+
+    #[test]
+    fn debug_output_never_shows_secret_values() {
+        let mut spec = JobSpec::new("s", vec!["true".into()]);
+        spec.secret_env.insert("API_KEY".into(), "hunter2-value".into());
+        let shown = format!("{spec:?}");
+        assert!(shown.contains("API_KEY") && !shown.contains("hunter2"), "{shown}");
     }
 }

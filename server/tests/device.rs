@@ -295,3 +295,27 @@ async fn no_device_or_user_code_is_stored_in_clear() {
     assert!(!contains(&user_code.replace('-', "")));
     assert!(!contains(user_code));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_device_authorizations_are_deleted() {
+    let flow = Flow::start().await;
+    let old = flow.authorize().await;
+    let fresh = flow.authorize().await;
+    let db = &flow.server.state.db;
+    let old_code = old["device_code"].as_str().unwrap();
+    sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = ?")
+        .bind(gpuplane_server::auth::hash_token(old_code))
+        .execute(db)
+        .await
+        .unwrap();
+    device::delete_expired(db).await;
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM device_authorizations")
+        .fetch_one(db)
+        .await
+        .unwrap();
+    assert_eq!(left, 1, "the expired one is gone, the pending one stays");
+    let (_, body) = flow.poll(fresh["device_code"].as_str().unwrap()).await;
+    assert_eq!(error(&body), "authorization_pending");
+    let (_, body) = flow.poll(old_code).await;
+    assert_eq!(error(&body), "invalid_grant");
+}
