@@ -175,7 +175,7 @@ async fn an_agent_waits_for_a_server_that_is_not_up_yet() {
     config.bind = format!("127.0.0.1:{port}").parse().unwrap();
     // Tokens are created before the server runs, on its data dir, as an operator would.
     std::fs::create_dir_all(dir.path()).unwrap();
-    let db = gpuplane_server::db::open(dir.path()).await.unwrap();
+    let db = gpuplane_server::store::open(dir.path()).await.unwrap();
     let token = agent_token(&db).await;
     let reader = user_token(&db, "ops", Scope::Read, false).await;
     db.close().await;

@@ -105,7 +105,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let server = start_server_with(dir.path(), |config| config.cpu_slots_per_node = 4).await;
     let state = server.state.clone();
     let user = gpuplane_server::admin::create_user(&state.db, "bench", "bench-password", true).await?;
-    let user = gpuplane_server::access::Principal {
+    let user = gpuplane_server::identity::access::Principal {
         user_id: Some(user),
         user_name: Some("bench".into()),
         is_admin: true,
@@ -203,7 +203,7 @@ pub(crate) async fn start_server_process(
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data)?;
-    let db = gpuplane_server::db::open(&data).await?;
+    let db = gpuplane_server::store::open(&data).await?;
     let token = user_token(&db, "bench", Scope::Write, true).await;
     let agent_token = agent_token(&db).await;
     db.close().await;

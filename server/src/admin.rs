@@ -1,11 +1,11 @@
 //! `gpuplane-server admin ...`: bootstrap users and tokens on the data dir
 //! without a running server. Each command prints only its secret on stdout.
 
-use crate::auth::{NewToken, create_token, hash_password};
 use crate::config::AdminCommand;
-use crate::db::DbError;
-use crate::ids::new_id;
-use crate::time::{now_ms, rfc3339};
+use crate::identity::auth::{NewToken, create_token, hash_password};
+use crate::store::DbError;
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
 use anyhow::{Context, bail};
 use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;

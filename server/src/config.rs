@@ -2,7 +2,7 @@
 //! `GPUPLANE_*` environment variables, then flags (each flag reads its
 //! variable through clap, so the last two layers are one).
 
-use crate::sso::SsoConfig;
+use crate::identity::sso::SsoConfig;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use gpuplane_api::auth::Scope;

@@ -1,10 +1,10 @@
 //! The console: Leptos pages rendered here and hydrated in the browser, the
 //! static files beside them, and the backend their server functions call.
 
-use crate::access::Principal;
-use crate::error::ApiError;
+use crate::api::error::ApiError;
+use crate::identity::access::Principal;
+use crate::identity::{device_login, tokens};
 use crate::state::AppState;
-use crate::{device, tokens};
 use app::backend::{Backend, BoxFuture, ConsoleBackend};
 use app::{App, shell};
 use axum::Router;
@@ -135,16 +135,16 @@ fn message(error: ApiError) -> String {
     }
 }
 
-fn lookup_message(error: device::LookupError) -> String {
+fn lookup_message(error: device_login::LookupError) -> String {
     match error {
-        device::LookupError::Unknown => {
+        device_login::LookupError::Unknown => {
             "no pending sign-in has this code: check it, or start `gpuctl login` again".to_string()
         }
-        device::LookupError::Limited(wait) => format!(
+        device_login::LookupError::Limited(wait) => format!(
             "too many wrong or stale codes: try again in {} minutes",
             wait.as_secs() / 60 + 1
         ),
-        device::LookupError::Internal(error) => message(error),
+        device_login::LookupError::Internal(error) => message(error),
     }
 }
 
@@ -175,7 +175,7 @@ impl ConsoleBackend for ServerBackend {
         approver_ip: String,
     ) -> BoxFuture<'_, Result<DeviceRequest, String>> {
         Box::pin(async move {
-            device::lookup(&self.state, &user_code, &user_id, &approver_ip)
+            device_login::lookup(&self.state, &user_code, &user_id, &approver_ip)
                 .await
                 .map_err(lookup_message)
         })
@@ -189,7 +189,7 @@ impl ConsoleBackend for ServerBackend {
         approve: bool,
     ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            match device::decide(&self.state, &user_code, &user_id, &approver_ip, approve).await {
+            match device_login::decide(&self.state, &user_code, &user_id, &approver_ip, approve).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err("this request is no longer waiting (expired or already decided)".into()),
                 Err(error) => Err(lookup_message(error)),

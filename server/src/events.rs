@@ -1,10 +1,10 @@
 //! Events: recorded inside the transaction that caused them, listed with
 //! filters, and announced to SSE subscribers after commit.
 
-use crate::db::DbError;
-use crate::error::ApiError;
-use crate::ids::new_id;
-use crate::time::rfc3339;
+use crate::api::error::ApiError;
+use crate::store::DbError;
+use crate::store::ids::new_id;
+use crate::store::time::rfc3339;
 use gpuplane_api::Page;
 use gpuplane_api::event::{Event, EventKind, Severity};
 use sqlx::{SqliteConnection, SqlitePool};

@@ -1,37 +1,22 @@
 //! The GPUPlane server as a library: `main.rs` parses arguments and calls
 //! [`run`]; tests call [`start`] to get a real server on a free port.
 
-pub mod access;
 pub mod admin;
-pub mod agents;
 pub mod api;
-pub mod auth;
-pub mod checkpoints;
 pub mod config;
 pub mod console;
-pub mod db;
-pub mod device;
 pub mod diagnosis;
-pub mod error;
-pub mod evaluations;
 pub mod events;
-pub mod ids;
+pub mod identity;
 pub mod jobs;
 pub mod logs;
 pub mod metrics;
 pub mod nodes;
 pub mod paging;
-pub mod primary;
-pub mod ratelimit;
 pub mod runs;
-pub mod secrets;
-pub mod sessions;
-pub mod sso;
 pub mod state;
-pub mod streams;
+pub mod store;
 pub mod testkit;
-pub mod time;
-pub mod tokens;
 
 use anyhow::Context;
 use axum::Router;
@@ -53,21 +38,21 @@ pub fn app(state: AppState) -> Router {
     let (api, _doc) = api::router();
     let app = api
         .merge(console::router(&state))
-        .route("/login", axum::routing::post(sessions::login))
-        .route("/logout", axum::routing::post(sessions::logout))
-        .route("/auth/oidc/start", axum::routing::get(sso::begin))
-        .route("/auth/oidc/callback", axum::routing::get(sso::callback))
+        .route("/login", axum::routing::post(identity::sessions::login))
+        .route("/logout", axum::routing::post(identity::sessions::logout))
+        .route("/auth/oidc/start", axum::routing::get(identity::sso::begin))
+        .route("/auth/oidc/callback", axum::routing::get(identity::sso::callback))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            sessions::resolve_user,
+            identity::sessions::resolve_user,
         ))
-        .layer(sessions::layer(&state))
+        .layer(identity::sessions::layer(&state))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            sessions::check_origin,
+            identity::sessions::check_origin,
         ));
     console::security_headers(app)
-        .layer(axum::middleware::from_fn(error::log_internal_errors))
+        .layer(axum::middleware::from_fn(api::error::log_internal_errors))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let route = request
                 .extensions()
@@ -123,7 +108,7 @@ pub async fn serve(
 async fn sweep_sessions(state: AppState) {
     loop {
         state.sessions.delete_expired().await;
-        device::delete_expired(&state.db).await;
+        identity::device_login::delete_expired(&state.db).await;
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 }
@@ -176,8 +161,8 @@ async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener,
         .await
         .with_context(|| format!("cannot listen on {}", config.bind))?;
     config.bind = listener.local_addr()?;
-    let db = db::open(&config.data_dir).await?;
-    let secret = secrets::SecretKey::load_or_create(&config.data_dir)?;
+    let db = store::open(&config.data_dir).await?;
+    let secret = identity::secrets::SecretKey::load_or_create(&config.data_dir)?;
     Ok((listener, AppState::new(db, config, secret)))
 }
 
@@ -191,7 +176,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Admin(command) => {
             config::prepare_data_dir(&data_dir)?;
-            let db = db::open(&data_dir).await?;
+            let db = store::open(&data_dir).await?;
             if let Some(secret) = admin::run(&db, command).await? {
                 println!("{secret}");
             }

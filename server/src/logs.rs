@@ -2,9 +2,9 @@
 //! attempt (the agent has the full files), ingested idempotently by line
 //! number, read as a tail or followed after an SSE event id.
 
-use crate::db::DbError;
-use crate::error::ApiError;
-use crate::time::rfc3339;
+use crate::api::error::ApiError;
+use crate::store::DbError;
+use crate::store::time::rfc3339;
 use gpuplane_api::log::{LogLine, LogStream, Logs};
 use sqlx::{SqliteConnection, SqlitePool};
 

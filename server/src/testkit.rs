@@ -1,8 +1,8 @@
 //! Helpers for tests of every crate: a real server on a free port over a
 //! real SQLite file, and bootstrapped users and tokens. No mocks.
 
-use crate::auth::{NewToken, create_token};
 use crate::config::ServerConfig;
+use crate::identity::auth::{NewToken, create_token};
 use crate::{RunningServer, admin, start};
 use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;

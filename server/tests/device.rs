@@ -2,7 +2,7 @@
 //! slow_down with a growing interval, approval yielding one token, denial,
 //! expiry, rate-limited wrong user codes, and no code stored in clear.
 
-use gpuplane_server::device;
+use gpuplane_server::identity::device_login;
 use gpuplane_server::testkit::start_server_with;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -64,7 +64,7 @@ impl Flow {
         self.form(
             "/oauth/token",
             &[
-                ("grant_type", device::DEVICE_GRANT),
+                ("grant_type", device_login::DEVICE_GRANT),
                 ("device_code", device_code),
                 ("client_id", "gpuctl"),
             ],
@@ -135,7 +135,7 @@ async fn a_code_approved_in_the_console_yields_one_token() {
 
     // The approving user sees who asks; the code matches whatever the case and dashes.
     let typed = user_code.replace('-', "").to_lowercase();
-    let request = match device::lookup(&flow.server.state, &typed, &flow.user_id, "127.0.0.1").await {
+    let request = match device_login::lookup(&flow.server.state, &typed, &flow.user_id, "127.0.0.1").await {
         Ok(request) => request,
         Err(_) => panic!("the code is found"),
     };
@@ -143,12 +143,12 @@ async fn a_code_approved_in_the_console_yields_one_token() {
     assert_eq!(request.client_ip, "127.0.0.1");
     assert_eq!(request.status, "pending");
     assert!(
-        device::decide(&flow.server.state, user_code, &flow.user_id, "127.0.0.1", true)
+        device_login::decide(&flow.server.state, user_code, &flow.user_id, "127.0.0.1", true)
             .await
             .unwrap()
     );
     assert!(
-        !device::decide(&flow.server.state, user_code, &flow.user_id, "127.0.0.1", false)
+        !device_login::decide(&flow.server.state, user_code, &flow.user_id, "127.0.0.1", false)
             .await
             .unwrap(),
         "decided once"
@@ -191,7 +191,7 @@ async fn a_code_approved_in_the_console_yields_one_token() {
 async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
     let flow = Flow::start().await;
     let denied = flow.authorize().await;
-    device::decide(
+    device_login::decide(
         &flow.server.state,
         denied["user_code"].as_str().unwrap(),
         &flow.user_id,
@@ -211,7 +211,7 @@ async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
     let (_, body) = flow.poll(expired["device_code"].as_str().unwrap()).await;
     assert_eq!(error(&body), "expired_token");
     assert!(
-        !device::decide(
+        !device_login::decide(
             &flow.server.state,
             expired["user_code"].as_str().unwrap(),
             &flow.user_id,
@@ -240,9 +240,9 @@ async fn wrong_user_codes_are_rate_limited() {
     let grant = flow.authorize().await;
     let mut refused_after = None;
     for attempt in 1..=1000 {
-        match device::lookup(&flow.server.state, "BBBB-BBBB", "usr_x", "203.0.113.7").await {
-            Err(device::LookupError::Unknown) => {}
-            Err(device::LookupError::Limited(_)) => {
+        match device_login::lookup(&flow.server.state, "BBBB-BBBB", "usr_x", "203.0.113.7").await {
+            Err(device_login::LookupError::Unknown) => {}
+            Err(device_login::LookupError::Limited(_)) => {
                 refused_after.get_or_insert(attempt);
             }
             _ => panic!("a wrong code was accepted"),
@@ -252,18 +252,18 @@ async fn wrong_user_codes_are_rate_limited() {
     // Even the right code now waits for this caller, but not for others.
     let right = grant["user_code"].as_str().unwrap();
     assert!(matches!(
-        device::lookup(&flow.server.state, right, "usr_x", "203.0.113.7").await,
-        Err(device::LookupError::Limited(_))
+        device_login::lookup(&flow.server.state, right, "usr_x", "203.0.113.7").await,
+        Err(device_login::LookupError::Limited(_))
     ));
     assert!(
-        device::lookup(&flow.server.state, right, "usr_y", "198.51.100.1")
+        device_login::lookup(&flow.server.state, right, "usr_y", "198.51.100.1")
             .await
             .is_ok()
     );
     // Approving is limited the same way: the limited caller cannot approve.
     assert!(matches!(
-        device::decide(&flow.server.state, right, "usr_x", "203.0.113.7", true).await,
-        Err(device::LookupError::Limited(_))
+        device_login::decide(&flow.server.state, right, "usr_x", "203.0.113.7", true).await,
+        Err(device_login::LookupError::Limited(_))
     ));
     let pending: String = sqlx::query_scalar("SELECT status FROM device_authorizations")
         .fetch_one(&flow.server.state.db)
@@ -288,7 +288,7 @@ async fn no_device_or_user_code_is_stored_in_clear() {
     let device_code = grant["device_code"].as_str().unwrap();
     let user_code = grant["user_code"].as_str().unwrap();
     assert!(
-        contains(&gpuplane_server::auth::hash_token(device_code)),
+        contains(&gpuplane_server::identity::auth::hash_token(device_code)),
         "the hash is there"
     );
     assert!(!contains(device_code));
@@ -304,11 +304,11 @@ async fn expired_device_authorizations_are_deleted() {
     let db = &flow.server.state.db;
     let old_code = old["device_code"].as_str().unwrap();
     sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = ?")
-        .bind(gpuplane_server::auth::hash_token(old_code))
+        .bind(gpuplane_server::identity::auth::hash_token(old_code))
         .execute(db)
         .await
         .unwrap();
-    device::delete_expired(db).await;
+    device_login::delete_expired(db).await;
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM device_authorizations")
         .fetch_one(db)
         .await

@@ -516,10 +516,16 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
         .await
         .unwrap();
     assert!(
-        gpuplane_server::device::decide(&f.server.state, &user_code, &user_id, "127.0.0.1", true)
-            .await
-            .ok()
-            .unwrap()
+        gpuplane_server::identity::device_login::decide(
+            &f.server.state,
+            &user_code,
+            &user_id,
+            "127.0.0.1",
+            true
+        )
+        .await
+        .ok()
+        .unwrap()
     );
     let token: Value = f
         .http
@@ -584,9 +590,17 @@ async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
     }
     for run in &runs {
         let mut conn = db.acquire().await.unwrap();
-        gpuplane_server::checkpoints::record(&mut conn, run, "node_x", "/ckpt/shared.pt", 1, 0, Some(10))
-            .await
-            .unwrap();
+        gpuplane_server::runs::checkpoints::record(
+            &mut conn,
+            run,
+            "node_x",
+            "/ckpt/shared.pt",
+            1,
+            0,
+            Some(10),
+        )
+        .await
+        .unwrap();
     }
     let (status, body) = f
         .post(

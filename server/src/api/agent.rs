@@ -1,13 +1,13 @@
 //! The agent protocol (see `gpuplane_api::agent`): hello, long poll, reports,
 //! and full-log uploads.
 
-use crate::auth::{Agent, Authed, Caller};
-use crate::db::DbError;
-use crate::error::{ApiError, ApiJson};
+use crate::api::error::{ApiError, ApiJson};
+use crate::identity::auth::{Agent, Authed, Caller};
 use crate::jobs::lifecycle;
 use crate::nodes;
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::DbError;
+use crate::store::time::now_ms;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};

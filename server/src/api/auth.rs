@@ -1,7 +1,7 @@
 //! `GET /api/v1/auth/whoami`.
 
-use crate::auth::{AnyScope, Authed};
-use crate::time::rfc3339;
+use crate::identity::auth::{AnyScope, Authed};
+use crate::store::time::rfc3339;
 use axum::Json;
 use gpuplane_api::auth::WhoAmI;
 use gpuplane_api::error::ErrorBody;

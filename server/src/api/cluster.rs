@@ -1,7 +1,7 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance.
 
-use crate::auth::{Authed, Read};
-use crate::error::ApiError;
+use crate::api::error::ApiError;
+use crate::identity::auth::{Authed, Read};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;

@@ -1,8 +1,8 @@
 //! `GET /api/v1/runs/{id}/failure` and `GET /api/v1/runs/{id}/diagnosis`.
 
-use crate::auth::{Authed, Read};
+use crate::api::error::ApiError;
 use crate::diagnosis::facts;
-use crate::error::ApiError;
+use crate::identity::auth::{Authed, Read};
 use crate::runs;
 use crate::state::AppState;
 use axum::Json;

@@ -1,12 +1,12 @@
 //! `/api/v1/evaluations`: evaluate a checkpoint of a run, list and show evaluations.
 
-use crate::access;
-use crate::api::jobs::{cursor, page_limit};
-use crate::auth::{Authed, Read, Write};
-use crate::error::{ApiError, ApiJson, ApiQuery};
-use crate::evaluations;
+use crate::api::error::{ApiError, ApiJson, ApiQuery};
+use crate::identity::access;
+use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::store;
+use crate::paging::{cursor, page_limit};
 use crate::runs;
+use crate::runs::evaluations;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};

@@ -1,10 +1,10 @@
 //! `/api/v1/events`: list with filters, and follow as server-sent events.
 
-use crate::access;
-use crate::api::jobs::{cursor, page_limit};
-use crate::auth::{Authed, Read};
-use crate::error::{ApiError, ApiQuery};
+use crate::api::error::{ApiError, ApiQuery};
 use crate::events::{self, Filter};
+use crate::identity::access;
+use crate::identity::auth::{Authed, Read};
+use crate::paging::{cursor, page_limit};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;

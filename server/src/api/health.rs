@@ -1,6 +1,6 @@
 //! `GET /api/v1/health`: answers without a token.
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;

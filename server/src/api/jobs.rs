@@ -1,24 +1,20 @@
 //! `/api/v1/jobs`: submit, list, show, cancel, retry.
 
-use crate::access;
-use crate::auth::{Authed, Read, Write};
-use crate::error::{ApiError, ApiJson, ApiQuery, OptionalJson};
+use crate::api::error::{ApiError, ApiJson, ApiQuery, OptionalJson};
+use crate::identity::access;
+use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::spec;
 use crate::jobs::store::{self, Cancelled};
-use crate::paging::Sort;
+use crate::paging::{cursor, page_limit, sort_order};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest};
 use gpuplane_api::project::Role;
-use gpuplane_api::{MAX_I64_SAFE, Page};
 use serde::Deserialize;
-
-/// Default and largest page sizes of lists.
-pub const DEFAULT_LIMIT: i64 = 50;
-pub const MAX_LIMIT: i64 = 500;
 
 /// Queues a job; the answer carries its id and its run's id.
 #[utoipa::path(post, path = "/jobs", tag = "jobs",
@@ -102,46 +98,6 @@ pub async fn list_jobs(
         before,
     };
     Ok(Json(store::list(&state.db, &visible, filter).await?))
-}
-
-/// `sort` must be `newest` or `primary_metric`.
-pub fn sort_order(sort: Option<&str>, errors: &mut Vec<FieldError>) -> Sort {
-    Sort::parse(sort).unwrap_or_else(|message| {
-        errors.push(FieldError {
-            field: "sort".into(),
-            message,
-        });
-        Sort::Newest
-    })
-}
-
-/// `limit` must be 1..=MAX_LIMIT.
-pub fn page_limit(limit: Option<i64>, errors: &mut Vec<FieldError>) -> i64 {
-    match limit {
-        Some(limit) if !(1..=MAX_LIMIT).contains(&limit) => {
-            errors.push(FieldError {
-                field: "limit".into(),
-                message: format!("must be between 1 and {MAX_LIMIT}"),
-            });
-            DEFAULT_LIMIT
-        }
-        Some(limit) => limit,
-        None => DEFAULT_LIMIT,
-    }
-}
-
-/// `before` must be 1..=MAX_I64_SAFE.
-pub fn cursor(before: Option<i64>, errors: &mut Vec<FieldError>) -> Option<i64> {
-    match before {
-        Some(before) if !(1..=MAX_I64_SAFE).contains(&before) => {
-            errors.push(FieldError {
-                field: "before".into(),
-                message: "must be between 1 and 2^62 (MAX_I64_SAFE)".into(),
-            });
-            None
-        }
-        other => other,
-    }
 }
 
 /// One job with its attempts and, while QUEUED, why it waits.

@@ -1,12 +1,12 @@
 //! Job output: the kept tail, a live SSE follow that resumes from
 //! `Last-Event-ID`, and the full file fetched from the agent.
 
-use crate::auth::{Authed, Read};
-use crate::error::{ApiError, ApiQuery};
-use crate::ids::new_id;
+use crate::api::error::{ApiError, ApiQuery};
+use crate::identity::auth::{Authed, Read};
 use crate::jobs::store;
 use crate::logs;
 use crate::state::AppState;
+use crate::store::ids::new_id;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};

@@ -5,17 +5,20 @@ mod agent;
 mod auth;
 mod cluster;
 mod diagnosis;
+pub mod error;
 mod evaluations;
 mod events;
 pub(crate) mod health;
-pub(crate) mod jobs;
+mod jobs;
 mod logs;
+mod metrics;
 mod nodes;
 mod projects;
 mod runs;
+pub mod streams;
 mod tokens;
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::state::AppState;
 use axum::response::IntoResponse;
 use axum::routing::any;
@@ -72,9 +75,9 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::create_run, runs::list_runs))
         .routes(routes!(runs::set_primary_metric))
         .routes(routes!(runs::get_run))
-        .routes(routes!(runs::query_metrics))
-        .routes(routes!(runs::chart_svg))
-        .routes(routes!(runs::chart_png))
+        .routes(routes!(metrics::query_metrics))
+        .routes(routes!(metrics::chart_svg))
+        .routes(routes!(metrics::chart_png))
         .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
         .routes(routes!(runs::list_checkpoints))
@@ -87,8 +90,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(evaluations::get_evaluation))
         .merge(
             OpenApiRouter::new()
-                .routes(routes!(runs::ingest))
-                // The handler enforces its own limit (see `runs::read_limited`).
+                .routes(routes!(metrics::ingest))
+                // The handler enforces its own limit (see `metrics::read_limited`).
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
         .routes(routes!(events::list_events))
@@ -102,9 +105,9 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(openapi_json));
     // The OAuth endpoints live at the root, where RFC 8414 clients expect them.
     let oauth = OpenApiRouter::new()
-        .routes(routes!(crate::device::authorize))
-        .routes(routes!(crate::device::token))
-        .routes(routes!(crate::device::metadata));
+        .routes(routes!(crate::identity::device_login::authorize))
+        .routes(routes!(crate::identity::device_login::token))
+        .routes(routes!(crate::identity::device_login::metadata));
     let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(PREFIX, api)
         .merge(oauth)
@@ -122,8 +125,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 /// taken before the stream's work starts, given to [`bounded`].
 pub(crate) fn stream_permit(
     state: &AppState,
-    caller: &crate::auth::Caller,
-) -> Result<crate::streams::StreamPermit, ApiError> {
+    caller: &crate::identity::auth::Caller,
+) -> Result<crate::api::streams::StreamPermit, ApiError> {
     state.streams.acquire(caller, state.config.max_streams_per_user)
 }
 
@@ -132,7 +135,7 @@ pub(crate) fn stream_permit(
 /// The stream holds `permit` until it ends.
 pub(crate) fn bounded<S: futures_util::Stream>(
     stream_max: std::time::Duration,
-    permit: crate::streams::StreamPermit,
+    permit: crate::api::streams::StreamPermit,
     stream: S,
 ) -> impl futures_util::Stream<Item = S::Item> {
     use futures_util::StreamExt;

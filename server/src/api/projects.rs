@@ -1,12 +1,12 @@
 //! `/api/v1/projects`: the caller's projects; creating projects and managing
 //! members (server admins, or admins of the project).
 
-use crate::access::{self, Principal, Visible};
-use crate::auth::{Authed, Read, Write};
-use crate::error::{ApiError, ApiJson};
-use crate::primary;
+use crate::api::error::{ApiError, ApiJson};
+use crate::identity::access::{self, Principal, Visible};
+use crate::identity::auth::{Authed, Read, Write};
+use crate::runs::primary;
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -77,8 +77,8 @@ pub async fn create_project(
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(|error| match crate::db::DbError::from(error) {
-            crate::db::DbError::Conflict(_) => {
+        .map_err(|error| match crate::store::DbError::from(error) {
+            crate::store::DbError::Conflict(_) => {
                 ApiError::Conflict(format!("project {} already exists", new.name))
             }
             other => other.into(),

@@ -1,9 +1,9 @@
 //! `/api/v1/tokens`: the caller's own tokens.
 
-use crate::auth::{Authed, Read, Write};
-use crate::error::{ApiError, ApiJson};
+use crate::api::error::{ApiError, ApiJson};
+use crate::identity::auth::{Authed, Read, Write};
+use crate::identity::tokens;
 use crate::state::AppState;
-use crate::tokens;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -11,7 +11,7 @@ use gpuplane_api::Page;
 use gpuplane_api::auth::{CreateToken, CreatedToken, TokenInfo};
 use gpuplane_api::error::ErrorBody;
 
-fn user_id(caller: &crate::auth::Caller) -> Result<&str, ApiError> {
+fn user_id(caller: &crate::identity::auth::Caller) -> Result<&str, ApiError> {
     caller
         .user_id
         .as_deref()

@@ -2,14 +2,14 @@
 //! that may still be running: loss trend, silence, idle GPUs, lost nodes.
 
 use super::{Facts, explain};
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::events::{self, Filter};
 use crate::jobs::store;
 use crate::logs;
 use crate::metrics::{self, Axis, Query};
 use crate::runs;
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::time::now_ms;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation, Finding};
 use gpuplane_api::event::Severity;
 use gpuplane_api::job::JobStatus;

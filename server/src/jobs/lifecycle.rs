@@ -3,13 +3,13 @@
 //! carries, and jobs lost with their node. Every change to a job happens in
 //! one `BEGIN IMMEDIATE` transaction with the events it causes.
 
-use crate::error::ApiError;
-use crate::evaluations;
+use crate::api::error::ApiError;
 use crate::events::{self, Links};
 use crate::jobs::store::{end_active_attempt, finish_job};
 use crate::logs;
+use crate::runs::evaluations;
 use crate::state::AppState;
-use crate::time::{now_ms, rfc3339};
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, Report, ReportItem, Resume};
 use gpuplane_api::evaluation::ResultFile;
 use gpuplane_api::event::{EventKind, Severity};
@@ -442,7 +442,8 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
                 ..
             } => {
                 let run_id = run_of(&mut tx, job_id).await?;
-                crate::checkpoints::record(&mut tx, &run_id, node_id, path, *size, *modified, *step).await?;
+                crate::runs::checkpoints::record(&mut tx, &run_id, node_id, path, *size, *modified, *step)
+                    .await?;
             }
             ReportItem::Notice { kind, message, .. } => {
                 let links = links(&mut tx, job_id, node_id).await?;

@@ -99,7 +99,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
                     "retry cooldown: attempt {} of {} starts at {}",
                     job.next_attempt,
                     job.max_attempts,
-                    crate::time::rfc3339(not_before)
+                    crate::store::time::rfc3339(not_before)
                 ),
             ));
             continue;

@@ -2,12 +2,12 @@
 //! (never on a slow tick), plans a pass over the whole queue and applies it
 //! in one transaction, then wakes the agents it dispatched to.
 
-use crate::auth::hash_token;
-use crate::error::ApiError;
-use crate::ids::new_id;
+use crate::api::error::ApiError;
+use crate::identity::auth::hash_token;
 use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::ids::new_id;
+use crate::store::time::now_ms;
 use gpuplane_api::node::NODE_NAME_LABEL;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;

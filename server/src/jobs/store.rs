@@ -1,14 +1,14 @@
 //! Jobs in SQLite: submit, read, list, cancel, retry. Transitions driven by
 //! agents live in `lifecycle`, dispatch decisions in `scheduler`.
 
-use crate::access::{self, Principal, Visible};
-use crate::db::DbError;
-use crate::error::ApiError;
-use crate::ids::new_id;
+use crate::api::error::ApiError;
+use crate::identity::access::{self, Principal, Visible};
+use crate::identity::secrets::SecretKey;
 use crate::paging::Sort;
-use crate::primary;
-use crate::secrets::SecretKey;
-use crate::time::{now_ms, rfc3339};
+use crate::runs::primary;
+use crate::store::DbError;
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::job::{
     Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, RetryRequest, signal_name,

@@ -5,7 +5,7 @@
 
 use super::chunk::{CHUNK_POINTS, RawPoint, decode_points};
 use super::{insert_chunks, sort_points};
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::state::AppState;
 use sqlx::SqlitePool;
 use std::time::Duration;

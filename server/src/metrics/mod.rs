@@ -7,9 +7,9 @@ pub mod chart;
 pub mod chunk;
 pub mod compact;
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::events::{self, Links};
-use crate::time::now_ms;
+use crate::store::time::now_ms;
 use chunk::{
     CHUNK_POINTS, RawPoint, SUB_POINTS, Sub, decode_points, decode_summary, encode_points, encode_summary,
 };

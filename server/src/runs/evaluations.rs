@@ -4,11 +4,11 @@
 //! the evaluated run at the checkpoint's step. Anything else fails the job
 //! with EVALUATION_RESULT_INVALID and says exactly what was wrong.
 
-use crate::access::{self, Principal, Visible};
-use crate::error::ApiError;
+use crate::api::error::ApiError;
+use crate::identity::access::{self, Principal, Visible};
 use crate::jobs::{spec, store};
 use crate::metrics;
-use crate::time::{now_ms, rfc3339};
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::evaluation::{Evaluation, NewEvaluation, ResultFile};
 use gpuplane_api::job::{JobKind, JobSpec, JobStatus};
@@ -40,7 +40,7 @@ struct CheckpointRow {
 /// A path another run also wrote is refused with 409.
 pub async fn create(
     db: &SqlitePool,
-    secret: &crate::secrets::SecretKey,
+    secret: &crate::identity::secrets::SecretKey,
     principal: &Principal,
     new: &NewEvaluation,
 ) -> Result<String, ApiError> {

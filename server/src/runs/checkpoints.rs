@@ -1,9 +1,9 @@
 //! Checkpoint files recorded from jobs' watch dirs, and which paths more
 //! than one run wrote.
 
-use crate::error::ApiError;
-use crate::ids::new_id;
-use crate::time::{now_ms, rfc3339};
+use crate::api::error::ApiError;
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::metric::Checkpoint;
 use sqlx::{SqliteConnection, SqlitePool};
 

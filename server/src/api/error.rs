@@ -4,7 +4,7 @@
 //! "internal error" and leaves its cause in the response extensions, where the
 //! logging middleware ([`log_internal_errors`]) picks it up.
 
-use crate::db::DbError;
+use crate::store::DbError;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};

@@ -4,7 +4,7 @@
 //! without reading points; the best checkpoint is the one whose step has the
 //! best value.
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use crate::metrics;
 use gpuplane_api::metric::{BestValue, Checkpoint, Goal, PrimaryMetric, SetPrimaryMetric, Value};
 use sqlx::SqlitePool;

@@ -4,10 +4,10 @@
 //! token endpoint then yields a token (once). Device and user codes are
 //! stored only as hashes. Errors follow RFC 6749 §5.2.
 
-use crate::auth::{NewToken, create_token, hash_token};
-use crate::ids::new_id;
+use crate::identity::auth::{NewToken, create_token, hash_token};
 use crate::state::AppState;
-use crate::time::{now_ms, rfc3339};
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
 use axum::Extension;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -207,7 +207,7 @@ async fn redeem(
     state: &AppState,
     device_code: &str,
     client_id: Option<&str>,
-) -> Result<Response, crate::error::ApiError> {
+) -> Result<Response, crate::api::error::ApiError> {
     let now = now_ms();
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
     let pending: Option<Pending> = sqlx::query_as(
@@ -338,7 +338,7 @@ pub enum LookupError {
     Unknown,
     /// Too many wrong codes recently.
     Limited(std::time::Duration),
-    Internal(crate::error::ApiError),
+    Internal(crate::api::error::ApiError),
 }
 
 /// The key wrong user codes count against: the approving user at their address.

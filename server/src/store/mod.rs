@@ -1,6 +1,9 @@
 //! The one SQLite pool: opened at start-up with WAL, a busy timeout and
 //! foreign keys, migrated before anything else touches it.
 
+pub mod ids;
+pub mod time;
+
 use anyhow::Context;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,

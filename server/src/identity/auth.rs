@@ -6,12 +6,12 @@
 //! Without a bearer token, a signed-in console session may GET what a `read`
 //! token of its user could.
 
-use crate::access::Principal;
-use crate::db::DbError;
-use crate::error::ApiError;
-use crate::ids::new_id;
+use crate::api::error::ApiError;
+use crate::identity::access::Principal;
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::DbError;
+use crate::store::ids::new_id;
+use crate::store::time::now_ms;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;

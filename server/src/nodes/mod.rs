@@ -2,13 +2,15 @@
 //! turns silent nodes OFFLINE (and their jobs LOST after a grace period), and
 //! the node list.
 
-use crate::db::DbError;
-use crate::error::ApiError;
+pub mod agent_link;
+
+use crate::api::error::ApiError;
 use crate::events::{self, Links};
-use crate::ids::new_id;
 use crate::jobs::lifecycle;
 use crate::state::AppState;
-use crate::time::{now_ms, rfc3339};
+use crate::store::DbError;
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::agent::AgentHello;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::node::{Gpu, GpuSource, Node, NodeStatus};

@@ -2,15 +2,17 @@
 //! viewer of its project; writing to one needs an editor, and a job's own
 //! sdk token reaches only its job's run.
 
-use crate::access::{self, Principal, Visible};
-use crate::auth::Caller;
-use crate::checkpoints;
-use crate::error::ApiError;
-use crate::ids::new_id;
+pub mod checkpoints;
+pub mod evaluations;
+pub mod primary;
+
+use crate::api::error::ApiError;
+use crate::identity::access::{self, Principal, Visible};
+use crate::identity::auth::Caller;
 use crate::metrics;
 use crate::paging::Sort;
-use crate::primary;
-use crate::time::{now_ms, rfc3339};
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;

@@ -4,10 +4,10 @@
 //! expiry and nonce checked. Users are provisioned on first sign-in,
 //! optionally only from allowed email domains.
 
-use crate::ids::new_id;
-use crate::sessions::{safe_next, start};
+use crate::identity::sessions::{safe_next, start};
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::ids::new_id;
+use crate::store::time::now_ms;
 use anyhow::{Context, bail};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};

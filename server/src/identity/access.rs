@@ -5,7 +5,7 @@
 //! be limited to one project. What a caller may not see answers 404 exactly
 //! like what does not exist, so ids of other projects leak nothing.
 
-use crate::error::ApiError;
+use crate::api::error::ApiError;
 use gpuplane_api::project::Role;
 use sqlx::SqlitePool;
 

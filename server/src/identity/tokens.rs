@@ -1,10 +1,10 @@
 //! Token management for their owners: list, create, revoke. Used by the API
 //! and by the console alike.
 
-use crate::access::{self, Principal};
-use crate::auth::{NewToken, create_token};
-use crate::error::ApiError;
-use crate::time::{now_ms, rfc3339};
+use crate::api::error::ApiError;
+use crate::identity::access::{self, Principal};
+use crate::identity::auth::{NewToken, create_token};
+use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::project::Role;

@@ -4,10 +4,10 @@
 //! a disabled user's sessions stop working at once. Also the Origin check
 //! that keeps other sites from posting forms or server functions.
 
-use crate::auth::{hash_password, verify_password};
-use crate::error::ApiError;
+use crate::api::error::ApiError;
+use crate::identity::auth::{hash_password, verify_password};
 use crate::state::AppState;
-use crate::time::now_ms;
+use crate::store::time::now_ms;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;

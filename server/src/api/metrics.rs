@@ -1,0 +1,307 @@
+//! `/api/v1/runs/{run_id}/metrics` and charts: ingest points, query a
+//! range (points or buckets), draw SVG and PNG charts.
+
+use crate::api::error::{ApiError, ApiQuery, parse_json};
+use crate::identity::auth::{Authed, Ingest, Read};
+use crate::metrics::{self, Axis, Query, chart};
+use crate::runs;
+use crate::state::AppState;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use gpuplane_api::error::{ErrorBody, FieldError};
+use gpuplane_api::metric::{Batch, IngestResult, Series};
+use gpuplane_api::project::Role;
+use serde::Deserialize;
+
+/// The largest ingest body (a batch of 100,000 points fits).
+pub const MAX_INGEST_BYTES: usize = 8 * 1024 * 1024;
+
+/// Stores a batch of points. Values are numbers or the strings "NaN",
+/// "Infinity", "-Infinity"; a batch id seen before adds nothing; an
+/// acknowledged batch is on disk.
+#[utoipa::path(post, path = "/runs/{run_id}/metrics", tag = "runs",
+    security(("bearer" = ["sdk", "write"])),
+    params(("run_id" = String, Path)),
+    request_body = Batch,
+    responses((status = 200, body = IngestResult), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn ingest(
+    auth: Authed<Ingest>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Result<Json<IngestResult>, ApiError> {
+    runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !json {
+        return Err(ApiError::BadRequest(
+            "expected a JSON body with `Content-Type: application/json`".into(),
+        ));
+    }
+    let body = read_limited(body).await?;
+    // A body that is not JSON at all (a bare NaN, say) is refused as a
+    // validation error naming the rule, never read as zero.
+    let batch: Batch = parse_json(&body).map_err(|error| match error {
+        ApiError::BadRequest(message) => ApiError::field(
+            "body",
+            format!("{message}; NaN and infinities must be the strings \"NaN\", \"Infinity\", \"-Infinity\""),
+        ),
+        other => other,
+    })?;
+    metrics::validate(&batch)?;
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let result = metrics::ingest(&mut tx, &run_id, &batch, &state.config.loss_pattern).await?;
+    tx.commit().await?;
+    if !result.duplicate {
+        let _ = state.event_recorded.send(());
+    }
+    Ok(Json(result))
+}
+
+/// Reads a body of at most [`MAX_INGEST_BYTES`]. A larger one is read to its
+/// end (up to 8× the limit) and refused with 413, so the client, still
+/// sending, gets the answer instead of a broken connection.
+async fn read_limited(body: axum::body::Body) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("cannot read the request body: {e}")))?;
+        total += chunk.len();
+        if total <= MAX_INGEST_BYTES {
+            bytes.extend_from_slice(&chunk);
+        } else if total > 8 * MAX_INGEST_BYTES {
+            break;
+        }
+    }
+    if total > MAX_INGEST_BYTES {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "a batch may have at most {} MiB of JSON (about 100,000 points); split it into several batches",
+            MAX_INGEST_BYTES / (1024 * 1024)
+        )));
+    }
+    Ok(Bytes::from(bytes))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct MetricQuery {
+    /// The metric, e.g. `train/loss`.
+    key: String,
+    /// At most this many points, else this many buckets (1–100000, default 2000).
+    max_points: Option<usize>,
+    /// `step` (default) or `time` (wall time, seconds).
+    x: Option<String>,
+    /// Range on the x axis (inclusive).
+    from: Option<f64>,
+    to: Option<f64>,
+}
+
+/// One metric over a range: raw points, or buckets (min, max, last, count, non-finite).
+#[utoipa::path(get, path = "/runs/{run_id}/metrics", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path), MetricQuery),
+    responses((status = 200, body = Series), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn query_metrics(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<MetricQuery>,
+) -> Result<Json<Series>, ApiError> {
+    let mut errors = Vec::new();
+    let max_points = query.max_points.unwrap_or(2000);
+    if !(1..=100_000).contains(&max_points) {
+        errors.push(FieldError {
+            field: "max_points".into(),
+            message: "must be between 1 and 100000".into(),
+        });
+    }
+    let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
+    let query = Query {
+        key: query.key,
+        max_points,
+        axis,
+        from: query.from,
+        to: query.to,
+    };
+    Ok(Json(metrics::query(&state.db, &run_id, &query).await?))
+}
+
+/// `x` must be `step` or `time`, and `from` not after `to`.
+fn axis_and_range(x: Option<&str>, from: Option<f64>, to: Option<f64>, errors: &mut Vec<FieldError>) -> Axis {
+    if let (Some(from), Some(to)) = (from, to)
+        && from > to
+    {
+        errors.push(FieldError {
+            field: "from".into(),
+            message: "must not be after `to`".into(),
+        });
+    }
+    match x {
+        None | Some("step") => Axis::Step,
+        Some("time") => Axis::Time,
+        Some(other) => {
+            errors.push(FieldError {
+                field: "x".into(),
+                message: format!("must be `step` or `time`, not `{other}`"),
+            });
+            Axis::Step
+        }
+    }
+}
+
+/// Most runs one chart compares.
+const MAX_COMPARED: usize = 8;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ChartQuery {
+    /// The metric, e.g. `train/loss`.
+    key: String,
+    /// `step` (default) or `time` (wall time since the first point).
+    x: Option<String>,
+    /// Range on the x axis (inclusive; wall time in Unix seconds).
+    from: Option<f64>,
+    to: Option<f64>,
+    /// Smoothing weight, 0 (default) to 0.99.
+    smooth: Option<f64>,
+    /// Other runs to draw on the same chart, comma-separated ids.
+    compare: Option<String>,
+    /// Size in pixels: width 200–4000 (default 800), height 120–3000 (default 320).
+    width: Option<u32>,
+    height: Option<u32>,
+}
+
+/// One metric as an SVG chart (of this run and the compared ones): by step
+/// or wall time, smoothed on request, downsampled to the width; NaN and
+/// infinities break the line and are marked and named.
+#[utoipa::path(get, path = "/runs/{run_id}/chart.svg", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path), ChartQuery),
+    responses((status = 200, description = "The chart", content_type = "image/svg+xml"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn chart_svg(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<ChartQuery>,
+) -> Result<([(header::HeaderName, &'static str); 2], String), ApiError> {
+    let svg = draw_chart(&state, &auth, run_id, query).await?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "private, no-store"),
+        ],
+        svg,
+    ))
+}
+
+/// The same chart as a PNG image, for pasting where SVG is not shown.
+#[utoipa::path(get, path = "/runs/{run_id}/chart.png", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path), ChartQuery),
+    responses((status = 200, description = "The chart", content_type = "image/png"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn chart_png(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<ChartQuery>,
+) -> Result<([(header::HeaderName, &'static str); 2], Vec<u8>), ApiError> {
+    let svg = draw_chart(&state, &auth, run_id, query).await?;
+    let png = tokio::task::spawn_blocking(move || chart::png(&svg))
+        .await
+        .map_err(anyhow::Error::from)??;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "image/png"),
+            (header::CACHE_CONTROL, "private, no-store"),
+        ],
+        png,
+    ))
+}
+
+async fn draw_chart(
+    state: &AppState,
+    auth: &Authed<Read>,
+    run_id: String,
+    query: ChartQuery,
+) -> Result<String, ApiError> {
+    let mut errors = Vec::new();
+    let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
+    let smoothing = query.smooth.unwrap_or(0.0);
+    if !(0.0..=0.99).contains(&smoothing) {
+        errors.push(FieldError {
+            field: "smooth".into(),
+            message: "must be between 0 and 0.99".into(),
+        });
+    }
+    let width = query.width.unwrap_or(800);
+    let height = query.height.unwrap_or(320);
+    for (field, value, range) in [("width", width, 200..=4000), ("height", height, 120..=3000)] {
+        if !range.contains(&value) {
+            errors.push(FieldError {
+                field: field.into(),
+                message: format!("must be between {} and {}", range.start(), range.end()),
+            });
+        }
+    }
+    let mut run_ids = vec![run_id];
+    for other in query
+        .compare
+        .iter()
+        .flat_map(|list| list.split(','))
+        .map(str::trim)
+    {
+        if !other.is_empty() && !run_ids.iter().any(|id| id == other) {
+            run_ids.push(other.to_string());
+        }
+    }
+    if run_ids.len() > 1 + MAX_COMPARED {
+        errors.push(FieldError {
+            field: "compare".into(),
+            message: format!("at most {MAX_COMPARED} runs"),
+        });
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let mut lines = Vec::new();
+    for id in &run_ids {
+        runs::check(&state.db, &auth.caller, id, Role::Viewer).await?;
+        let metric_query = Query {
+            key: query.key.clone(),
+            // Two pixels a bucket: enough to see every spike, half the drawing.
+            max_points: (width / 2) as usize,
+            axis,
+            from: query.from,
+            to: query.to,
+        };
+        lines.push(chart::Line {
+            label: runs::label(&state.db, id).await?,
+            series: metrics::query(&state.db, id, &metric_query).await?,
+        });
+    }
+    let options = chart::ChartOptions {
+        title: query.key,
+        axis,
+        smoothing,
+        width,
+        height,
+    };
+    Ok(chart::svg(&lines, &options))
+}
