@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every GPUPlane check: formatting, clippy, the Rust tests (real server,
-# agent, CLI and SQLite), the Python SDK tests (pytest against the real
-# server), and the browser tests (Playwright + Chromium).
+# agent, CLI and SQLite), the docs (scripts/check-docs.py), the Python SDK
+# tests (pytest against the real server), and the browser tests (Playwright +
+# Chromium).
 # On a fresh machine it first installs what it needs; every install step is
 # skipped when its tool is already there. `.ci/run` calls exactly this.
 set -euo pipefail
@@ -58,6 +59,9 @@ step "build the console bundle and binaries"
 cargo xtask site
 cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 
+step "docs: commands, config keys and paths named in the docs exist"
+python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
+
 step "pytest (the Python SDK against the real server)"
 GPUPLANE_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/gpuplane-server" .venv/bin/python -m pytest -q sdk/python/tests
 
@@ -66,4 +70,4 @@ step "browser tests (Playwright, headless Chromium)"
 
 current=""
 echo
-echo "PASSED: fmt, clippy, Rust tests, SDK tests, browser tests in $(( $(date +%s) - started ))s"
+echo "PASSED: fmt, clippy, Rust tests, docs, SDK tests, browser tests in $(( $(date +%s) - started ))s"

@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Check that the docs name only things that exist (mechanical drift).
+
+1. Commands: every `gpuctl …`, `gpuplane-server …` and `gpuplane-agent …`
+   command line in README.md (code blocks, and inline `code` in prose) names
+   real subcommands, and each -f/--flag it uses is an option in that
+   command's --help. Words after a literal `--` are the job's own command;
+   UPPERCASE placeholders and other positionals are not checked.
+2. Settings: every key of a ```toml block in README.md is a key (commented
+   out or not) of `gpuplane-server config example` or, in a job spec (a block
+   with a `command` key), a field of `JobSpec` in api/src/job.rs. Every
+   GPUPLANE_*/GPUCTL_* variable README.md names appears in the binaries'
+   --help or in the repo's *.rs, *.sh or *.py files.
+3. Paths: every path in inline `code` in README.md, SECURITY.md and
+   ARCHITECTURE.md (with a slash, or a bare *.rs/.toml/.sql/.py/.ts/.sh name)
+   is a file or folder of the repo or the tail of one (`jobs/plan.rs`), and
+   in `file.rs::name` (or a `…::name` after it) the file has a `fn name`.
+   Skipped: URLs, routes (`/…`, `{id}`), globs, `~/…`, placeholders
+   (`DATA_DIR/…`, `<n>`, `$VAR`) and paths git ignores (`target/site`).
+Exits 1 with one line per problem, else prints a one-line summary.
+"""
+import argparse
+import functools
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BINARIES = ("gpuctl", "gpuplane-server", "gpuplane-agent")
+SHELL_BLOCKS = ("", "sh", "bash", "shell", "console", "text")
+CODE_EXTS = (".rs", ".toml", ".sql", ".py", ".ts", ".sh")
+# Words with a slash that are not paths: metric keys, cargo features, bundle URLs.
+NOT_PATHS = re.compile(r"^(train|eval)/|^app/(ssr|hydrate)$|^pkg/")
+BIN_DIR = "target/debug"  # --bin-dir
+README = "README.md"  # --readme
+problems = []
+
+
+def run(*argv):
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    return done.returncode, done.stdout + done.stderr
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def split_markdown(text):
+    """The fenced blocks as (language, lines), and the prose without them."""
+    blocks, prose, block = [], [], None
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            if block is None:
+                block = (line.strip()[3:].strip(), [])
+            else:
+                blocks.append(block)
+                block = None
+        elif block is not None:
+            block[1].append(line)
+        else:
+            prose.append(line)
+    return blocks, "\n".join(prose)
+
+
+def inline_code(prose):
+    return [m.group(1).replace("\n", " ").strip() for m in re.finditer(r"`([^`]+)`", prose)]
+
+
+@functools.cache
+def helps(binary, path=()):
+    """`binary *path --help`: its text, its subcommands and its options."""
+    code, out = run(os.path.join(BIN_DIR, binary), *path, "--help")
+    if code != 0:
+        sys.exit(f"check-docs: `{' '.join((binary, *path))} --help` exited {code}:\n{out}")
+    commands = re.search(r"^Commands:\n((?:  .*\n)+)", out, re.M)
+    subs = set(re.findall(r"^  (\S+)", commands.group(1), re.M)) if commands else set()
+    options = re.findall(r"^\s+(-\w)?(?:, )?(--[\w-]+)?", out, re.M)
+    return out, subs, {flag for pair in options for flag in pair if flag}
+
+
+def check_command(line):
+    """Check one shell command; return 1 when it runs one of ours with arguments."""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        words = line.split()
+    while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
+        words.pop(0)  # VAR=value before the command
+    if not words or os.path.basename(words[0]) not in BINARIES:
+        return 0
+    binary, path, unmatched = os.path.basename(words[0]), [], []
+    _, subs, flags = helps(binary)
+    for word in (w.strip("[]") for w in words[1:]):
+        if word == "--" or word.startswith((">", "<", "2>")):
+            break  # the job's own command, or a redirection
+        if re.match(r"^--?[A-Za-z]", word):
+            flag = word.split("=")[0]
+            if flag not in flags and not (subs and unmatched):  # else reported below
+                problems.append(f"{README}: `{line}`: {flag} is not an option of `{' '.join([binary, *path])}`")
+        elif word in subs:
+            path.append(word)
+            unmatched = []
+            _, subs, flags = helps(binary, tuple(path))
+        elif subs:
+            unmatched.append(word)
+    if subs and unmatched:
+        problems.append(f"{README}: `{line}`: `{' '.join([binary, *path])}` has no subcommand {unmatched[0]!r}")
+    return int(len(words) > 1)  # a bare name is a mention, not a command
+
+
+def check_commands(blocks, prose):
+    lines = [line for lang, body in blocks if lang in SHELL_BLOCKS for line in body]
+    count = 0
+    for line in lines + inline_code(prose):
+        line = re.sub(r"^\s*\$ ", "", line)
+        line = re.sub(r"(^|\s)#.*", "", line)  # a shell comment
+        for command in re.split(r"\s(?:&&|\|\||\||;)\s|;$", line):
+            count += check_command(command.strip())
+    return count
+
+
+def check_settings(blocks, readme, files):
+    _, example = run(os.path.join(BIN_DIR, "gpuplane-server"), "config", "example")
+    config_keys = set(re.findall(r"^#? ?([a-z_]+) = ", example, re.M))
+    job_spec = re.search(r"pub struct JobSpec \{(.*?)\n\}", read("api/src/job.rs"), re.S)
+    spec_keys = set(re.findall(r"pub (\w+):", job_spec.group(1)))
+    count = 0
+    for body in (body for lang, body in blocks if lang == "toml"):
+        keys = re.findall(r"^#?\s*([A-Za-z_][\w-]*)\s*=", "\n".join(body), re.M)
+        known, what = (spec_keys, "JobSpec field") if "command" in keys else (config_keys, "server config key")
+        count += len(keys)
+        problems.extend(f"{README}: ```toml: {key!r} is not a {what}" for key in keys if key not in known)
+    sources = [helps("gpuplane-server")[0], helps("gpuplane-server", ("serve",))[0], helps("gpuplane-agent")[0]]
+    sources += [read(f) for f in files if f.endswith((".rs", ".sh", ".py")) and f != "scripts/check-docs.py"]
+    sources = "\n".join(sources)
+    names = sorted(set(re.findall(r"\b(?:GPUPLANE|GPUCTL)_[A-Z0-9_]*[A-Z0-9]\b", readme)))
+    for name in names:
+        if not re.search(rf"\b{name}\b", sources):
+            problems.append(f"{README}: environment variable {name} appears in no --help and no source file")
+    return count, len(names)
+
+
+def repo_files():
+    """The files git lists (tracked, or untracked and not ignored), and their folders."""
+    code, out = run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if code != 0:
+        sys.exit(f"check-docs: cannot list the repo's files with git:\n{out}")
+    files = {f for f in out.split("\0") if f and os.path.lexists(os.path.join(ROOT, f))}
+    folders = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
+    return files, folders
+
+
+def path_tokens(doc):
+    """(token, path, function) for each path-like inline `code` of a document."""
+    previous = None  # the file of the last `file.rs::name`, for `…::name`
+    for token in inline_code(split_markdown(read(doc))[1]):
+        token = token.removeprefix("./")
+        if token.startswith("…::") and previous:
+            token = previous + token[1:]
+        path, _, function = token.partition("::")
+        if (" " in token or "://" in token or path.startswith(("/", "~", "-")) or NOT_PATHS.search(path)
+                or re.search(r"[{*<$…]", path) or re.search(r"(^|/)[A-Z][A-Z_]+(/|$)", path)
+                or not ("/" in path or path.endswith(CODE_EXTS))):
+            continue
+        previous = path if function else None
+        yield token, path.rstrip("/"), function
+
+
+def check_paths(docs, files, folders):
+    tails = {}  # each trailing run of a repo path's components -> those paths
+    for path in sorted(files | folders):
+        parts = path.split("/")
+        for i in range(len(parts)):
+            tails.setdefault("/".join(parts[i:]), []).append(path)
+    candidates = [(doc, *token) for doc in docs for token in path_tokens(doc)]
+    code, out = run("git", "check-ignore", "--no-index", *sorted({c[2] for c in candidates}))
+    ignored = set(out.split()) if code == 0 else set()
+    candidates = [c for c in candidates if c[2] not in ignored]
+    for doc, token, path, function in candidates:
+        found = tails.get(path)
+        if not found:
+            problems.append(f"{doc}: `{token}` names no file or folder of the repo")
+        elif function and not any(re.search(rf"\bfn {function}\b", read(f)) for f in found if f in files):
+            problems.append(f"{doc}: `{token}`: no `fn {function}` in {' or '.join(found)}")
+    return len(candidates)
+
+
+def main():
+    global BIN_DIR, README
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin-dir", default=BIN_DIR, help="where gpuctl, gpuplane-server, gpuplane-agent are")
+    parser.add_argument("--readme", default=README, help="the README to check (e.g. a temporary copy)")
+    parser.add_argument("--docs", nargs="*", default=["README.md", "SECURITY.md", "ARCHITECTURE.md"],
+                        help="documents whose paths are checked (README.md stands for --readme)")
+    args = parser.parse_args()
+    BIN_DIR, README = os.path.abspath(args.bin_dir), args.readme
+    missing = [b for b in BINARIES if not os.access(os.path.join(BIN_DIR, b), os.X_OK)]
+    if missing:
+        sys.exit(f"check-docs: no {', '.join(missing)} in {BIN_DIR} (build them first, or pass --bin-dir)")
+    readme = read(README)
+    blocks, prose = split_markdown(readme)
+    files, folders = repo_files()
+    commands = check_commands(blocks, prose)
+    keys, variables = check_settings(blocks, readme, files)
+    paths = check_paths([README if d == "README.md" else d for d in args.docs], files, folders)
+    if problems:
+        print(f"docs: {len(problems)} problem(s):", *problems, sep="\n  ", file=sys.stderr)
+        return 1
+    print(f"docs: {commands} commands, {keys} toml keys, {variables} variables, {paths} paths checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
