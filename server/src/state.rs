@@ -75,6 +75,13 @@ impl AppState {
         }
     }
 
+    /// After a commit that changed jobs or recorded events: a scheduling
+    /// pass may place something new, and event followers have news.
+    pub fn jobs_changed(&self) {
+        self.scheduler_wake.notify_one();
+        let _ = self.event_recorded.send(());
+    }
+
     /// Tells background tasks and long-lived responses to finish.
     pub fn begin_shutdown(&self) {
         let _ = self.shutdown_sender.send(true);

@@ -9,7 +9,7 @@ use crate::view::ansi;
 use crate::view::live::{self, Next};
 use crate::view::query::{api, link};
 use gpuplane_api::job::Job;
-use gpuplane_api::log::{LogLine, LogStream, Logs};
+use gpuplane_api::log::{LogLine, LogStream, Logs, looks_like_error};
 use gpuplane_api::metric::Run;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_query_map};
@@ -17,23 +17,6 @@ use std::collections::HashMap;
 
 /// Lines the viewer loads from the server at first.
 const TAIL: &str = "2000";
-
-/// Words that make a line look like an error.
-const ERROR_MARKERS: [&str; 9] = [
-    "Traceback",
-    "Error",
-    "ERROR",
-    "error:",
-    "Exception",
-    "FAILED",
-    "Fatal",
-    "Killed",
-    "out of memory",
-];
-
-pub fn looks_like_error(text: &str) -> bool {
-    ERROR_MARKERS.iter().any(|marker| text.contains(marker))
-}
 
 fn line_id(line: &LogLine) -> String {
     format!("L{}-{}-{}", line.attempt, line.stream.as_str(), line.n)

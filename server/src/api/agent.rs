@@ -3,7 +3,7 @@
 
 use crate::api::error::{ApiError, ApiJson};
 use crate::identity::auth::{Agent, Authed, Caller};
-use crate::jobs::lifecycle;
+use crate::jobs::{dispatch, reports};
 use crate::nodes;
 use crate::state::AppState;
 use crate::store::DbError;
@@ -35,11 +35,10 @@ pub async fn hello(
     if was_offline {
         nodes::record_reconnect(&mut tx, &node_id, &hello.name, now_ms()).await?;
     }
-    let resume = lifecycle::reconcile(&mut tx, &state, &node_id, &hello.name, &hello.attempts).await?;
+    let resume = dispatch::reconcile(&mut tx, &node_id, &hello.name, &hello.attempts).await?;
     tx.commit().await?;
     state.nodes_changed.notify_one();
-    state.scheduler_wake.notify_one();
-    let _ = state.event_recorded.send(());
+    state.jobs_changed();
     tracing::info!(
         node_id,
         name = hello.name,
@@ -79,14 +78,13 @@ pub async fn poll(
         })?;
     state.nodes_changed.notify_one();
     if reconnected {
-        state.scheduler_wake.notify_one();
-        let _ = state.event_recorded.send(());
+        state.jobs_changed();
     }
     let waker = state.agents.waker(&poll.node_id);
     let deadline = tokio::time::Instant::now() + state.config.heartbeat_interval;
     let mut shutdown = state.shutdown.clone();
     loop {
-        let commands = lifecycle::commands_for(&state, &poll.node_id, &poll.running).await?;
+        let commands = dispatch::commands_for(&state, &poll.node_id, &poll.running).await?;
         if !commands.is_empty() {
             return Ok(Json(PollAnswer { commands }));
         }
@@ -111,13 +109,12 @@ pub async fn report(
     ApiJson(report): ApiJson<Report>,
 ) -> Result<StatusCode, ApiError> {
     require_own_node(&state.db, &auth.caller, &report.node_id).await?;
-    let applied = lifecycle::apply_report(&state, &report).await?;
+    let applied = reports::apply_report(&state, &report).await?;
     for job_id in applied.logs_for {
         let _ = state.log_appended.send(job_id);
     }
     if applied.jobs_changed {
-        state.scheduler_wake.notify_one();
-        let _ = state.event_recorded.send(());
+        state.jobs_changed();
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -7,7 +7,7 @@
 use gpuplane_api::diagnosis::{Evidence, FailureExplanation};
 use gpuplane_api::event::Event;
 use gpuplane_api::job::{FailureReason, signal_name};
-use gpuplane_api::log::LogLine;
+use gpuplane_api::log::{LogLine, looks_like_error};
 use gpuplane_api::metric::Value;
 use regex::Regex;
 use serde::Deserialize;
@@ -86,10 +86,6 @@ pub struct Facts {
     /// The first non-finite value of a loss-like key: (key, step, value).
     pub first_bad: Option<(String, i64, f64)>,
 }
-
-static ERROR_LOOKING: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)(error|exception|traceback|fatal|failed|abort|panic|killed)").expect("a valid pattern")
-});
 
 /// Explains a failure with the first rule that matches, or the fallback.
 pub fn explain(run_id: &str, job_id: Option<&str>, facts: &Facts) -> FailureExplanation {
@@ -247,11 +243,7 @@ pub fn exit_code_meaning(code: i32) -> &'static str {
 }
 
 fn fallback(run_id: &str, job_id: Option<&str>, facts: &Facts) -> FailureExplanation {
-    let error_lines: Vec<&LogLine> = facts
-        .lines
-        .iter()
-        .filter(|l| ERROR_LOOKING.is_match(&l.text))
-        .collect();
+    let error_lines: Vec<&LogLine> = facts.lines.iter().filter(|l| looks_like_error(&l.text)).collect();
     let shown: Vec<&LogLine> = if error_lines.is_empty() {
         facts.lines.iter().rev().take(5).rev().collect()
     } else {

@@ -1,7 +1,17 @@
-//! Jobs: validation, storage, scheduling, and what happens once they run.
+//! Jobs from submit to end. Pure parts: `spec` (validation, `--set`
+//! changes), `plan` (one scheduling pass), `failure` (how an attempt ended).
+//! Storage and transactions: `store` (submit, read, list, cancel, retry),
+//! `scheduler` (its loop and the transaction that applies a plan),
+//! `dispatch` (what agents are told on hello and poll), `reports` (applying
+//! what agents report), `lifecycle` (ending attempts and jobs, retries,
+//! lost attempts). The pure parts use no other module; of the rest, each
+//! uses only the pure parts and those listed after it.
 
+pub mod dispatch;
+pub mod failure;
 pub mod lifecycle;
 pub mod plan;
+pub mod reports;
 pub mod scheduler;
 pub mod spec;
 pub mod store;

@@ -4,9 +4,9 @@
 use crate::api::error::ApiError;
 use crate::identity::access::{self, Principal, Visible};
 use crate::identity::secrets::SecretKey;
+use crate::jobs::lifecycle;
 use crate::paging::Sort;
 use crate::runs::primary;
-use crate::store::DbError;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
@@ -332,7 +332,7 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError
     let status = current_status(&mut tx, job_id).await?;
     let outcome = match status {
         JobStatus::Queued => {
-            finish_job(
+            lifecycle::finish_job(
                 &mut tx,
                 job_id,
                 JobStatus::Cancelled,
@@ -361,7 +361,7 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError
                 Cancelled::Stopping { node_id }
             } else {
                 // Nobody can stop it now; the agent stops it if it comes back.
-                super::lifecycle::cancel_offline(&mut tx, job_id, now).await?;
+                lifecycle::cancel_offline(&mut tx, job_id, now).await?;
                 Cancelled::Now
             }
         }
@@ -457,50 +457,4 @@ pub async fn current_status(conn: &mut SqliteConnection, job_id: &str) -> Result
         .fetch_optional(&mut *conn)
         .await?;
     parse_status(&status.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?)
-}
-
-/// Moves a job to an end state.
-pub async fn finish_job(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    status: JobStatus,
-    reason: Option<FailureReason>,
-    detail: Option<&str>,
-    now: i64,
-) -> Result<(), DbError> {
-    sqlx::query(
-        "UPDATE jobs SET status = ?, failure_reason = ?, failure_detail = ?, queued_reason = NULL, updated_at = ?
-         WHERE id = ?",
-    )
-    .bind(status.as_str())
-    .bind(reason.map(FailureReason::as_str))
-    .bind(detail)
-    .bind(now)
-    .bind(job_id)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// Ends the job's DISPATCHING or RUNNING attempt, if it has one.
-pub async fn end_active_attempt(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    status: JobStatus,
-    reason: Option<FailureReason>,
-    detail: Option<&str>,
-    now: i64,
-) -> Result<(), DbError> {
-    sqlx::query(
-        "UPDATE attempts SET status = ?, failure_reason = ?, failure_detail = ?, ended_at = ?
-         WHERE job_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
-    )
-    .bind(status.as_str())
-    .bind(reason.map(FailureReason::as_str))
-    .bind(detail)
-    .bind(now)
-    .bind(job_id)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }

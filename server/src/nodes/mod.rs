@@ -276,7 +276,7 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, ApiError> {
     .await?;
     for (job_id, attempt, node_id, name, last_seen) in &lost {
         let detail = format!("node {name} has not answered since {}", rfc3339(*last_seen));
-        lifecycle::lose_attempt(&mut tx, state, job_id, *attempt, node_id, &detail, now).await?;
+        lifecycle::lose_attempt(&mut tx, job_id, *attempt, node_id, &detail, now).await?;
     }
     let next_offline: Option<i64> =
         sqlx::query_scalar("SELECT min(last_seen_at) FROM nodes WHERE status = 'ONLINE'")

@@ -1,0 +1,177 @@
+//! What the server tells agents: on hello, which of the attempts an agent
+//! still has to resume (and which of the node's RUNNING attempts are lost);
+//! on each poll, the dispatches, cancels and one-shot commands it carries.
+
+use crate::api::error::ApiError;
+use crate::jobs::{lifecycle, reports};
+use crate::logs;
+use crate::state::AppState;
+use crate::store::time::now_ms;
+use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, Report, ReportItem, Resume};
+use gpuplane_api::job::{JobSpec, JobStatus};
+use gpuplane_api::log::LogStream;
+use sqlx::SqliteConnection;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+/// For each attempt an agent still has: where to resume its output, or to drop it.
+/// RUNNING attempts on the node that the agent no longer has are lost.
+pub async fn reconcile(
+    conn: &mut SqliteConnection,
+    node_id: &str,
+    node_name: &str,
+    attempts: &[AttemptRef],
+) -> Result<Vec<Resume>, ApiError> {
+    let mut resume = Vec::new();
+    for attempt in attempts {
+        let status = lifecycle::status_on_node(conn, node_id, &attempt.job_id, attempt.attempt).await?;
+        resume.push(Resume {
+            job_id: attempt.job_id.clone(),
+            attempt: attempt.attempt,
+            stdout_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stdout).await?,
+            stderr_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stderr).await?,
+            keep: status.is_some_and(JobStatus::is_active),
+            known: status.is_some(),
+        });
+    }
+    let listed: HashSet<(&str, i64)> = attempts.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
+    let running: Vec<(String, i64)> =
+        sqlx::query_as("SELECT job_id, n FROM attempts WHERE node_id = ? AND status = 'RUNNING'")
+            .bind(node_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    let now = now_ms();
+    for (job_id, n) in running {
+        if !listed.contains(&(job_id.as_str(), n)) {
+            let detail = format!("the agent on {node_name} restarted without this job's state");
+            lifecycle::lose_attempt(conn, &job_id, n, node_id, &detail, now).await?;
+        }
+    }
+    Ok(resume)
+}
+
+/// The commands a node's poll carries: dispatches it has not started,
+/// cancels, stops for attempts the server has ended, and queued one-shots.
+pub async fn commands_for(
+    state: &AppState,
+    node_id: &str,
+    running: &[AttemptRef],
+) -> Result<Vec<AgentCommand>, ApiError> {
+    #[derive(sqlx::FromRow)]
+    struct ActiveRow {
+        job_id: String,
+        n: i64,
+        status: String,
+        gpus: String,
+        spec: String,
+        run_id: String,
+        cancel_requested_at: Option<i64>,
+    }
+    let active: Vec<ActiveRow> = sqlx::query_as(
+        "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at
+         FROM attempts a JOIN jobs j ON j.id = a.job_id
+         WHERE a.node_id = ? AND a.status IN ('DISPATCHING', 'RUNNING')",
+    )
+    .bind(node_id)
+    .fetch_all(&state.db)
+    .await?;
+    let running: BTreeSet<(&str, i64)> = running.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
+    let grace_ms = state.config.cancel_grace.as_millis() as u64;
+    let mut commands = Vec::new();
+    let mut unopenable = Vec::new();
+    for row in &active {
+        if row.cancel_requested_at.is_some() {
+            commands.push(AgentCommand::Cancel {
+                job_id: row.job_id.clone(),
+                attempt: row.n,
+                grace_ms,
+            });
+        } else if row.status == "DISPATCHING" && !running.contains(&(row.job_id.as_str(), row.n)) {
+            let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;
+            // The agent gets the secret values, and only in its dispatch. A
+            // value this server's key cannot open fails the dispatch: a job
+            // must not run without the credentials it was given.
+            let mut opened = BTreeMap::new();
+            let mut lost = Vec::new();
+            for (name, sealed) in std::mem::take(&mut spec.secret_env) {
+                match state.secret.open(&row.job_id, &name, &sealed) {
+                    Some(value) => {
+                        opened.insert(name, value);
+                    }
+                    None => lost.push(name),
+                }
+            }
+            if !lost.is_empty() {
+                unopenable.push(ReportItem::DispatchFailed {
+                    job_id: row.job_id.clone(),
+                    attempt: row.n,
+                    detail: format!(
+                        "the secret variables {} cannot be decrypted with this server's key \
+                         (was DATA_DIR/secret.key replaced?); submit the job again with its secrets",
+                        lost.join(", ")
+                    ),
+                });
+                continue;
+            }
+            spec.secret_env = opened;
+            let gpus: Vec<u32> = serde_json::from_str(&row.gpus).map_err(anyhow::Error::from)?;
+            commands.push(AgentCommand::Dispatch(Box::new(dispatch(
+                state,
+                &row.job_id,
+                row.n,
+                &row.run_id,
+                spec,
+                gpus,
+            ))));
+        }
+    }
+    let active_set: HashSet<(&str, i64)> = active.iter().map(|row| (row.job_id.as_str(), row.n)).collect();
+    for (job_id, attempt) in running {
+        if !active_set.contains(&(job_id, attempt)) {
+            commands.push(AgentCommand::Cancel {
+                job_id: job_id.to_string(),
+                attempt,
+                grace_ms,
+            });
+        }
+    }
+    commands.extend(state.agents.take_pending(node_id));
+    if !unopenable.is_empty() {
+        let report = Report {
+            node_id: node_id.to_string(),
+            items: unopenable,
+        };
+        reports::apply_report(state, &report).await?;
+        state.jobs_changed();
+    }
+    Ok(commands)
+}
+
+fn dispatch(
+    state: &AppState,
+    job_id: &str,
+    attempt: i64,
+    run_id: &str,
+    spec: JobSpec,
+    gpus: Vec<u32>,
+) -> Dispatch {
+    let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    let env = BTreeMap::from([
+        ("GPUCTL_SERVER".to_string(), state.config.public_url()),
+        (
+            "GPUCTL_TOKEN".to_string(),
+            state.secret.attempt_token(job_id, attempt),
+        ),
+        ("GPUCTL_JOB_ID".to_string(), job_id.to_string()),
+        ("GPUCTL_RUN_ID".to_string(), run_id.to_string()),
+        ("GPUCTL_ATTEMPT".to_string(), attempt.to_string()),
+        ("CUDA_VISIBLE_DEVICES".to_string(), visible.join(",")),
+    ]);
+    Dispatch {
+        job_id: job_id.to_string(),
+        attempt,
+        run_id: run_id.to_string(),
+        spec,
+        gpus,
+        env,
+    }
+}

@@ -1,0 +1,456 @@
+//! Applying an agent's report: one transaction for the whole report, one
+//! function per kind of item. Items about attempts that are not the
+//! reporting node's are ignored, and replays change nothing (line numbers
+//! and attempt states make them harmless).
+
+use crate::api::error::ApiError;
+use crate::events;
+use crate::jobs::failure::{self, Exit, Outcome};
+use crate::jobs::lifecycle::{self, AttemptEnd, JobLinks};
+use crate::logs;
+use crate::runs::{checkpoints, evaluations};
+use crate::state::AppState;
+use crate::store::time::now_ms;
+use gpuplane_api::agent::{Report, ReportItem};
+use gpuplane_api::evaluation::ResultFile;
+use gpuplane_api::event::{EventKind, Severity};
+use gpuplane_api::job::{FailureReason, JobKind, JobStatus};
+use gpuplane_api::metric::{Batch, Point};
+use sqlx::SqliteConnection;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Below this share of free space on a job's filesystem, DISK_LOW is raised.
+pub const DISK_LOW_PERCENT: f64 = 5.0;
+
+/// What applying a report changed, for the notifications sent after commit.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Jobs with new output lines.
+    pub logs_for: BTreeSet<String>,
+    /// An attempt started or ended, or an event was recorded.
+    pub jobs_changed: bool,
+}
+
+/// The node a report comes from, and the server's settings items need.
+struct Reporter<'a> {
+    state: &'a AppState,
+    node_id: &'a str,
+    node_name: String,
+}
+
+/// Applies an agent's report in one transaction.
+pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, ApiError> {
+    let node_id = report.node_id.as_str();
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let node_name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+        .bind(node_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let node_name = node_name
+        .ok_or_else(|| ApiError::NotFound(format!("node {node_id} is not registered; send hello first")))?;
+    let node = Reporter {
+        state,
+        node_id,
+        node_name,
+    };
+    let mut applied = Applied::default();
+    // Each attempt's status, read once and forgotten when an item changes it.
+    let mut statuses: BTreeMap<(String, i64), Option<JobStatus>> = BTreeMap::new();
+    for item in &report.items {
+        let (job_id, attempt) = item.attempt();
+        let key = (job_id.to_string(), attempt);
+        let status = match statuses.get(&key) {
+            Some(status) => *status,
+            None => {
+                let status = lifecycle::status_on_node(&mut tx, node_id, job_id, attempt).await?;
+                statuses.insert(key.clone(), status);
+                status
+            }
+        };
+        let Some(status) = status else {
+            tracing::warn!(
+                node_id,
+                job_id,
+                attempt,
+                "report about an attempt this node does not have; ignored"
+            );
+            continue;
+        };
+        let changed = apply_item(&mut tx, &node, item, status).await?;
+        if let ReportItem::Lines { .. } = item {
+            applied.logs_for.insert(job_id.to_string());
+        }
+        if changed {
+            applied.jobs_changed = true;
+            statuses.remove(&key);
+        }
+    }
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// Applies one item about an attempt of `node` whose status is `status`;
+/// returns whether followers have news (a state change or an event).
+async fn apply_item(
+    conn: &mut SqliteConnection,
+    node: &Reporter<'_>,
+    item: &ReportItem,
+    status: JobStatus,
+) -> Result<bool, ApiError> {
+    let (job_id, attempt) = item.attempt();
+    match item {
+        ReportItem::Started {
+            pid,
+            time,
+            git_commit,
+            ..
+        } => started(conn, job_id, attempt, *pid, *time, git_commit.as_deref()).await,
+        ReportItem::DispatchFailed { detail, .. } => {
+            dispatch_failed(conn, node, job_id, attempt, status, detail).await
+        }
+        ReportItem::Lines {
+            stream,
+            first_n,
+            time,
+            lines,
+            ..
+        } => {
+            let batch = logs::Batch {
+                job_id,
+                attempt,
+                stream: *stream,
+                first_n: *first_n,
+                time: *time,
+                lines,
+            };
+            logs::ingest(conn, batch, node.state.config.log_tail_lines).await?;
+            Ok(false)
+        }
+        ReportItem::Exited {
+            exit_code,
+            signal,
+            oom_killed,
+            cancelled,
+            time,
+            eval_result,
+            ..
+        } => {
+            let exit = AttemptExit {
+                exit_code: *exit_code,
+                signal: *signal,
+                oom_killed: *oom_killed,
+                cancelled: *cancelled,
+                time: *time,
+                eval_result: eval_result.as_ref(),
+            };
+            exited(conn, node, job_id, attempt, status, exit).await
+        }
+        ReportItem::Points { batch_id, points, .. } => {
+            points_read(conn, node, job_id, batch_id, points).await
+        }
+        ReportItem::Checkpoint {
+            path,
+            size,
+            modified,
+            step,
+            ..
+        } => {
+            let run_id = run_of(conn, job_id).await?;
+            checkpoints::record(conn, &run_id, node.node_id, path, *size, *modified, *step).await?;
+            Ok(false)
+        }
+        ReportItem::Notice { kind, message, .. } => {
+            let links = JobLinks::of(conn, job_id, node.node_id).await?;
+            events::record(
+                conn,
+                now_ms(),
+                Severity::Warning,
+                *kind,
+                links.as_links(),
+                message,
+            )
+            .await?;
+            Ok(true)
+        }
+        ReportItem::Disk {
+            path, free_percent, ..
+        } => disk(conn, node, job_id, attempt, path, *free_percent).await,
+    }
+}
+
+/// The process started: the attempt and its job turn RUNNING.
+async fn started(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    pid: u32,
+    time: i64,
+    git_commit: Option<&str>,
+) -> Result<bool, ApiError> {
+    let git_commit = git_commit.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit()));
+    let started = sqlx::query(
+        "UPDATE attempts SET status = 'RUNNING', started_at = ?, pid = ?, git_commit = ?
+         WHERE job_id = ? AND n = ? AND status = 'DISPATCHING'",
+    )
+    .bind(time)
+    .bind(pid as i64)
+    .bind(git_commit)
+    .bind(job_id)
+    .bind(attempt)
+    .execute(&mut *conn)
+    .await?;
+    if started.rows_affected() == 0 {
+        return Ok(false);
+    }
+    sqlx::query("UPDATE jobs SET status = 'RUNNING', updated_at = ? WHERE id = ? AND status = 'DISPATCHING'")
+        .bind(now_ms())
+        .bind(job_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(true)
+}
+
+/// The agent could not start a dispatched attempt (working dir, program,
+/// image): the attempt fails with DISPATCH_FAILED and the job may retry.
+async fn dispatch_failed(
+    conn: &mut SqliteConnection,
+    node: &Reporter<'_>,
+    job_id: &str,
+    attempt: i64,
+    status: JobStatus,
+    detail: &str,
+) -> Result<bool, ApiError> {
+    if status != JobStatus::Dispatching {
+        return Ok(false);
+    }
+    let now = now_ms();
+    let reason = FailureReason::DispatchFailed;
+    let end = AttemptEnd::without_exit(JobStatus::Failed, Some(reason), detail, now);
+    lifecycle::end_attempt(conn, job_id, attempt, end).await?;
+    let message = format!("could not start on {}: {detail}", node.node_name);
+    let links = JobLinks::of(conn, job_id, node.node_id).await?;
+    events::record(
+        conn,
+        now,
+        Severity::Warning,
+        EventKind::DispatchFailed,
+        links.as_links(),
+        &message,
+    )
+    .await?;
+    lifecycle::fail_or_retry(conn, job_id, reason, detail, now).await?;
+    Ok(true)
+}
+
+/// How an attempt ended, as its agent reported it.
+struct AttemptExit<'a> {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    oom_killed: bool,
+    cancelled: bool,
+    time: i64,
+    eval_result: Option<&'a ResultFile>,
+}
+
+/// Records an attempt's end: classifies it (an evaluation that exited 0
+/// must also have left a valid result), ends the job or queues a retry.
+/// An attempt the server ended already (lost, or cancelled while offline)
+/// only gets its real exit on record.
+async fn exited(
+    conn: &mut SqliteConnection,
+    node: &Reporter<'_>,
+    job_id: &str,
+    attempt: i64,
+    status: JobStatus,
+    exit: AttemptExit<'_>,
+) -> Result<bool, ApiError> {
+    if !status.is_active() {
+        sqlx::query(
+            "UPDATE attempts SET exit_code = coalesce(exit_code, ?), signal = coalesce(signal, ?)
+             WHERE job_id = ? AND n = ?",
+        )
+        .bind(exit.exit_code)
+        .bind(exit.signal)
+        .bind(job_id)
+        .bind(attempt)
+        .execute(&mut *conn)
+        .await?;
+        return Ok(false);
+    }
+    let (cancel_requested, kind): (Option<i64>, String) =
+        sqlx::query_as("SELECT cancel_requested_at, kind FROM jobs WHERE id = ?")
+            .bind(job_id)
+            .fetch_one(&mut *conn)
+            .await?;
+    let output = logs::recent_text(conn, job_id, attempt, 300).await?;
+    let mut outcome = failure::classify(Exit {
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        oom_killed: exit.oom_killed,
+        cancelled: exit.cancelled || cancel_requested.is_some(),
+        output: &output,
+    });
+    let loss_pattern = &node.state.config.loss_pattern;
+    if outcome.status == JobStatus::Succeeded
+        && kind == JobKind::Evaluate.as_str()
+        && let Err(reason) = evaluations::accept(conn, job_id, exit.eval_result, loss_pattern).await?
+    {
+        outcome = Outcome {
+            status: JobStatus::Failed,
+            reason: Some(FailureReason::EvaluationResultInvalid),
+            detail: Some(reason),
+        };
+    }
+    let now = exit.time.max(0);
+    let end = AttemptEnd {
+        status: outcome.status,
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        reason: outcome.reason,
+        detail: outcome.detail.as_deref(),
+        at: now,
+    };
+    lifecycle::end_attempt(conn, job_id, attempt, end).await?;
+    let links = JobLinks::of(conn, job_id, node.node_id).await?;
+    if outcome.status != JobStatus::Cancelled {
+        report_missing_metrics(conn, job_id, &links, now).await?;
+    }
+    let detail = outcome.detail.as_deref().unwrap_or_default();
+    match (outcome.status, outcome.reason) {
+        (JobStatus::Failed, Some(reason)) => {
+            let node_name = &node.node_name;
+            if reason == FailureReason::Oom {
+                let message = format!("attempt {attempt} ran out of memory on {node_name}: {detail}");
+                events::record(
+                    conn,
+                    now,
+                    Severity::Critical,
+                    EventKind::Oom,
+                    links.as_links(),
+                    &message,
+                )
+                .await?;
+            }
+            let message = format!("attempt {attempt} failed on {node_name}: {reason}: {detail}");
+            events::record(
+                conn,
+                now,
+                Severity::Warning,
+                EventKind::JobFailed,
+                links.as_links(),
+                &message,
+            )
+            .await?;
+            lifecycle::fail_or_retry(conn, job_id, reason, detail, now).await?;
+        }
+        (status, _) => {
+            lifecycle::finish_job(conn, job_id, status, None, outcome.detail.as_deref(), now).await?;
+        }
+    }
+    Ok(true)
+}
+
+/// NO_METRICS when a job's run has no metric at all when an attempt ends.
+async fn report_missing_metrics(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    links: &JobLinks,
+    now: i64,
+) -> Result<(), ApiError> {
+    let (series, watch_dirs): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), json_extract(j.spec, '$.watch_dirs')
+         FROM jobs j WHERE j.id = ?",
+    )
+    .bind(job_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    if series > 0 {
+        return Ok(());
+    }
+    let hint = if watch_dirs == "[]" {
+        "no watch_dirs were set: write TensorBoard events into a directory given with --watch, or call run.log() from the gpuplane SDK"
+    } else {
+        "no TensorBoard event file appeared in its watch_dirs and the SDK logged nothing"
+    };
+    let message = format!("the job reported no metrics: {hint}");
+    events::record(
+        conn,
+        now,
+        Severity::Info,
+        EventKind::NoMetrics,
+        links.as_links(),
+        &message,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Points the agent read from the job's TensorBoard files, stored like the
+/// SDK's (a batch id seen before adds nothing).
+async fn points_read(
+    conn: &mut SqliteConnection,
+    node: &Reporter<'_>,
+    job_id: &str,
+    batch_id: &str,
+    points: &[Point],
+) -> Result<bool, ApiError> {
+    let batch = Batch {
+        batch_id: batch_id.to_string(),
+        points: points.to_vec(),
+    };
+    if let Err(error) = crate::metrics::validate(&batch) {
+        tracing::warn!(job_id, %error, "TensorBoard points refused");
+        return Ok(false);
+    }
+    let run_id = run_of(conn, job_id).await?;
+    crate::metrics::ingest(conn, &run_id, &batch, &node.state.config.loss_pattern).await?;
+    Ok(true)
+}
+
+/// A disk reading: below [`DISK_LOW_PERCENT`] free, one critical DISK_LOW
+/// event per attempt.
+async fn disk(
+    conn: &mut SqliteConnection,
+    node: &Reporter<'_>,
+    job_id: &str,
+    attempt: i64,
+    path: &str,
+    free_percent: f64,
+) -> Result<bool, ApiError> {
+    if free_percent >= DISK_LOW_PERCENT {
+        return Ok(false);
+    }
+    let flagged = sqlx::query(
+        "UPDATE attempts SET disk_low_reported = 1 WHERE job_id = ? AND n = ? AND disk_low_reported = 0",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .execute(&mut *conn)
+    .await?;
+    if flagged.rows_affected() == 0 {
+        return Ok(false);
+    }
+    let message = format!(
+        "the filesystem of {path} on {} has {free_percent:.1}% free (below {DISK_LOW_PERCENT}%): \
+         remove old checkpoints, move the output directory, or grow the disk",
+        node.node_name
+    );
+    let links = JobLinks::of(conn, job_id, node.node_id).await?;
+    events::record(
+        conn,
+        now_ms(),
+        Severity::Critical,
+        EventKind::DiskLow,
+        links.as_links(),
+        &message,
+    )
+    .await?;
+    Ok(false)
+}
+
+async fn run_of(conn: &mut SqliteConnection, job_id: &str) -> Result<String, ApiError> {
+    Ok(sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+        .bind(job_id)
+        .fetch_one(&mut *conn)
+        .await?)
+}
