@@ -2,7 +2,7 @@
 //! without a running server. Each command prints only its secret on stdout.
 
 use crate::config::AdminCommand;
-use crate::identity::auth::{NewToken, create_token, hash_password};
+use crate::identity::credentials::{NewToken, create_token, hash_password};
 use crate::store::DbError;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};

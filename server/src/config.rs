@@ -2,7 +2,6 @@
 //! `GPUPLANE_*` environment variables, then flags (each flag reads its
 //! variable through clap, so the last two layers are one).
 
-use crate::identity::sso::SsoConfig;
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use gpuplane_api::auth::Scope;
@@ -652,5 +651,30 @@ mod tests {
             "{}",
             error.message()
         );
+    }
+}
+
+/// SSO settings (`oidc_*` config keys).
+#[derive(Clone)]
+pub struct SsoConfig {
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// Email domains allowed to sign in; empty: any (only with `oidc_allow_any_domain`).
+    pub allowed_domains: Vec<String>,
+    /// The role a new SSO user gets in the `default` project; `None`: no project.
+    pub new_user_role: Option<gpuplane_api::project::Role>,
+    /// What the sign-in button says.
+    pub display_name: String,
+}
+
+impl std::fmt::Debug for SsoConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SsoConfig")
+            .field("issuer", &self.issuer)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"(hidden)")
+            .field("allowed_domains", &self.allowed_domains)
+            .finish()
     }
 }

@@ -3,7 +3,7 @@
 use crate::config::ServerConfig;
 use crate::identity::ratelimit::Limiter;
 use crate::identity::secrets::SecretKey;
-use crate::identity::sessions::HashedIdStore;
+use crate::identity::session_store::HashedIdStore;
 use crate::nodes::agent_link::AgentLink;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
@@ -39,7 +39,7 @@ pub struct AppState {
     /// Device authorizations started per client address.
     pub device_authorize_limiter: Arc<Limiter>,
     /// Live streams open per user and token.
-    pub streams: Arc<crate::api::streams::StreamCounts>,
+    pub streams: Arc<crate::identity::streams::StreamCounts>,
     /// Turns true when the server shuts down: long-lived responses end.
     pub shutdown: watch::Receiver<bool>,
     shutdown_sender: Arc<watch::Sender<bool>>,

@@ -2,7 +2,7 @@
 //! real SQLite file, and bootstrapped users and tokens. No mocks.
 
 use crate::config::ServerConfig;
-use crate::identity::auth::{NewToken, create_token};
+use crate::identity::credentials::{NewToken, create_token};
 use crate::{RunningServer, admin, start};
 use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;

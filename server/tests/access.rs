@@ -168,7 +168,7 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
 
     // A token limited to `default` cannot reach Bob's secret job.
     sqlx::query("UPDATE api_tokens SET project = 'default' WHERE token_hash = ?")
-        .bind(gpuplane_server::identity::auth::hash_token(&bob))
+        .bind(gpuplane_server::identity::credentials::hash_token(&bob))
         .execute(&db)
         .await
         .unwrap();

@@ -122,7 +122,7 @@ async fn bearer_errors_follow_rfc_6750() {
         "the token is not known",
     );
 
-    let hash = gpuplane_server::identity::auth::hash_token(&token);
+    let hash = gpuplane_server::identity::credentials::hash_token(&token);
     sqlx::query("UPDATE api_tokens SET expires_at = 1 WHERE token_hash = ?")
         .bind(&hash)
         .execute(db)
@@ -428,7 +428,7 @@ async fn tokens_are_stored_only_as_hashes() {
             "part of a token appears in the database files"
         );
     }
-    let hash = gpuplane_server::identity::auth::hash_token(&token);
+    let hash = gpuplane_server::identity::credentials::hash_token(&token);
     assert!(contains(&bytes, hash.as_bytes()), "its hash is what is stored");
 }
 

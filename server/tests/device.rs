@@ -288,7 +288,7 @@ async fn no_device_or_user_code_is_stored_in_clear() {
     let device_code = grant["device_code"].as_str().unwrap();
     let user_code = grant["user_code"].as_str().unwrap();
     assert!(
-        contains(&gpuplane_server::identity::auth::hash_token(device_code)),
+        contains(&gpuplane_server::identity::credentials::hash_token(device_code)),
         "the hash is there"
     );
     assert!(!contains(device_code));
@@ -304,7 +304,7 @@ async fn expired_device_authorizations_are_deleted() {
     let db = &flow.server.state.db;
     let old_code = old["device_code"].as_str().unwrap();
     sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = ?")
-        .bind(gpuplane_server::identity::auth::hash_token(old_code))
+        .bind(gpuplane_server::identity::credentials::hash_token(old_code))
         .execute(db)
         .await
         .unwrap();

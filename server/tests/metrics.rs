@@ -322,7 +322,7 @@ async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
     let job_token = user_token(db, "job-owner", Scope::Sdk, false).await;
     sqlx::query("UPDATE api_tokens SET run_id = ? WHERE token_hash = ?")
         .bind(&mine)
-        .bind(gpuplane_server::identity::auth::hash_token(&job_token))
+        .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
         .execute(db)
         .await
         .unwrap();

@@ -2,7 +2,8 @@
 //! and full-log uploads.
 
 use crate::api::error::{ApiError, ApiJson};
-use crate::identity::auth::{Agent, Authed, Caller};
+use crate::identity::access::Caller;
+use crate::identity::auth::{Agent, Authed};
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
 use crate::state::AppState;

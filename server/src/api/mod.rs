@@ -15,7 +15,6 @@ mod metrics;
 mod nodes;
 mod projects;
 mod runs;
-pub mod streams;
 mod tokens;
 
 use crate::api::error::ApiError;
@@ -125,8 +124,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 /// taken before the stream's work starts, given to [`bounded`].
 pub(crate) fn stream_permit(
     state: &AppState,
-    caller: &crate::identity::auth::Caller,
-) -> Result<crate::api::streams::StreamPermit, ApiError> {
+    caller: &crate::identity::access::Caller,
+) -> Result<crate::identity::streams::StreamPermit, ApiError> {
     state.streams.acquire(caller, state.config.max_streams_per_user)
 }
 
@@ -135,7 +134,7 @@ pub(crate) fn stream_permit(
 /// The stream holds `permit` until it ends.
 pub(crate) fn bounded<S: futures_util::Stream>(
     stream_max: std::time::Duration,
-    permit: crate::api::streams::StreamPermit,
+    permit: crate::identity::streams::StreamPermit,
     stream: S,
 ) -> impl futures_util::Stream<Item = S::Item> {
     use futures_util::StreamExt;

@@ -11,7 +11,7 @@ use gpuplane_api::Page;
 use gpuplane_api::auth::{CreateToken, CreatedToken, TokenInfo};
 use gpuplane_api::error::ErrorBody;
 
-fn user_id(caller: &crate::identity::auth::Caller) -> Result<&str, ApiError> {
+fn user_id(caller: &crate::identity::access::Caller) -> Result<&str, ApiError> {
     caller
         .user_id
         .as_deref()

@@ -6,8 +6,42 @@
 //! like what does not exist, so ids of other projects leak nothing.
 
 use crate::api::error::ApiError;
+use gpuplane_api::auth::Scope;
 use gpuplane_api::project::Role;
 use sqlx::SqlitePool;
+
+/// Who made a request: the token and, for user tokens, its user.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub token_id: String,
+    pub token_name: String,
+    pub scope: Scope,
+    pub expires_at: Option<i64>,
+    pub user_id: Option<String>,
+    pub user_name: Option<String>,
+    pub is_admin: bool,
+    /// The token is limited to this project.
+    pub project: Option<String>,
+    /// A job's sdk token is limited to the job's run.
+    pub run_id: Option<String>,
+    /// An agent token speaks only for this node (by name); `None` until its first hello.
+    pub node: Option<String>,
+}
+
+impl Caller {
+    /// The caller as access checks see it.
+    pub fn principal(&self) -> Principal {
+        Principal {
+            user_id: self.user_id.clone(),
+            user_name: self.user_name.clone(),
+            is_admin: self.is_admin,
+            project: self.project.clone(),
+        }
+    }
+}
+
+/// The `token_id` of a caller signed in through a console session.
+pub const SESSION_TOKEN_ID: &str = "session";
 
 /// Who is asking, through a bearer token or a console session.
 #[derive(Debug, Clone)]

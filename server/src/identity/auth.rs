@@ -1,134 +1,22 @@
-//! Bearer tokens (RFC 6750) and passwords.
-//!
-//! A token is 256 random bits shown once; the database keeps only its SHA-256,
-//! which is enough for a secret of that entropy and lets lookups use an index.
-//! Handlers declare the scope they need in their signature with [`Authed`].
+//! Who is calling: bearer tokens (RFC 6750) looked up by their hash, or a
+//! signed-in console session. Handlers declare the scope they need in their signature with [`Authed`].
 //! Without a bearer token, a signed-in console session may GET what a `read`
 //! token of its user could.
 
 use crate::api::error::ApiError;
-use crate::identity::access::Principal;
+use crate::identity::access::{Caller, SESSION_TOKEN_ID};
+use crate::identity::credentials::hash_token;
 use crate::state::AppState;
-use crate::store::DbError;
-use crate::store::ids::new_id;
 use crate::store::time::now_ms;
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{Method, header};
-use base64::Engine;
 use gpuplane_api::auth::{Scope, SessionUser};
-use rand::RngCore;
-use sha2::{Digest, Sha256};
 use sqlx::SqlitePool;
 use std::marker::PhantomData;
 
-/// Every token starts with this, so leaked tokens are easy to recognise in logs and scanners.
-pub const TOKEN_PREFIX: &str = "gpp_";
-
 /// `last_used_at` is refreshed at most this often, to keep reads from writing.
 const LAST_USED_RESOLUTION_MS: i64 = 60_000;
-
-/// A new secret token: the prefix and 256 random bits, base64url.
-pub fn generate_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!(
-        "{TOKEN_PREFIX}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
-}
-
-/// Hex SHA-256 of a token, the only form in which tokens are stored.
-pub fn hash_token(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
-
-pub fn hash_password(password: &str) -> anyhow::Result<String> {
-    let mut salt = [0u8; 16];
-    rand::rng().fill_bytes(&mut salt);
-    let salt =
-        SaltString::encode_b64(&salt).map_err(|error| anyhow::anyhow!("cannot encode salt: {error}"))?;
-    argon2::Argon2::default()
-        .hash_password(password.as_bytes(), &salt)
-        .map(|hash| hash.to_string())
-        .map_err(|error| anyhow::anyhow!("cannot hash password: {error}"))
-}
-
-pub fn verify_password(password: &str, stored: &str) -> bool {
-    PasswordHash::new(stored)
-        .map(|hash| {
-            argon2::Argon2::default()
-                .verify_password(password.as_bytes(), &hash)
-                .is_ok()
-        })
-        .unwrap_or(false)
-}
-
-/// A token to create: who owns it and what it may do.
-pub struct NewToken<'a> {
-    pub user_id: Option<&'a str>,
-    pub name: &'a str,
-    pub scope: Scope,
-    pub expires_at: Option<i64>,
-    /// Limits the token to one project.
-    pub project: Option<&'a str>,
-    /// For agent tokens: the only node the token may speak for (else the
-    /// first node it registers).
-    pub node: Option<&'a str>,
-}
-
-/// Stores a new token and returns `(token id, secret)`; the secret is not kept.
-pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String, String), DbError> {
-    let id = new_id("tok");
-    let secret = generate_token();
-    sqlx::query(
-        "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, expires_at, project, node_name)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&id)
-    .bind(new.user_id)
-    .bind(new.name)
-    .bind(new.scope.as_str())
-    .bind(hash_token(&secret))
-    .bind(now_ms())
-    .bind(new.expires_at)
-    .bind(new.project)
-    .bind(new.node)
-    .execute(db)
-    .await?;
-    Ok((id, secret))
-}
-
-/// Who made a request: the token and, for user tokens, its user.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub token_id: String,
-    pub token_name: String,
-    pub scope: Scope,
-    pub expires_at: Option<i64>,
-    pub user_id: Option<String>,
-    pub user_name: Option<String>,
-    pub is_admin: bool,
-    /// The token is limited to this project.
-    pub project: Option<String>,
-    /// A job's sdk token is limited to the job's run.
-    pub run_id: Option<String>,
-    /// An agent token speaks only for this node (by name); `None` until its first hello.
-    pub node: Option<String>,
-}
-
-impl Caller {
-    /// The caller as access checks see it.
-    pub fn principal(&self) -> Principal {
-        Principal {
-            user_id: self.user_id.clone(),
-            user_name: self.user_name.clone(),
-            is_admin: self.is_admin,
-            project: self.project.clone(),
-        }
-    }
-}
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {
@@ -197,8 +85,6 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
     })
 }
 
-/// The `token_id` of a caller signed in through a console session.
-pub const SESSION_TOKEN_ID: &str = "session";
 
 /// The bearer token of a request, if it has one.
 /// A console session reads the API like a `read` token of its user: only
@@ -299,29 +185,5 @@ impl<A: Access> FromRequestParts<AppState> for Authed<A> {
             caller,
             access: PhantomData,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_are_long_random_and_prefixed() {
-        let a = generate_token();
-        let b = generate_token();
-        assert_ne!(a, b);
-        assert!(a.starts_with(TOKEN_PREFIX));
-        // 32 bytes in unpadded base64 are 43 characters: 256 bits.
-        assert_eq!(a.len(), TOKEN_PREFIX.len() + 43);
-    }
-
-    #[test]
-    fn passwords_verify_only_themselves() {
-        let stored = hash_password("correct horse").unwrap();
-        assert!(stored.starts_with("$argon2"));
-        assert!(verify_password("correct horse", &stored));
-        assert!(!verify_password("correct horsf", &stored));
-        assert!(!verify_password("x", "not a hash"));
     }
 }

@@ -4,7 +4,7 @@
 //! token endpoint then yields a token (once). Device and user codes are
 //! stored only as hashes. Errors follow RFC 6749 §5.2.
 
-use crate::identity::auth::{NewToken, create_token, hash_token};
+use crate::identity::credentials::{NewToken, create_token, hash_token};
 use crate::state::AppState;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};

@@ -4,9 +4,12 @@
 
 pub mod access;
 pub mod auth;
+pub mod credentials;
 pub mod device_login;
 pub mod ratelimit;
 pub mod secrets;
+pub mod session_store;
 pub mod sessions;
 pub mod sso;
+pub mod streams;
 pub mod tokens;

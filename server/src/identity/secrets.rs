@@ -124,7 +124,7 @@ impl SecretKey {
         let bytes = mac.finalize().into_bytes();
         format!(
             "{}{}",
-            crate::identity::auth::TOKEN_PREFIX,
+            crate::identity::credentials::TOKEN_PREFIX,
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
         )
     }

@@ -4,6 +4,7 @@
 //! expiry and nonce checked. Users are provisioned on first sign-in,
 //! optionally only from allowed email domains.
 
+use crate::config::SsoConfig;
 use crate::identity::sessions::{safe_next, start};
 use crate::state::AppState;
 use crate::store::ids::new_id;
@@ -23,31 +24,6 @@ use oauth2::{
 };
 use serde::{Deserialize, Serialize};
 use tower_sessions::Session;
-
-/// SSO settings (`oidc_*` config keys).
-#[derive(Clone)]
-pub struct SsoConfig {
-    pub issuer: String,
-    pub client_id: String,
-    pub client_secret: String,
-    /// Email domains allowed to sign in; empty: any (only with `oidc_allow_any_domain`).
-    pub allowed_domains: Vec<String>,
-    /// The role a new SSO user gets in the `default` project; `None`: no project.
-    pub new_user_role: Option<gpuplane_api::project::Role>,
-    /// What the sign-in button says.
-    pub display_name: String,
-}
-
-impl std::fmt::Debug for SsoConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SsoConfig")
-            .field("issuer", &self.issuer)
-            .field("client_id", &self.client_id)
-            .field("client_secret", &"(hidden)")
-            .field("allowed_domains", &self.allowed_domains)
-            .finish()
-    }
-}
 
 const SESSION_KEY: &str = "oidc_login";
 

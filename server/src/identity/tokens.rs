@@ -3,7 +3,7 @@
 
 use crate::api::error::ApiError;
 use crate::identity::access::{self, Principal};
-use crate::identity::auth::{NewToken, create_token};
+use crate::identity::credentials::{NewToken, create_token};
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
 use gpuplane_api::error::FieldError;

@@ -3,7 +3,7 @@
 //! in one transaction, then wakes the agents it dispatched to.
 
 use crate::api::error::ApiError;
-use crate::identity::auth::hash_token;
+use crate::identity::credentials::hash_token;
 use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
 use crate::state::AppState;
 use crate::store::ids::new_id;

@@ -8,7 +8,7 @@ pub mod primary;
 
 use crate::api::error::ApiError;
 use crate::identity::access::{self, Principal, Visible};
-use crate::identity::auth::Caller;
+use crate::identity::access::Caller;
 use crate::metrics;
 use crate::paging::Sort;
 use crate::store::ids::new_id;

@@ -3,7 +3,7 @@
 //! [`StreamPermit`] for its life; over the limit, a new one gets 429.
 
 use crate::api::error::ApiError;
-use crate::identity::auth::Caller;
+use crate::identity::access::Caller;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -39,7 +39,7 @@ impl StreamCounts {
         let mut keys = vec![format!("token:{}", caller.token_id)];
         if let Some(user_id) = &caller.user_id {
             keys.push(format!("user:{user_id}"));
-            if caller.token_id == crate::identity::auth::SESSION_TOKEN_ID {
+            if caller.token_id == crate::identity::access::SESSION_TOKEN_ID {
                 // A console session is its user.
                 keys.remove(0);
             }
