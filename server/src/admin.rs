@@ -3,7 +3,7 @@
 
 use crate::config::AdminCommand;
 use crate::identity::credentials::{NewToken, create_token, hash_password};
-use crate::store::DbError;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use anyhow::{Context, bail};
@@ -193,7 +193,7 @@ pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: boo
     .bind(now_ms())
     .execute(db)
     .await;
-    match result.map_err(DbError::from) {
+    match result.map_err(Error::from) {
         Ok(_) => {
             // Everyone may work in the default project.
             sqlx::query("INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, 'editor', ?)")
@@ -203,7 +203,7 @@ pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: boo
                 .await?;
             Ok(id)
         }
-        Err(DbError::Conflict(_)) => bail!("a user named `{name}` already exists"),
+        Err(Error::Conflict(_)) => bail!("a user named `{name}` already exists"),
         Err(other) => Err(other.into()),
     }
 }

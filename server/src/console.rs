@@ -120,8 +120,8 @@ fn principal(user: &SessionUser) -> Principal {
 }
 
 /// An API error as a message for the console (validation details included).
-fn message(error: ApiError) -> String {
-    match error {
+fn message(error: impl Into<ApiError>) -> String {
+    match error.into() {
         ApiError::Validation(details) => details
             .iter()
             .map(|d| format!("{}: {}", d.field, d.message))

@@ -1,8 +1,7 @@
 //! Events: recorded inside the transaction that caused them, listed with
 //! filters, and announced to SSE subscribers after commit.
 
-use crate::api::error::ApiError;
-use crate::store::DbError;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::rfc3339;
 use gpuplane_api::Page;
@@ -25,7 +24,7 @@ pub async fn record(
     kind: EventKind,
     links: Links<'_>,
     message: &str,
-) -> Result<i64, DbError> {
+) -> Result<i64, Error> {
     let seq: i64 = sqlx::query_scalar(
         "INSERT INTO events (id, time, severity, kind, job_id, run_id, node_id, message, project)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
@@ -80,7 +79,7 @@ pub async fn list(
     filter: &Filter,
     limit: i64,
     before: Option<i64>,
-) -> Result<Page<Event>, ApiError> {
+) -> Result<Page<Event>, Error> {
     let rows = query(db, filter, limit + 1, before, true).await?;
     let (rows, next_before) = crate::paging::split(rows, limit, |(seq, _)| *seq);
     Ok(Page {
@@ -90,7 +89,7 @@ pub async fn list(
 }
 
 /// Oldest first after `filter.after`: what an SSE stream sends next.
-pub async fn since(db: &SqlitePool, filter: &Filter, limit: i64) -> Result<Vec<(i64, Event)>, ApiError> {
+pub async fn since(db: &SqlitePool, filter: &Filter, limit: i64) -> Result<Vec<(i64, Event)>, Error> {
     query(db, filter, limit, None, false).await
 }
 
@@ -100,7 +99,7 @@ async fn query(
     limit: i64,
     before: Option<i64>,
     newest_first: bool,
-) -> Result<Vec<(i64, Event)>, ApiError> {
+) -> Result<Vec<(i64, Event)>, Error> {
     let order = if newest_first { "DESC" } else { "ASC" };
     let rows: Vec<EventRow> = sqlx::query_as(&format!(
         "SELECT seq, id, time, severity, kind, job_id, run_id, node_id, message FROM events
@@ -137,7 +136,7 @@ async fn query(
                         message: row.message,
                     },
                 )),
-                _ => Err(ApiError::Internal(anyhow::anyhow!(
+                _ => Err(Error::Internal(anyhow::anyhow!(
                     "bad event {} in database",
                     row.id
                 ))),

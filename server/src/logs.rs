@@ -2,8 +2,7 @@
 //! attempt (the agent has the full files), ingested idempotently by line
 //! number, read as a tail or followed after an SSE event id.
 
-use crate::api::error::ApiError;
-use crate::store::DbError;
+use crate::store::Error;
 use crate::store::time::rfc3339;
 use gpuplane_api::log::{LogLine, LogStream, Logs};
 use sqlx::{SqliteConnection, SqlitePool};
@@ -23,7 +22,7 @@ pub struct Batch<'a> {
 
 /// Stores a batch, ignoring lines already stored, then drops lines older
 /// than the newest `keep` of that stream.
-pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) -> Result<(), DbError> {
+pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) -> Result<(), Error> {
     let Batch {
         job_id,
         attempt,
@@ -37,7 +36,7 @@ pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) ->
     }
     let clipped: Vec<&str> = lines.iter().map(|line| clip(line)).collect();
     // One statement for the whole batch: json_each numbers the lines.
-    let json = serde_json::to_string(&clipped).map_err(|e| DbError::Other(sqlx::Error::Encode(e.into())))?;
+    let json = serde_json::to_string(&clipped).map_err(|e| Error::Internal(e.into()))?;
     sqlx::query(
         "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
          SELECT ?1, ?2, ?3, ?4 + key, ?5, value FROM json_each(?6)",
@@ -78,7 +77,7 @@ pub async fn last_n(
     job_id: &str,
     attempt: i64,
     stream: LogStream,
-) -> Result<i64, DbError> {
+) -> Result<i64, Error> {
     let n: Option<i64> =
         sqlx::query_scalar("SELECT max(n) FROM log_lines WHERE job_id = ? AND attempt = ? AND stream = ?")
             .bind(job_id)
@@ -120,7 +119,7 @@ impl LineRow {
 }
 
 /// The attempt a log request means: the one asked for, else the latest (0 when none yet).
-pub async fn resolve_attempt(db: &SqlitePool, job_id: &str, attempt: Option<i64>) -> Result<i64, ApiError> {
+pub async fn resolve_attempt(db: &SqlitePool, job_id: &str, attempt: Option<i64>) -> Result<i64, Error> {
     if let Some(attempt) = attempt {
         return Ok(attempt);
     }
@@ -138,7 +137,7 @@ pub async fn tail(
     attempt: i64,
     stream: Option<LogStream>,
     tail: i64,
-) -> Result<(Vec<(i64, LogLine)>, Logs), ApiError> {
+) -> Result<(Vec<(i64, LogLine)>, Logs), Error> {
     let mut rows: Vec<LineRow> = sqlx::query_as(
         "SELECT id, attempt, stream, n, time, text FROM log_lines
          WHERE job_id = ?1 AND attempt = ?2 AND (?3 IS NULL OR stream = ?3)
@@ -165,7 +164,7 @@ pub async fn tail(
 /// Where a follower that found no lines of `attempt` starts: after every
 /// line of the earlier attempts, so that lines of `attempt` that arrive
 /// meanwhile are not skipped.
-pub async fn start_of_attempt(db: &SqlitePool, job_id: &str, attempt: i64) -> Result<i64, ApiError> {
+pub async fn start_of_attempt(db: &SqlitePool, job_id: &str, attempt: i64) -> Result<i64, Error> {
     let id: Option<i64> =
         sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = ? AND attempt < ?")
             .bind(job_id)
@@ -184,7 +183,7 @@ pub async fn after(
     stream: Option<LogStream>,
     after: i64,
     limit: i64,
-) -> Result<Vec<(i64, LogLine)>, ApiError> {
+) -> Result<Vec<(i64, LogLine)>, Error> {
     let rows: Vec<LineRow> = sqlx::query_as(
         "SELECT id, attempt, stream, n, time, text FROM log_lines
          WHERE job_id = ?1 AND (?2 IS NULL OR attempt = ?2) AND (?3 IS NULL OR stream = ?3) AND id > ?4
@@ -206,7 +205,7 @@ pub async fn recent_text(
     job_id: &str,
     attempt: i64,
     limit: i64,
-) -> Result<Vec<String>, DbError> {
+) -> Result<Vec<String>, Error> {
     let mut lines: Vec<String> = sqlx::query_scalar(
         "SELECT text FROM log_lines WHERE job_id = ? AND attempt = ? ORDER BY id DESC LIMIT ?",
     )

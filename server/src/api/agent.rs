@@ -7,7 +7,7 @@ use crate::identity::auth::{Agent, Authed};
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
 use crate::state::AppState;
-use crate::store::DbError;
+use crate::store;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::body::Body;
@@ -71,7 +71,7 @@ pub async fn poll(
     let reconnected = nodes::heartbeat(&state.db, &poll.node_id, &poll.gpus)
         .await
         .map_err(|error| match error {
-            DbError::NotFound => ApiError::NotFound(format!(
+            store::Error::NotFound(_) => ApiError::NotFound(format!(
                 "node {} is not registered; send hello first",
                 poll.node_id
             )),

@@ -4,7 +4,7 @@
 //! "internal error" and leaves its cause in the response extensions, where the
 //! logging middleware ([`log_internal_errors`]) picks it up.
 
-use crate::store::DbError;
+use crate::store;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -58,19 +58,22 @@ impl ApiError {
     }
 }
 
-impl From<DbError> for ApiError {
-    fn from(error: DbError) -> Self {
+impl From<store::Error> for ApiError {
+    fn from(error: store::Error) -> Self {
         match error {
-            DbError::NotFound => ApiError::NotFound("not found".into()),
-            DbError::Conflict(message) => ApiError::Conflict(message),
-            DbError::Other(error) => ApiError::Internal(error.into()),
+            store::Error::NotFound(message) => ApiError::NotFound(message),
+            store::Error::Conflict(message) => ApiError::Conflict(message),
+            store::Error::Invalid(fields) => ApiError::Validation(fields),
+            store::Error::Forbidden(message) => ApiError::Forbidden(message),
+            store::Error::Limited(message) => ApiError::RateLimited(message),
+            store::Error::Internal(error) => ApiError::Internal(error),
         }
     }
 }
 
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
-        DbError::from(error).into()
+        store::Error::from(error).into()
     }
 }
 

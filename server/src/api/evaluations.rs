@@ -33,10 +33,10 @@ pub async fn create_evaluation(
     runs::check(&state.db, &auth.caller, &new.run_id, Role::Editor)
         .await
         .map_err(|error| match error {
-            ApiError::NotFound(_) => {
+            crate::store::Error::NotFound(_) => {
                 ApiError::field("run_id", format!("no run {} that you can write to", new.run_id))
             }
-            other => other,
+            other => other.into(),
         })?;
     let job_id = evaluations::create(&state.db, &state.secret, &auth.caller.principal(), &new).await?;
     state.scheduler_wake.notify_one();

@@ -6,6 +6,7 @@ use crate::identity::access::{self, Principal, Visible};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::runs::primary;
 use crate::state::AppState;
+use crate::store;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -77,8 +78,8 @@ pub async fn create_project(
         .bind(now)
         .execute(&mut *tx)
         .await
-        .map_err(|error| match crate::store::DbError::from(error) {
-            crate::store::DbError::Conflict(_) => {
+        .map_err(|error| match crate::store::Error::from(error) {
+            crate::store::Error::Conflict(_) => {
                 ApiError::Conflict(format!("project {} already exists", new.name))
             }
             other => other.into(),
@@ -172,13 +173,13 @@ fn valid_project_name(name: &str) -> bool {
 
 /// The project exists and the principal is its admin (404 for those who cannot see it).
 async fn require_admin(db: &SqlitePool, principal: &Principal, name: &str) -> Result<(), ApiError> {
-    let not_found = || ApiError::NotFound(format!("no project {name}"));
+    let not_found = || store::Error::NotFound(format!("no project {name}"));
     let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
         .bind(name)
         .fetch_optional(db)
         .await?;
     if exists.is_none() {
-        return Err(not_found());
+        return Err(not_found().into());
     }
-    access::require(db, principal, name, Role::Admin, not_found).await
+    Ok(access::require(db, principal, name, Role::Admin, not_found).await?)
 }

@@ -2,13 +2,13 @@
 //! that may still be running: loss trend, silence, idle GPUs, lost nodes.
 
 use super::{Facts, explain};
-use crate::api::error::ApiError;
 use crate::events::{self, Filter};
 use crate::jobs::store;
 use crate::logs;
 use crate::metrics::{self, Axis, Query};
 use crate::runs;
 use crate::state::AppState;
+use crate::store::Error;
 use crate::store::time::now_ms;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation, Finding};
 use gpuplane_api::event::Severity;
@@ -19,11 +19,11 @@ use std::time::Duration;
 const LOW_UTILIZATION_PERCENT: u32 = 10;
 
 /// The explanation of a failed (or lost) run; 409 for one that has not failed.
-pub async fn failure(state: &AppState, run_id: &str) -> Result<FailureExplanation, ApiError> {
+pub async fn failure(state: &AppState, run_id: &str) -> Result<FailureExplanation, Error> {
     let run = runs::get(&state.db, run_id).await?;
     let failed = run.status == JobStatus::Failed.as_str() || run.status == JobStatus::Lost.as_str();
     if !failed {
-        return Err(ApiError::Conflict(format!(
+        return Err(Error::Conflict(format!(
             "run {run_id} has not failed ({}): see its diagnosis instead",
             run.status
         )));
@@ -32,12 +32,7 @@ pub async fn failure(state: &AppState, run_id: &str) -> Result<FailureExplanatio
     Ok(explain(run_id, run.job_id.as_deref(), &facts))
 }
 
-async fn gather(
-    state: &AppState,
-    run_id: &str,
-    job_id: Option<&str>,
-    status: &str,
-) -> Result<Facts, ApiError> {
+async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &str) -> Result<Facts, Error> {
     let mut facts = Facts {
         status: status.to_string(),
         ..Facts::default()
@@ -72,7 +67,7 @@ async fn gather(
 }
 
 /// The earliest non-finite value among the run's loss-like keys.
-async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64, f64)>, ApiError> {
+async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64, f64)>, Error> {
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "SELECT key, first_non_finite_step FROM metric_series
          WHERE run_id = ? AND first_non_finite_step IS NOT NULL ORDER BY first_non_finite_step",
@@ -102,7 +97,7 @@ async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64
 }
 
 /// Findings about a run, running or not.
-pub async fn diagnose(state: &AppState, run_id: &str) -> Result<Diagnosis, ApiError> {
+pub async fn diagnose(state: &AppState, run_id: &str) -> Result<Diagnosis, Error> {
     let run = runs::get(&state.db, run_id).await?;
     let mut findings = Vec::new();
     if let Some((key, step, value)) = first_bad(state, run_id).await? {
@@ -156,7 +151,7 @@ async fn loss_trend(
     state: &AppState,
     run_id: &str,
     latest: &std::collections::BTreeMap<String, gpuplane_api::metric::Latest>,
-) -> Result<Vec<Finding>, ApiError> {
+) -> Result<Vec<Finding>, Error> {
     let mut findings = Vec::new();
     for key in latest
         .keys()
@@ -217,7 +212,7 @@ async fn loss_trend(
 }
 
 /// No output for a long time while running.
-async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<Finding>, ApiError> {
+async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<Finding>, Error> {
     let last: Option<i64> =
         sqlx::query_scalar("SELECT max(time) FROM log_lines WHERE job_id = ? AND attempt = ?")
             .bind(job_id)
@@ -257,7 +252,7 @@ async fn node_health(
     node_id: &str,
     node: &str,
     gpus: &[u32],
-) -> Result<Vec<Finding>, ApiError> {
+) -> Result<Vec<Finding>, Error> {
     let mut findings = Vec::new();
     let status: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE id = ?")
         .bind(node_id)

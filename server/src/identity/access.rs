@@ -5,7 +5,7 @@
 //! be limited to one project. What a caller may not see answers 404 exactly
 //! like what does not exist, so ids of other projects leak nothing.
 
-use crate::api::error::ApiError;
+use crate::store::Error;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::project::Role;
 use sqlx::SqlitePool;
@@ -77,7 +77,7 @@ impl Visible {
     }
 }
 
-pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<Visible, ApiError> {
+pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<Visible, Error> {
     let visible = if principal.is_admin {
         Visible::All
     } else {
@@ -100,11 +100,7 @@ pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<
 }
 
 /// The principal's role in a project (admins are admins everywhere), if any.
-pub async fn role_in(
-    db: &SqlitePool,
-    principal: &Principal,
-    project: &str,
-) -> Result<Option<Role>, ApiError> {
+pub async fn role_in(db: &SqlitePool, principal: &Principal, project: &str) -> Result<Option<Role>, Error> {
     if principal.project.as_deref().is_some_and(|only| only != project) {
         return Ok(None);
     }
@@ -130,12 +126,12 @@ pub async fn require(
     principal: &Principal,
     project: &str,
     needed: Role,
-    not_found: impl FnOnce() -> ApiError,
-) -> Result<(), ApiError> {
+    not_found: impl FnOnce() -> Error,
+) -> Result<(), Error> {
     match role_in(db, principal, project).await? {
         None => Err(not_found()),
         Some(role) if role >= needed => Ok(()),
-        Some(role) => Err(ApiError::Forbidden(format!(
+        Some(role) => Err(Error::Forbidden(format!(
             "you are {} in project {project}; this needs {}",
             role.as_str(),
             needed.as_str()

@@ -85,7 +85,6 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
     })
 }
 
-
 /// The bearer token of a request, if it has one.
 /// A console session reads the API like a `read` token of its user: only
 /// GET and HEAD, so a cookie never changes anything (the console changes

@@ -3,7 +3,7 @@
 //! SHA-256 (enough for a secret of that entropy, and lookups use an index);
 //! passwords are argon2 hashes.
 
-use crate::store::DbError;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -66,7 +66,7 @@ pub struct NewToken<'a> {
 }
 
 /// Stores a new token and returns `(token id, secret)`; the secret is not kept.
-pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String, String), DbError> {
+pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String, String), Error> {
     let id = new_id("tok");
     let secret = generate_token();
     sqlx::query(

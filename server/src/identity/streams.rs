@@ -2,8 +2,8 @@
 //! caller cannot hold every connection the server has. A stream holds a
 //! [`StreamPermit`] for its life; over the limit, a new one gets 429.
 
-use crate::api::error::ApiError;
 use crate::identity::access::Caller;
+use crate::store::Error;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -35,7 +35,7 @@ impl Drop for StreamPermit {
 impl StreamCounts {
     /// A place for one more stream of `caller`, or 429 when its user or its
     /// token already holds `max`.
-    pub fn acquire(self: &Arc<Self>, caller: &Caller, max: u32) -> Result<StreamPermit, ApiError> {
+    pub fn acquire(self: &Arc<Self>, caller: &Caller, max: u32) -> Result<StreamPermit, Error> {
         let mut keys = vec![format!("token:{}", caller.token_id)];
         if let Some(user_id) = &caller.user_id {
             keys.push(format!("user:{user_id}"));
@@ -51,7 +51,7 @@ impl StreamCounts {
             } else {
                 "this token"
             };
-            return Err(ApiError::RateLimited(format!(
+            return Err(Error::Limited(format!(
                 "{who} already has {max} live streams open (max_streams_per_user); close one and retry"
             )));
         }

@@ -1,9 +1,9 @@
 //! Token management for their owners: list, create, revoke. Used by the API
 //! and by the console alike.
 
-use crate::api::error::ApiError;
 use crate::identity::access::{self, Principal};
 use crate::identity::credentials::{NewToken, create_token};
+use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
 use gpuplane_api::error::FieldError;
@@ -40,7 +40,7 @@ fn info(row: TokenRow) -> TokenInfo {
 const COLUMNS: &str = "id, name, scope, project, run_id, created_at, expires_at, last_used_at, revoked_at";
 
 /// The user's own tokens, newest first (jobs' sdk tokens included, so they can be seen and revoked).
-pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, ApiError> {
+pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, Error> {
     let rows: Vec<TokenRow> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM api_tokens WHERE user_id = ? ORDER BY created_at DESC, id DESC"
     ))
@@ -60,11 +60,11 @@ pub async fn create(
     ceiling: Scope,
     expires_ceiling: Option<i64>,
     request: &CreateToken,
-) -> Result<CreatedToken, ApiError> {
+) -> Result<CreatedToken, Error> {
     let user_id = principal
         .user_id
         .as_deref()
-        .ok_or_else(|| ApiError::Forbidden("only users have tokens".into()))?;
+        .ok_or_else(|| Error::Forbidden("only users have tokens".into()))?;
     let mut errors = Vec::new();
     let mut bad = |field: &str, message: String| {
         errors.push(FieldError {
@@ -117,7 +117,7 @@ pub async fn create(
         }
     }
     if !errors.is_empty() {
-        return Err(ApiError::Validation(errors));
+        return Err(Error::Invalid(errors));
     }
     let asked = request
         .expires_in_days
@@ -149,7 +149,7 @@ pub async fn create(
 }
 
 /// Revokes one of the user's tokens (at once: the next request with it gets 401).
-pub async fn revoke(db: &SqlitePool, user_id: &str, token_id: &str) -> Result<TokenInfo, ApiError> {
+pub async fn revoke(db: &SqlitePool, user_id: &str, token_id: &str) -> Result<TokenInfo, Error> {
     sqlx::query("UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?")
         .bind(now_ms())
         .bind(token_id)
@@ -164,5 +164,5 @@ pub async fn revoke(db: &SqlitePool, user_id: &str, token_id: &str) -> Result<To
     .fetch_optional(db)
     .await?;
     row.map(info)
-        .ok_or_else(|| ApiError::NotFound(format!("no token {token_id}")))
+        .ok_or_else(|| Error::NotFound(format!("no token {token_id}")))
 }

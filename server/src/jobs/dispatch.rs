@@ -2,10 +2,10 @@
 //! still has to resume (and which of the node's RUNNING attempts are lost);
 //! on each poll, the dispatches, cancels and one-shot commands it carries.
 
-use crate::api::error::ApiError;
 use crate::jobs::{lifecycle, reports};
 use crate::logs;
 use crate::state::AppState;
+use crate::store::Error;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, Report, ReportItem, Resume};
 use gpuplane_api::job::{JobSpec, JobStatus};
@@ -20,7 +20,7 @@ pub async fn reconcile(
     node_id: &str,
     node_name: &str,
     attempts: &[AttemptRef],
-) -> Result<Vec<Resume>, ApiError> {
+) -> Result<Vec<Resume>, Error> {
     let mut resume = Vec::new();
     for attempt in attempts {
         let status = lifecycle::status_on_node(conn, node_id, &attempt.job_id, attempt.attempt).await?;
@@ -55,7 +55,7 @@ pub async fn commands_for(
     state: &AppState,
     node_id: &str,
     running: &[AttemptRef],
-) -> Result<Vec<AgentCommand>, ApiError> {
+) -> Result<Vec<AgentCommand>, Error> {
     #[derive(sqlx::FromRow)]
     struct ActiveRow {
         job_id: String,

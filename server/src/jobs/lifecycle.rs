@@ -6,8 +6,8 @@
 //!
 //! [`AppState::jobs_changed`]: crate::state::AppState::jobs_changed
 
-use crate::api::error::ApiError;
 use crate::events::{self, Links};
+use crate::store::Error;
 use crate::store::time::rfc3339;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobSpec, JobStatus};
@@ -19,7 +19,7 @@ pub async fn status_on_node(
     node_id: &str,
     job_id: &str,
     attempt: i64,
-) -> Result<Option<JobStatus>, ApiError> {
+) -> Result<Option<JobStatus>, Error> {
     let status: Option<String> =
         sqlx::query_scalar("SELECT status FROM attempts WHERE job_id = ? AND n = ? AND node_id = ?")
             .bind(job_id)
@@ -62,7 +62,7 @@ pub async fn end_attempt(
     job_id: &str,
     attempt: i64,
     end: AttemptEnd<'_>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     sqlx::query(
         "UPDATE attempts SET status = ?, exit_code = ?, signal = ?, ended_at = ?, failure_reason = ?, failure_detail = ?
          WHERE job_id = ? AND n = ?",
@@ -97,7 +97,7 @@ pub async fn finish_job(
     reason: Option<FailureReason>,
     detail: Option<&str>,
     now: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     sqlx::query(
         "UPDATE jobs SET status = ?, failure_reason = ?, failure_detail = ?, queued_reason = NULL, updated_at = ?
          WHERE id = ?",
@@ -120,7 +120,7 @@ pub async fn fail_or_retry(
     reason: FailureReason,
     detail: &str,
     now: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let (attempt_count, max_attempts, spec, run_id): (i64, i64, String, String) =
         sqlx::query_as("SELECT attempt_count, max_attempts, spec, run_id FROM jobs WHERE id = ?")
             .bind(job_id)
@@ -176,7 +176,7 @@ pub async fn lose_attempt(
     node_id: &str,
     detail: &str,
     now: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let end = AttemptEnd::without_exit(JobStatus::Lost, Some(FailureReason::JobLost), detail, now);
     end_attempt(conn, job_id, attempt, end).await?;
     let links = JobLinks::of(conn, job_id, node_id).await?;
@@ -212,7 +212,7 @@ pub async fn lose_attempt(
 }
 
 /// Ends the active attempt of a job and the job itself (used by cancel while offline).
-pub async fn cancel_offline(conn: &mut SqliteConnection, job_id: &str, now: i64) -> Result<(), ApiError> {
+pub async fn cancel_offline(conn: &mut SqliteConnection, job_id: &str, now: i64) -> Result<(), Error> {
     let attempt: Option<i64> = sqlx::query_scalar(
         "SELECT n FROM attempts WHERE job_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
     )
@@ -236,7 +236,7 @@ pub struct JobLinks {
 }
 
 impl JobLinks {
-    pub async fn of(conn: &mut SqliteConnection, job_id: &str, node_id: &str) -> Result<JobLinks, ApiError> {
+    pub async fn of(conn: &mut SqliteConnection, job_id: &str, node_id: &str) -> Result<JobLinks, Error> {
         let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
             .bind(job_id)
             .fetch_optional(&mut *conn)

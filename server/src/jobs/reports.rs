@@ -3,13 +3,13 @@
 //! reporting node's are ignored, and replays change nothing (line numbers
 //! and attempt states make them harmless).
 
-use crate::api::error::ApiError;
 use crate::events;
 use crate::jobs::failure::{self, Exit, Outcome};
 use crate::jobs::lifecycle::{self, AttemptEnd, JobLinks};
 use crate::logs;
 use crate::runs::{checkpoints, evaluations};
 use crate::state::AppState;
+use crate::store::Error;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{Report, ReportItem};
 use gpuplane_api::evaluation::ResultFile;
@@ -39,7 +39,7 @@ struct Reporter<'a> {
 }
 
 /// Applies an agent's report in one transaction.
-pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, ApiError> {
+pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, Error> {
     let node_id = report.node_id.as_str();
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
     let node_name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
@@ -47,7 +47,7 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
         .fetch_optional(&mut *tx)
         .await?;
     let node_name = node_name
-        .ok_or_else(|| ApiError::NotFound(format!("node {node_id} is not registered; send hello first")))?;
+        .ok_or_else(|| Error::NotFound(format!("node {node_id} is not registered; send hello first")))?;
     let node = Reporter {
         state,
         node_id,
@@ -96,7 +96,7 @@ async fn apply_item(
     node: &Reporter<'_>,
     item: &ReportItem,
     status: JobStatus,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     let (job_id, attempt) = item.attempt();
     match item {
         ReportItem::Started {
@@ -186,7 +186,7 @@ async fn started(
     pid: u32,
     time: i64,
     git_commit: Option<&str>,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     let git_commit = git_commit.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit()));
     let started = sqlx::query(
         "UPDATE attempts SET status = 'RUNNING', started_at = ?, pid = ?, git_commit = ?
@@ -219,7 +219,7 @@ async fn dispatch_failed(
     attempt: i64,
     status: JobStatus,
     detail: &str,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     if status != JobStatus::Dispatching {
         return Ok(false);
     }
@@ -263,7 +263,7 @@ async fn exited(
     attempt: i64,
     status: JobStatus,
     exit: AttemptExit<'_>,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     if !status.is_active() {
         sqlx::query(
             "UPDATE attempts SET exit_code = coalesce(exit_code, ?), signal = coalesce(signal, ?)
@@ -356,7 +356,7 @@ async fn report_missing_metrics(
     job_id: &str,
     links: &JobLinks,
     now: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let (series, watch_dirs): (i64, String) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), json_extract(j.spec, '$.watch_dirs')
          FROM jobs j WHERE j.id = ?",
@@ -393,7 +393,7 @@ async fn points_read(
     job_id: &str,
     batch_id: &str,
     points: &[Point],
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     let batch = Batch {
         batch_id: batch_id.to_string(),
         points: points.to_vec(),
@@ -416,7 +416,7 @@ async fn disk(
     attempt: i64,
     path: &str,
     free_percent: f64,
-) -> Result<bool, ApiError> {
+) -> Result<bool, Error> {
     if free_percent >= DISK_LOW_PERCENT {
         return Ok(false);
     }
@@ -448,7 +448,7 @@ async fn disk(
     Ok(false)
 }
 
-async fn run_of(conn: &mut SqliteConnection, job_id: &str) -> Result<String, ApiError> {
+async fn run_of(conn: &mut SqliteConnection, job_id: &str) -> Result<String, Error> {
     Ok(sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
         .bind(job_id)
         .fetch_one(&mut *conn)

@@ -2,10 +2,10 @@
 //! (never on a slow tick), plans a pass over the whole queue and applies it
 //! in one transaction, then wakes the agents it dispatched to.
 
-use crate::api::error::ApiError;
 use crate::identity::credentials::hash_token;
 use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
 use crate::state::AppState;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
 use gpuplane_api::node::NODE_NAME_LABEL;
@@ -35,7 +35,7 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
 type QueueRow = (String, i64, i64, String, Option<i64>, i64, i64, Option<String>);
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
-pub async fn pass(state: &AppState) -> Result<Option<i64>, ApiError> {
+pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
     let (queue, current_reasons) = load_queue(state).await?;
     if queue.is_empty() {
         return Ok(None);
@@ -50,7 +50,7 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, ApiError> {
 /// The QUEUED jobs in dispatch order, and the reason each carries now.
 pub async fn load_queue(
     state: &AppState,
-) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), ApiError> {
+) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), Error> {
     // One row holding a JSON array: the driver's per-row cost dominates at
     // 10,000 rows, and a pass reads the whole queue.
     let json: String = sqlx::query_scalar(
@@ -93,7 +93,7 @@ pub async fn load_queue(
 }
 
 /// ONLINE nodes with their GPUs and what active attempts hold, in one query.
-pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, ApiError> {
+pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
     // id, name, labels, GPU indices, GPUs of each active attempt ([] for cpu jobs).
     type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<Vec<u32>>);
     let json: String = sqlx::query_scalar(
@@ -129,7 +129,7 @@ async fn apply(
     reasons: &[(String, String)],
     current: &HashMap<String, Option<String>>,
     now: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let changed: Vec<&(String, String)> = reasons
         .iter()
         .filter(|(job, reason)| current.get(job).and_then(|r| r.as_deref()) != Some(reason.as_str()))

@@ -1,12 +1,12 @@
 //! Jobs in SQLite: submit, read, list, cancel, retry. Transitions driven by
 //! agents live in `lifecycle`, dispatch decisions in `scheduler`.
 
-use crate::api::error::ApiError;
 use crate::identity::access::{self, Principal, Visible};
 use crate::identity::secrets::SecretKey;
 use crate::jobs::lifecycle;
 use crate::paging::Sort;
 use crate::runs::primary;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
@@ -27,10 +27,10 @@ pub async fn submit(
     secret: &SecretKey,
     spec: &JobSpec,
     principal: &Principal,
-) -> Result<String, ApiError> {
+) -> Result<String, Error> {
     let project = spec.project.clone();
     access::require(db, principal, &spec.project, Role::Editor, || {
-        ApiError::field(
+        Error::field(
             "project",
             format!("no project named `{project}` that you can submit to"),
         )
@@ -43,7 +43,7 @@ pub async fn submit(
         .fetch_optional(&mut *tx)
         .await?;
     if exists.is_none() {
-        return Err(ApiError::field(
+        return Err(Error::field(
             "project",
             format!("no project named `{project}` that you can submit to"),
         ));
@@ -60,7 +60,7 @@ pub async fn insert(
     secret: &SecretKey,
     spec: &JobSpec,
     user_id: Option<&str>,
-) -> Result<String, ApiError> {
+) -> Result<String, Error> {
     let now = now_ms();
     let job_id = new_id("job");
     let run_id = new_id("run");
@@ -164,23 +164,26 @@ pub async fn get_for(
     principal: &Principal,
     job_id: &str,
     needed: Role,
-) -> Result<Job, ApiError> {
+) -> Result<Job, Error> {
     let job = get(db, job_id).await?;
     access::require(db, principal, &job.project, needed, || {
-        ApiError::NotFound(format!("no job {job_id}"))
+        Error::NotFound(format!("no job {job_id}"))
     })
     .await?;
     Ok(job)
 }
 
-/// One job with its attempts (no access check: see [`get_for`]).
-pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, ApiError> {
+/// One job with its attempts (no access check: see [`get_for`]). Job and
+/// attempts are read in one transaction, so they agree (a job is never
+/// seen QUEUED with the attempt that dispatched it).
+pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, Error> {
+    let mut read = db.begin().await?;
     let row: Option<JobRow> = sqlx::query_as(&format!("{} WHERE j.id = ?", jobs_from()))
         .bind(job_id)
-        .fetch_optional(db)
+        .fetch_optional(&mut *read)
         .await?;
-    let row = row.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?;
-    let mut attempts = attempts_of(db, std::slice::from_ref(&row.id)).await?;
+    let row = row.ok_or_else(|| Error::NotFound(format!("no job {job_id}")))?;
+    let mut attempts = attempts_of(&mut *read, std::slice::from_ref(&row.id)).await?;
     job_from_row(row, attempts.remove(job_id).unwrap_or_default())
 }
 
@@ -199,11 +202,13 @@ pub struct ListFilter<'a> {
     pub before: Option<i64>,
 }
 
-pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) -> Result<Page<Job>, ApiError> {
+pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) -> Result<Page<Job>, Error> {
     let order = match filter.sort {
         Sort::Newest => "j.seq DESC".to_string(),
         Sort::PrimaryMetric => primary::best_first("j.seq"),
     };
+    // One transaction: jobs and their attempts read from the same snapshot.
+    let mut read = db.begin().await?;
     let rows: Vec<JobRow> = sqlx::query_as(&format!(
         "{} WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
            AND (?5 IS NULL OR j.project IN (SELECT value FROM json_each(?5)))
@@ -219,12 +224,12 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     .bind(visible.as_json())
     .bind(filter.user)
     .bind(filter.text.filter(|text| !text.is_empty()))
-    .fetch_all(db)
+    .fetch_all(&mut *read)
     .await?;
     let (rows, next_before) = crate::paging::split(rows, filter.limit, |row| row.seq);
     let next_before = next_before.filter(|_| filter.sort == Sort::Newest);
     let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
-    let mut attempts = attempts_of(db, &ids).await?;
+    let mut attempts = attempts_of(&mut *read, &ids).await?;
     let items = rows
         .into_iter()
         .map(|row| {
@@ -238,7 +243,7 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
 async fn attempts_of(
     db: impl sqlx::SqliteExecutor<'_>,
     job_ids: &[String],
-) -> Result<HashMap<String, Vec<Attempt>>, ApiError> {
+) -> Result<HashMap<String, Vec<Attempt>>, Error> {
     let mut by_job: HashMap<String, Vec<Attempt>> = HashMap::new();
     if job_ids.is_empty() {
         return Ok(by_job);
@@ -276,15 +281,14 @@ async fn attempts_of(
     Ok(by_job)
 }
 
-fn parse_status(text: &str) -> Result<JobStatus, ApiError> {
+fn parse_status(text: &str) -> Result<JobStatus, Error> {
     text.parse()
-        .map_err(|error: String| ApiError::Internal(anyhow::anyhow!("bad status in database: {error}")))
+        .map_err(|error: String| Error::Internal(anyhow::anyhow!("bad status in database: {error}")))
 }
 
-fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, ApiError> {
-    let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(|error| {
-        ApiError::Internal(anyhow::anyhow!("bad spec of {} in database: {error}", row.id))
-    })?;
+fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
+    let mut spec: JobSpec = serde_json::from_str(&row.spec)
+        .map_err(|error| Error::Internal(anyhow::anyhow!("bad spec of {} in database: {error}", row.id)))?;
     // Secret values never leave the server except to the job's agent.
     let secret_env: Vec<String> = std::mem::take(&mut spec.secret_env).into_keys().collect();
     let status = parse_status(&row.status)?;
@@ -326,7 +330,7 @@ pub enum Cancelled {
 }
 
 /// Cancels a job that has not ended; 409 for one that has.
-pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError> {
+pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
     let now = now_ms();
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let status = current_status(&mut tx, job_id).await?;
@@ -366,7 +370,7 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError
             }
         }
         ended => {
-            return Err(ApiError::Conflict(format!(
+            return Err(Error::Conflict(format!(
                 "job {job_id} has already ended ({ended})"
             )));
         }
@@ -378,10 +382,10 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, ApiError
 /// Queues a FAILED, LOST or CANCELLED job for a new attempt (beyond
 /// max_attempts if need be), with the requested changes to its spec. A job
 /// that ran out of memory is not retried unchanged unless forced.
-pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Result<(), ApiError> {
+pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Result<(), Error> {
     let job = get(db, job_id).await?;
     let mut spec = job.spec.clone();
-    super::spec::apply_changes(&mut spec, &request.set).map_err(ApiError::Validation)?;
+    super::spec::apply_changes(&mut spec, &request.set).map_err(Error::Invalid)?;
     // Checked with the names of its secrets (their values are not shown), so
     // a change cannot put one of them in `env` too.
     let mut checked = spec.clone();
@@ -390,10 +394,10 @@ pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Res
         .iter()
         .map(|name| (name.clone(), String::new()))
         .collect();
-    super::spec::validate(&checked).map_err(ApiError::Validation)?;
+    super::spec::validate(&checked).map_err(Error::Invalid)?;
     let changed = spec != job.spec;
     if job.failure_reason == Some(FailureReason::Oom) && !changed && !request.force {
-        return Err(ApiError::Conflict(format!(
+        return Err(Error::Conflict(format!(
             "job {job_id} ran out of memory ({}); retrying unchanged will fail the same way: lower the batch size or \
              enable gradient checkpointing, then retry with changes (gpuctl job retry {job_id} --set env.BATCH_SIZE=16), \
              or add --force",
@@ -425,12 +429,12 @@ pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Res
     match current_status(&mut tx, job_id).await? {
         JobStatus::Failed | JobStatus::Lost | JobStatus::Cancelled => {}
         JobStatus::Succeeded => {
-            return Err(ApiError::Conflict(format!(
+            return Err(Error::Conflict(format!(
                 "job {job_id} succeeded; submit a new job to run it again"
             )));
         }
         other => {
-            return Err(ApiError::Conflict(format!(
+            return Err(Error::Conflict(format!(
                 "job {job_id} is {other}; only ended jobs can be retried"
             )));
         }
@@ -451,10 +455,10 @@ pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Res
     Ok(())
 }
 
-pub async fn current_status(conn: &mut SqliteConnection, job_id: &str) -> Result<JobStatus, ApiError> {
+pub async fn current_status(conn: &mut SqliteConnection, job_id: &str) -> Result<JobStatus, Error> {
     let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = ?")
         .bind(job_id)
         .fetch_optional(&mut *conn)
         .await?;
-    parse_status(&status.ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?)
+    parse_status(&status.ok_or_else(|| Error::NotFound(format!("no job {job_id}")))?)
 }

@@ -5,8 +5,8 @@
 
 use super::chunk::{CHUNK_POINTS, RawPoint, decode_points};
 use super::{insert_chunks, sort_points};
-use crate::api::error::ApiError;
 use crate::state::AppState;
+use crate::store::Error;
 use sqlx::SqlitePool;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ pub async fn run(state: AppState) {
 
 /// Compacts every series with a small chunk newer than `seen` (a chunk id)
 /// that now has enough small chunks; returns how many series it compacted.
-pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, ApiError> {
+pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
     let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM metric_chunks")
         .fetch_one(db)
         .await?;
@@ -63,7 +63,7 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, ApiError> {
 }
 
 /// Merges the series' small chunks into full ones when it has enough of them.
-pub async fn compact_series(db: &SqlitePool, run_id: &str, key: &str) -> Result<bool, ApiError> {
+pub async fn compact_series(db: &SqlitePool, run_id: &str, key: &str) -> Result<bool, Error> {
     // A plain read first: most looks find nothing to do and take no write lock.
     let small: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM metric_chunks WHERE run_id = ? AND key = ? AND count < ?")

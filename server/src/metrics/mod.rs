@@ -7,8 +7,8 @@ pub mod chart;
 pub mod chunk;
 pub mod compact;
 
-use crate::api::error::ApiError;
 use crate::events::{self, Links};
+use crate::store::Error;
 use crate::store::time::now_ms;
 use chunk::{
     CHUNK_POINTS, RawPoint, SUB_POINTS, Sub, decode_points, decode_summary, encode_points, encode_summary,
@@ -24,7 +24,7 @@ pub const MAX_BATCH_POINTS: usize = 100_000;
 pub const MAX_KEY_LEN: usize = 256;
 
 /// Checks a batch; one error per bad field.
-pub fn validate(batch: &Batch) -> Result<(), ApiError> {
+pub fn validate(batch: &Batch) -> Result<(), Error> {
     let mut errors = Vec::new();
     if batch.batch_id.trim().is_empty() || batch.batch_id.len() > 200 {
         errors.push(FieldError {
@@ -58,7 +58,7 @@ pub fn validate(batch: &Batch) -> Result<(), ApiError> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(ApiError::Validation(errors))
+        Err(Error::Invalid(errors))
     }
 }
 
@@ -96,7 +96,7 @@ pub async fn ingest(
     run_id: &str,
     batch: &Batch,
     loss_pattern: &str,
-) -> Result<IngestResult, ApiError> {
+) -> Result<IngestResult, Error> {
     let now = now_ms();
     let fresh = sqlx::query(
         "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
@@ -150,7 +150,7 @@ async fn insert_chunks(
     run_id: &str,
     key: &str,
     points: &[RawPoint],
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     for part in points.chunks(CHUNK_POINTS) {
         let (first, last) = (part[0], part[part.len() - 1]);
         let (time_min, time_max) = part
@@ -185,7 +185,7 @@ async fn update_series(
     points: &[RawPoint],
     loss_pattern: &str,
     now: i64,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let existing: Option<(i64, Option<i64>, i64)> = sqlx::query_as(
         "SELECT latest_step, first_non_finite_step, loss_nan_reported FROM metric_series WHERE run_id = ? AND key = ?",
     )
@@ -281,7 +281,7 @@ async fn update_series(
 }
 
 /// The latest point of every key of a run.
-pub async fn latest(db: &SqlitePool, run_id: &str) -> Result<BTreeMap<String, Latest>, ApiError> {
+pub async fn latest(db: &SqlitePool, run_id: &str) -> Result<BTreeMap<String, Latest>, Error> {
     let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT key, points, non_finite, latest_step, latest_bits FROM metric_series WHERE run_id = ? ORDER BY key",
     )
@@ -328,7 +328,7 @@ struct ChunkMeta {
 
 /// One series over a range: points when there are at most `max_points`,
 /// else at most `max_points` buckets with min, max, last and non-finite counts.
-pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Series, ApiError> {
+pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Series, Error> {
     let (from, to) = (
         query.from.unwrap_or(f64::NEG_INFINITY),
         query.to.unwrap_or(f64::INFINITY),
@@ -456,7 +456,7 @@ pub async fn values_at(
     run_id: &str,
     key: &str,
     steps: &[i64],
-) -> Result<Vec<Option<f64>>, ApiError> {
+) -> Result<Vec<Option<f64>>, Error> {
     let chunks: Vec<(i64, i64, i64)> =
         sqlx::query_as("SELECT id, step_min, step_max FROM metric_chunks WHERE run_id = ? AND key = ?")
             .bind(run_id)
@@ -491,7 +491,7 @@ pub async fn values_at(
         .collect())
 }
 
-async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<RawPoint>, ApiError> {
+async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<RawPoint>, Error> {
     let ids: Vec<i64> = ids.collect();
     let mut points = Vec::new();
     if ids.is_empty() {
@@ -508,7 +508,7 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
     Ok(points)
 }
 
-async fn load_summaries(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<Sub>, ApiError> {
+async fn load_summaries(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<Sub>, Error> {
     let ids: Vec<i64> = ids.collect();
     let blobs: Vec<Vec<u8>> =
         sqlx::query_scalar("SELECT summary FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")

@@ -4,11 +4,10 @@
 
 pub mod agent_link;
 
-use crate::api::error::ApiError;
 use crate::events::{self, Links};
 use crate::jobs::lifecycle;
 use crate::state::AppState;
-use crate::store::DbError;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::agent::AgentHello;
@@ -21,7 +20,7 @@ use tokio::sync::watch;
 
 /// Registers a node (or refreshes the one with the same name) and marks it
 /// ONLINE; returns its id and whether it was OFFLINE before.
-pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result<(String, bool), DbError> {
+pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result<(String, bool), Error> {
     let now = now_ms();
     // A map of strings always serialises.
     let labels = serde_json::to_string(&hello.labels).unwrap_or_else(|_| "{}".to_string());
@@ -58,14 +57,14 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
 /// Records a heartbeat (an agent's poll); `NotFound` when the node is unknown
 /// (the agent then says hello again). A node that was OFFLINE is back:
 /// AGENT_RECONNECTED. Returns whether it was.
-pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<bool, DbError> {
+pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<bool, Error> {
     let now = now_ms();
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let previous: Option<(String, String)> = sqlx::query_as("SELECT status, name FROM nodes WHERE id = ?")
         .bind(node_id)
         .fetch_optional(&mut *tx)
         .await?;
-    let (previous, name) = previous.ok_or(DbError::NotFound)?;
+    let (previous, name) = previous.ok_or(Error::NotFound("not found".into()))?;
     sqlx::query("UPDATE nodes SET status = 'ONLINE', last_seen_at = ? WHERE id = ?")
         .bind(now)
         .bind(node_id)
@@ -86,7 +85,7 @@ pub async fn record_reconnect(
     node_id: &str,
     name: &str,
     now: i64,
-) -> Result<(), DbError> {
+) -> Result<(), Error> {
     let links = Links {
         node_id: Some(node_id),
         ..Links::default()
@@ -104,7 +103,7 @@ pub async fn record_reconnect(
     Ok(())
 }
 
-async fn write_gpus(conn: &mut SqliteConnection, node_id: &str, gpus: &[Gpu]) -> Result<(), DbError> {
+async fn write_gpus(conn: &mut SqliteConnection, node_id: &str, gpus: &[Gpu]) -> Result<(), Error> {
     for gpu in gpus {
         sqlx::query(
             "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
@@ -162,7 +161,7 @@ struct GpuRow {
 }
 
 /// Every node, by name, with its GPUs by index.
-pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, DbError> {
+pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
     let nodes: Vec<NodeRow> = sqlx::query_as(
         "SELECT id, name, hostname, labels, agent_version, status, last_seen_at FROM nodes ORDER BY name",
     )
@@ -230,7 +229,7 @@ pub async fn liveness_monitor(state: AppState, mut shutdown: watch::Receiver<boo
 }
 
 /// One liveness check; returns the next deadline, if any.
-async fn check_liveness(state: &AppState) -> Result<Option<i64>, ApiError> {
+async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     let timeout_ms = state.config.node_timeout.as_millis() as i64;
     let grace_ms = state.config.lost_grace.as_millis() as i64;
     let now = now_ms();

@@ -1,7 +1,7 @@
 //! Checkpoint files recorded from jobs' watch dirs, and which paths more
 //! than one run wrote.
 
-use crate::api::error::ApiError;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::metric::Checkpoint;
@@ -16,7 +16,7 @@ pub async fn record(
     size: u64,
     modified: i64,
     step: Option<i64>,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     sqlx::query(
         "INSERT INTO checkpoints (id, run_id, node_id, path, size, modified_at, step, recorded_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -48,7 +48,7 @@ struct Row {
 }
 
 /// A run's checkpoints, newest step first, each with the other runs that wrote its path.
-pub async fn of_run(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, ApiError> {
+pub async fn of_run(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT c.id, c.run_id, c.path, c.size, c.modified_at, c.step,
                 (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)

@@ -4,10 +4,10 @@
 //! the evaluated run at the checkpoint's step. Anything else fails the job
 //! with EVALUATION_RESULT_INVALID and says exactly what was wrong.
 
-use crate::api::error::ApiError;
 use crate::identity::access::{self, Principal, Visible};
 use crate::jobs::{spec, store};
 use crate::metrics;
+use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::evaluation::{Evaluation, NewEvaluation, ResultFile};
@@ -43,7 +43,7 @@ pub async fn create(
     secret: &crate::identity::secrets::SecretKey,
     principal: &Principal,
     new: &NewEvaluation,
-) -> Result<String, ApiError> {
+) -> Result<String, Error> {
     let (project, run_name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = ?")
         .bind(&new.run_id)
         .fetch_one(db)
@@ -82,7 +82,7 @@ pub async fn create(
             (false, n) => format!("{} and {n} run(s) of projects you cannot see", named.join(", ")),
             (true, n) => format!("{n} run(s) of projects you cannot see"),
         };
-        return Err(ApiError::Conflict(format!(
+        return Err(Error::Conflict(format!(
             "checkpoint {} was written by run {} and also by {others}: it may hold another run's weights, \
              so it cannot be evaluated for {}. Write checkpoints into run-scoped directories \
              (for example checkpoints/$GPUCTL_RUN_ID/) so that no two runs share a path",
@@ -94,7 +94,7 @@ pub async fn create(
         None => last_step(db, &new.run_id).await?,
     };
     let spec = job_spec(new, &project, &run_name, step, checkpoint.node_name);
-    spec::validate(&spec).map_err(ApiError::Validation)?;
+    spec::validate(&spec).map_err(Error::Invalid)?;
 
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let job_id = store::insert(&mut tx, secret, &spec, principal.user_id.as_deref()).await?;
@@ -137,7 +137,7 @@ fn job_spec(new: &NewEvaluation, project: &str, run_name: &str, step: i64, node:
 }
 
 /// 422 naming the checkpoints the run does have.
-async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<ApiError, ApiError> {
+async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<Error, Error> {
     let known: Vec<String> = sqlx::query_scalar(
         "SELECT path FROM checkpoints WHERE run_id = ? ORDER BY step DESC, modified_at DESC LIMIT 5",
     )
@@ -156,11 +156,11 @@ async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<ApiE
             known.join(", ")
         )
     };
-    Ok(ApiError::field("checkpoint", message))
+    Ok(Error::field("checkpoint", message))
 }
 
 /// The highest step the run recorded, for a checkpoint whose name tells none.
-async fn last_step(db: &SqlitePool, run_id: &str) -> Result<i64, ApiError> {
+async fn last_step(db: &SqlitePool, run_id: &str) -> Result<i64, Error> {
     let step: Option<i64> = sqlx::query_scalar("SELECT max(latest_step) FROM metric_series WHERE run_id = ?")
         .bind(run_id)
         .fetch_one(db)
@@ -176,7 +176,7 @@ pub async fn accept(
     job_id: &str,
     result: Option<&ResultFile>,
     loss_pattern: &str,
-) -> Result<Result<(), String>, ApiError> {
+) -> Result<Result<(), String>, Error> {
     let metrics = match parse(result) {
         Ok(metrics) => metrics,
         Err(reason) => return Ok(Err(reason)),
@@ -209,7 +209,7 @@ pub async fn accept(
             })
             .collect(),
     };
-    if let Err(ApiError::Validation(errors)) = metrics::validate(&batch) {
+    if let Err(Error::Invalid(errors)) = metrics::validate(&batch) {
         let problems: Vec<String> = errors
             .iter()
             .map(|e| format!("{}: {}", e.field, e.message))
@@ -349,7 +349,7 @@ pub async fn list(
     run_id: Option<&str>,
     limit: i64,
     before: Option<i64>,
-) -> Result<Page<Evaluation>, ApiError> {
+) -> Result<Page<Evaluation>, Error> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id
          WHERE (?1 IS NULL OR e.run_id = ?1) AND (?2 IS NULL OR j.seq < ?2)
@@ -371,17 +371,17 @@ pub async fn list(
 }
 
 /// One evaluation by its job id.
-pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Evaluation, ApiError> {
+pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Evaluation, Error> {
     let row: Option<Row> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id WHERE e.job_id = ?"
     ))
     .bind(job_id)
     .fetch_optional(db)
     .await?;
-    evaluation_from_row(row.ok_or_else(|| ApiError::NotFound(format!("no evaluation {job_id}")))?)
+    evaluation_from_row(row.ok_or_else(|| Error::NotFound(format!("no evaluation {job_id}")))?)
 }
 
-fn evaluation_from_row(row: Row) -> Result<Evaluation, ApiError> {
+fn evaluation_from_row(row: Row) -> Result<Evaluation, Error> {
     let status: JobStatus = row.status.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     let metrics = match &row.metrics {
         Some(json) => serde_json::from_str(json).map_err(anyhow::Error::from)?,

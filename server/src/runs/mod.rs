@@ -6,11 +6,11 @@ pub mod checkpoints;
 pub mod evaluations;
 pub mod primary;
 
-use crate::api::error::ApiError;
-use crate::identity::access::{self, Principal, Visible};
 use crate::identity::access::Caller;
+use crate::identity::access::{self, Principal, Visible};
 use crate::metrics;
 use crate::paging::Sort;
+use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
@@ -44,8 +44,8 @@ fn select_runs() -> String {
 }
 
 /// A run the caller may use with at least `needed`, else "not found".
-pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role) -> Result<String, ApiError> {
-    let not_found = || ApiError::NotFound(format!("no run {run_id}"));
+pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role) -> Result<String, Error> {
+    let not_found = || Error::NotFound(format!("no run {run_id}"));
     if caller.run_id.as_deref().is_some_and(|only| only != run_id) {
         return Err(not_found());
     }
@@ -60,18 +60,18 @@ pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role)
 
 /// The run with its latest value per metric, its primary metric and best checkpoint.
 /// A run's name for legends: `project/name`.
-pub async fn label(db: &SqlitePool, run_id: &str) -> Result<String, ApiError> {
+pub async fn label(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
     let (project, name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = ?")
         .bind(run_id)
         .fetch_optional(db)
         .await?
-        .ok_or_else(|| ApiError::NotFound(format!("no run {run_id}")))?;
+        .ok_or_else(|| Error::NotFound(format!("no run {run_id}")))?;
     Ok(format!("{project}/{name}"))
 }
 
 /// Changes whenever the run gets points or checkpoints, or its job changes
 /// state: what live pages watch.
-pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, ApiError> {
+pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
     let (points, checkpoints, job, finished): (i64, i64, Option<String>, Option<i64>) = sqlx::query_as(
         "SELECT (SELECT COALESCE(SUM(points), 0) FROM metric_series WHERE run_id = ?1),
                 (SELECT COUNT(*) FROM checkpoints WHERE run_id = ?1),
@@ -88,7 +88,7 @@ pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, ApiError> 
     ))
 }
 
-pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, ApiError> {
+pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, Error> {
     let mut run = run_from_row(db, row(db, run_id).await?).await?;
     if let Some(primary) = &mut run.primary_metric {
         let mut listed = checkpoints::of_run(db, run_id).await?;
@@ -98,16 +98,16 @@ pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, ApiError> {
     Ok(run)
 }
 
-async fn row(db: &SqlitePool, run_id: &str) -> Result<RunRow, ApiError> {
+async fn row(db: &SqlitePool, run_id: &str) -> Result<RunRow, Error> {
     let row: Option<RunRow> = sqlx::query_as(&format!("{} WHERE r.id = ?", select_runs()))
         .bind(run_id)
         .fetch_optional(db)
         .await?;
-    row.ok_or_else(|| ApiError::NotFound(format!("no run {run_id}")))
+    row.ok_or_else(|| Error::NotFound(format!("no run {run_id}")))
 }
 
 /// A run's checkpoints, newest step first, the best by its primary metric marked.
-pub async fn checkpoints(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, ApiError> {
+pub async fn checkpoints(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
     let mut listed = checkpoints::of_run(db, run_id).await?;
     if let Some(primary) = row(db, run_id).await?.primary.metric() {
         primary::mark_checkpoints(db, run_id, &primary, &mut listed).await?;
@@ -124,7 +124,7 @@ pub async fn list(
     sort: Sort,
     limit: i64,
     before: Option<i64>,
-) -> Result<Page<Run>, ApiError> {
+) -> Result<Page<Run>, Error> {
     let order = match sort {
         Sort::Newest => "r.rowid DESC".to_string(),
         Sort::PrimaryMetric => primary::best_first("r.rowid"),
@@ -150,7 +150,7 @@ pub async fn list(
     Ok(Page { items, next_before })
 }
 
-async fn run_from_row(db: &SqlitePool, row: RunRow) -> Result<Run, ApiError> {
+async fn run_from_row(db: &SqlitePool, row: RunRow) -> Result<Run, Error> {
     let status = match (&row.job_status, row.finished_at) {
         (Some(status), _) => status.clone(),
         (None, Some(_)) => "FINISHED".into(),
@@ -169,13 +169,13 @@ async fn run_from_row(db: &SqlitePool, row: RunRow) -> Result<Run, ApiError> {
 }
 
 /// A run made by the SDK outside jobs, in a project where the caller is an editor.
-pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Result<String, ApiError> {
+pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Result<String, Error> {
     if new.name.trim().is_empty() || new.name.chars().count() > 200 {
-        return Err(ApiError::field("name", "must be 1-200 characters"));
+        return Err(Error::field("name", "must be 1-200 characters"));
     }
     let project = new.project.clone();
     let not_found = || {
-        ApiError::field(
+        Error::field(
             "project",
             format!("no project named `{project}` that you can write to"),
         )
@@ -203,7 +203,7 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
 }
 
 /// Marks an SDK run finished (a job's run follows its job instead).
-pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), ApiError> {
+pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), Error> {
     sqlx::query("UPDATE runs SET finished_at = coalesce(finished_at, ?) WHERE id = ? AND job_id IS NULL")
         .bind(now_ms())
         .bind(run_id)

@@ -4,8 +4,8 @@
 //! without reading points; the best checkpoint is the one whose step has the
 //! best value.
 
-use crate::api::error::ApiError;
 use crate::metrics;
+use crate::store::Error;
 use gpuplane_api::metric::{BestValue, Checkpoint, Goal, PrimaryMetric, SetPrimaryMetric, Value};
 use sqlx::SqlitePool;
 
@@ -67,10 +67,10 @@ impl Columns {
 }
 
 /// Refuses keys the metric store would refuse.
-fn check(request: &SetPrimaryMetric) -> Result<(), ApiError> {
+fn check(request: &SetPrimaryMetric) -> Result<(), Error> {
     let key = &request.key;
     if key.is_empty() || key.len() > metrics::MAX_KEY_LEN || key.chars().any(char::is_control) {
-        return Err(ApiError::field(
+        return Err(Error::field(
             "key",
             format!(
                 "must be 1-{} characters without control characters",
@@ -82,7 +82,7 @@ fn check(request: &SetPrimaryMetric) -> Result<(), ApiError> {
 }
 
 /// Sets a run's own primary metric.
-pub async fn set_for_run(db: &SqlitePool, run_id: &str, request: &SetPrimaryMetric) -> Result<(), ApiError> {
+pub async fn set_for_run(db: &SqlitePool, run_id: &str, request: &SetPrimaryMetric) -> Result<(), Error> {
     check(request)?;
     sqlx::query("UPDATE runs SET primary_key = ?, primary_goal = ? WHERE id = ?")
         .bind(&request.key)
@@ -98,7 +98,7 @@ pub async fn set_for_project(
     db: &SqlitePool,
     project: &str,
     request: &SetPrimaryMetric,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     check(request)?;
     sqlx::query("UPDATE projects SET primary_key = ?, primary_goal = ? WHERE name = ?")
         .bind(&request.key)
@@ -110,7 +110,7 @@ pub async fn set_for_project(
 }
 
 /// A project's default, if it has one.
-pub async fn of_project(db: &SqlitePool, project: &str) -> Result<Option<SetPrimaryMetric>, ApiError> {
+pub async fn of_project(db: &SqlitePool, project: &str) -> Result<Option<SetPrimaryMetric>, Error> {
     let row: Option<(Option<String>, Option<String>)> =
         sqlx::query_as("SELECT primary_key, primary_goal FROM projects WHERE name = ?")
             .bind(project)
@@ -129,7 +129,7 @@ pub async fn mark_checkpoints(
     run_id: &str,
     primary: &PrimaryMetric,
     checkpoints: &mut [Checkpoint],
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let steps: Vec<i64> = checkpoints.iter().filter_map(|c| c.step).collect();
     if steps.is_empty() {
         return Ok(());

@@ -5,6 +5,7 @@ pub mod ids;
 pub mod time;
 
 use anyhow::Context;
+use gpuplane_api::error::FieldError;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -37,25 +38,55 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
     Ok(pool)
 }
 
-/// Storage failures the API turns into status codes.
+/// What domain and storage code answers when it cannot do what was asked.
+/// It names no HTTP status: the API turns each kind into one, in one place
+/// (`impl From<store::Error> for ApiError`).
 #[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    #[error("not found")]
-    NotFound,
+pub enum Error {
+    /// The thing does not exist, or the caller may not know that it does.
+    #[error("{0}")]
+    NotFound(String),
+    /// It exists, but its state does not allow this (or a unique name is taken).
     #[error("{0}")]
     Conflict(String),
+    /// The request's fields are wrong, each named.
+    #[error("invalid fields")]
+    Invalid(Vec<FieldError>),
+    /// The caller's role or token does not allow this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// Too many at once (streams, attempts); try again later.
+    #[error("{0}")]
+    Limited(String),
+    /// A broken invariant or a storage failure: the cause is logged, not shown.
     #[error(transparent)]
-    Other(sqlx::Error),
+    Internal(#[from] anyhow::Error),
 }
 
-impl From<sqlx::Error> for DbError {
+impl Error {
+    /// Invalid input in one field.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid(vec![FieldError {
+            field: field.into(),
+            message: message.into(),
+        }])
+    }
+}
+
+impl From<sqlx::Error> for Error {
     fn from(error: sqlx::Error) -> Self {
         match &error {
-            sqlx::Error::RowNotFound => DbError::NotFound,
+            sqlx::Error::RowNotFound => Error::NotFound("not found".into()),
             sqlx::Error::Database(db) if db.is_unique_violation() => {
-                DbError::Conflict(db.message().to_string())
+                Error::Conflict(db.message().to_string())
             }
-            _ => DbError::Other(error),
+            _ => Error::Internal(error.into()),
         }
+    }
+}
+
+impl From<serde_json::Error> for Error {
+    fn from(error: serde_json::Error) -> Self {
+        Error::Internal(error.into())
     }
 }
