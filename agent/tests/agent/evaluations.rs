@@ -3,9 +3,7 @@
 //! bad result fails the job with EVALUATION_RESULT_INVALID saying what was
 //! wrong; a checkpoint path two runs wrote is refused with 409.
 
-mod common;
-
-use common::{Cluster, sh};
+use crate::common::{Cluster, sh};
 use gpuplane_api::job::{Job, JobStatus};
 use serde_json::{Value, json};
 

@@ -3,9 +3,7 @@
 //! TensorBoard, a missing working_dir. An unchanged retry of the OOM is
 //! refused with the advice; one with a changed field is queued.
 
-mod common;
-
-use common::{Cluster, sh};
+use crate::common::{Cluster, sh};
 use gpuplane_api::job::{Job, JobStatus};
 use gpuplane_server::testkit::eventually;
 use serde_json::{Value, json};
@@ -212,13 +210,13 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    eventually("a NO_OUTPUT finding", common::WAIT, || async {
+    eventually("a NO_OUTPUT finding", crate::common::WAIT, || async {
         let kinds = findings(&cluster, &job.run_id).await;
         (kinds == ["LOSS_DIVERGING", "NO_OUTPUT"]).then_some(())
     })
     .await;
     agent.signal("STOP");
-    eventually("a NODE_OFFLINE finding", common::WAIT, || async {
+    eventually("a NODE_OFFLINE finding", crate::common::WAIT, || async {
         let kinds = findings(&cluster, &job.run_id).await;
         kinds.contains(&"NODE_OFFLINE".to_string()).then_some(())
     })

@@ -3,9 +3,7 @@
 //! (a path two runs wrote is shared), and an agent killed while a file
 //! grows resends without storing a point twice.
 
-mod common;
-
-use common::{Cluster, sh};
+use crate::common::{Cluster, sh};
 use gpuplane_api::job::JobStatus;
 use serde_json::{Value, json};
 
@@ -135,7 +133,7 @@ async fn an_agent_killed_while_a_file_grows_sends_every_point_once() {
         .submit(json!({"name": "grow", "working_dir": work, "watch_dirs": ["tb"], "command": sh(&script)}))
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Running).await;
-    gpuplane_server::testkit::eventually("the first half's points", common::WAIT, || async {
+    gpuplane_server::testkit::eventually("the first half's points", crate::common::WAIT, || async {
         let points = series(&cluster, &job.run_id, "train/loss").await.len();
         (points > 0).then_some(())
     })

@@ -1,11 +1,9 @@
 //! Attacks through real agent processes and real jobs that must fail: a job
 //! reading the agent's credential, a token file others can read, one huge
 //! output line stalling a node, and attempts of another server being
-//! reported here. (Server-only holes: `server/tests/security.rs`.)
+//! reported here. (Server-only holes: `server/tests/server/security.rs`.)
 
-mod common;
-
-use common::{AGENT, Cluster, WAIT, sh};
+use crate::common::{AGENT, Cluster, WAIT, sh};
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::JobStatus;
 use gpuplane_server::testkit::eventually;
@@ -26,7 +24,7 @@ async fn a_job_sees_nothing_of_the_agents_own_environment() {
     let jobs_dir = cluster.dir.path().join("agents").join("box");
     let token = cluster.agent_token("box");
     let user_cli_token = "gpp_the-users-own-cli-token";
-    let _agent = common::Agent {
+    let _agent = crate::common::Agent {
         child: cluster
             .agent_command("box", 1, &jobs_dir)
             .env("GPUPLANE_AGENT_TOKEN", &token)
@@ -132,7 +130,7 @@ async fn the_token_file_must_be_private() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut command = cluster.agent_command("box", 1, &jobs_dir);
     command.arg("--token-file").arg(&file);
-    let _agent = common::Agent {
+    let _agent = crate::common::Agent {
         child: command.spawn().unwrap(),
         jobs_dir,
     };
@@ -148,7 +146,9 @@ fn huge_line_job() -> serde_json::Value {
 /// Runs the huge-line job and then a small one on the same one-GPU node
 /// (agent flags `extra`); both must succeed. Returns the cluster, its agent
 /// (killed when dropped) and the huge job.
-async fn huge_line_then_another_job(extra: &[&str]) -> (Cluster, common::Agent, gpuplane_api::job::Job) {
+async fn huge_line_then_another_job(
+    extra: &[&str],
+) -> (Cluster, crate::common::Agent, gpuplane_api::job::Job) {
     let cluster = Cluster::start().await;
     let agent = cluster.agent("box", 1, extra);
     cluster.wait_for_nodes(1).await;

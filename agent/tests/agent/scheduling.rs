@@ -1,9 +1,7 @@
 //! Scheduling on real agents: queued reasons, backfill past a blocked
 //! multi-GPU head without starving it, cancel, retry and automatic retries.
 
-mod common;
-
-use common::{Cluster, sh};
+use crate::common::{Cluster, sh};
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
 use serde_json::json;
@@ -123,7 +121,7 @@ async fn cancel_needs_confirmation_then_stops_the_job() {
             job.status == JobStatus::Running
         })
         .await;
-    gpuplane_server::testkit::eventually("its first line", common::WAIT, || async {
+    gpuplane_server::testkit::eventually("its first line", crate::common::WAIT, || async {
         cluster.output(&stubborn.id, "stdout").await.first().cloned()
     })
     .await;

@@ -1,6 +1,6 @@
 //! Attacks on the real server (HTTP, real SQLite file) that must fail: one
 //! test per hole of SECURITY.md that does not need an agent process
-//! (those are in `agent/tests/security.rs`).
+//! (those are in `agent/tests/agent/security.rs`).
 
 use gpuplane_api::auth::Scope;
 use gpuplane_server::testkit::{agent_token, eventually, start_server, start_server_with, user_token};

@@ -1,0 +1,12 @@
+//! The server's integration tests, in one binary so the server is linked
+//! once: a real server on a free port over a real SQLite file, spoken to
+//! over HTTP (and the real `gpuplane-server` binary in `binary`).
+
+mod access;
+mod api;
+mod binary;
+mod charts;
+mod device;
+mod metrics;
+mod security;
+mod sessions;
