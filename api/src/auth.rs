@@ -1,8 +1,6 @@
 //! Token scopes and `GET /api/v1/auth/whoami`.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
 
 /// What a bearer token may do. `write` includes `read`; `sdk` may only ingest
 /// metrics; `agent` is held by `gpuplane-agent` processes only.
@@ -17,39 +15,13 @@ pub enum Scope {
 }
 
 impl Scope {
-    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Write, Scope::Sdk, Scope::Agent];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Read => "read",
-            Scope::Write => "write",
-            Scope::Sdk => "sdk",
-            Scope::Agent => "agent",
-        }
-    }
-
     /// Whether a token holding `self` may use a route that requires `needed`.
     pub fn grants(self, needed: Scope) -> bool {
         self == needed || (self == Scope::Write && needed == Scope::Read)
     }
 }
 
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Scope {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scope::ALL
-            .into_iter()
-            .find(|scope| scope.as_str() == s)
-            .ok_or_else(|| format!("unknown scope `{s}`; expected read, write, sdk or agent"))
-    }
-}
+names!("scope", Scope { Read => "read", Write => "write", Sdk => "sdk", Agent => "agent" });
 
 /// Who a token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,7 +128,7 @@ mod tests {
 
     #[test]
     fn scope_names_round_trip() {
-        for scope in Scope::ALL {
+        for &scope in Scope::ALL {
             assert_eq!(scope.as_str().parse::<Scope>(), Ok(scope));
             assert_eq!(serde_json::to_string(&scope).unwrap(), format!("\"{scope}\""));
         }

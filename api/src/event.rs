@@ -11,21 +11,7 @@ pub enum Severity {
     Critical,
 }
 
-impl Severity {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Info => "info",
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Severity> {
-        [Severity::Info, Severity::Warning, Severity::Critical]
-            .into_iter()
-            .find(|severity| severity.as_str() == s)
-    }
-}
+names!("severity", Severity { Info => "info", Warning => "warning", Critical => "critical" });
 
 /// Kinds of events. Stored and shown as SCREAMING_SNAKE_CASE strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -59,43 +45,20 @@ pub enum EventKind {
     ReportDropped,
 }
 
-impl EventKind {
-    pub const ALL: [EventKind; 12] = [
-        EventKind::JobFailed,
-        EventKind::JobRetrying,
-        EventKind::DispatchFailed,
-        EventKind::Oom,
-        EventKind::AgentDisconnected,
-        EventKind::AgentReconnected,
-        EventKind::JobLost,
-        EventKind::DiskLow,
-        EventKind::LossNan,
-        EventKind::TensorboardCorrupt,
-        EventKind::NoMetrics,
-        EventKind::ReportDropped,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::JobFailed => "JOB_FAILED",
-            EventKind::JobRetrying => "JOB_RETRYING",
-            EventKind::DispatchFailed => "DISPATCH_FAILED",
-            EventKind::Oom => "OOM",
-            EventKind::AgentDisconnected => "AGENT_DISCONNECTED",
-            EventKind::AgentReconnected => "AGENT_RECONNECTED",
-            EventKind::JobLost => "JOB_LOST",
-            EventKind::DiskLow => "DISK_LOW",
-            EventKind::LossNan => "LOSS_NAN",
-            EventKind::TensorboardCorrupt => "TENSORBOARD_CORRUPT",
-            EventKind::NoMetrics => "NO_METRICS",
-            EventKind::ReportDropped => "REPORT_DROPPED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<EventKind> {
-        EventKind::ALL.into_iter().find(|kind| kind.as_str() == s)
-    }
-}
+names!("event kind", EventKind {
+    JobFailed => "JOB_FAILED",
+    JobRetrying => "JOB_RETRYING",
+    DispatchFailed => "DISPATCH_FAILED",
+    Oom => "OOM",
+    AgentDisconnected => "AGENT_DISCONNECTED",
+    AgentReconnected => "AGENT_RECONNECTED",
+    JobLost => "JOB_LOST",
+    DiskLow => "DISK_LOW",
+    LossNan => "LOSS_NAN",
+    TensorboardCorrupt => "TENSORBOARD_CORRUPT",
+    NoMetrics => "NO_METRICS",
+    ReportDropped => "REPORT_DROPPED",
+});
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
 
 /// `QUEUED → DISPATCHING → RUNNING → SUCCEEDED | FAILED | CANCELLED | LOST`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -18,29 +17,17 @@ pub enum JobStatus {
     Lost,
 }
 
+names!("status", JobStatus {
+    Queued => "QUEUED",
+    Dispatching => "DISPATCHING",
+    Running => "RUNNING",
+    Succeeded => "SUCCEEDED",
+    Failed => "FAILED",
+    Cancelled => "CANCELLED",
+    Lost => "LOST",
+});
+
 impl JobStatus {
-    pub const ALL: [JobStatus; 7] = [
-        JobStatus::Queued,
-        JobStatus::Dispatching,
-        JobStatus::Running,
-        JobStatus::Succeeded,
-        JobStatus::Failed,
-        JobStatus::Cancelled,
-        JobStatus::Lost,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Queued => "QUEUED",
-            JobStatus::Dispatching => "DISPATCHING",
-            JobStatus::Running => "RUNNING",
-            JobStatus::Succeeded => "SUCCEEDED",
-            JobStatus::Failed => "FAILED",
-            JobStatus::Cancelled => "CANCELLED",
-            JobStatus::Lost => "LOST",
-        }
-    }
-
     /// Whether the job has ended (and may be retried, unless it succeeded).
     pub fn is_terminal(self) -> bool {
         matches!(
@@ -52,25 +39,6 @@ impl JobStatus {
     /// Whether an attempt holds GPUs on a node.
     pub fn is_active(self) -> bool {
         matches!(self, JobStatus::Dispatching | JobStatus::Running)
-    }
-}
-
-impl fmt::Display for JobStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for JobStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        JobStatus::ALL
-            .into_iter()
-            .find(|status| status.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                let names: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-                format!("unknown status `{s}`; expected one of {}", names.join(", "))
-            })
     }
 }
 
@@ -93,31 +61,16 @@ pub enum FailureReason {
     JobLost,
 }
 
+names!("failure reason", FailureReason {
+    DispatchFailed => "DISPATCH_FAILED",
+    Oom => "OOM",
+    ExitCode => "EXIT_CODE",
+    Signal => "SIGNAL",
+    EvaluationResultInvalid => "EVALUATION_RESULT_INVALID",
+    JobLost => "JOB_LOST",
+});
+
 impl FailureReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureReason::DispatchFailed => "DISPATCH_FAILED",
-            FailureReason::Oom => "OOM",
-            FailureReason::ExitCode => "EXIT_CODE",
-            FailureReason::Signal => "SIGNAL",
-            FailureReason::EvaluationResultInvalid => "EVALUATION_RESULT_INVALID",
-            FailureReason::JobLost => "JOB_LOST",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<FailureReason> {
-        [
-            FailureReason::DispatchFailed,
-            FailureReason::Oom,
-            FailureReason::ExitCode,
-            FailureReason::Signal,
-            FailureReason::EvaluationResultInvalid,
-            FailureReason::JobLost,
-        ]
-        .into_iter()
-        .find(|reason| reason.as_str() == s)
-    }
-
     /// Whether retrying the same spec can reasonably succeed; automatic
     /// retries happen only for these.
     pub fn is_transient(self) -> bool {
@@ -125,12 +78,6 @@ impl FailureReason {
             self,
             FailureReason::ExitCode | FailureReason::Signal | FailureReason::JobLost
         )
-    }
-}
-
-impl fmt::Display for FailureReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -143,14 +90,7 @@ pub enum JobKind {
     Evaluate,
 }
 
-impl JobKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobKind::Train => "TRAIN",
-            JobKind::Evaluate => "EVALUATE",
-        }
-    }
-}
+names!("job kind", JobKind { Train => "TRAIN", Evaluate => "EVALUATE" });
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -162,6 +102,8 @@ pub enum Runner {
     /// `docker run` with `image`.
     Docker,
 }
+
+names!("runner", Runner { Process => "process", Docker => "docker" });
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

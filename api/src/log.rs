@@ -54,14 +54,9 @@ pub enum LogStream {
     Stderr,
 }
 
-impl LogStream {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogStream::Stdout => "stdout",
-            LogStream::Stderr => "stderr",
-        }
-    }
+names!("stream", LogStream { Stdout => "stdout", Stderr => "stderr" });
 
+impl LogStream {
     /// The file the agent writes the stream to in the attempt's directory.
     pub fn file_name(self) -> &'static str {
         match self {

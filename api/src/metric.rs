@@ -195,20 +195,7 @@ pub enum Goal {
     Min,
 }
 
-impl Goal {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Goal::Max => "max",
-            Goal::Min => "min",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Goal> {
-        [Goal::Max, Goal::Min]
-            .into_iter()
-            .find(|goal| goal.as_str() == text)
-    }
-}
+names!("goal", Goal { Max => "max", Min => "min" });
 
 /// `POST /api/v1/runs/{id}/primary-metric` and `POST /api/v1/projects/{name}/primary-metric`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,14 +11,7 @@ pub enum NodeStatus {
     Offline,
 }
 
-impl NodeStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeStatus::Online => "ONLINE",
-            NodeStatus::Offline => "OFFLINE",
-        }
-    }
-}
+names!("node status", NodeStatus { Online => "ONLINE", Offline => "OFFLINE" });
 
 /// Where a GPU's inventory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +23,8 @@ pub enum GpuSource {
     /// Simulated by `gpuplane-agent --fake-gpus N`; runs no CUDA code.
     Simulated,
 }
+
+names!("GPU source", GpuSource { Nvml => "nvml", Simulated => "simulated" });
 
 /// Every node carries this label with its name, so that a `node_selector`
 /// can pin a job to one node (evaluations default to the checkpoint's node).

@@ -15,27 +15,7 @@ pub enum Role {
     Admin,
 }
 
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Editor => "editor",
-            Role::Admin => "admin",
-        }
-    }
-}
-
-impl std::str::FromStr for Role {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "viewer" => Ok(Role::Viewer),
-            "editor" => Ok(Role::Editor),
-            "admin" => Ok(Role::Admin),
-            _ => Err(format!("unknown role `{s}`; expected viewer, editor or admin")),
-        }
-    }
-}
+names!("role", Role { Viewer => "viewer", Editor => "editor", Admin => "admin" });
 
 /// A project as a caller sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

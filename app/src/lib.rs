@@ -62,7 +62,7 @@ pub fn App() -> impl IntoView {
                     <A href="/nodes">"Nodes"</A>
                     <A href="/events">"Events"</A>
                     <A href="/tokens">"Tokens"</A>
-                    <a href="/api/v1/openapi.json">"API"</a>
+                    <a href=gpuplane_api::paths::openapi()>"API"</a>
                 </nav>
                 <Suspense fallback=|| ()>
                     {move || {

@@ -4,11 +4,13 @@
 use crate::api::fetch;
 use crate::view::live::{self, Next};
 use crate::view::loaded;
+use crate::view::query::api;
 use crate::view::tables::{EventsTable, JobsTable, NodesTable};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::node::{ClusterSummary, Node};
+use gpuplane_api::paths;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -17,7 +19,7 @@ pub fn Dashboard() -> impl IntoView {
     // Bumped by every new event, so the page follows the cluster.
     let tick = RwSignal::new(0u64);
     live::follow(
-        || Some("/api/v1/events/stream".to_string()),
+        || Some(paths::events_stream()),
         &["event"],
         move |_, _| {
             tick.update(|t| *t += 1);
@@ -25,21 +27,20 @@ pub fn Dashboard() -> impl IntoView {
         },
         |_| {},
     );
-    let cluster = Resource::new(
-        move || tick.get(),
-        |_| fetch::<ClusterSummary>("/api/v1/cluster".into()),
-    );
-    let nodes = Resource::new(
-        move || tick.get(),
-        |_| fetch::<Page<Node>>("/api/v1/nodes".into()),
-    );
+    let cluster = Resource::new(move || tick.get(), |_| fetch::<ClusterSummary>(paths::cluster()));
+    let nodes = Resource::new(move || tick.get(), |_| fetch::<Page<Node>>(paths::nodes()));
     let running = Resource::new(
         move || tick.get(),
-        |_| fetch::<Page<Job>>("/api/v1/jobs?status=RUNNING&limit=20".into()),
+        |_| fetch::<Page<Job>>(api(&paths::jobs(), &[("status", "RUNNING"), ("limit", "20")])),
     );
     let critical = Resource::new(
         move || tick.get(),
-        |_| fetch::<Page<Event>>("/api/v1/events?severity=critical&limit=10".into()),
+        |_| {
+            fetch::<Page<Event>>(api(
+                &paths::events(),
+                &[("severity", "critical"), ("limit", "10")],
+            ))
+        },
     );
     view! {
         <Title text="Dashboard" />

@@ -2,6 +2,7 @@
 //! request, after checking which machine is asking.
 
 use crate::api::{DecideDevice, device_request};
+use crate::view::error_text;
 use leptos::form::ActionForm;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -25,7 +26,7 @@ pub fn Device() -> impl IntoView {
             <Suspense fallback=|| view! { <p>"Looking up the code…"</p> }>
                 {move || match request.get().flatten() {
                     None => view! { <CodeForm error=None /> }.into_any(),
-                    Some(Err(error)) => view! { <CodeForm error=Some(clean(&error)) /> }.into_any(),
+                    Some(Err(error)) => view! { <CodeForm error=Some(error_text(&error)) /> }.into_any(),
                     Some(Ok(request)) if request.status != "pending" => view! {
                         <p data-testid="device-result">"This request is already " {request.status} "."</p>
                     }.into_any(),
@@ -51,7 +52,7 @@ pub fn Device() -> impl IntoView {
                             {move || match decide.value().get() {
                                 Some(Ok(true)) => view! { <p class="info" data-testid="device-result">"Approved: the terminal is signed in."</p> }.into_any(),
                                 Some(Ok(false)) => view! { <p class="info" data-testid="device-result">"Denied: the terminal was refused."</p> }.into_any(),
-                                Some(Err(error)) => view! { <p class="error" data-testid="device-result">{clean(&error)}</p> }.into_any(),
+                                Some(Err(error)) => view! { <p class="error" data-testid="device-result">{error_text(&error)}</p> }.into_any(),
                                 None => {
                                     let code = code.clone();
                                     view! {
@@ -82,13 +83,5 @@ fn CodeForm(error: Option<String>) -> impl IntoView {
             </label>
             <button type="submit">"Continue"</button>
         </form>
-    }
-}
-
-/// The message of a server function error, without the framework's prefix.
-pub fn clean(error: &ServerFnError) -> String {
-    match error {
-        ServerFnError::ServerError(message) => message.clone(),
-        other => other.to_string(),
     }
 }

@@ -10,6 +10,7 @@ use crate::view::tables::{EventsTable, JobsTable};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
+use gpuplane_api::paths;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
@@ -32,7 +33,7 @@ pub fn Jobs() -> impl IntoView {
         move || ["status", "project", "user", "q", "before"].map(param),
         |[status, project, user, q, before]| {
             fetch::<Page<Job>>(api(
-                "/api/v1/jobs",
+                &paths::jobs(),
                 &[
                     ("status", &status),
                     ("project", &project),
@@ -88,9 +89,9 @@ pub fn Jobs() -> impl IntoView {
 pub fn JobDetail() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("job_id").unwrap_or_default();
-    let job = Resource::new(id, |id| fetch::<Job>(format!("/api/v1/jobs/{id}")));
+    let job = Resource::new(id, |id| fetch::<Job>(paths::job(&id)));
     let events = Resource::new(id, |id| {
-        fetch::<Page<Event>>(api("/api/v1/events", &[("job_id", &id), ("limit", "50")]))
+        fetch::<Page<Event>>(api(&paths::events(), &[("job_id", &id), ("limit", "50")]))
     });
     view! {
         <Title text="Job" />

@@ -7,13 +7,14 @@ use crate::view::tables::{EventsTable, NodesTable};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
 use gpuplane_api::node::Node;
+use gpuplane_api::paths;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 #[component]
 pub fn Nodes() -> impl IntoView {
-    let nodes = Resource::new(|| (), |_| fetch::<Page<Node>>("/api/v1/nodes".into()));
+    let nodes = Resource::new(|| (), |_| fetch::<Page<Node>>(paths::nodes()));
     view! {
         <Title text="Nodes" />
         <h1>"Nodes"</h1>
@@ -29,7 +30,7 @@ pub fn Events() -> impl IntoView {
         move || ["severity", "kind", "run_id", "job_id", "before"].map(param),
         |[severity, kind, run_id, job_id, before]| {
             fetch::<Page<Event>>(api(
-                "/api/v1/events",
+                &paths::events(),
                 &[
                     ("severity", &severity),
                     ("kind", &kind),

@@ -3,7 +3,7 @@
 //! URL query, so a copied link opens the same view.
 
 use crate::api::{api_get_many, fetch};
-use crate::pages::device::clean;
+use crate::view::error_text;
 use crate::view::format::{self, status_badge};
 use crate::view::live::{self, Next};
 use crate::view::loaded;
@@ -16,6 +16,7 @@ use gpuplane_api::evaluation::Evaluation;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::metric::{Checkpoint, Run};
+use gpuplane_api::paths;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_location, use_params_map, use_query_map};
@@ -53,7 +54,7 @@ fn group_of(key: &str) -> &'static str {
 /// The URL of a chart as `svg` or `png`.
 fn chart_path(run_id: &str, key: &str, view: &ChartView, format: &str) -> String {
     api(
-        &format!("/api/v1/runs/{run_id}/chart.{format}"),
+        &paths::run_chart(run_id, format),
         &[
             ("key", key),
             ("x", &view.x),
@@ -70,7 +71,7 @@ async fn load_charts(
     run_id: String,
     view: ChartView,
 ) -> Result<Vec<(String, Result<String, String>)>, ServerFnError> {
-    let run = fetch::<Run>(format!("/api/v1/runs/{run_id}")).await?;
+    let run = fetch::<Run>(paths::run(&run_id)).await?;
     let keys: Vec<String> = run
         .latest
         .keys()
@@ -97,9 +98,9 @@ pub fn RunPage() -> impl IntoView {
     let summary = Resource::new(
         move || (id.get(), tick.get()),
         |(id, _)| async move {
-            let run = fetch::<Run>(format!("/api/v1/runs/{id}")).await?;
+            let run = fetch::<Run>(paths::run(&id)).await?;
             let job = match &run.job_id {
-                Some(job_id) => Some(fetch::<Job>(format!("/api/v1/jobs/{job_id}")).await?),
+                Some(job_id) => Some(fetch::<Job>(paths::job(job_id)).await?),
                 None => None,
             };
             Ok::<_, ServerFnError>((run, job))
@@ -119,8 +120,7 @@ pub fn RunPage() -> impl IntoView {
     );
     let live_url = Memo::new(move |_| {
         let status = summary.get().and_then(Result::ok).map(|(run, _)| run.status)?;
-        matches!(status.as_str(), "QUEUED" | "DISPATCHING" | "RUNNING")
-            .then(|| format!("/api/v1/runs/{}/stream", id.get()))
+        matches!(status.as_str(), "QUEUED" | "DISPATCHING" | "RUNNING").then(|| paths::run_stream(&id.get()))
     });
     let live_state = RwSignal::new(None::<&'static str>);
     live::follow(
@@ -176,7 +176,7 @@ pub fn RunPage() -> impl IntoView {
             <CopyLink />
             <Transition fallback=|| view! { <p class="muted">"Drawing charts…"</p> }>
                 {move || charts.get().map(|result| match result {
-                    Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
+                    Err(error) => view! { <p class="error" role="alert">{error_text(&error)}</p> }.into_any(),
                     Ok(list) if list.is_empty() => view! {
                         <p class="empty" data-testid="no-metrics">"No metrics yet: write TensorBoard events into a watch dir of the job, or call "
                             <code>"run.log({\"train/loss\": loss}, step=step)"</code> " with the Python SDK."</p>
@@ -342,7 +342,7 @@ fn CopyLink() -> impl IntoView {
 fn RunEvents(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     let events = Resource::new(
         move || (run_id.clone(), tick.get()),
-        |(id, _)| fetch::<Page<Event>>(api("/api/v1/events", &[("run_id", &id), ("limit", "100")])),
+        |(id, _)| fetch::<Page<Event>>(api(&paths::events(), &[("run_id", &id), ("limit", "100")])),
     );
     view! {
         <section class="card">
@@ -355,7 +355,7 @@ fn RunEvents(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
 fn Checkpoints(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     let checkpoints = Resource::new(
         move || (run_id.clone(), tick.get()),
-        |(id, _)| fetch::<Page<Checkpoint>>(format!("/api/v1/runs/{id}/checkpoints")),
+        |(id, _)| fetch::<Page<Checkpoint>>(paths::run_checkpoints(&id)),
     );
     view! {
         <section class="card">
@@ -389,7 +389,7 @@ fn Checkpoints(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
 fn Evaluations(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     let evaluations = Resource::new(
         move || (run_id.clone(), tick.get()),
-        |(id, _)| fetch::<Page<Evaluation>>(api("/api/v1/evaluations", &[("run_id", &id)])),
+        |(id, _)| fetch::<Page<Evaluation>>(api(&paths::evaluations(), &[("run_id", &id)])),
     );
     view! {
         <section class="card">
@@ -441,7 +441,7 @@ fn evidence_view(evidence: Evidence) -> impl IntoView {
 fn DiagnosisView(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     let diagnosis = Resource::new(
         move || (run_id.clone(), tick.get()),
-        |(id, _)| fetch::<Diagnosis>(format!("/api/v1/runs/{id}/diagnosis")),
+        |(id, _)| fetch::<Diagnosis>(paths::run_diagnosis(&id)),
     );
     view! {
         <section class="card" data-testid="diagnosis">

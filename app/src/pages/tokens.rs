@@ -2,7 +2,7 @@
 //! list with last use, revoke.
 
 use crate::api::{CreateMyToken, RevokeMyToken, my_tokens};
-use crate::pages::device::clean;
+use crate::view::error_text;
 use leptos::form::ActionForm;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -38,14 +38,14 @@ pub fn Tokens() -> impl IntoView {
                     <p class="info">"Copy it now: it is shown only this once."</p>
                     <code class="secret" data-testid="new-token">{created.secret}</code>
                 }.into_any(),
-                Err(error) => view! { <p class="error">{clean(&error)}</p> }.into_any(),
+                Err(error) => view! { <p class="error">{error_text(&error)}</p> }.into_any(),
             })}
         </section>
         <section class="card">
             <h2>"Your tokens"</h2>
             <Suspense fallback=|| view! { <p>"Loading…"</p> }>
                 {move || tokens.get().map(|result| match result {
-                    Err(error) => view! { <p class="error">{clean(&error)}</p> }.into_any(),
+                    Err(error) => view! { <p class="error">{error_text(&error)}</p> }.into_any(),
                     Ok(list) if list.is_empty() => view! { <p>"No tokens yet."</p> }.into_any(),
                     Ok(list) => view! {
                         <div class="table-scroll">

@@ -4,13 +4,14 @@
 //! the first error-looking line, ANSI colours, attempts, the full files.
 
 use crate::api::{api_get, fetch};
-use crate::pages::device::clean;
 use crate::view::ansi;
+use crate::view::error_text;
 use crate::view::live::{self, Next};
 use crate::view::query::{api, link};
 use gpuplane_api::job::Job;
 use gpuplane_api::log::{LogLine, LogStream, Logs, looks_like_error};
 use gpuplane_api::metric::Run;
+use gpuplane_api::paths;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_query_map};
 use std::collections::HashMap;
@@ -74,14 +75,14 @@ pub struct JobLog {
 async fn load(of: LogsOf, attempt: Option<i64>) -> Result<Option<JobLog>, ServerFnError> {
     let job_id = match of {
         LogsOf::Job(id) => id,
-        LogsOf::Run(id) => match fetch::<Run>(format!("/api/v1/runs/{id}")).await?.job_id {
+        LogsOf::Run(id) => match fetch::<Run>(paths::run(&id)).await?.job_id {
             Some(job_id) => job_id,
             None => return Ok(None),
         },
     };
-    let job = fetch::<Job>(format!("/api/v1/jobs/{job_id}")).await?;
+    let job = fetch::<Job>(paths::job(&job_id)).await?;
     let attempt = attempt.map(|n| n.to_string()).unwrap_or_default();
-    let path = format!("/api/v1/jobs/{job_id}/logs");
+    let path = paths::job_logs(&job_id);
     let logs = fetch::<Logs>(api(&path, &[("tail", TAIL), ("attempt", &attempt)])).await?;
     Ok(Some(JobLog { job, logs }))
 }
@@ -122,7 +123,7 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
             if loaded.job.status.is_terminal() {
                 return None;
             }
-            let path = format!("/api/v1/jobs/{}/logs/stream", loaded.job.id);
+            let path = paths::job_logs_stream(&loaded.job.id);
             Some(api(&path, &[("tail", TAIL), ("attempt", &attempt_param())]))
         },
         &["line", "end"],
@@ -183,7 +184,7 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         }
     };
     let full = Action::new(move |(job_id, stream): &(String, LogStream)| {
-        let path = format!("/api/v1/jobs/{job_id}/logs/full");
+        let path = paths::job_logs_full(job_id);
         let url = api(
             &path,
             &[("stream", stream.as_str()), ("attempt", &attempt_param())],
@@ -192,7 +193,7 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         async move { (stream, api_get(url).await) }
     });
     let download = move |stream: LogStream| {
-        let path = format!("/api/v1/jobs/{}/logs/full", job_id().unwrap_or_default());
+        let path = paths::job_logs_full(&job_id().unwrap_or_default());
         api(
             &path,
             &[("stream", stream.as_str()), ("attempt", &attempt_param())],
@@ -284,7 +285,7 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
                         }).collect_view()}
                     </div>
                 }.into_any(),
-                Err(error) => view! { <p class="error" data-testid="full-log-error">{clean(&error)}</p> }.into_any(),
+                Err(error) => view! { <p class="error" data-testid="full-log-error">{error_text(&error)}</p> }.into_any(),
             })}
         }
     };
@@ -292,7 +293,7 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         <section class="card logs" data-testid="log-viewer">
             <Suspense fallback=|| view! { <p class="muted">"Loading the log…"</p> }>
                 {move || loaded.get().map(|result| match result {
-                    Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
+                    Err(error) => view! { <p class="error" role="alert">{error_text(&error)}</p> }.into_any(),
                     Ok(None) => view! {
                         <p class="empty">"This run was made by the SDK outside a job: its output stayed where it ran."</p>
                     }.into_any(),

@@ -8,8 +8,15 @@ pub mod logs;
 pub mod query;
 pub mod tables;
 
-use crate::pages::device::clean;
 use leptos::prelude::*;
+
+/// The message of a server function error, without the framework's prefix.
+pub fn error_text(error: &ServerFnError) -> String {
+    match error {
+        ServerFnError::ServerError(message) => message.clone(),
+        other => other.to_string(),
+    }
+}
 
 /// `render(value)` once `resource` has loaded; its error in place if it failed.
 pub fn loaded<T, V>(
@@ -26,7 +33,7 @@ where
                 let render = render.clone();
                 resource.get().map(move |result| match result {
                     Ok(value) => render(value).into_any(),
-                    Err(error) => view! { <p class="error" role="alert">{clean(&error)}</p> }.into_any(),
+                    Err(error) => view! { <p class="error" role="alert">{error_text(&error)}</p> }.into_any(),
                 })
             }}
         </Transition>

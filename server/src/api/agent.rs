@@ -1,7 +1,7 @@
 //! The agent protocol (see `gpuplane_api::agent`): hello, long poll, reports,
 //! and full-log uploads.
 
-use crate::api::error::{ApiError, ApiJson};
+use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::identity::access::Caller;
 use crate::identity::auth::{Agent, Authed};
 use crate::jobs::{dispatch, reports};
@@ -22,8 +22,7 @@ use std::collections::HashSet;
 #[utoipa::path(post, path = "/agent/hello", tag = "agent",
     security(("bearer" = ["agent"])),
     request_body = AgentHello,
-    responses((status = 200, body = AgentWelcome), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = AgentWelcome), AuthErrors, (status = 422, body = ErrorBody)))]
 pub async fn hello(
     auth: Authed<Agent>,
     State(state): State<AppState>,
@@ -60,7 +59,7 @@ pub async fn hello(
 #[utoipa::path(post, path = "/agent/poll", tag = "agent",
     security(("bearer" = ["agent"])),
     request_body = Poll,
-    responses((status = 200, body = PollAnswer), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = PollAnswer), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn poll(
     auth: Authed<Agent>,
@@ -102,7 +101,7 @@ pub async fn poll(
 #[utoipa::path(post, path = "/agent/report", tag = "agent",
     security(("bearer" = ["agent"])),
     request_body = Report,
-    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 204), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn report(
     auth: Authed<Agent>,
@@ -126,7 +125,7 @@ pub async fn report(
     security(("bearer" = ["agent"])),
     params(("request_id" = String, Path)),
     request_body(content = String, content_type = "application/octet-stream"),
-    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 204), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn log_upload(
     auth: Authed<Agent>,

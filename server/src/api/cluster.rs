@@ -1,18 +1,17 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance.
 
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, AuthErrors};
 use crate::identity::auth::{Authed, Read};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
-use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::node::ClusterSummary;
 
 /// Nodes online and offline, GPUs in use, and jobs by status.
 #[utoipa::path(get, path = "/cluster", tag = "nodes",
     security(("bearer" = ["read"])),
-    responses((status = 200, body = ClusterSummary), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = ClusterSummary), AuthErrors))]
 pub async fn cluster(
     _auth: Authed<Read>,
     State(state): State<AppState>,

@@ -1,6 +1,6 @@
 //! `GET /api/v1/runs/{id}/failure` and `GET /api/v1/runs/{id}/diagnosis`.
 
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, AuthErrors};
 use crate::diagnosis::facts;
 use crate::identity::auth::{Authed, Read};
 use crate::runs;
@@ -16,7 +16,7 @@ use gpuplane_api::project::Role;
 #[utoipa::path(get, path = "/runs/{run_id}/failure", tag = "diagnosis",
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path)),
-    responses((status = 200, body = FailureExplanation), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = FailureExplanation), AuthErrors,
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn explain_failure(
     auth: Authed<Read>,
@@ -32,7 +32,7 @@ pub async fn explain_failure(
 #[utoipa::path(get, path = "/runs/{run_id}/diagnosis", tag = "diagnosis",
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path)),
-    responses((status = 200, body = Diagnosis), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Diagnosis), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn diagnose_run(
     auth: Authed<Read>,

@@ -77,6 +77,18 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// The answers every route that needs a token can give, for its OpenAPI
+/// entry: `responses((status = 200, body = …), AuthErrors, …)`.
+#[derive(utoipa::IntoResponses)]
+pub enum AuthErrors {
+    /// No token, or one that is unknown, expired or revoked.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token lacks the route's scope, or its user the role.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+}
+
 /// The cause of a 500, kept out of the body and logged by [`log_internal_errors`].
 #[derive(Clone)]
 struct InternalCause(Arc<anyhow::Error>);

@@ -1,6 +1,6 @@
 //! `/api/v1/evaluations`: evaluate a checkpoint of a run, list and show evaluations.
 
-use crate::api::error::{ApiError, ApiJson, ApiQuery};
+use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
 use crate::identity::access;
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::store;
@@ -23,7 +23,7 @@ use serde::Deserialize;
 #[utoipa::path(post, path = "/evaluations", tag = "evaluations",
     security(("bearer" = ["write"])),
     request_body = NewEvaluation,
-    responses((status = 201, body = Evaluation), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 201, body = Evaluation), AuthErrors,
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_evaluation(
     auth: Authed<Write>,
@@ -67,7 +67,7 @@ pub struct ListQuery {
 #[utoipa::path(get, path = "/evaluations", tag = "evaluations",
     security(("bearer" = ["read"])),
     params(ListQuery),
-    responses((status = 200, body = Page<Evaluation>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Page<Evaluation>), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list_evaluations(
     auth: Authed<Read>,
@@ -92,7 +92,7 @@ pub async fn list_evaluations(
 #[utoipa::path(get, path = "/evaluations/{job_id}", tag = "evaluations",
     security(("bearer" = ["read"])),
     params(("job_id" = String, Path)),
-    responses((status = 200, body = Evaluation), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Evaluation), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn get_evaluation(
     auth: Authed<Read>,

@@ -1,6 +1,6 @@
 //! `/api/v1/events`: list with filters, and follow as server-sent events.
 
-use crate::api::error::{ApiError, ApiQuery};
+use crate::api::error::{ApiError, ApiQuery, AuthErrors};
 use crate::events::{self, Filter};
 use crate::identity::access;
 use crate::identity::auth::{Authed, Read};
@@ -69,7 +69,7 @@ fn filter(query: &EventQuery, errors: &mut Vec<FieldError>) -> Filter {
 #[utoipa::path(get, path = "/events", tag = "events",
     security(("bearer" = ["read"])),
     params(EventQuery),
-    responses((status = 200, body = Page<Event>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Page<Event>), AuthErrors,
         (status = 422, body = ErrorBody)))]
 pub async fn list_events(
     auth: Authed<Read>,
@@ -94,7 +94,7 @@ pub async fn list_events(
     security(("bearer" = ["read"])),
     params(EventQuery),
     responses((status = 200, description = "`event` events carrying an Event", content_type = "text/event-stream"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        AuthErrors, (status = 422, body = ErrorBody)))]
 pub async fn follow_events(
     auth: Authed<Read>,
     State(state): State<AppState>,

@@ -1,6 +1,6 @@
 //! `/api/v1/jobs`: submit, list, show, cancel, retry.
 
-use crate::api::error::{ApiError, ApiJson, ApiQuery, OptionalJson};
+use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors, OptionalJson};
 use crate::identity::access;
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::spec;
@@ -20,7 +20,7 @@ use serde::Deserialize;
 #[utoipa::path(post, path = "/jobs", tag = "jobs",
     security(("bearer" = ["write"])),
     request_body = JobSpec,
-    responses((status = 201, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 201, body = Job), AuthErrors,
         (status = 422, body = ErrorBody)))]
 pub async fn submit_job(
     auth: Authed<Write>,
@@ -62,7 +62,7 @@ pub struct ListQuery {
 #[utoipa::path(get, path = "/jobs", tag = "jobs",
     security(("bearer" = ["read"])),
     params(ListQuery),
-    responses((status = 200, body = Page<Job>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Page<Job>), AuthErrors,
         (status = 422, body = ErrorBody)))]
 pub async fn list_jobs(
     auth: Authed<Read>,
@@ -104,7 +104,7 @@ pub async fn list_jobs(
 #[utoipa::path(get, path = "/jobs/{job_id}", tag = "jobs",
     security(("bearer" = ["read"])),
     params(("job_id" = String, Path)),
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Job), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn get_job(
     auth: Authed<Read>,
@@ -122,7 +122,7 @@ pub async fn get_job(
     security(("bearer" = ["write"])),
     params(("job_id" = String, Path)),
     request_body = CancelRequest,
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Job), AuthErrors,
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn cancel_job(
     auth: Authed<Write>,
@@ -153,7 +153,7 @@ pub async fn cancel_job(
     security(("bearer" = ["write"])),
     params(("job_id" = String, Path)),
     request_body = RetryRequest,
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Job), AuthErrors,
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_job(
     auth: Authed<Write>,

@@ -1,7 +1,7 @@
 //! Job output: the kept tail, a live SSE follow that resumes from
 //! `Last-Event-ID`, and the full file fetched from the agent.
 
-use crate::api::error::{ApiError, ApiQuery};
+use crate::api::error::{ApiError, ApiQuery, AuthErrors};
 use crate::identity::auth::{Authed, Read};
 use crate::jobs::store;
 use crate::logs;
@@ -65,7 +65,7 @@ fn check_log_query(query: &LogQuery) -> Result<i64, ApiError> {
 #[utoipa::path(get, path = "/jobs/{job_id}/logs", tag = "logs",
     security(("bearer" = ["read"])),
     params(("job_id" = String, Path), LogQuery),
-    responses((status = 200, body = Logs), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Logs), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn job_logs(
     auth: Authed<Read>,
@@ -88,7 +88,7 @@ pub async fn job_logs(
     security(("bearer" = ["read"])),
     params(("job_id" = String, Path), LogQuery),
     responses((status = 200, description = "`line` events carrying a LogLine, then `end`", content_type = "text/event-stream"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+        AuthErrors, (status = 404, body = ErrorBody)))]
 pub async fn follow_logs(
     auth: Authed<Read>,
     State(state): State<AppState>,
@@ -238,7 +238,7 @@ pub struct FullLogQuery {
     security(("bearer" = ["read"])),
     params(("job_id" = String, Path), FullLogQuery),
     responses((status = 200, description = "The file", content_type = "text/plain"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        AuthErrors, (status = 404, body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn full_log(
     auth: Authed<Read>,

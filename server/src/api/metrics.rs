@@ -1,7 +1,7 @@
 //! `/api/v1/runs/{run_id}/metrics` and charts: ingest points, query a
 //! range (points or buckets), draw SVG and PNG charts.
 
-use crate::api::error::{ApiError, ApiQuery, parse_json};
+use crate::api::error::{ApiError, ApiQuery, AuthErrors, parse_json};
 use crate::identity::auth::{Authed, Ingest, Read};
 use crate::metrics::{self, Axis, Query, chart};
 use crate::runs;
@@ -25,7 +25,7 @@ pub const MAX_INGEST_BYTES: usize = 8 * 1024 * 1024;
     security(("bearer" = ["sdk", "write"])),
     params(("run_id" = String, Path)),
     request_body = Batch,
-    responses((status = 200, body = IngestResult), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = IngestResult), AuthErrors,
         (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn ingest(
     auth: Authed<Ingest>,
@@ -108,7 +108,7 @@ pub struct MetricQuery {
 #[utoipa::path(get, path = "/runs/{run_id}/metrics", tag = "runs",
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path), MetricQuery),
-    responses((status = 200, body = Series), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Series), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn query_metrics(
     auth: Authed<Read>,
@@ -191,7 +191,7 @@ pub struct ChartQuery {
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path), ChartQuery),
     responses((status = 200, description = "The chart", content_type = "image/svg+xml"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn chart_svg(
     auth: Authed<Read>,
@@ -214,7 +214,7 @@ pub async fn chart_svg(
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path), ChartQuery),
     responses((status = 200, description = "The chart", content_type = "image/png"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn chart_png(
     auth: Authed<Read>,

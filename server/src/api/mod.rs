@@ -32,7 +32,7 @@ use utoipa_axum::routes;
 pub use agent::valid_name as valid_node_name;
 
 /// The prefix of every API route.
-pub const PREFIX: &str = "/api/v1";
+pub use gpuplane_api::paths::PREFIX;
 
 #[derive(OpenApi)]
 #[openapi(

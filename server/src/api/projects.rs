@@ -1,7 +1,7 @@
 //! `/api/v1/projects`: the caller's projects; creating projects and managing
 //! members (server admins, or admins of the project).
 
-use crate::api::error::{ApiError, ApiJson};
+use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::identity::access::{self, Principal, Visible};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::runs::primary;
@@ -20,7 +20,7 @@ use sqlx::SqlitePool;
 /// The projects the caller can see, with the caller's role in each.
 #[utoipa::path(get, path = "/projects", tag = "projects",
     security(("bearer" = ["read"])),
-    responses((status = 200, body = Page<Project>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = Page<Project>), AuthErrors))]
 pub async fn list_projects(
     auth: Authed<Read>,
     State(state): State<AppState>,
@@ -55,7 +55,7 @@ pub async fn list_projects(
 #[utoipa::path(post, path = "/projects", tag = "projects",
     security(("bearer" = ["write"])),
     request_body = NewProject,
-    responses((status = 201, body = Project), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 201, body = Project), AuthErrors,
         (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create_project(
     auth: Authed<Write>,
@@ -110,7 +110,7 @@ pub async fn create_project(
     security(("bearer" = ["write"])),
     params(("name" = String, Path)),
     request_body = SetPrimaryMetric,
-    responses((status = 200, body = Project), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Project), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn set_project_primary_metric(
     auth: Authed<Write>,
@@ -135,7 +135,7 @@ pub async fn set_project_primary_metric(
     security(("bearer" = ["write"])),
     params(("name" = String, Path)),
     request_body = Membership,
-    responses((status = 200, body = Membership), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Membership), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn set_member(
     auth: Authed<Write>,

@@ -1,7 +1,7 @@
 //! `/api/v1/runs`: create (SDK), list, show, follow, checkpoints, finish,
 //! primary metric. Metric ingest, queries and charts are in `metrics.rs`.
 
-use crate::api::error::{ApiError, ApiJson, ApiQuery};
+use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
 use crate::identity::access;
 use crate::identity::auth::{Authed, Ingest, Read, Write};
 use crate::paging::{cursor, page_limit, sort_order};
@@ -25,7 +25,7 @@ use std::time::Duration;
 #[utoipa::path(post, path = "/runs", tag = "runs",
     security(("bearer" = ["sdk", "write"])),
     request_body = NewRun,
-    responses((status = 201, body = Run), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 201, body = Run), AuthErrors,
         (status = 422, body = ErrorBody)))]
 pub async fn create_run(
     auth: Authed<Ingest>,
@@ -57,7 +57,7 @@ pub struct ListQuery {
 #[utoipa::path(get, path = "/runs", tag = "runs",
     security(("bearer" = ["read"])),
     params(ListQuery),
-    responses((status = 200, body = Page<Run>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Page<Run>), AuthErrors,
         (status = 422, body = ErrorBody)))]
 pub async fn list_runs(
     auth: Authed<Read>,
@@ -82,7 +82,7 @@ pub async fn list_runs(
     security(("bearer" = ["write"])),
     params(("run_id" = String, Path)),
     request_body = SetPrimaryMetric,
-    responses((status = 200, body = Run), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Run), AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn set_primary_metric(
     auth: Authed<Write>,
@@ -99,7 +99,7 @@ pub async fn set_primary_metric(
 #[utoipa::path(get, path = "/runs/{run_id}", tag = "runs",
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path)),
-    responses((status = 200, body = Run), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Run), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn get_run(
     auth: Authed<Read>,
@@ -116,7 +116,7 @@ pub async fn get_run(
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path)),
     responses((status = 200, description = "`changed` events", content_type = "text/event-stream"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+        AuthErrors, (status = 404, body = ErrorBody)))]
 pub async fn follow_run(
     auth: Authed<Read>,
     State(state): State<AppState>,
@@ -165,7 +165,7 @@ pub async fn follow_run(
 #[utoipa::path(get, path = "/runs/{run_id}/checkpoints", tag = "runs",
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path)),
-    responses((status = 200, body = Page<Checkpoint>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Page<Checkpoint>), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn list_checkpoints(
     auth: Authed<Read>,
@@ -183,7 +183,7 @@ pub async fn list_checkpoints(
 #[utoipa::path(post, path = "/runs/{run_id}/finish", tag = "runs",
     security(("bearer" = ["sdk", "write"])),
     params(("run_id" = String, Path)),
-    responses((status = 200, body = Run), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = Run), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn finish_run(
     auth: Authed<Ingest>,

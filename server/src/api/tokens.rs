@@ -1,6 +1,6 @@
 //! `/api/v1/tokens`: the caller's own tokens.
 
-use crate::api::error::{ApiError, ApiJson};
+use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::identity::tokens;
 use crate::state::AppState;
@@ -21,7 +21,7 @@ fn user_id(caller: &crate::identity::access::Caller) -> Result<&str, ApiError> {
 /// The caller's tokens: name, scope, project, last use, revocation.
 #[utoipa::path(get, path = "/tokens", tag = "auth",
     security(("bearer" = ["read"])),
-    responses((status = 200, body = Page<TokenInfo>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = Page<TokenInfo>), AuthErrors))]
 pub async fn list_tokens(
     auth: Authed<Read>,
     State(state): State<AppState>,
@@ -36,7 +36,7 @@ pub async fn list_tokens(
 #[utoipa::path(post, path = "/tokens", tag = "auth",
     security(("bearer" = ["write"])),
     request_body = CreateToken,
-    responses((status = 201, body = CreatedToken), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 201, body = CreatedToken), AuthErrors,
         (status = 422, body = ErrorBody)))]
 pub async fn create_token(
     auth: Authed<Write>,
@@ -59,7 +59,7 @@ pub async fn create_token(
 #[utoipa::path(delete, path = "/tokens/{token_id}", tag = "auth",
     security(("bearer" = ["write"])),
     params(("token_id" = String, Path)),
-    responses((status = 200, body = TokenInfo), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+    responses((status = 200, body = TokenInfo), AuthErrors,
         (status = 404, body = ErrorBody)))]
 pub async fn revoke_token(
     auth: Authed<Write>,

@@ -288,11 +288,12 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     .fetch_one(&mut *tx)
     .await?;
     tx.commit().await?;
+    if !expired.is_empty() || !lost.is_empty() {
+        // Events were recorded; lost jobs may be queued again.
+        state.jobs_changed();
+    }
     for (node_id, name) in expired {
         tracing::warn!(node_id, name, "node missed its heartbeats and is now OFFLINE");
-    }
-    if !lost.is_empty() {
-        state.scheduler_wake.notify_one();
     }
     let deadlines = [
         next_offline.map(|t| t + timeout_ms),

@@ -9,6 +9,24 @@ use sqlx::SqlitePool;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// How long tests wait for what another process brings about.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// A binary of the workspace (`gpuplane-agent`, `gpuctl`, `gpuplane-server`)
+/// beside the running test: `cargo nextest run --workspace` builds them all.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    // target/debug/deps/TEST → target/debug/NAME
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("tests run from target/*/deps");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace's binaries first (`cargo build --workspace`)",
+        path.display()
+    );
+    path
+}
+
 /// Starts a server on `127.0.0.1:0` with its database in `data_dir`, fast
 /// heartbeats (100 ms), a short node timeout (1 s) and LOST grace (1 s).
 pub async fn start_server(data_dir: &Path) -> RunningServer {

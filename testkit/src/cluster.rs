@@ -1,22 +1,18 @@
 //! A test cluster: a real server (in this process, on a free port, over a
 //! temporary SQLite file) and real agent processes with simulated GPUs.
 
-#![allow(dead_code)]
-
 use gpuplane_api::Page;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::{Job, JobStatus};
 use gpuplane_api::log::Logs;
 use gpuplane_server::config::ServerConfig;
-use gpuplane_server::testkit::{agent_token, eventually, start_server_with, user_token};
+use crate::{WAIT, agent_token, binary, eventually, start_server_with, user_token};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub const AGENT: &str = env!("CARGO_BIN_EXE_gpuplane-agent");
-pub const WAIT: Duration = Duration::from_secs(30);
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,
@@ -113,7 +109,7 @@ impl Cluster {
             .append(true)
             .open(self.dir.path().join(format!("agent-{name}.log")))
             .unwrap();
-        let mut command = Command::new(AGENT);
+        let mut command = Command::new(binary("gpuplane-agent"));
         command
             .args(["--server", &self.server.url, "--name", name])
             .args(["--fake-gpus", &gpus.to_string()])

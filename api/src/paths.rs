@@ -1,0 +1,72 @@
+//! The API's paths, built in one place for the clients that build them
+//! (the console's pages): a typo is a compile error, not a 404.
+
+/// The prefix of every API route.
+pub const PREFIX: &str = "/api/v1";
+
+pub fn cluster() -> String {
+    format!("{PREFIX}/cluster")
+}
+
+pub fn nodes() -> String {
+    format!("{PREFIX}/nodes")
+}
+
+pub fn jobs() -> String {
+    format!("{PREFIX}/jobs")
+}
+
+pub fn job(job_id: &str) -> String {
+    format!("{PREFIX}/jobs/{job_id}")
+}
+
+/// The server's kept lines of a job (`?stream=&n=&attempt=`).
+pub fn job_logs(job_id: &str) -> String {
+    format!("{PREFIX}/jobs/{job_id}/logs")
+}
+
+pub fn job_logs_stream(job_id: &str) -> String {
+    format!("{PREFIX}/jobs/{job_id}/logs/stream")
+}
+
+/// A whole output file, fetched from the job's agent.
+pub fn job_logs_full(job_id: &str) -> String {
+    format!("{PREFIX}/jobs/{job_id}/logs/full")
+}
+
+pub fn run(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}")
+}
+
+pub fn run_stream(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/stream")
+}
+
+/// A run's chart; `format` is `svg` or `png`.
+pub fn run_chart(run_id: &str, format: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/chart.{format}")
+}
+
+pub fn run_checkpoints(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/checkpoints")
+}
+
+pub fn run_diagnosis(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/diagnosis")
+}
+
+pub fn evaluations() -> String {
+    format!("{PREFIX}/evaluations")
+}
+
+pub fn events() -> String {
+    format!("{PREFIX}/events")
+}
+
+pub fn events_stream() -> String {
+    format!("{PREFIX}/events/stream")
+}
+
+pub fn openapi() -> String {
+    format!("{PREFIX}/openapi.json")
+}
