@@ -1,11 +1,15 @@
-//! Command line and configuration: defaults, then the config file, then
-//! `GPUPLANE_*` environment variables, then flags (each flag reads its
-//! variable through clap, so the last two layers are one).
+//! Command line and configuration. Every setting is declared once, in
+//! [`Settings`]: its clap attributes make it a flag and a `GPUPLANE_*`
+//! variable, its serde form a key of the config file. Layers, merged
+//! generically ([`Settings::overlaid`]): the defaults (`gpuplane.example.toml`,
+//! built into the binary), then the config file, then environment variables
+//! and flags (clap reads each flag's variable, so those two are one layer).
+//! [`ServerConfig`] is the typed, checked result the server runs with.
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
 use gpuplane_api::auth::Scope;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,7 +36,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the API and the console.
-    Serve(Box<ServeArgs>),
+    Serve(Box<Settings>),
     /// Bootstrap users and tokens without a running server.
     #[command(subcommand)]
     Admin(AdminCommand),
@@ -41,10 +45,12 @@ pub enum Command {
     Config(ConfigCommand),
 }
 
-/// Every field is also a config-file key of the same name (with `_`) and a
-/// `GPUPLANE_` variable.
-#[derive(Debug, Default, Args)]
-pub struct ServeArgs {
+/// Every setting of `serve`: a flag (`--heartbeat-interval-ms`), a
+/// `GPUPLANE_` variable and a config-file key of the same name (with `_`).
+/// Every field is optional: a layer sets only what it names.
+#[derive(Debug, Default, Clone, Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
     /// Address to listen on.
     #[arg(long, env = "GPUPLANE_BIND", value_name = "HOST:PORT")]
     pub bind: Option<SocketAddr>,
@@ -213,52 +219,8 @@ pub enum ConfigCommand {
     Example,
 }
 
-/// The config file: every key optional, unknown keys refused by name.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub bind: Option<SocketAddr>,
-    pub public_url: Option<String>,
-    pub site_root: Option<PathBuf>,
-    pub heartbeat_interval_ms: Option<u64>,
-    pub node_timeout_ms: Option<u64>,
-    pub lost_grace_ms: Option<u64>,
-    pub cancel_grace_ms: Option<u64>,
-    pub cpu_slots_per_node: Option<u32>,
-    pub log_tail_lines: Option<i64>,
-    pub session_idle_ms: Option<u64>,
-    pub session_max_ms: Option<u64>,
-    pub device_poll_interval_s: Option<u64>,
-    pub loss_pattern: Option<String>,
-    pub silence_warning_s: Option<u64>,
-    pub stream_max_s: Option<u64>,
-    pub maintenance_message: Option<String>,
-    pub oidc_issuer: Option<String>,
-    pub oidc_client_id: Option<String>,
-    pub oidc_client_secret: Option<String>,
-    pub oidc_allowed_domains: Option<Vec<String>>,
-    pub oidc_name: Option<String>,
-    pub oidc_allow_any_domain: Option<bool>,
-    pub oidc_new_user_role: Option<String>,
-    pub device_token_days: Option<u64>,
-    pub max_streams_per_user: Option<u32>,
-    pub trusted_proxies: Option<Vec<IpAddr>>,
-}
-
-pub const DEFAULT_BIND: &str = "127.0.0.1:8600";
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 2_000;
-pub const DEFAULT_NODE_TIMEOUT_MS: u64 = 15_000;
-pub const DEFAULT_LOST_GRACE_MS: u64 = 60_000;
-pub const DEFAULT_CANCEL_GRACE_MS: u64 = 10_000;
-pub const DEFAULT_CPU_SLOTS_PER_NODE: u32 = 4;
-pub const DEFAULT_LOG_TAIL_LINES: i64 = 2_000;
-pub const DEFAULT_SESSION_IDLE_MS: u64 = 12 * 3600 * 1000;
-pub const DEFAULT_LOSS_PATTERN: &str = "*loss*";
-pub const DEFAULT_SESSION_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
-pub const DEFAULT_SILENCE_WARNING_S: u64 = 15 * 60;
-pub const DEFAULT_STREAM_MAX_S: u64 = 30 * 60;
-pub const DEFAULT_DEVICE_TOKEN_DAYS: u64 = 30;
-pub const DEFAULT_MAX_STREAMS_PER_USER: u32 = 32;
+/// The example config file, which is also the defaults layer.
+pub const EXAMPLE_CONFIG: &str = include_str!("../gpuplane.example.toml");
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
 /// Everything `serve` needs, resolved from every layer.
@@ -299,160 +261,88 @@ pub struct ServerConfig {
     pub trusted_proxies: Vec<IpAddr>,
 }
 
+impl Settings {
+    /// The defaults: the keys set in `gpuplane.example.toml`.
+    pub fn defaults() -> anyhow::Result<Settings> {
+        toml::from_str(EXAMPLE_CONFIG).context("the built-in gpuplane.example.toml does not parse")
+    }
+
+    /// `self` with every setting that `over` names replaced by its value.
+    pub fn overlaid(self, over: Settings) -> anyhow::Result<Settings> {
+        let mut merged = serde_json::to_value(self)?;
+        if let (Some(merged), serde_json::Value::Object(over)) =
+            (merged.as_object_mut(), serde_json::to_value(over)?)
+        {
+            merged.extend(over.into_iter().filter(|(_, value)| !value.is_null()));
+        }
+        Ok(serde_json::from_value(merged)?)
+    }
+}
+
+/// A setting every layer left unset although the defaults name it.
+fn defaulted<T>(value: Option<T>, key: &str) -> anyhow::Result<T> {
+    value.with_context(|| format!("`{key}` has no value (gpuplane.example.toml must set its default)"))
+}
+
 impl ServerConfig {
     /// A configuration with every default, for `data_dir`.
     pub fn with_defaults(data_dir: PathBuf) -> Self {
-        ServerConfig {
-            data_dir,
-            bind: DEFAULT_BIND.parse().expect("the default bind address parses"),
-            public_url: None,
-            site_root: default_site_root(),
-            heartbeat_interval: Duration::from_millis(DEFAULT_HEARTBEAT_INTERVAL_MS),
-            node_timeout: Duration::from_millis(DEFAULT_NODE_TIMEOUT_MS),
-            lost_grace: Duration::from_millis(DEFAULT_LOST_GRACE_MS),
-            cancel_grace: Duration::from_millis(DEFAULT_CANCEL_GRACE_MS),
-            cpu_slots_per_node: DEFAULT_CPU_SLOTS_PER_NODE,
-            log_tail_lines: DEFAULT_LOG_TAIL_LINES,
-            session_idle: Duration::from_millis(DEFAULT_SESSION_IDLE_MS),
-            session_max: Duration::from_millis(DEFAULT_SESSION_MAX_MS),
-            device_poll_interval: Duration::from_secs(5),
-            sso: None,
-            loss_pattern: DEFAULT_LOSS_PATTERN.to_string(),
-            silence_warning: Duration::from_secs(DEFAULT_SILENCE_WARNING_S),
-            compaction_delay: Duration::from_secs(2),
-            stream_max: Duration::from_secs(DEFAULT_STREAM_MAX_S),
-            maintenance_message: None,
-            device_token_lifetime: Duration::from_secs(DEFAULT_DEVICE_TOKEN_DAYS * 24 * 3600),
-            max_streams_per_user: DEFAULT_MAX_STREAMS_PER_USER,
-            trusted_proxies: Vec::new(),
-        }
+        ServerConfig::resolve(data_dir, Settings::default())
+            .expect("the built-in defaults are a valid configuration")
     }
 
-    /// Layers the file and then the flags/environment over the defaults.
-    pub fn resolve(data_dir: PathBuf, file: FileConfig, args: ServeArgs) -> anyhow::Result<Self> {
-        let mut config = ServerConfig::with_defaults(data_dir);
-        let pick = |arg: Option<u64>, file: Option<u64>| arg.or(file).map(Duration::from_millis);
-        if let Some(bind) = args.bind.or(file.bind) {
-            config.bind = bind;
-        }
-        config.public_url = args.public_url.or(file.public_url);
-        if let Some(root) = args.site_root.or(file.site_root) {
-            config.site_root = root;
-        }
-        if let Some(interval) = pick(args.heartbeat_interval_ms, file.heartbeat_interval_ms) {
-            config.heartbeat_interval = interval;
-        }
-        if let Some(timeout) = pick(args.node_timeout_ms, file.node_timeout_ms) {
-            config.node_timeout = timeout;
-        }
-        if let Some(grace) = pick(args.lost_grace_ms, file.lost_grace_ms) {
-            config.lost_grace = grace;
-        }
-        if let Some(grace) = pick(args.cancel_grace_ms, file.cancel_grace_ms) {
-            config.cancel_grace = grace;
-        }
-        if let Some(slots) = args.cpu_slots_per_node.or(file.cpu_slots_per_node) {
-            config.cpu_slots_per_node = slots;
-        }
-        if let Some(idle) = pick(args.session_idle_ms, file.session_idle_ms) {
-            config.session_idle = idle;
-        }
-        if let Some(max) = pick(args.session_max_ms, file.session_max_ms) {
-            config.session_max = max;
-        }
-        if let Some(seconds) = args.device_poll_interval_s.or(file.device_poll_interval_s) {
+    /// Layers `settings` (the file, then flags and environment, already
+    /// overlaid) over the defaults, and checks the result.
+    pub fn resolve(data_dir: PathBuf, settings: Settings) -> anyhow::Result<Self> {
+        let s = Settings::defaults()?.overlaid(settings)?;
+        let millis = |value: Option<u64>, key: &str| defaulted(value, key).map(Duration::from_millis);
+        let seconds = |value: Option<u64>, key: &str| -> anyhow::Result<Duration> {
+            let seconds = defaulted(value, key)?;
             if seconds < 1 {
-                bail!("device_poll_interval_s must be at least 1");
+                bail!("{key} must be at least 1");
             }
-            config.device_poll_interval = Duration::from_secs(seconds);
-        }
-        if let Some(pattern) = args.loss_pattern.or(file.loss_pattern) {
-            config.loss_pattern = pattern;
-        }
-        if let Some(seconds) = args.silence_warning_s.or(file.silence_warning_s) {
-            if seconds < 1 {
-                bail!("silence_warning_s must be at least 1");
-            }
-            config.silence_warning = Duration::from_secs(seconds);
-        }
-        if let Some(seconds) = args.stream_max_s.or(file.stream_max_s) {
-            if seconds < 1 {
-                bail!("stream_max_s must be at least 1");
-            }
-            config.stream_max = Duration::from_secs(seconds);
-        }
-        if let Some(message) = args.maintenance_message.or(file.maintenance_message) {
-            config.maintenance_message = Some(message.trim().to_string()).filter(|m| !m.is_empty());
-        }
-        let issuer = args.oidc_issuer.or(file.oidc_issuer);
-        let client_id = args.oidc_client_id.or(file.oidc_client_id);
-        let client_secret = args.oidc_client_secret.or(file.oidc_client_secret);
-        config.sso = match (issuer, client_id, client_secret) {
-            (Some(issuer), Some(client_id), Some(client_secret)) => {
-                let allowed_domains: Vec<String> = args
-                    .oidc_allowed_domains
-                    .or(file.oidc_allowed_domains)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|domain| domain.trim().to_lowercase())
-                    .filter(|domain| !domain.is_empty())
-                    .collect();
-                let any_domain = args
-                    .oidc_allow_any_domain
-                    .or(file.oidc_allow_any_domain)
-                    .unwrap_or(false);
-                if allowed_domains.is_empty() && !any_domain {
-                    bail!(
-                        "SSO is on but oidc_allowed_domains is empty: anyone with an account at {issuer} could \
-                         sign in. List the email domains allowed, or set oidc_allow_any_domain = true"
-                    );
-                }
-                let new_user_role = match args
-                    .oidc_new_user_role
-                    .or(file.oidc_new_user_role)
-                    .as_deref()
-                    .unwrap_or("none")
-                {
-                    "none" => None,
-                    role @ ("viewer" | "editor") => role.parse().ok(),
-                    other => bail!("oidc_new_user_role must be none, viewer or editor, got `{other}`"),
-                };
-                Some(SsoConfig {
-                    issuer,
-                    client_id,
-                    client_secret,
-                    allowed_domains,
-                    new_user_role,
-                    display_name: args
-                        .oidc_name
-                        .or(file.oidc_name)
-                        .unwrap_or_else(|| "SSO".to_string()),
-                })
-            }
-            (None, None, None) => None,
-            _ => bail!("SSO needs all of oidc_issuer, oidc_client_id and oidc_client_secret"),
+            Ok(Duration::from_secs(seconds))
         };
-        if let Some(days) = args.device_token_days.or(file.device_token_days) {
-            if !(1..=3650).contains(&days) {
-                bail!("device_token_days must be between 1 and 3650");
-            }
-            config.device_token_lifetime = Duration::from_secs(days * 24 * 3600);
+        let log_tail_lines = defaulted(s.log_tail_lines, "log_tail_lines")?;
+        if log_tail_lines < 1 {
+            bail!("log_tail_lines must be at least 1");
         }
-        if let Some(streams) = args.max_streams_per_user.or(file.max_streams_per_user) {
-            if streams < 1 {
-                bail!("max_streams_per_user must be at least 1");
-            }
-            config.max_streams_per_user = streams;
+        let device_token_days = defaulted(s.device_token_days, "device_token_days")?;
+        if !(1..=3650).contains(&device_token_days) {
+            bail!("device_token_days must be between 1 and 3650");
         }
-        if let Some(proxies) = args.trusted_proxies.or(file.trusted_proxies) {
-            config.trusted_proxies = proxies;
+        let max_streams_per_user = defaulted(s.max_streams_per_user, "max_streams_per_user")?;
+        if max_streams_per_user < 1 {
+            bail!("max_streams_per_user must be at least 1");
         }
-        if let Some(lines) = args.log_tail_lines.or(file.log_tail_lines) {
-            if lines < 1 {
-                bail!("log_tail_lines must be at least 1");
-            }
-            config.log_tail_lines = lines;
-        }
+        let sso = sso_config(&s)?;
+        let config = ServerConfig {
+            bind: defaulted(s.bind, "bind")?,
+            public_url: s.public_url,
+            site_root: s.site_root.unwrap_or_else(default_site_root),
+            heartbeat_interval: millis(s.heartbeat_interval_ms, "heartbeat_interval_ms")?,
+            node_timeout: millis(s.node_timeout_ms, "node_timeout_ms")?,
+            lost_grace: millis(s.lost_grace_ms, "lost_grace_ms")?,
+            cancel_grace: millis(s.cancel_grace_ms, "cancel_grace_ms")?,
+            cpu_slots_per_node: defaulted(s.cpu_slots_per_node, "cpu_slots_per_node")?,
+            log_tail_lines,
+            session_idle: millis(s.session_idle_ms, "session_idle_ms")?,
+            session_max: millis(s.session_max_ms, "session_max_ms")?,
+            device_poll_interval: seconds(s.device_poll_interval_s, "device_poll_interval_s")?,
+            sso,
+            loss_pattern: defaulted(s.loss_pattern, "loss_pattern")?,
+            silence_warning: seconds(s.silence_warning_s, "silence_warning_s")?,
+            compaction_delay: Duration::from_secs(2),
+            stream_max: seconds(s.stream_max_s, "stream_max_s")?,
+            maintenance_message: s
+                .maintenance_message
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty()),
+            device_token_lifetime: Duration::from_secs(device_token_days * 24 * 3600),
+            max_streams_per_user,
+            trusted_proxies: s.trusted_proxies.unwrap_or_default(),
+            data_dir,
+        };
         if config.heartbeat_interval.is_zero() {
             bail!("heartbeat_interval_ms must be at least 1");
         }
@@ -476,6 +366,43 @@ impl ServerConfig {
     }
 }
 
+/// Single sign-on from the `oidc_*` settings: all of issuer, client id and
+/// secret, or none.
+fn sso_config(s: &Settings) -> anyhow::Result<Option<SsoConfig>> {
+    let (issuer, client_id, client_secret) = match (&s.oidc_issuer, &s.oidc_client_id, &s.oidc_client_secret)
+    {
+        (Some(issuer), Some(client_id), Some(client_secret)) => (issuer, client_id, client_secret),
+        (None, None, None) => return Ok(None),
+        _ => bail!("SSO needs all of oidc_issuer, oidc_client_id and oidc_client_secret"),
+    };
+    let allowed_domains: Vec<String> = s
+        .oidc_allowed_domains
+        .iter()
+        .flatten()
+        .map(|domain| domain.trim().to_lowercase())
+        .filter(|domain| !domain.is_empty())
+        .collect();
+    if allowed_domains.is_empty() && !s.oidc_allow_any_domain.unwrap_or(false) {
+        bail!(
+            "SSO is on but oidc_allowed_domains is empty: anyone with an account at {issuer} could \
+             sign in. List the email domains allowed, or set oidc_allow_any_domain = true"
+        );
+    }
+    let new_user_role = match s.oidc_new_user_role.as_deref().unwrap_or("none") {
+        "none" => None,
+        role @ ("viewer" | "editor") => role.parse().ok(),
+        other => bail!("oidc_new_user_role must be none, viewer or editor, got `{other}`"),
+    };
+    Ok(Some(SsoConfig {
+        issuer: issuer.clone(),
+        client_id: client_id.clone(),
+        client_secret: client_secret.clone(),
+        allowed_domains,
+        new_user_role,
+        display_name: s.oidc_name.clone().unwrap_or_else(|| "SSO".to_string()),
+    }))
+}
+
 /// `$XDG_DATA_HOME/gpuplane`, else `~/.local/share/gpuplane`, else `./gpuplane-data`.
 pub fn default_data_dir() -> PathBuf {
     if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
@@ -497,7 +424,7 @@ fn default_site_root() -> PathBuf {
 }
 
 /// Reads the config file: `explicit` must exist; otherwise `DATA_DIR/gpuplane.toml` is optional.
-pub fn load_file(explicit: Option<&Path>, data_dir: &Path) -> anyhow::Result<FileConfig> {
+pub fn load_file(explicit: Option<&Path>, data_dir: &Path) -> anyhow::Result<Settings> {
     let (path, required) = match explicit {
         Some(path) => (path.to_path_buf(), true),
         None => (data_dir.join(CONFIG_FILE), false),
@@ -505,7 +432,7 @@ pub fn load_file(explicit: Option<&Path>, data_dir: &Path) -> anyhow::Result<Fil
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(FileConfig::default());
+            return Ok(Settings::default());
         }
         Err(error) => {
             return Err(error).with_context(|| format!("cannot read config file {}", path.display()));
@@ -528,124 +455,55 @@ pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn example_config() -> String {
-    format!(
-        r#"# GPUPlane server configuration ({CONFIG_FILE} in the data directory, or --config FILE).
-# Every key is also a flag (--bind) and an environment variable (GPUPLANE_BIND);
-# flags and variables win over this file. Unknown keys are refused.
-
-# Address to listen on.
-bind = "{DEFAULT_BIND}"
-
-# URL users, agents and jobs reach this server at (default: http:// + bind).
-# public_url = "https://gpuplane.example.com"
-
-# Console static files and wasm bundle (default: ../site next to the binary).
-# site_root = "/opt/gpuplane/site"
-
-# How often agents send a heartbeat, and how long a silent node stays ONLINE.
-heartbeat_interval_ms = {DEFAULT_HEARTBEAT_INTERVAL_MS}
-node_timeout_ms = {DEFAULT_NODE_TIMEOUT_MS}
-
-# After a node goes OFFLINE, how long its running jobs wait for it before they
-# turn LOST (and are requeued when attempts remain).
-lost_grace_ms = {DEFAULT_LOST_GRACE_MS}
-
-# Between SIGTERM and SIGKILL when a job is cancelled.
-cancel_grace_ms = {DEFAULT_CANCEL_GRACE_MS}
-
-# cpu_only-lane jobs (resources.gpu = 0) that may run at once on one node.
-cpu_slots_per_node = {DEFAULT_CPU_SLOTS_PER_NODE}
-
-# Newest output lines the server keeps per stream of each attempt; the agent
-# keeps the whole files (gpuctl logs -n 0 fetches them).
-log_tail_lines = {DEFAULT_LOG_TAIL_LINES}
-
-# Console sessions end after this long unused, and this long after sign-in.
-session_idle_ms = {DEFAULT_SESSION_IDLE_MS}
-session_max_ms = {DEFAULT_SESSION_MAX_MS}
-
-# How often `gpuctl login --device-flow` polls (RFC 8628 interval), in seconds.
-device_poll_interval_s = 5
-
-# Metric keys whose first NaN/Infinity raises a critical LOSS_NAN event.
-loss_pattern = "{DEFAULT_LOSS_PATTERN}"
-
-# A running job with no output for this long gets a NO_OUTPUT finding in
-# `gpuctl run diagnose` (a hang, a deadlock between ranks), in seconds.
-silence_warning_s = {DEFAULT_SILENCE_WARNING_S}
-
-# Server-sent event streams (logs, events, runs) end after this long, in
-# seconds; browsers and gpuctl reconnect and resume where they were.
-stream_max_s = {DEFAULT_STREAM_MAX_S}
-
-# A notice on the console's dashboard and in `gpuctl status`, e.g.
-# maintenance_message = "Drivers upgrade Saturday 10:00-12:00 UTC: jobs will be requeued"
-
-# Single sign-on through an OpenID Connect provider (all three to enable).
-# Register {{public_url}}/auth/oidc/callback as the redirect URI there.
-# oidc_issuer = "https://login.example.com"
-# oidc_client_id = "gpuplane"
-# oidc_client_secret = "..."
-# oidc_allowed_domains = ["example.com"]
-# oidc_name = "Example SSO"
-# With no allowed domain, SSO refuses to start unless this is true:
-# oidc_allow_any_domain = false
-# The role a new SSO user gets in the `default` project (none, viewer, editor);
-# with none, an admin adds them to projects.
-# oidc_new_user_role = "none"
-
-# Tokens that `gpuctl login` (device login) issues expire after this many days.
-device_token_days = {DEFAULT_DEVICE_TOKEN_DAYS}
-
-# Live streams (logs -f, the console's live pages) one user, and one token,
-# may hold open at once; more are refused with 429.
-max_streams_per_user = {DEFAULT_MAX_STREAMS_PER_USER}
-
-# Reverse proxies in front of this server: their X-Forwarded-For header names
-# the client for sign-in limits. From any other peer the header is ignored.
-# trusted_proxies = ["127.0.0.1"]
-"#
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_example_config_parses_to_the_defaults() {
-        let file: FileConfig = toml::from_str(&example_config()).unwrap();
-        let config = ServerConfig::resolve("d".into(), file, ServeArgs::default()).unwrap();
+        // Read as a config file, the example changes nothing.
+        let file: Settings = toml::from_str(EXAMPLE_CONFIG).unwrap();
+        let from_file = ServerConfig::resolve("d".into(), file).unwrap();
         let defaults = ServerConfig::with_defaults("d".into());
-        assert_eq!(config.bind, defaults.bind);
-        assert_eq!(config.heartbeat_interval, defaults.heartbeat_interval);
-        assert_eq!(config.node_timeout, defaults.node_timeout);
-        assert_eq!(config.lost_grace, defaults.lost_grace);
-        assert_eq!(config.cancel_grace, defaults.cancel_grace);
-        assert_eq!(config.cpu_slots_per_node, defaults.cpu_slots_per_node);
-        assert_eq!(config.log_tail_lines, defaults.log_tail_lines);
+        assert_eq!(format!("{from_file:?}"), format!("{defaults:?}"));
+        assert_eq!(defaults.heartbeat_interval, Duration::from_secs(2));
+        assert_eq!(defaults.bind.port(), 8600);
+    }
+
+    #[test]
+    fn every_setting_is_a_key_of_the_example() {
+        // Each setting appears in the example, set or commented out.
+        let keys = serde_json::to_value(Settings::default()).unwrap();
+        for key in keys.as_object().unwrap().keys() {
+            let line = format!("{key} = ");
+            assert!(
+                EXAMPLE_CONFIG
+                    .lines()
+                    .any(|l| l.trim_start_matches("# ").starts_with(&line)),
+                "`{key}` is missing from gpuplane.example.toml"
+            );
+        }
     }
 
     #[test]
     fn flags_win_over_the_file() {
-        let file = FileConfig {
+        let file = Settings {
             bind: Some("127.0.0.1:1".parse().unwrap()),
             node_timeout_ms: Some(9_000),
-            ..FileConfig::default()
+            ..Settings::default()
         };
-        let args = ServeArgs {
+        let flags = Settings {
             bind: Some("127.0.0.1:2".parse().unwrap()),
-            ..ServeArgs::default()
+            ..Settings::default()
         };
-        let config = ServerConfig::resolve("d".into(), file, args).unwrap();
+        let config = ServerConfig::resolve("d".into(), file.overlaid(flags).unwrap()).unwrap();
         assert_eq!(config.bind.port(), 2);
         assert_eq!(config.node_timeout, Duration::from_secs(9));
     }
 
     #[test]
     fn unknown_keys_are_refused_by_name() {
-        let error = toml::from_str::<FileConfig>("bnd = \"x\"").unwrap_err();
+        let error = toml::from_str::<Settings>("bnd = \"x\"").unwrap_err();
         assert!(
             error.message().contains("unknown field `bnd`"),
             "{}",

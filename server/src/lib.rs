@@ -16,7 +16,6 @@ pub mod paging;
 pub mod runs;
 pub mod state;
 pub mod store;
-pub mod testkit;
 
 use anyhow::Context;
 use axum::Router;
@@ -171,7 +170,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let data_dir = cli.data_dir.clone().unwrap_or_else(config::default_data_dir);
     match cli.command {
         Command::Config(ConfigCommand::Example) => {
-            print!("{}", config::example_config());
+            print!("{}", config::EXAMPLE_CONFIG);
             Ok(())
         }
         Command::Admin(command) => {
@@ -187,7 +186,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let shutdown = shutdown_signal()?;
             config::prepare_data_dir(&data_dir)?;
             let file = config::load_file(cli.config.as_deref(), &data_dir)?;
-            let config = ServerConfig::resolve(data_dir, file, *args)?;
+            let config = ServerConfig::resolve(data_dir, file.overlaid(*args)?)?;
             let (listener, state) = bind_and_open(config).await?;
             tracing::info!(
                 url = state.config.public_url(),
