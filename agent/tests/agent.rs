@@ -4,7 +4,7 @@
 
 use gpuplane_api::auth::Scope;
 use gpuplane_api::node::{GpuSource, Node, NodeStatus};
-use gpuplane_server::testkit::{agent_token, eventually, start_server, user_token};
+use gpuplane_testkit::{agent_token, eventually, start_server, user_token};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 

@@ -9,7 +9,7 @@ use gpuplane_api::job::JobSpec;
 use gpuplane_api::log::LogStream;
 use gpuplane_api::node::{Gpu, GpuSource};
 use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, plan};
-use gpuplane_server::testkit::{agent_token, start_server_with, user_token};
+use gpuplane_testkit::{agent_token, start_server_with, user_token};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

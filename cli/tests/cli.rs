@@ -3,7 +3,7 @@
 
 use expect_test::expect;
 use gpuplane_api::auth::Scope;
-use gpuplane_server::testkit::{agent_token, eventually, start_server, user_token};
+use gpuplane_testkit::{agent_token, eventually, start_server, user_token};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

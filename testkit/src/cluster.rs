@@ -11,7 +11,6 @@ use crate::{WAIT, agent_token, binary, eventually, start_server_with, user_token
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 
 pub struct Cluster {

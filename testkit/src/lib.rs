@@ -1,9 +1,17 @@
-//! Helpers for tests of every crate: a real server on a free port over a
-//! real SQLite file, and bootstrapped users and tokens. No mocks.
+//! GPUPlane's test kit (test-only; no release binary links it): a real
+//! server on a free port over a real SQLite file, bootstrapped users and
+//! tokens, the workspace's real binaries, and [`cluster::Cluster`] — the
+//! server plus real agent processes running real jobs. No mocks.
+//!
+//! The cross-process system tests (scheduling, diagnosis, gpuctl against
+//! real agents, faults) are this crate's own tests, in `tests/system/`.
 
-use crate::config::ServerConfig;
-use crate::identity::credentials::{NewToken, create_token};
-use crate::{RunningServer, admin, start};
+pub mod cluster;
+
+use gpuplane_server::config::ServerConfig;
+use gpuplane_server::identity::credentials::{NewToken, create_token};
+use gpuplane_server::{RunningServer, admin, start};
+use std::path::PathBuf;
 use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;
 use std::path::Path;
@@ -17,7 +25,10 @@ pub const WAIT: Duration = Duration::from_secs(30);
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its own path");
     // target/debug/deps/TEST → target/debug/NAME
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("tests run from target/*/deps");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("tests run from target/*/deps");
     let path = dir.join(name);
     assert!(
         path.exists(),

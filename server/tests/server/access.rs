@@ -4,7 +4,7 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_server::events::{self, Links};
-use gpuplane_server::testkit::{start_server, user_token};
+use gpuplane_testkit::{start_server, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

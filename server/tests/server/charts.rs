@@ -3,7 +3,7 @@
 //! refuse bad views by field, and a run stream that says when a run changed.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::testkit::{start_server, user_token};
+use gpuplane_testkit::{start_server, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! expiry, rate-limited wrong user codes, and no code stored in clear.
 
 use gpuplane_server::identity::device_login;
-use gpuplane_server::testkit::start_server_with;
+use gpuplane_testkit::start_server_with;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;

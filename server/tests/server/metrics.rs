@@ -3,7 +3,7 @@
 //! LOSS_NAN once per key, and clear refusals that write nothing.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::testkit::{start_server_with, user_token};
+use gpuplane_testkit::{start_server_with, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

@@ -1,9 +1,9 @@
 //! Attacks on the real server (HTTP, real SQLite file) that must fail: one
 //! test per hole of SECURITY.md that does not need an agent process
-//! (those are in `agent/tests/agent/security.rs`).
+//! (those are in `testkit/tests/system/security.rs`).
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::testkit::{agent_token, eventually, start_server, start_server_with, user_token};
+use gpuplane_testkit::{agent_token, eventually, start_server, start_server_with, user_token};
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 //! and no session id in the database in clear.
 
 use gpuplane_server::RunningServer;
-use gpuplane_server::testkit::start_server_with;
+use gpuplane_testkit::start_server_with;
 use reqwest::StatusCode;
 use std::time::Duration;
 

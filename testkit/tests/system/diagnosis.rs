@@ -3,9 +3,9 @@
 //! TensorBoard, a missing working_dir. An unchanged retry of the OOM is
 //! refused with the advice; one with a changed field is queued.
 
-use crate::common::{Cluster, sh};
 use gpuplane_api::job::{Job, JobStatus};
-use gpuplane_server::testkit::eventually;
+use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::eventually;
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -125,7 +125,7 @@ async fn a_segfault_a_missing_working_dir_and_a_nan_loss_get_their_own_explanati
     let work = cluster.workdir("nan");
     let script = format!(
         "mkdir -p tb && cp {}/tests/fixtures/tb-simple/events.out.tfevents.simple tb/ && echo 'loss is nan, stopping' >&2 && exit 3",
-        env!("CARGO_MANIFEST_DIR")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../agent")
     );
     let nan = fails(
         &cluster,
@@ -210,13 +210,13 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    eventually("a NO_OUTPUT finding", crate::common::WAIT, || async {
+    eventually("a NO_OUTPUT finding", gpuplane_testkit::WAIT, || async {
         let kinds = findings(&cluster, &job.run_id).await;
         (kinds == ["LOSS_DIVERGING", "NO_OUTPUT"]).then_some(())
     })
     .await;
     agent.signal("STOP");
-    eventually("a NODE_OFFLINE finding", crate::common::WAIT, || async {
+    eventually("a NODE_OFFLINE finding", gpuplane_testkit::WAIT, || async {
         let kinds = findings(&cluster, &job.run_id).await;
         kinds.contains(&"NODE_OFFLINE".to_string()).then_some(())
     })

@@ -3,8 +3,8 @@
 //! bad result fails the job with EVALUATION_RESULT_INVALID saying what was
 //! wrong; a checkpoint path two runs wrote is refused with 409.
 
-use crate::common::{Cluster, sh};
 use gpuplane_api::job::{Job, JobStatus};
+use gpuplane_testkit::cluster::{Cluster, sh};
 use serde_json::{Value, json};
 
 /// A finished training run that wrote `ckpt/step_100.pt` and `ckpt/step_200.pt`

@@ -1,10 +1,10 @@
 //! Faults with real processes: an agent killed and restarted mid-job, a
 //! connection cut shorter and longer than the LOST grace period.
 
-use crate::common::{Cluster, sh};
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
-use gpuplane_server::testkit::eventually;
+use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::eventually;
 use serde_json::json;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ async fn a_killed_agent_restarts_and_adopts_its_running_job() {
     cluster.wait_for_nodes(1).await;
     let work = cluster.workdir("adopt");
     let job = cluster.submit(counting_job(&work, 60, 1)).await;
-    eventually("some output", crate::common::WAIT, || async {
+    eventually("some output", gpuplane_testkit::WAIT, || async {
         (cluster.output(&job.id, "stdout").await.len() >= 5).then_some(())
     })
     .await;
@@ -83,7 +83,7 @@ async fn a_cut_shorter_than_the_grace_period_loses_nothing() {
     cluster.wait_for(&job.id, JobStatus::Running).await;
 
     agent.signal("STOP"); // the agent goes silent; its job keeps running
-    eventually("the node to go OFFLINE", crate::common::WAIT, || async {
+    eventually("the node to go OFFLINE", gpuplane_testkit::WAIT, || async {
         let (_, nodes) = cluster.get("/api/v1/nodes").await;
         (nodes["items"][0]["status"] == "OFFLINE").then_some(())
     })
@@ -161,7 +161,7 @@ async fn a_lost_job_without_attempts_left_is_lost() {
     let dir = agent.jobs_dir.join(&job.id).join("attempt-1");
     eventually(
         "the stale attempt to be stopped and reported",
-        crate::common::WAIT,
+        gpuplane_testkit::WAIT,
         || async { dir.join("reported").exists().then_some(()) },
     )
     .await;

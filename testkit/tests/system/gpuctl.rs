@@ -2,25 +2,10 @@
 //! agent process: what people read, what scripts parse, and exit codes.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::testkit::{agent_token, eventually, start_server_with, user_token};
+use gpuplane_testkit::{WAIT, agent_token, binary, eventually, start_server_with, user_token};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
-
-const GPUCTL: &str = env!("CARGO_BIN_EXE_gpuctl");
-const WAIT: Duration = Duration::from_secs(30);
-
-/// The agent binary beside gpuctl (`cargo nextest run --workspace` builds both).
-fn agent_binary() -> PathBuf {
-    let path = Path::new(GPUCTL).with_file_name("gpuplane-agent");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p gpuplane-agent` first",
-        path.display()
-    );
-    path
-}
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -44,7 +29,7 @@ impl Env {
         let server =
             start_server_with(&dir.path().join("server"), |config| config.log_tail_lines = 100).await;
         let token = user_token(&server.state.db, "cli-user", Scope::Write, false).await;
-        let agent = Command::new(agent_binary())
+        let agent = Command::new(binary("gpuplane-agent"))
             .args([
                 "--server",
                 &server.url,
@@ -76,7 +61,7 @@ impl Env {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(GPUCTL)
+        Command::new(binary("gpuctl"))
             .args(args)
             .env("GPUCTL_HOME", self.home.path())
             .env("GPUCTL_SERVER", &self.server.url)
@@ -405,7 +390,7 @@ async fn secret_variables_reach_the_job_but_are_never_shown() {
     let env = Env::start().await;
     let secret = "tok-3b8e91-never-show";
     let from_shell = "from-the-shell-77c1";
-    let output = Command::new(GPUCTL)
+    let output = Command::new(binary("gpuctl"))
         .args(["--json", "job", "submit", "--name", "secrets", "--gpus", "0"])
         .args([
             "--secret-env",

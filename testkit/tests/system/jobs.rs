@@ -1,9 +1,9 @@
 //! Jobs on real agents running real child processes: every way a job ends,
 //! what the job sees, and what the server keeps of its output.
 
-use crate::common::{Cluster, sh};
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
+use gpuplane_testkit::cluster::{Cluster, sh};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -116,7 +116,7 @@ async fn the_job_token_is_an_sdk_token_limited_to_its_run_and_revoked_at_the_end
 }
 
 async fn common_eventually_line(cluster: &Cluster, job_id: &str) -> String {
-    gpuplane_server::testkit::eventually("the job's first line", crate::common::WAIT, || async {
+    gpuplane_testkit::eventually("the job's first line", gpuplane_testkit::WAIT, || async {
         cluster.output(job_id, "stdout").await.into_iter().next()
     })
     .await
@@ -280,7 +280,7 @@ async fn the_full_log_of_an_offline_agent_is_a_clear_503() {
         .await;
     cluster.wait_for(&job.id, JobStatus::Succeeded).await;
     agent.kill();
-    gpuplane_server::testkit::eventually("the node to go OFFLINE", crate::common::WAIT, || async {
+    gpuplane_testkit::eventually("the node to go OFFLINE", gpuplane_testkit::WAIT, || async {
         let (_, nodes) = cluster.get("/api/v1/nodes").await;
         (nodes["items"][0]["status"] == "OFFLINE").then_some(())
     })

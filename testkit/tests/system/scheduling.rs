@@ -1,9 +1,9 @@
 //! Scheduling on real agents: queued reasons, backfill past a blocked
 //! multi-GPU head without starving it, cancel, retry and automatic retries.
 
-use crate::common::{Cluster, sh};
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
+use gpuplane_testkit::cluster::{Cluster, sh};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -121,7 +121,7 @@ async fn cancel_needs_confirmation_then_stops_the_job() {
             job.status == JobStatus::Running
         })
         .await;
-    gpuplane_server::testkit::eventually("its first line", crate::common::WAIT, || async {
+    gpuplane_testkit::eventually("its first line", gpuplane_testkit::WAIT, || async {
         cluster.output(&stubborn.id, "stdout").await.first().cloned()
     })
     .await;

@@ -3,10 +3,11 @@
 //! output line stalling a node, and attempts of another server being
 //! reported here. (Server-only holes: `server/tests/server/security.rs`.)
 
-use crate::common::{AGENT, Cluster, WAIT, sh};
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::JobStatus;
-use gpuplane_server::testkit::eventually;
+use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::eventually;
+use gpuplane_testkit::{WAIT, binary};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -24,7 +25,7 @@ async fn a_job_sees_nothing_of_the_agents_own_environment() {
     let jobs_dir = cluster.dir.path().join("agents").join("box");
     let token = cluster.agent_token("box");
     let user_cli_token = "gpp_the-users-own-cli-token";
-    let _agent = crate::common::Agent {
+    let _agent = gpuplane_testkit::cluster::Agent {
         child: cluster
             .agent_command("box", 1, &jobs_dir)
             .env("GPUPLANE_AGENT_TOKEN", &token)
@@ -113,7 +114,7 @@ async fn the_token_file_must_be_private() {
     std::fs::write(&file, format!("{}\n", cluster.agent_token("box"))).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let jobs_dir = cluster.dir.path().join("agents").join("box");
-    let refused = std::process::Command::new(AGENT)
+    let refused = std::process::Command::new(binary("gpuplane-agent"))
         .args(["--server", &cluster.server.url, "--name", "box", "--token-file"])
         .arg(&file)
         .arg("--jobs-dir")
@@ -130,7 +131,7 @@ async fn the_token_file_must_be_private() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let mut command = cluster.agent_command("box", 1, &jobs_dir);
     command.arg("--token-file").arg(&file);
-    let _agent = crate::common::Agent {
+    let _agent = gpuplane_testkit::cluster::Agent {
         child: command.spawn().unwrap(),
         jobs_dir,
     };
@@ -148,7 +149,7 @@ fn huge_line_job() -> serde_json::Value {
 /// (killed when dropped) and the huge job.
 async fn huge_line_then_another_job(
     extra: &[&str],
-) -> (Cluster, crate::common::Agent, gpuplane_api::job::Job) {
+) -> (Cluster, gpuplane_testkit::cluster::Agent, gpuplane_api::job::Job) {
     let cluster = Cluster::start().await;
     let agent = cluster.agent("box", 1, extra);
     cluster.wait_for_nodes(1).await;

@@ -3,12 +3,15 @@
 //! (a path two runs wrote is shared), and an agent killed while a file
 //! grows resends without storing a point twice.
 
-use crate::common::{Cluster, sh};
 use gpuplane_api::job::JobStatus;
+use gpuplane_testkit::cluster::{Cluster, sh};
 use serde_json::{Value, json};
 
 fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+    format!(
+        "{}/tests/fixtures/{name}",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../agent")
+    )
 }
 
 async fn series(cluster: &Cluster, run_id: &str, key: &str) -> Vec<(i64, Value)> {
@@ -133,7 +136,7 @@ async fn an_agent_killed_while_a_file_grows_sends_every_point_once() {
         .submit(json!({"name": "grow", "working_dir": work, "watch_dirs": ["tb"], "command": sh(&script)}))
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Running).await;
-    gpuplane_server::testkit::eventually("the first half's points", crate::common::WAIT, || async {
+    gpuplane_testkit::eventually("the first half's points", gpuplane_testkit::WAIT, || async {
         let points = series(&cluster, &job.run_id, "train/loss").await.len();
         (points > 0).then_some(())
     })

@@ -1,0 +1,12 @@
+//! System tests: a real server, real `gpuplane-agent` processes running real
+//! jobs, and the real `gpuctl`, together (`gpuplane_testkit::cluster`).
+//! One module per subject.
+
+mod diagnosis;
+mod evaluations;
+mod faults;
+mod gpuctl;
+mod jobs;
+mod scheduling;
+mod security;
+mod tensorboard;
