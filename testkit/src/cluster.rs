@@ -1,17 +1,16 @@
 //! A test cluster: a real server (in this process, on a free port, over a
 //! temporary SQLite file) and real agent processes with simulated GPUs.
 
+use crate::{WAIT, agent_token, binary, eventually, start_server_with, user_token};
 use gpuplane_api::Page;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::{Job, JobStatus};
 use gpuplane_api::log::Logs;
 use gpuplane_server::config::ServerConfig;
-use crate::{WAIT, agent_token, binary, eventually, start_server_with, user_token};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-
 
 pub struct Cluster {
     pub dir: tempfile::TempDir,

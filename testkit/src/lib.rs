@@ -1,20 +1,24 @@
 //! GPUPlane's test kit (test-only; no release binary links it): a real
 //! server on a free port over a real SQLite file, bootstrapped users and
-//! tokens, the workspace's real binaries, and [`cluster::Cluster`] — the
+//! tokens, the workspace's real binaries, [`TestServer`] (a server and an
+//! HTTP client that speaks `/api/v1`), and [`cluster::Cluster`] — the
 //! server plus real agent processes running real jobs. No mocks.
 //!
 //! The cross-process system tests (scheduling, diagnosis, gpuctl against
 //! real agents, faults) are this crate's own tests, in `tests/system/`.
 
 pub mod cluster;
+pub mod http;
 
+pub use http::TestServer;
+
+use gpuplane_api::auth::Scope;
 use gpuplane_server::config::ServerConfig;
 use gpuplane_server::identity::credentials::{NewToken, create_token};
 use gpuplane_server::{RunningServer, admin, start};
-use std::path::PathBuf;
-use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// How long tests wait for what another process brings about.

@@ -4,48 +4,21 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_server::events::{self, Links};
-use gpuplane_testkit::{start_server, user_token};
+use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
-use serde_json::{Value, json};
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    server: gpuplane_server::RunningServer,
-    http: reqwest::Client,
-}
-
-impl Fixture {
-    async fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self
-            .http
-            .request(method.parse().unwrap(), format!("{}{path}", self.server.url))
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-}
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn other_projects_are_invisible_and_roles_are_enforced() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_server(dir.path()).await;
-    let db = server.state.db.clone();
+    let f = TestServer::start().await;
+    let db = f.db().clone();
     let root = user_token(&db, "root", Scope::Write, true).await;
     let bob = user_token(&db, "bob", Scope::Write, false).await;
     let alice = user_token(&db, "alice", Scope::Write, false).await;
     let carol = user_token(&db, "carol", Scope::Write, false).await;
-    let f = Fixture {
-        _dir: dir,
-        server,
-        http: reqwest::Client::new(),
-    };
 
     let (status, _) = f
-        .call("POST", "/api/v1/projects", &bob, Some(json!({"name": "secret"})))
+        .call("POST", "/projects", &bob, Some(json!({"name": "secret"})))
         .await;
     assert_eq!(
         status,
@@ -53,14 +26,14 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
         "only server admins create projects"
     );
     let (status, body) = f
-        .call("POST", "/api/v1/projects", &root, Some(json!({"name": "secret"})))
+        .call("POST", "/projects", &root, Some(json!({"name": "secret"})))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     for (user, role) in [("bob", "editor"), ("carol", "viewer")] {
         let (status, body) = f
             .call(
                 "POST",
-                "/api/v1/projects/secret/members",
+                "/projects/secret/members",
                 &root,
                 Some(json!({"user": user, "role": role})),
             )
@@ -71,7 +44,7 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
     let (status, job) = f
         .call(
             "POST",
-            "/api/v1/jobs",
+            "/jobs",
             &bob,
             Some(json!({"name": "hidden", "project": "secret", "command": ["true"]})),
         )
@@ -97,16 +70,16 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
 
     // Alice is not a member: every route family answers as if the job did not exist.
     let routes = [
-        ("GET", format!("/api/v1/jobs/{job_id}"), None),
+        ("GET", format!("/jobs/{job_id}"), None),
         (
             "POST",
-            format!("/api/v1/jobs/{job_id}/cancel"),
+            format!("/jobs/{job_id}/cancel"),
             Some(json!({"confirm": true})),
         ),
-        ("POST", format!("/api/v1/jobs/{job_id}/retry"), Some(json!({}))),
-        ("GET", format!("/api/v1/jobs/{job_id}/logs"), None),
-        ("GET", format!("/api/v1/jobs/{job_id}/logs/stream"), None),
-        ("GET", format!("/api/v1/jobs/{job_id}/logs/full"), None),
+        ("POST", format!("/jobs/{job_id}/retry"), Some(json!({}))),
+        ("GET", format!("/jobs/{job_id}/logs"), None),
+        ("GET", format!("/jobs/{job_id}/logs/stream"), None),
+        ("GET", format!("/jobs/{job_id}/logs/full"), None),
     ];
     for (method, path, body) in &routes {
         let (status, hidden) = f.call(method, path, &alice, body.clone()).await;
@@ -125,45 +98,43 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
             "{method} {path}: a hidden job reads exactly like a missing one"
         );
     }
-    let (_, listed) = f.call("GET", "/api/v1/jobs", &alice, None).await;
+    let (_, listed) = f.call("GET", "/jobs", &alice, None).await;
     assert_eq!(listed["items"], json!([]));
-    let (_, listed) = f.call("GET", "/api/v1/events", &alice, None).await;
+    let (_, listed) = f.call("GET", "/events", &alice, None).await;
     assert_eq!(listed["items"], json!([]));
     let (status, body) = f
         .call(
             "POST",
-            "/api/v1/jobs",
+            "/jobs",
             &alice,
             Some(json!({"name": "x", "project": "secret", "command": ["true"]})),
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["error"]["details"][0]["field"], "project");
-    let (_, projects) = f.call("GET", "/api/v1/projects", &alice, None).await;
+    let (_, projects) = f.call("GET", "/projects", &alice, None).await;
     assert_eq!(projects["items"], json!([{"name": "default", "role": "editor"}]));
 
     // Carol may look but not touch.
-    let (status, _) = f
-        .call("GET", &format!("/api/v1/jobs/{job_id}"), &carol, None)
-        .await;
+    let (status, _) = f.call("GET", &format!("/jobs/{job_id}"), &carol, None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, body) = f
         .call(
             "POST",
-            &format!("/api/v1/jobs/{job_id}/cancel"),
+            &format!("/jobs/{job_id}/cancel"),
             &carol,
             Some(json!({"confirm": true})),
         )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "forbidden");
-    let (_, events) = f.call("GET", "/api/v1/events", &carol, None).await;
+    let (_, events) = f.call("GET", "/events", &carol, None).await;
     assert_eq!(events["items"][0]["message"], "secret event");
 
     // Bob sees it in his list; admins see everything.
-    let (_, listed) = f.call("GET", "/api/v1/jobs", &bob, None).await;
+    let (_, listed) = f.call("GET", "/jobs", &bob, None).await;
     assert_eq!(listed["items"][0]["id"], job_id.as_str());
-    let (_, listed) = f.call("GET", "/api/v1/jobs", &root, None).await;
+    let (_, listed) = f.call("GET", "/jobs", &root, None).await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
 
     // A token limited to `default` cannot reach Bob's secret job.
@@ -172,6 +143,6 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
         .execute(&db)
         .await
         .unwrap();
-    let (status, _) = f.call("GET", &format!("/api/v1/jobs/{job_id}"), &bob, None).await;
+    let (status, _) = f.call("GET", &format!("/jobs/{job_id}"), &bob, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -3,37 +3,30 @@
 //! refuse bad views by field, and a run stream that says when a run changed.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_testkit::{start_server, user_token};
+use gpuplane_testkit::TestServer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    server: gpuplane_server::RunningServer,
-    http: reqwest::Client,
+    server: TestServer,
     token: String,
 }
 
 impl Fixture {
     async fn new() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let server = start_server(dir.path()).await;
-        let token = user_token(&server.state.db, "ml", Scope::Write, false).await;
-        Fixture {
-            _dir: dir,
-            server,
-            http: reqwest::Client::new(),
-            token,
-        }
+        let server = TestServer::start().await;
+        let token = server.user("ml", Scope::Write, false).await;
+        Fixture { server, token }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}/api/v1{path}", self.server.url)
+        self.server.api_url(path)
     }
 
     async fn run(&self, name: &str, values: &[Value]) -> String {
         let response = self
+            .server
             .http
             .post(self.url("/runs"))
             .bearer_auth(&self.token)
@@ -55,6 +48,7 @@ impl Fixture {
             .map(|(step, value)| json!({"key": "train/loss", "step": step, "wall_time": 1_764_460_800.0 + step as f64, "value": value}))
             .collect();
         let response = self
+            .server
             .http
             .post(self.url(&format!("/runs/{run}/metrics")))
             .bearer_auth(&self.token)
@@ -72,6 +66,7 @@ impl Fixture {
 
     async fn chart(&self, run: &str, query: &str) -> (StatusCode, String, String) {
         let response = self
+            .server
             .http
             .get(self.url(&format!("/runs/{run}/chart.svg?{query}")))
             .bearer_auth(&self.token)
@@ -190,6 +185,7 @@ async fn the_run_stream_says_when_points_arrive_and_resumes_from_the_last_versio
     let run = f.run("live", &[json!(1.0)]).await;
     let open = |last: Option<String>| {
         let mut request = f
+            .server
             .http
             .get(f.url(&format!("/runs/{run}/stream")))
             .bearer_auth(&f.token);
@@ -237,6 +233,7 @@ async fn the_same_chart_comes_as_png() {
     let f = Fixture::new().await;
     let run = f.run("png", &[json!(1.0), json!("NaN"), json!(0.5)]).await;
     let response = f
+        .server
         .http
         .get(f.url(&format!(
             "/runs/{run}/chart.png?key=train/loss&width=400&height=200"
@@ -253,6 +250,7 @@ async fn the_same_chart_comes_as_png() {
     assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 400);
     assert_eq!(u32::from_be_bytes(png[20..24].try_into().unwrap()), 200);
     let anonymous = f
+        .server
         .http
         .get(f.url(&format!("/runs/{run}/chart.png?key=train/loss")))
         .send()

@@ -3,14 +3,13 @@
 //! LOSS_NAN once per key, and clear refusals that write nothing.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_testkit::{start_server_with, user_token};
+use gpuplane_testkit::http::answer;
+use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 struct Fixture {
-    _dir: tempfile::TempDir,
-    server: gpuplane_server::RunningServer,
-    http: reqwest::Client,
+    server: TestServer,
     token: String,
 }
 
@@ -20,31 +19,22 @@ impl Fixture {
     }
 
     async fn with(configure: impl FnOnce(&mut gpuplane_server::config::ServerConfig)) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let server = start_server_with(dir.path(), configure).await;
-        let token = user_token(&server.state.db, "ml", Scope::Write, false).await;
-        Fixture {
-            _dir: dir,
-            server,
-            http: reqwest::Client::new(),
-            token,
-        }
+        let server = TestServer::start_with(configure).await;
+        let token = server.user("ml", Scope::Write, false).await;
+        Fixture { server, token }
     }
 
+    /// `method` on an API path with a raw body (sent as JSON, valid or not).
     async fn send(&self, method: &str, path: &str, token: &str, body: Option<String>) -> (StatusCode, Value) {
         let mut request = self
+            .server
             .http
-            .request(
-                method.parse().unwrap(),
-                format!("{}/api/v1{path}", self.server.url),
-            )
+            .request(method.parse().unwrap(), self.server.api_url(path))
             .bearer_auth(token);
         if let Some(body) = body {
             request = request.header("content-type", "application/json").body(body);
         }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
+        answer(request.send().await.unwrap()).await
     }
 
     async fn run(&self, name: &str) -> String {
@@ -302,7 +292,7 @@ async fn bad_batches_are_refused_clearly_and_write_nothing() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    let db = &f.server.state.db;
+    let db = f.server.db();
     for table in ["metric_chunks", "metric_series", "metric_batches"] {
         let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(db)
@@ -317,7 +307,7 @@ async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
     let f = Fixture::new().await;
     let mine = f.run("mine").await;
     let other = f.run("other").await;
-    let db = &f.server.state.db;
+    let db = f.server.db();
     // What the scheduler gives a job: an sdk token limited to the job's run.
     let job_token = user_token(db, "job-owner", Scope::Sdk, false).await;
     sqlx::query("UPDATE api_tokens SET run_id = ? WHERE token_hash = ?")
@@ -380,7 +370,7 @@ async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
 #[tokio::test(flavor = "multi_thread")]
 async fn runs_and_jobs_sort_by_their_primary_metric() {
     let f = Fixture::new().await;
-    let db = &f.server.state.db;
+    let db = f.server.db();
     let admin = user_token(db, "lead", Scope::Write, true).await;
     // Jobs stay QUEUED (no agent); their runs take metrics like any other.
     let mut runs = Vec::new();
@@ -558,7 +548,7 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
             .await;
         assert_eq!(status, StatusCode::OK, "{body}");
     }
-    let db = &f.server.state.db;
+    let db = f.server.db();
     let chunks = || async {
         sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM metric_chunks WHERE run_id = ?")
             .bind(&run)

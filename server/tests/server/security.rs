@@ -3,82 +3,27 @@
 //! (those are in `testkit/tests/system/security.rs`).
 
 use gpuplane_api::auth::Scope;
-use gpuplane_testkit::{agent_token, eventually, start_server, start_server_with, user_token};
+use gpuplane_testkit::{TestServer, agent_token, eventually, user_token};
 use reqwest::StatusCode;
-use reqwest::redirect::Policy;
 use serde_json::{Value, json};
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    server: gpuplane_server::RunningServer,
-    http: reqwest::Client,
-}
-
-impl Fixture {
-    async fn new() -> Fixture {
-        Fixture::with(|_| {}).await
-    }
-
-    async fn with(configure: impl FnOnce(&mut gpuplane_server::config::ServerConfig)) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let server = start_server_with(dir.path(), configure).await;
-        Fixture {
-            _dir: dir,
-            server,
-            http: reqwest::Client::builder()
-                .redirect(Policy::none())
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url)
-    }
-
-    async fn post(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
-        let response = self
-            .http
-            .post(self.url(path))
-            .bearer_auth(token)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
-        let response = self
-            .http
-            .get(self.url(path))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    /// `POST /login`; returns the redirect target and whether a session cookie came back.
-    async fn login(&self, username: &str, password: &str, next: &str) -> (String, bool) {
-        let response = self
-            .http
-            .post(self.url("/login"))
-            .header("origin", &self.server.url)
-            .form(&[("username", username), ("password", password), ("next", next)])
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::SEE_OTHER, "a redirect either way");
-        let location = response.headers()["location"].to_str().unwrap().to_string();
-        let session = response.headers().get_all("set-cookie").iter().any(|cookie| {
-            let cookie = cookie.to_str().unwrap();
-            cookie.starts_with("gpuplane_session=") && !cookie.contains("Max-Age=0")
-        });
-        (location, session)
-    }
+/// `POST /login`; returns the redirect target and whether a session cookie came back.
+async fn login(f: &TestServer, username: &str, password: &str, next: &str) -> (String, bool) {
+    let response = f
+        .http
+        .post(f.url("/login"))
+        .header("origin", &f.server.url)
+        .form(&[("username", username), ("password", password), ("next", next)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SEE_OTHER, "a redirect either way");
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let session = response.headers().get_all("set-cookie").iter().any(|cookie| {
+        let cookie = cookie.to_str().unwrap();
+        cookie.starts_with("gpuplane_session=") && !cookie.contains("Max-Age=0")
+    });
+    (location, session)
 }
 
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -91,7 +36,7 @@ fn hello(name: &str) -> Value {
 /// not even the text of the dummy hash that keeps sign-in timing even.
 #[tokio::test(flavor = "multi_thread")]
 async fn accounts_without_a_password_accept_none() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     sqlx::query(
         "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at)
          VALUES ('usr_sso', 'sso-ada', 'ada@example.com', 'https://idp|ada', 1, 0)",
@@ -100,7 +45,7 @@ async fn accounts_without_a_password_accept_none() {
     .await
     .unwrap();
     for password in ["not a real password", "", "x"] {
-        let (location, session) = f.login("sso-ada", password, "/").await;
+        let (location, session) = login(&f, "sso-ada", password, "/").await;
         assert!(
             location.starts_with("/login?error=invalid"),
             "{password:?}: {location}"
@@ -111,7 +56,7 @@ async fn accounts_without_a_password_accept_none() {
     gpuplane_server::admin::create_user(&f.server.state.db, "local", "correct horse", false)
         .await
         .unwrap();
-    let (location, session) = f.login("local", "correct horse", "/jobs").await;
+    let (location, session) = login(&f, "local", "correct horse", "/jobs").await;
     assert_eq!(location, "/jobs");
     assert!(session);
 }
@@ -119,7 +64,7 @@ async fn accounts_without_a_password_accept_none() {
 /// Hole 5: after sign-in, only same-site paths are followed.
 #[tokio::test(flavor = "multi_thread")]
 async fn sign_in_never_redirects_off_site() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     gpuplane_server::admin::create_user(&f.server.state.db, "ada", "correct horse", false)
         .await
         .unwrap();
@@ -132,11 +77,11 @@ async fn sign_in_never_redirects_off_site() {
         "javascript:alert(1)",
         " /x",
     ] {
-        let (location, session) = f.login("ada", "correct horse", next).await;
+        let (location, session) = login(&f, "ada", "correct horse", next).await;
         assert!(session);
         assert_eq!(location, "/", "next={next:?}");
     }
-    let (location, _) = f.login("ada", "correct horse", "/runs/run_1?tab=logs#L3").await;
+    let (location, _) = login(&f, "ada", "correct horse", "/runs/run_1?tab=logs#L3").await;
     assert_eq!(location, "/runs/run_1?tab=logs#L3");
 }
 
@@ -145,18 +90,18 @@ async fn sign_in_never_redirects_off_site() {
 /// its log fetches; a revoked token fails at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_token_speaks_only_for_its_own_node() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     let db = &f.server.state.db;
     let token_a = agent_token(db).await;
     let token_b = agent_token(db).await;
 
-    let (status, welcome) = f.post("/api/v1/agent/hello", &token_a, hello("node-a")).await;
+    let (status, welcome) = f.post("/agent/hello", &token_a, hello("node-a")).await;
     assert_eq!(status, StatusCode::OK, "{welcome}");
     let node_a = welcome["node_id"].as_str().unwrap().to_string();
     assert!(welcome["server_id"].as_str().unwrap().starts_with("srv_"));
 
     // B says hello as A: refused, naming the rule.
-    let (status, body) = f.post("/api/v1/agent/hello", &token_b, hello("node-a")).await;
+    let (status, body) = f.post("/agent/hello", &token_b, hello("node-a")).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(
         body["error"]["message"]
@@ -170,7 +115,7 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
     let user = user_token(db, "ada", Scope::Write, true).await;
     let (status, job) = f
         .post(
-            "/api/v1/jobs",
+            "/jobs",
             &user,
             json!({"name": "j", "command": ["true"], "resources": {"gpu": 0}}),
         )
@@ -178,15 +123,15 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
     assert_eq!(status, StatusCode::CREATED, "{job}");
     let job_id = job["id"].as_str().unwrap().to_string();
     eventually("the job to be dispatched", WAIT, || async {
-        let (_, job) = f.get(&format!("/api/v1/jobs/{job_id}"), &user).await;
+        let (_, job) = f.get(&format!("/jobs/{job_id}"), &user).await;
         (job["status"] == "DISPATCHING").then_some(())
     })
     .await;
 
     // B's first hello binds it to node-b; it cannot then speak for node-a.
-    let (status, welcome_b) = f.post("/api/v1/agent/hello", &token_b, hello("node-b")).await;
+    let (status, welcome_b) = f.post("/agent/hello", &token_b, hello("node-b")).await;
     assert_eq!(status, StatusCode::OK);
-    let (status, body) = f.post("/api/v1/agent/hello", &token_b, hello("node-a")).await;
+    let (status, body) = f.post("/agent/hello", &token_b, hello("node-a")).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert!(
         body["error"]["message"]
@@ -197,7 +142,7 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
     );
     // B polls as A: refused, and so is a report about A's attempt.
     let poll = json!({"node_id": node_a, "gpus": [], "running": []});
-    let (status, body) = f.post("/api/v1/agent/poll", &token_b, poll.clone()).await;
+    let (status, body) = f.post("/agent/poll", &token_b, poll.clone()).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(
         body["error"]["message"]
@@ -208,36 +153,36 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
     let forged = json!({"node_id": node_a, "items": [
         {"type": "exited", "job_id": job_id, "attempt": 1, "exit_code": 0, "signal": null,
          "oom_killed": false, "cancelled": false, "time": 0}]});
-    let (status, _) = f.post("/api/v1/agent/report", &token_b, forged.clone()).await;
+    let (status, _) = f.post("/agent/report", &token_b, forged.clone()).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     // Reported under its own node id, the forged exit changes nothing.
     let mut own = forged.clone();
     own["node_id"] = welcome_b["node_id"].clone();
-    let (status, _) = f.post("/api/v1/agent/report", &token_b, own).await;
+    let (status, _) = f.post("/agent/report", &token_b, own).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     // A's own poll gets the dispatch; B's answers never contain it.
-    let (status, answer) = f.post("/api/v1/agent/poll", &token_a, poll).await;
+    let (status, answer) = f.post("/agent/poll", &token_a, poll).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(answer["commands"][0]["type"], "dispatch", "{answer}");
-    let (_, job_now) = f.get(&format!("/api/v1/jobs/{job_id}"), &user).await;
+    let (_, job_now) = f.get(&format!("/jobs/{job_id}"), &user).await;
     assert_eq!(job_now["status"], "DISPATCHING", "{job_now}");
 
     // A full-log fetch meant for A cannot be answered by B.
     let started = json!({"node_id": node_a, "items": [
         {"type": "started", "job_id": job_id, "attempt": 1, "pid": 1, "time": 1}]});
     assert_eq!(
-        f.post("/api/v1/agent/report", &token_a, started).await.0,
+        f.post("/agent/report", &token_a, started).await.0,
         StatusCode::NO_CONTENT
     );
     let reader = {
         let http = f.http.clone();
-        let url = f.url(&format!("/api/v1/jobs/{job_id}/logs/full"));
+        let url = f.api_url(&format!("/jobs/{job_id}/logs/full"));
         let user = user.clone();
         tokio::spawn(async move { http.get(url).bearer_auth(user).send().await.unwrap() })
     };
     let poll = json!({"node_id": node_a, "gpus": [], "running": [{"job_id": job_id, "attempt": 1}]});
     let request_id = eventually("the fetch to reach node-a's poll", WAIT, || async {
-        let (_, answer) = f.post("/api/v1/agent/poll", &token_a, poll.clone()).await;
+        let (_, answer) = f.post("/agent/poll", &token_a, poll.clone()).await;
         let fetch = answer["commands"]
             .as_array()?
             .iter()
@@ -248,7 +193,7 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
     .await;
     let upload = |token: &str| {
         f.http
-            .post(f.url(&format!("/api/v1/agent/log-fetch/{request_id}")))
+            .post(f.api_url(&format!("/agent/log-fetch/{request_id}")))
             .bearer_auth(token)
             .header("content-type", "application/octet-stream")
             .body("forged log\n")
@@ -277,26 +222,26 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
         .execute(db)
         .await
         .unwrap();
-    let (status, _) = f.post("/api/v1/agent/hello", &token_a, hello("node-a")).await;
+    let (status, _) = f.post("/agent/hello", &token_a, hello("node-a")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     // And the node can move to a new token.
     let token_c = agent_token(db).await;
-    let (status, _) = f.post("/api/v1/agent/hello", &token_c, hello("node-a")).await;
+    let (status, _) = f.post("/agent/hello", &token_c, hello("node-a")).await;
     assert_eq!(status, StatusCode::OK);
 }
 
 /// Hole 6: a project-limited token mints only tokens limited to that project.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_project_limited_token_mints_only_limited_tokens() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     let admin = user_token(&f.server.state.db, "root", Scope::Write, true).await;
     for name in ["vision", "speech"] {
-        let (status, body) = f.post("/api/v1/projects", &admin, json!({"name": name})).await;
+        let (status, body) = f.post("/projects", &admin, json!({"name": name})).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
     let (status, limited) = f
         .post(
-            "/api/v1/tokens",
+            "/tokens",
             &admin,
             json!({"name": "ci", "scope": "write", "project": "vision"}),
         )
@@ -305,11 +250,7 @@ async fn a_project_limited_token_mints_only_limited_tokens() {
     let limited = limited["secret"].as_str().unwrap().to_string();
 
     let (status, minted) = f
-        .post(
-            "/api/v1/tokens",
-            &limited,
-            json!({"name": "child", "scope": "read"}),
-        )
+        .post("/tokens", &limited, json!({"name": "child", "scope": "read"}))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{minted}");
     assert_eq!(
@@ -317,9 +258,9 @@ async fn a_project_limited_token_mints_only_limited_tokens() {
         "the limit is inherited: {minted}"
     );
     let child = minted["secret"].as_str().unwrap();
-    let (_, jobs) = f.get("/api/v1/jobs?project=speech", child).await;
+    let (_, jobs) = f.get("/jobs?project=speech", child).await;
     assert_eq!(jobs["items"], json!([]), "{jobs}");
-    let (_, projects) = f.get("/api/v1/projects", child).await;
+    let (_, projects) = f.get("/projects", child).await;
     let names: Vec<&str> = projects["items"]
         .as_array()
         .unwrap()
@@ -330,7 +271,7 @@ async fn a_project_limited_token_mints_only_limited_tokens() {
 
     let (status, body) = f
         .post(
-            "/api/v1/tokens",
+            "/tokens",
             &limited,
             json!({"name": "escape", "scope": "read", "project": "speech"}),
         )
@@ -342,50 +283,37 @@ async fn a_project_limited_token_mints_only_limited_tokens() {
 /// Events of an SDK run (no job) belong to the run's project.
 #[tokio::test(flavor = "multi_thread")]
 async fn events_of_sdk_runs_stay_in_their_project() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     let db = &f.server.state.db;
     let admin = user_token(db, "root", Scope::Write, true).await;
     assert_eq!(
-        f.post("/api/v1/projects", &admin, json!({"name": "secret-lab"}))
-            .await
-            .0,
+        f.post("/projects", &admin, json!({"name": "secret-lab"})).await.0,
         StatusCode::CREATED
     );
     let (status, run) = f
-        .post(
-            "/api/v1/runs",
-            &admin,
-            json!({"project": "secret-lab", "name": "r"}),
-        )
+        .post("/runs", &admin, json!({"project": "secret-lab", "name": "r"}))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{run}");
     let run_id = run["id"].as_str().unwrap();
     let batch = json!({"batch_id": "b1", "points": [{"key": "train/loss", "step": 1, "wall_time": 1.0, "value": "NaN"}]});
-    let (status, body) = f
-        .post(&format!("/api/v1/runs/{run_id}/metrics"), &admin, batch)
-        .await;
+    let (status, body) = f.post(&format!("/runs/{run_id}/metrics"), &admin, batch).await;
     assert!(status.is_success(), "{body}");
     let (_, events) = f
-        .get(&format!("/api/v1/events?kind=LOSS_NAN&run_id={run_id}"), &admin)
+        .get(&format!("/events?kind=LOSS_NAN&run_id={run_id}"), &admin)
         .await;
     assert_eq!(events["items"].as_array().unwrap().len(), 1, "{events}");
     // A user of the default project only sees no such event.
     let outsider = user_token(db, "outsider", Scope::Read, false).await;
-    let (_, events) = f.get("/api/v1/events?kind=LOSS_NAN", &outsider).await;
+    let (_, events) = f.get("/events?kind=LOSS_NAN", &outsider).await;
     assert_eq!(events["items"], json!([]), "{events}");
 }
 
 /// Live streams per user and per token are bounded (429 past the limit).
 #[tokio::test(flavor = "multi_thread")]
 async fn live_streams_per_caller_are_bounded() {
-    let f = Fixture::with(|config| config.max_streams_per_user = 2).await;
+    let f = TestServer::start_with(|config| config.max_streams_per_user = 2).await;
     let token = user_token(&f.server.state.db, "ada", Scope::Read, false).await;
-    let open = || {
-        f.http
-            .get(f.url("/api/v1/events/stream"))
-            .bearer_auth(&token)
-            .send()
-    };
+    let open = || f.http.get(f.api_url("/events/stream")).bearer_auth(&token).send();
     let first = open().await.unwrap();
     let second = open().await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
@@ -411,39 +339,33 @@ async fn live_streams_per_caller_are_bounded() {
 /// agent only in its dispatch.
 #[tokio::test(flavor = "multi_thread")]
 async fn secret_env_is_never_shown_and_never_stored_in_clear() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_server(dir.path()).await;
-    let f = Fixture {
-        _dir: tempfile::tempdir().unwrap(),
-        server,
-        http: reqwest::Client::new(),
-    };
-    let db = &f.server.state.db;
+    let f = TestServer::start().await;
+    let db = f.db();
     let user = user_token(db, "ada", Scope::Write, false).await;
     let secret = "wandb-key-3f9a1c-do-not-leak";
     let spec = json!({"name": "s", "command": ["true"], "env": {"PLAIN": "1"}, "secret_env": {"WANDB_API_KEY": secret}});
-    let (status, job) = f.post("/api/v1/jobs", &user, spec).await;
+    let (status, job) = f.post("/jobs", &user, spec).await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
     assert!(!job.to_string().contains(secret));
     assert_eq!(job["secret_env"], json!(["WANDB_API_KEY"]));
     let job_id = job["id"].as_str().unwrap();
-    let (_, shown) = f.get(&format!("/api/v1/jobs/{job_id}"), &user).await;
+    let (_, shown) = f.get(&format!("/jobs/{job_id}"), &user).await;
     assert!(!shown.to_string().contains(secret), "{shown}");
-    let (_, list) = f.get("/api/v1/jobs", &user).await;
+    let (_, list) = f.get("/jobs", &user).await;
     assert!(!list.to_string().contains(secret));
 
     // Bad names and clashes: 422 per field, nothing stored.
     let bad = json!({"name": "s", "command": ["true"], "env": {"A": "1"},
                      "secret_env": {"A": "x", "GPUCTL_TOKEN": "y", "1X": "z"}});
-    let (status, body) = f.post("/api/v1/jobs", &user, bad).await;
+    let (status, body) = f.post("/jobs", &user, bad).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["error"]["details"].as_array().unwrap().len(), 3, "{body}");
 
     // The agent of the node it is dispatched to gets the value.
     let agent = agent_token(db).await;
-    let (_, welcome) = f.post("/api/v1/agent/hello", &agent, hello("box")).await;
+    let (_, welcome) = f.post("/agent/hello", &agent, hello("box")).await;
     let poll = json!({"node_id": welcome["node_id"], "gpus": [], "running": []});
-    let (_, answer) = f.post("/api/v1/agent/poll", &agent, poll).await;
+    let (_, answer) = f.post("/agent/poll", &agent, poll).await;
     assert_eq!(
         answer["commands"][0]["spec"]["secret_env"]["WANDB_API_KEY"], secret,
         "{answer}"
@@ -454,7 +376,7 @@ async fn secret_env_is_never_shown_and_never_stored_in_clear() {
         .execute(db)
         .await
         .unwrap();
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
+    for entry in std::fs::read_dir(f.data_dir()).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
         assert!(
             !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
@@ -467,7 +389,7 @@ async fn secret_env_is_never_shown_and_never_stored_in_clear() {
 /// the hydration script, and answers are not sniffed or framed.
 #[tokio::test(flavor = "multi_thread")]
 async fn console_pages_carry_a_strict_content_security_policy() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     let page = f.http.get(f.url("/login")).send().await.unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     let headers = page.headers().clone();
@@ -501,9 +423,10 @@ async fn console_pages_carry_a_strict_content_security_policy() {
 /// Device login: tokens expire, and sign-in requests per address are limited.
 #[tokio::test(flavor = "multi_thread")]
 async fn device_login_tokens_expire_and_requests_are_limited() {
-    let f =
-        Fixture::with(|config| config.device_token_lifetime = std::time::Duration::from_secs(3 * 24 * 3600))
-            .await;
+    let f = TestServer::start_with(|config| {
+        config.device_token_lifetime = std::time::Duration::from_secs(3 * 24 * 3600)
+    })
+    .await;
     let start = || {
         f.http
             .post(f.url("/oauth/device_authorization"))
@@ -543,7 +466,7 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
         .unwrap();
     assert_eq!(token["expires_in"], 3 * 24 * 3600, "{token}");
     let access = token["access_token"].as_str().unwrap();
-    let (_, tokens) = f.get("/api/v1/tokens", access).await;
+    let (_, tokens) = f.get("/tokens", access).await;
     assert!(tokens["items"][0]["expires_at"].is_string(), "{tokens}");
     // A token it makes cannot outlive it.
     let parent_expiry = tokens["items"][0]["expires_at"].as_str().unwrap().to_string();
@@ -551,7 +474,7 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
         json!({"name": "forever", "scope": "write"}),
         json!({"name": "long", "scope": "read", "expires_in_days": 3650}),
     ] {
-        let (status, child) = f.post("/api/v1/tokens", access, asked).await;
+        let (status, child) = f.post("/tokens", access, asked).await;
         assert_eq!(status, StatusCode::CREATED, "{child}");
         assert_eq!(child["token"]["expires_at"], parent_expiry.as_str(), "{child}");
     }
@@ -570,20 +493,18 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
 /// caller may see; the others are only counted.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
-    let f = Fixture::new().await;
+    let f = TestServer::start().await;
     let db = &f.server.state.db;
     let admin = user_token(db, "root", Scope::Write, true).await;
     assert_eq!(
-        f.post("/api/v1/projects", &admin, json!({"name": "hidden"}))
-            .await
-            .0,
+        f.post("/projects", &admin, json!({"name": "hidden"})).await.0,
         StatusCode::CREATED
     );
     let editor = user_token(db, "ada", Scope::Write, false).await;
     let mut runs = Vec::new();
     for (token, project) in [(&editor, "default"), (&editor, "default"), (&admin, "hidden")] {
         let (status, run) = f
-            .post("/api/v1/runs", token, json!({"project": project, "name": "r"}))
+            .post("/runs", token, json!({"project": project, "name": "r"}))
             .await;
         assert_eq!(status, StatusCode::CREATED, "{run}");
         runs.push(run["id"].as_str().unwrap().to_string());
@@ -604,7 +525,7 @@ async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
     }
     let (status, body) = f
         .post(
-            "/api/v1/evaluations",
+            "/evaluations",
             &editor,
             json!({"run_id": runs[0], "checkpoint": "/ckpt/shared.pt", "command": ["true"]}),
         )

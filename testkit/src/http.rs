@@ -1,0 +1,99 @@
+//! [`TestServer`]: a real server over its own temporary data directory, and
+//! an HTTP client that speaks the API. Every `path` given to [`TestServer::call`],
+//! [`TestServer::get`] and [`TestServer::post`] is under `/api/v1`
+//! (`/jobs`, not `/api/v1/jobs`); [`TestServer::url`] is for the server's
+//! other routes (`/login`, `/oauth/…`, console pages).
+
+use crate::{start_server_with, user_token};
+use gpuplane_api::auth::Scope;
+use gpuplane_api::paths::PREFIX;
+use gpuplane_server::RunningServer;
+use gpuplane_server::config::ServerConfig;
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::SqlitePool;
+
+pub struct TestServer {
+    pub server: RunningServer,
+    /// Follows no redirects, so tests see them.
+    pub http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub async fn start() -> TestServer {
+        TestServer::start_with(|_| {}).await
+    }
+
+    /// Like [`TestServer::start`], with the test's changes to the configuration.
+    pub async fn start_with(configure: impl FnOnce(&mut ServerConfig)) -> TestServer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let server = start_server_with(dir.path(), configure).await;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .expect("an HTTP client");
+        TestServer {
+            server,
+            http,
+            _dir: dir,
+        }
+    }
+
+    pub fn db(&self) -> &SqlitePool {
+        &self.server.state.db
+    }
+
+    /// Where the server keeps its database and key.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.server.state.config.data_dir
+    }
+
+    /// A new user (admin when asked) and a token of `scope` for it.
+    pub async fn user(&self, name: &str, scope: Scope, is_admin: bool) -> String {
+        user_token(self.db(), name, scope, is_admin).await
+    }
+
+    /// The URL of one of the server's own routes (not under `/api/v1`).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url)
+    }
+
+    /// The URL of an API path.
+    pub fn api_url(&self, path: &str) -> String {
+        format!("{}{PREFIX}{path}", self.server.url)
+    }
+
+    /// `method` on an API path with a bearer token and an optional JSON
+    /// body: the status and the JSON answer (`null` when there is none).
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .request(method.parse().expect("an HTTP method"), self.api_url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        answer(request.send().await.expect("the server answers")).await
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> (StatusCode, Value) {
+        self.call("GET", path, token, None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
+        self.call("POST", path, token, Some(body)).await
+    }
+}
+
+/// The status and JSON body of a response (`null` when it is not JSON).
+pub async fn answer(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
