@@ -3,33 +3,29 @@
 
 use expect_test::expect;
 use gpuplane_api::auth::Scope;
-use gpuplane_testkit::{agent_token, start_server, user_token};
+use gpuplane_testkit::{TestServer, agent_token, start_server, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
+/// The API as an HTTP client sees it: full paths (the route walk reads them
+/// from the OpenAPI document), any token or none, any body.
 struct Fixture {
-    _dir: tempfile::TempDir,
-    server: gpuplane_server::RunningServer,
-    http: reqwest::Client,
+    server: TestServer,
 }
 
 impl Fixture {
     async fn new() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let server = start_server(dir.path()).await;
         Fixture {
-            _dir: dir,
-            server,
-            http: reqwest::Client::new(),
+            server: TestServer::start().await,
         }
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.url)
+        self.server.url(path)
     }
 
     async fn get(&self, path: &str, token: Option<&str>) -> (StatusCode, Option<String>, Value) {
-        let mut request = self.http.get(self.url(path));
+        let mut request = self.server.http.get(self.url(path));
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
@@ -38,6 +34,7 @@ impl Fixture {
 
     async fn post(&self, path: &str, token: &str, content_type: &str, body: &str) -> (StatusCode, Value) {
         let response = self
+            .server
             .http
             .post(self.url(path))
             .bearer_auth(token)
@@ -78,7 +75,7 @@ async fn health_answers_without_a_token() {
 #[tokio::test(flavor = "multi_thread")]
 async fn whoami_names_the_user_and_scope() {
     let f = Fixture::new().await;
-    let token = user_token(&f.server.state.db, "alice", Scope::Write, true).await;
+    let token = user_token(f.server.db(), "alice", Scope::Write, true).await;
     let (status, _, body) = f.get("/api/v1/auth/whoami", Some(&token)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["user"], "alice");
@@ -91,7 +88,7 @@ async fn whoami_names_the_user_and_scope() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bearer_errors_follow_rfc_6750() {
     let f = Fixture::new().await;
-    let db = &f.server.state.db;
+    let db = f.server.db();
     let token = user_token(db, "bob", Scope::Read, false).await;
 
     // No token: 401 with a bare challenge.
@@ -102,6 +99,7 @@ async fn bearer_errors_follow_rfc_6750() {
 
     // A token of another scheme counts as none.
     let response = f
+        .server
         .http
         .get(f.url("/api/v1/auth/whoami"))
         .header("authorization", format!("Basic {token}"))
@@ -158,8 +156,9 @@ async fn bearer_errors_follow_rfc_6750() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_token_is_refused_on_an_agent_route_with_403() {
     let f = Fixture::new().await;
-    let token = user_token(&f.server.state.db, "dave", Scope::Write, false).await;
+    let token = user_token(f.server.db(), "dave", Scope::Write, false).await;
     let response = f
+        .server
         .http
         .post(f.url("/api/v1/agent/poll"))
         .bearer_auth(&token)
@@ -181,7 +180,7 @@ async fn a_read_token_is_refused_on_an_agent_route_with_403() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_documented_route_exists_and_enforces_its_scope() {
     let f = Fixture::new().await;
-    let db = &f.server.state.db;
+    let db = f.server.db();
     let read = user_token(db, "reader", Scope::Read, false).await;
     let sdk = user_token(db, "sdk-user", Scope::Sdk, false).await;
     let agent = agent_token(db).await;
@@ -210,6 +209,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
 
             let call = |token: Option<&str>| {
                 let mut request = f
+                    .server
                     .http
                     .request(method.to_uppercase().parse().unwrap(), f.url(path));
                 if let Some(token) = token {
@@ -305,7 +305,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_bodies_get_the_standard_error_shape() {
     let f = Fixture::new().await;
-    let agent = agent_token(&f.server.state.db).await;
+    let agent = agent_token(f.server.db()).await;
     let hello = "/api/v1/agent/hello";
 
     let (status, body) = f.post(hello, &agent, "application/json", "{not json").await;
@@ -349,7 +349,7 @@ async fn bad_bodies_get_the_standard_error_shape() {
     let (_, _, nodes) = f
         .get(
             "/api/v1/nodes",
-            Some(&user_token(&f.server.state.db, "r", Scope::Read, false).await),
+            Some(&user_token(f.server.db(), "r", Scope::Read, false).await),
         )
         .await;
     assert_eq!(nodes["items"], json!([]), "a refused hello writes no node");
@@ -379,7 +379,7 @@ async fn the_console_renders_without_a_wasm_bundle_and_pages_need_a_session() {
     let response = no_redirects.get(f.url("/tokens")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::FOUND);
     assert_eq!(response.headers()["location"], "/login?next=/tokens");
-    let response = f.http.get(f.url("/login")).send().await.unwrap();
+    let response = f.server.http.get(f.url("/login")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let html = response.text().await.unwrap();
     assert!(html.contains("<h1>Sign in</h1>"), "{html}");
@@ -439,8 +439,8 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 async fn jobs_filter_by_user_and_text() {
     let f = Fixture::new().await;
-    let alice = user_token(&f.server.state.db, "alice", Scope::Write, true).await;
-    let bob = user_token(&f.server.state.db, "bob", Scope::Write, true).await;
+    let alice = user_token(f.server.db(), "alice", Scope::Write, true).await;
+    let bob = user_token(f.server.db(), "bob", Scope::Write, true).await;
     for (token, name) in [
         (&alice, "resnet-sweep-1"),
         (&alice, "bert-base"),
