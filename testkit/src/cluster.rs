@@ -7,6 +7,7 @@ use gpuplane_api::auth::Scope;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::{Job, JobStatus};
 use gpuplane_api::log::Logs;
+use gpuplane_api::paths::PREFIX;
 use gpuplane_server::config::ServerConfig;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -122,7 +123,7 @@ impl Cluster {
     /// Waits until `count` nodes are ONLINE.
     pub async fn wait_for_nodes(&self, count: usize) {
         eventually("nodes to come online", WAIT, || async {
-            let nodes: Value = self.get("/api/v1/nodes").await.1;
+            let nodes: Value = self.get("/nodes").await.1;
             let online = nodes["items"]
                 .as_array()
                 .unwrap()
@@ -134,10 +135,11 @@ impl Cluster {
         .await;
     }
 
+    /// `GET` an API path (`/jobs`: under `/api/v1`) with the cluster's user token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let response = self
             .http
-            .get(format!("{}{path}", self.server.url))
+            .get(format!("{}{PREFIX}{path}", self.server.url))
             .bearer_auth(&self.token)
             .send()
             .await
@@ -146,10 +148,11 @@ impl Cluster {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// `POST` JSON to an API path (under `/api/v1`) with the cluster's user token.
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let response = self
             .http
-            .post(format!("{}{path}", self.server.url))
+            .post(format!("{}{PREFIX}{path}", self.server.url))
             .bearer_auth(&self.token)
             .json(&body)
             .send()
@@ -161,13 +164,13 @@ impl Cluster {
 
     /// Submits a job spec; panics unless it is accepted.
     pub async fn submit(&self, spec: Value) -> Job {
-        let (status, body) = self.post("/api/v1/jobs", spec).await;
+        let (status, body) = self.post("/jobs", spec).await;
         assert_eq!(status, 201, "{body}");
         serde_json::from_value(body).unwrap()
     }
 
     pub async fn job(&self, id: &str) -> Job {
-        let (status, body) = self.get(&format!("/api/v1/jobs/{id}")).await;
+        let (status, body) = self.get(&format!("/jobs/{id}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body).unwrap()
     }
@@ -191,7 +194,7 @@ impl Cluster {
     }
 
     pub async fn logs(&self, id: &str, query: &str) -> Logs {
-        let (status, body) = self.get(&format!("/api/v1/jobs/{id}/logs?{query}")).await;
+        let (status, body) = self.get(&format!("/jobs/{id}/logs?{query}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body).unwrap()
     }
@@ -207,7 +210,7 @@ impl Cluster {
     }
 
     pub async fn events(&self, query: &str) -> Vec<Event> {
-        let (status, body) = self.get(&format!("/api/v1/events?{query}")).await;
+        let (status, body) = self.get(&format!("/events?{query}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value::<Page<Event>>(body).unwrap().items
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// The explanation of a failed job's run.
 async fn explain(cluster: &Cluster, job: &Job) -> Value {
-    let (status, body) = cluster.get(&format!("/api/v1/runs/{}/failure", job.run_id)).await;
+    let (status, body) = cluster.get(&format!("/runs/{}/failure", job.run_id)).await;
     assert_eq!(status, 200, "{body}");
     body
 }
@@ -64,9 +64,7 @@ async fn a_cuda_oom_is_explained_and_an_unchanged_retry_is_refused() {
     );
 
     // Retrying unchanged is refused with that advice; a changed field is queued.
-    let (status, body) = cluster
-        .post(&format!("/api/v1/jobs/{}/retry", job.id), json!({}))
-        .await;
+    let (status, body) = cluster.post(&format!("/jobs/{}/retry", job.id), json!({})).await;
     assert_eq!(status, 409, "{body}");
     assert!(
         body["error"]["message"].as_str().unwrap().contains("batch size"),
@@ -74,7 +72,7 @@ async fn a_cuda_oom_is_explained_and_an_unchanged_retry_is_refused() {
     );
     let (status, body) = cluster
         .post(
-            &format!("/api/v1/jobs/{}/retry", job.id),
+            &format!("/jobs/{}/retry", job.id),
             json!({"set": {"env.BATCH_SIZE": "16"}}),
         )
         .await;
@@ -149,9 +147,7 @@ async fn a_segfault_a_missing_working_dir_and_a_nan_loss_get_their_own_explanati
                 && e["value"] == "NaN"),
         "{explanation}"
     );
-    let (status, diagnosis) = cluster
-        .get(&format!("/api/v1/runs/{}/diagnosis", nan.run_id))
-        .await;
+    let (status, diagnosis) = cluster.get(&format!("/runs/{}/diagnosis", nan.run_id)).await;
     assert_eq!(status, 200, "{diagnosis}");
     let kinds: Vec<&str> = diagnosis["findings"]
         .as_array()
@@ -165,7 +161,7 @@ async fn a_segfault_a_missing_working_dir_and_a_nan_loss_get_their_own_explanati
 
 /// The kinds of a run's findings, in order.
 async fn findings(cluster: &Cluster, run_id: &str) -> Vec<String> {
-    let (status, diagnosis) = cluster.get(&format!("/api/v1/runs/{run_id}/diagnosis")).await;
+    let (status, diagnosis) = cluster.get(&format!("/runs/{run_id}/diagnosis")).await;
     assert_eq!(status, 200, "{diagnosis}");
     diagnosis["findings"]
         .as_array()
@@ -189,14 +185,12 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
         .submit(json!({"name": "long", "command": sh("echo starting; sleep 60")}))
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Running).await;
-    let (status, diagnosis) = cluster
-        .get(&format!("/api/v1/runs/{}/diagnosis", job.run_id))
-        .await;
+    let (status, diagnosis) = cluster.get(&format!("/runs/{}/diagnosis", job.run_id)).await;
     assert_eq!(status, 200, "{diagnosis}");
     assert_eq!(diagnosis["status"], "RUNNING");
     assert_eq!(diagnosis["failure"], Value::Null);
     assert_eq!(findings(&cluster, &job.run_id).await, Vec::<String>::new());
-    let (status, body) = cluster.get(&format!("/api/v1/runs/{}/failure", job.run_id)).await;
+    let (status, body) = cluster.get(&format!("/runs/{}/failure", job.run_id)).await;
     assert_eq!(status, 409, "{body}");
 
     // A loss that climbs, then nothing printed for a while, then a lost node.
@@ -205,7 +199,7 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
         .collect();
     let (status, body) = cluster
         .post(
-            &format!("/api/v1/runs/{}/metrics", job.run_id),
+            &format!("/runs/{}/metrics", job.run_id),
             json!({"batch_id": "rising", "points": points}),
         )
         .await;
@@ -222,13 +216,13 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
     })
     .await;
     agent.signal("CONT");
-    let (status, _) = cluster.get("/api/v1/runs/run_nope/failure").await;
+    let (status, _) = cluster.get("/runs/run_nope/failure").await;
     assert_eq!(status, 404);
 
     // A command that would wait for keyboard input is refused at submit.
     let (status, body) = cluster
         .post(
-            "/api/v1/jobs",
+            "/jobs",
             json!({"name": "repl", "command": ["python3", "-i", "train.py"]}),
         )
         .await;
@@ -266,7 +260,7 @@ async fn loss_trends_are_read_from_the_metrics() {
                 .collect(),
         ),
     ] {
-        let (status, run) = cluster.post("/api/v1/runs", json!({"name": name})).await;
+        let (status, run) = cluster.post("/runs", json!({"name": name})).await;
         assert_eq!(status, 201, "{run}");
         let run_id = run["id"].as_str().unwrap().to_string();
         let points: Vec<Value> = values
@@ -276,7 +270,7 @@ async fn loss_trends_are_read_from_the_metrics() {
             .collect();
         let (status, body) = cluster
             .post(
-                &format!("/api/v1/runs/{run_id}/metrics"),
+                &format!("/runs/{run_id}/metrics"),
                 json!({"batch_id": "b", "points": points}),
             )
             .await;
@@ -286,7 +280,7 @@ async fn loss_trends_are_read_from_the_metrics() {
     assert_eq!(findings(&cluster, &runs[0]).await, Vec::<String>::new());
     assert_eq!(findings(&cluster, &runs[1]).await, ["LOSS_FLAT"]);
     assert_eq!(findings(&cluster, &runs[2]).await, ["LOSS_DIVERGING"]);
-    let (_, diagnosis) = cluster.get(&format!("/api/v1/runs/{}/diagnosis", runs[3])).await;
+    let (_, diagnosis) = cluster.get(&format!("/runs/{}/diagnosis", runs[3])).await;
     assert_eq!(diagnosis["findings"][0]["kind"], "LOSS_NAN");
     assert_eq!(
         diagnosis["findings"][0]["summary"],

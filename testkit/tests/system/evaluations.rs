@@ -30,7 +30,7 @@ fn checkpoint(dir: &std::path::Path, name: &str) -> String {
 async fn evaluate(cluster: &Cluster, run_id: &str, path: &str, script: &str) -> (u16, Value) {
     cluster
         .post(
-            "/api/v1/evaluations",
+            "/evaluations",
             json!({"run_id": run_id, "checkpoint": path, "command": sh(script)}),
         )
         .await
@@ -59,20 +59,17 @@ printf '{"metrics": {"accuracy": 0.91, "loss": "NaN"}}' > "$GPUCTL_EVAL_OUTPUT""
     let job = cluster.wait_for(job_id, JobStatus::Succeeded).await;
     assert_eq!(job.kind.as_str(), "EVALUATE");
     assert_eq!(job.attempts[0].node, "other", "the checkpoint's node runs it");
-    let (_, shown) = cluster.get(&format!("/api/v1/evaluations/{job_id}")).await;
+    let (_, shown) = cluster.get(&format!("/evaluations/{job_id}")).await;
     assert_eq!(shown["status"], "SUCCEEDED");
     assert_eq!(shown["metrics"], json!({"accuracy": 0.91, "loss": "NaN"}));
 
     // The metrics are the evaluated run's, under eval/, at the checkpoint's step.
     let (_, accuracy) = cluster
-        .get(&format!(
-            "/api/v1/runs/{}/metrics?key=eval/accuracy",
-            trained.run_id
-        ))
+        .get(&format!("/runs/{}/metrics?key=eval/accuracy", trained.run_id))
         .await;
     assert_eq!(accuracy["points"][0]["step"], 200);
     assert_eq!(accuracy["points"][0]["value"], 0.91);
-    let (_, run) = cluster.get(&format!("/api/v1/runs/{}", trained.run_id)).await;
+    let (_, run) = cluster.get(&format!("/runs/{}", trained.run_id)).await;
     assert_eq!(run["latest"]["eval/loss"]["value"], "NaN");
     assert_eq!(run["latest"]["eval/loss"]["step"], 200);
 
@@ -86,7 +83,7 @@ printf '{"metrics": {"accuracy": 0.91, "loss": "NaN"}}' > "$GPUCTL_EVAL_OUTPUT""
         .await;
     let (status, run) = cluster
         .post(
-            &format!("/api/v1/runs/{}/primary-metric", trained.run_id),
+            &format!("/runs/{}/primary-metric", trained.run_id),
             json!({"key": "eval/accuracy", "goal": "max"}),
         )
         .await;
@@ -94,7 +91,7 @@ printf '{"metrics": {"accuracy": 0.91, "loss": "NaN"}}' > "$GPUCTL_EVAL_OUTPUT""
     assert_eq!(run["primary_metric"]["best"], json!({"step": 100, "value": 0.95}));
     assert_eq!(run["primary_metric"]["best_checkpoint"], earlier.as_str());
     let (_, checkpoints) = cluster
-        .get(&format!("/api/v1/runs/{}/checkpoints", trained.run_id))
+        .get(&format!("/runs/{}/checkpoints", trained.run_id))
         .await;
     let marks: Vec<(i64, bool, Value)> = checkpoints["items"]
         .as_array()
@@ -111,7 +108,7 @@ printf '{"metrics": {"accuracy": 0.91, "loss": "NaN"}}' > "$GPUCTL_EVAL_OUTPUT""
     assert_eq!(marks, [(200, false, json!(0.91)), (100, true, json!(0.95))]);
 
     let (_, listed) = cluster
-        .get(&format!("/api/v1/evaluations?run_id={}", trained.run_id))
+        .get(&format!("/evaluations?run_id={}", trained.run_id))
         .await;
     assert_eq!(listed["items"].as_array().unwrap().len(), 2);
     assert_eq!(listed["items"][1]["job_id"], job_id, "newest first");
@@ -165,7 +162,7 @@ async fn bad_results_fail_with_evaluation_result_invalid_saying_exactly_what_was
         assert!(detail.starts_with(&expected), "{detail}\nexpected: {expected}");
         assert_eq!(job.attempts.len(), 1, "an invalid result is not retried");
 
-        let (_, explanation) = cluster.get(&format!("/api/v1/runs/{}/failure", job.run_id)).await;
+        let (_, explanation) = cluster.get(&format!("/runs/{}/failure", job.run_id)).await;
         assert_eq!(explanation["rule"], "evaluation-invalid");
         assert!(
             explanation["summary"].as_str().unwrap().contains(&expected),
@@ -173,7 +170,7 @@ async fn bad_results_fail_with_evaluation_result_invalid_saying_exactly_what_was
         );
     }
     // Nothing partial reached the run.
-    let (_, run) = cluster.get(&format!("/api/v1/runs/{}", trained.run_id)).await;
+    let (_, run) = cluster.get(&format!("/runs/{}", trained.run_id)).await;
     assert!(
         run["latest"]
             .as_object()
@@ -229,12 +226,12 @@ async fn shared_unknown_and_foreign_checkpoints_are_refused() {
     let alone = train(&cluster, &own, "box").await;
     let (status, body) = cluster
         .post(
-            "/api/v1/evaluations",
+            "/evaluations",
             json!({"run_id": alone.run_id, "checkpoint": checkpoint(&own, "step_100.pt"), "command": []}),
         )
         .await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["details"][0]["field"], "command");
-    let (status, body) = cluster.get("/api/v1/evaluations/job_nope").await;
+    let (status, body) = cluster.get("/evaluations/job_nope").await;
     assert_eq!(status, 404, "{body}");
 }

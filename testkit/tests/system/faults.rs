@@ -84,7 +84,7 @@ async fn a_cut_shorter_than_the_grace_period_loses_nothing() {
 
     agent.signal("STOP"); // the agent goes silent; its job keeps running
     eventually("the node to go OFFLINE", gpuplane_testkit::WAIT, || async {
-        let (_, nodes) = cluster.get("/api/v1/nodes").await;
+        let (_, nodes) = cluster.get("/nodes").await;
         (nodes["items"][0]["status"] == "OFFLINE").then_some(())
     })
     .await;

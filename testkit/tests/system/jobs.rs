@@ -98,10 +98,7 @@ async fn the_job_token_is_an_sdk_token_limited_to_its_run_and_revoked_at_the_end
     assert_eq!(jobs.status(), 403);
 
     let (status, _) = cluster
-        .post(
-            &format!("/api/v1/jobs/{}/cancel", job.id),
-            json!({"confirm": true}),
-        )
+        .post(&format!("/jobs/{}/cancel", job.id), json!({"confirm": true}))
         .await;
     assert_eq!(status, 200);
     cluster.wait_for(&job.id, JobStatus::Cancelled).await;
@@ -281,11 +278,11 @@ async fn the_full_log_of_an_offline_agent_is_a_clear_503() {
     cluster.wait_for(&job.id, JobStatus::Succeeded).await;
     agent.kill();
     gpuplane_testkit::eventually("the node to go OFFLINE", gpuplane_testkit::WAIT, || async {
-        let (_, nodes) = cluster.get("/api/v1/nodes").await;
+        let (_, nodes) = cluster.get("/nodes").await;
         (nodes["items"][0]["status"] == "OFFLINE").then_some(())
     })
     .await;
-    let (status, body) = cluster.get(&format!("/api/v1/jobs/{}/logs/full", job.id)).await;
+    let (status, body) = cluster.get(&format!("/jobs/{}/logs/full", job.id)).await;
     assert_eq!(status, 503);
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("the agent on box is offline"), "{message}");

@@ -127,9 +127,7 @@ async fn cancel_needs_confirmation_then_stops_the_job() {
     .await;
 
     for body in [json!({}), json!({"confirm": false})] {
-        let (status, error) = cluster
-            .post(&format!("/api/v1/jobs/{}/cancel", stubborn.id), body)
-            .await;
+        let (status, error) = cluster.post(&format!("/jobs/{}/cancel", stubborn.id), body).await;
         assert_eq!(status, 422, "{error}");
         assert_eq!(error["error"]["details"][0]["field"], "confirm");
     }
@@ -140,10 +138,7 @@ async fn cancel_needs_confirmation_then_stops_the_job() {
     );
 
     let (status, _) = cluster
-        .post(
-            &format!("/api/v1/jobs/{}/cancel", stubborn.id),
-            json!({"confirm": true}),
-        )
+        .post(&format!("/jobs/{}/cancel", stubborn.id), json!({"confirm": true}))
         .await;
     assert_eq!(status, 200);
     let job = cluster.wait_for(&stubborn.id, JobStatus::Cancelled).await;
@@ -161,22 +156,16 @@ async fn cancel_needs_confirmation_then_stops_the_job() {
         .submit(json!({"name": "never", "resources": {"gpu": 8}, "command": ["true"]}))
         .await;
     let (status, body) = cluster
-        .post(
-            &format!("/api/v1/jobs/{}/cancel", queued.id),
-            json!({"confirm": true}),
-        )
+        .post(&format!("/jobs/{}/cancel", queued.id), json!({"confirm": true}))
         .await;
     assert_eq!(status, 200);
     assert_eq!(body["status"], "CANCELLED");
     let (status, body) = cluster
-        .post(
-            &format!("/api/v1/jobs/{}/cancel", queued.id),
-            json!({"confirm": true}),
-        )
+        .post(&format!("/jobs/{}/cancel", queued.id), json!({"confirm": true}))
         .await;
     assert_eq!(status, 409, "{body}");
     let (status, _) = cluster
-        .post("/api/v1/jobs/job_nonexistent/cancel", json!({"confirm": true}))
+        .post("/jobs/job_nonexistent/cancel", json!({"confirm": true}))
         .await;
     assert_eq!(status, 404);
 }
@@ -220,9 +209,7 @@ async fn failed_jobs_retry_automatically_after_their_cooldown_and_by_hand() {
         .submit(json!({"name": "once", "command": sh("exit 1")}))
         .await;
     cluster.wait_for(&once.id, JobStatus::Failed).await;
-    let (status, body) = cluster
-        .post(&format!("/api/v1/jobs/{}/retry", once.id), json!({}))
-        .await;
+    let (status, body) = cluster.post(&format!("/jobs/{}/retry", once.id), json!({})).await;
     assert_eq!(status, 200, "{body}");
     let again = cluster
         .wait_until(&once.id, "the second attempt to fail", |job| {
@@ -233,7 +220,7 @@ async fn failed_jobs_retry_automatically_after_their_cooldown_and_by_hand() {
 
     // Succeeded jobs are not retried.
     let (status, _) = cluster
-        .post(&format!("/api/v1/jobs/{}/retry", flaky.id), json!({}))
+        .post(&format!("/jobs/{}/retry", flaky.id), json!({}))
         .await;
     assert_eq!(status, 409);
     let kinds: Vec<EventKind> = cluster.events("").await.iter().map(|e| e.kind).collect();
@@ -245,7 +232,7 @@ async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
     let cluster = Cluster::start().await;
     let (status, body) = cluster
         .post(
-            "/api/v1/jobs",
+            "/jobs",
             json!({
                 "name": "", "command": [], "working_dir": "relative", "runner": "docker",
                 "resources": {"gpu": -1}, "priority": 4611686018427387905_i64, "max_attempts": 0,
@@ -273,10 +260,7 @@ async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
     );
 
     let (status, body) = cluster
-        .post(
-            "/api/v1/jobs",
-            json!({"name": "x", "command": ["true"], "gpus": 1}),
-        )
+        .post("/jobs", json!({"name": "x", "command": ["true"], "gpus": 1}))
         .await;
     assert_eq!(status, 422);
     assert_eq!(
@@ -285,7 +269,7 @@ async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
     );
     let (status, body) = cluster
         .post(
-            "/api/v1/jobs",
+            "/jobs",
             json!({"name": "x", "command": ["true"], "priority": 9223372036854775808_u64}),
         )
         .await;
@@ -293,7 +277,7 @@ async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
     assert_eq!(body["error"]["details"][0]["field"], "priority");
     let (status, body) = cluster
         .post(
-            "/api/v1/jobs",
+            "/jobs",
             json!({"name": "x", "command": ["true"], "project": "nope"}),
         )
         .await;
@@ -301,10 +285,10 @@ async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
     assert_eq!(body["error"]["details"][0]["field"], "project");
 
     for query in ["limit=0", "limit=-1", "before=4611686018427387905", "status=DONE"] {
-        let (status, body) = cluster.get(&format!("/api/v1/jobs?{query}")).await;
+        let (status, body) = cluster.get(&format!("/jobs?{query}")).await;
         assert_eq!(status, 422, "{query}: {body}");
     }
-    let (status, body) = cluster.get("/api/v1/jobs/job_x/logs?tail=0").await;
+    let (status, body) = cluster.get("/jobs/job_x/logs?tail=0").await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["error"]["details"][0]["field"], "tail");
 
@@ -334,7 +318,7 @@ async fn lists_page_with_a_cursor() {
                 .id,
         );
     }
-    let (_, first) = cluster.get("/api/v1/jobs?limit=2").await;
+    let (_, first) = cluster.get("/jobs?limit=2").await;
     let names: Vec<&str> = first["items"]
         .as_array()
         .unwrap()
@@ -343,9 +327,7 @@ async fn lists_page_with_a_cursor() {
         .collect();
     assert_eq!(names, ["j4", "j3"]);
     let cursor = first["next_before"].as_i64().unwrap();
-    let (_, second) = cluster
-        .get(&format!("/api/v1/jobs?limit=2&before={cursor}"))
-        .await;
+    let (_, second) = cluster.get(&format!("/jobs?limit=2&before={cursor}")).await;
     let names: Vec<&str> = second["items"]
         .as_array()
         .unwrap()
@@ -353,7 +335,7 @@ async fn lists_page_with_a_cursor() {
         .map(|j| j["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["j2", "j1"]);
-    let (_, queued) = cluster.get("/api/v1/jobs?status=QUEUED&limit=10").await;
+    let (_, queued) = cluster.get("/jobs?status=QUEUED&limit=10").await;
     assert_eq!(queued["items"].as_array().unwrap().len(), 5);
     assert_eq!(queued["next_before"], serde_json::Value::Null);
 }

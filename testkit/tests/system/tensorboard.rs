@@ -16,9 +16,7 @@ fn fixture(name: &str) -> String {
 
 async fn series(cluster: &Cluster, run_id: &str, key: &str) -> Vec<(i64, Value)> {
     let (status, body) = cluster
-        .get(&format!(
-            "/api/v1/runs/{run_id}/metrics?key={key}&max_points=100000"
-        ))
+        .get(&format!("/runs/{run_id}/metrics?key={key}&max_points=100000"))
         .await;
     assert_eq!(status, 200, "{body}");
     body["points"]
@@ -61,7 +59,7 @@ async fn event_files_in_watch_dirs_become_metrics_with_non_finite_values_kept() 
     let done = cluster.wait_for(&tensor.id, JobStatus::Succeeded).await;
     let loss = series(&cluster, &done.run_id, "train/loss").await;
     assert_eq!(loss.len(), 100, "both files: 50 simple + 50 tensor");
-    let (_, run) = cluster.get(&format!("/api/v1/runs/{}", done.run_id)).await;
+    let (_, run) = cluster.get(&format!("/runs/{}", done.run_id)).await;
     assert_eq!(run["latest"]["eval/accuracy"]["step"], 49);
     let events = cluster
         .events(&format!("run_id={}&kind=LOSS_NAN", done.run_id))
@@ -94,9 +92,7 @@ async fn checkpoints_are_recorded_with_their_step_and_shared_paths_are_marked() 
     let alone = cluster.submit(write(&own, "alone")).await;
     let alone = cluster.wait_for(&alone.id, JobStatus::Succeeded).await;
 
-    let (_, listed) = cluster
-        .get(&format!("/api/v1/runs/{}/checkpoints", first.run_id))
-        .await;
+    let (_, listed) = cluster.get(&format!("/runs/{}/checkpoints", first.run_id)).await;
     let checkpoint = &listed["items"][0];
     assert_eq!(
         checkpoint["path"],
@@ -105,9 +101,7 @@ async fn checkpoints_are_recorded_with_their_step_and_shared_paths_are_marked() 
     assert_eq!(checkpoint["step"], 1200);
     assert_eq!(checkpoint["size"], 2048);
     assert_eq!(checkpoint["shared_with"], json!([second.run_id]));
-    let (_, listed) = cluster
-        .get(&format!("/api/v1/runs/{}/checkpoints", alone.run_id))
-        .await;
+    let (_, listed) = cluster.get(&format!("/runs/{}/checkpoints", alone.run_id)).await;
     assert_eq!(listed["items"][0]["shared_with"], json!([]));
     let no_metrics = cluster
         .events(&format!("job_id={}&kind=NO_METRICS", alone.id))
