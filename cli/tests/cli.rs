@@ -3,37 +3,10 @@
 
 use expect_test::expect;
 use gpuplane_api::auth::Scope;
+use gpuplane_testkit::gpuctl::{gpuctl, json, stderr, stdout};
 use gpuplane_testkit::{agent_token, eventually, start_server, user_token};
 use serde_json::Value;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-
-const GPUCTL: &str = env!("CARGO_BIN_EXE_gpuctl");
-
-/// `gpuctl` with a private home and no credentials from the environment.
-fn gpuctl(home: &Path, args: &[&str]) -> Output {
-    Command::new(GPUCTL)
-        .args(args)
-        .env("GPUCTL_HOME", home)
-        .env_remove("GPUCTL_SERVER")
-        .env_remove("GPUCTL_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).to_string()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).to_string()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(output)))
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn whoami_for_people_and_programs() {

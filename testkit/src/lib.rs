@@ -8,6 +8,7 @@
 //! real agents, faults) are this crate's own tests, in `tests/system/`.
 
 pub mod cluster;
+pub mod gpuctl;
 pub mod http;
 
 pub use http::TestServer;

@@ -2,6 +2,7 @@
 //! agent process: what people read, what scripts parse, and exit codes.
 
 use gpuplane_api::auth::Scope;
+use gpuplane_testkit::gpuctl;
 use gpuplane_testkit::{WAIT, agent_token, binary, eventually, start_server_with, user_token};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -61,12 +62,10 @@ impl Env {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(binary("gpuctl"))
+        gpuctl::command(self.home.path())
             .args(args)
-            .env("GPUCTL_HOME", self.home.path())
             .env("GPUCTL_SERVER", &self.server.url)
             .env("GPUCTL_TOKEN", &self.token)
-            .stdin(Stdio::null())
             .output()
             .unwrap()
     }
@@ -74,8 +73,7 @@ impl Env {
     fn json(&self, args: &[&str]) -> Value {
         // Before the arguments: after `--`, `--json` would belong to the job's command.
         let output = self.run(&[&["--json"], args].concat());
-        serde_json::from_slice(&output.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&output.stdout), text(&output.stderr)))
+        gpuctl::json(&output)
     }
 
     async fn wait_status(&self, job_id: &str, status: &str) -> Value {
