@@ -1,6 +1,7 @@
 //! A test cluster: a real server (in this process, on a free port, over a
 //! temporary SQLite file) and real agent processes with simulated GPUs.
 
+use crate::http::answer;
 use crate::{WAIT, agent_token, binary, eventually, start_server_with, user_token};
 use gpuplane_api::Page;
 use gpuplane_api::auth::Scope;
@@ -144,8 +145,8 @@ impl Cluster {
             .send()
             .await
             .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        let (status, body) = answer(response).await;
+        (status.as_u16(), body)
     }
 
     /// `POST` JSON to an API path (under `/api/v1`) with the cluster's user token.
@@ -158,8 +159,8 @@ impl Cluster {
             .send()
             .await
             .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        let (status, body) = answer(response).await;
+        (status.as_u16(), body)
     }
 
     /// Submits a job spec; panics unless it is accepted.

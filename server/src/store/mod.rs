@@ -84,9 +84,3 @@ impl From<sqlx::Error> for Error {
         }
     }
 }
-
-impl From<serde_json::Error> for Error {
-    fn from(error: serde_json::Error) -> Self {
-        Error::Internal(error.into())
-    }
-}
