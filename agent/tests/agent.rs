@@ -172,7 +172,7 @@ async fn an_agent_waits_for_a_server_that_is_not_up_yet() {
         .port();
     let url = format!("http://127.0.0.1:{port}");
     let mut config = gpuplane_server::config::ServerConfig::with_defaults(dir.path().to_path_buf());
-    config.bind = format!("127.0.0.1:{port}").parse().unwrap();
+    config.settings.bind = format!("127.0.0.1:{port}").parse().unwrap();
     // Tokens are created before the server runs, on its data dir, as an operator would.
     std::fs::create_dir_all(dir.path()).unwrap();
     let db = gpuplane_server::store::open(dir.path()).await.unwrap();

@@ -102,7 +102,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
 
     // The same shape through the real server: SQLite load, plan, apply.
     let dir = tempfile::tempdir()?;
-    let server = start_server_with(dir.path(), |config| config.cpu_slots_per_node = 4).await;
+    let server = start_server_with(dir.path(), |config| config.settings.cpu_slots_per_node = 4).await;
     let state = server.state.clone();
     let user = gpuplane_server::admin::create_user(&state.db, "bench", "bench-password", true).await?;
     let user = gpuplane_server::identity::access::Principal {

@@ -45,121 +45,160 @@ pub enum Command {
     Config(ConfigCommand),
 }
 
-/// Every setting of `serve`: a flag (`--heartbeat-interval-ms`), a
-/// `GPUPLANE_` variable and a config-file key of the same name (with `_`).
-/// Every field is optional: a layer sets only what it names.
-#[derive(Debug, Default, Clone, Args, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {
-    /// Address to listen on.
-    #[arg(long, env = "GPUPLANE_BIND", value_name = "HOST:PORT")]
-    pub bind: Option<SocketAddr>,
+/// Declares every setting once. `defaulted` settings have their default
+/// in `gpuplane.example.toml`; `optional` ones may stay unset. From the list
+/// come [`Settings`] (every field optional: one layer, a flag, a
+/// `GPUPLANE_` variable and a config-file key each) and [`SettingValues`]
+/// (the merged layers, defaulted settings plain).
+macro_rules! settings {
+    (
+        defaulted { $( $(#[$dmeta:meta])* $dname:ident: $dty:ty, )* }
+        optional { $( $(#[$ometa:meta])* $oname:ident: $oty:ty, )* }
+    ) => {
+        /// Every setting of `serve`: a flag (`--heartbeat-interval-ms`), a
+        /// `GPUPLANE_` variable and a config-file key of the same name (with `_`).
+        /// Every field is optional: a layer sets only what it names.
+        #[derive(Debug, Default, Clone, Args, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct Settings {
+            $( $(#[$dmeta])* pub $dname: Option<$dty>, )*
+            $( $(#[$ometa])* pub $oname: Option<$oty>, )*
+        }
 
-    /// URL users and jobs reach this server at (default: http://BIND).
-    #[arg(long, env = "GPUPLANE_PUBLIC_URL", value_name = "URL")]
-    pub public_url: Option<String>,
+        /// Every setting after all layers (see [`Settings`] for what each means).
+        #[derive(Debug, Clone)]
+        pub struct SettingValues {
+            $( pub $dname: $dty, )*
+            $( pub $oname: Option<$oty>, )*
+        }
 
-    /// Directory with the console's static files and wasm bundle (default: ../site next to the binary).
-    #[arg(long, env = "GPUPLANE_SITE_ROOT", value_name = "DIR")]
-    pub site_root: Option<PathBuf>,
+        impl SettingValues {
+            /// The defaults with `settings` overlaid; a defaulted setting
+            /// without a value is an error.
+            pub fn resolve(settings: Settings) -> anyhow::Result<SettingValues> {
+                let s = Settings::defaults()?.overlaid(settings)?;
+                Ok(SettingValues {
+                    $( $dname: defaulted(s.$dname, stringify!($dname))?, )*
+                    $( $oname: s.$oname, )*
+                })
+            }
+        }
+    };
+}
 
-    /// How often agents send a heartbeat, in milliseconds.
-    #[arg(long, env = "GPUPLANE_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
-    pub heartbeat_interval_ms: Option<u64>,
+settings! {
+    defaulted {
+        /// Address to listen on.
+        #[arg(long, env = "GPUPLANE_BIND", value_name = "HOST:PORT")]
+        bind: SocketAddr,
 
-    /// A node with no heartbeat for this long turns OFFLINE, in milliseconds.
-    #[arg(long, env = "GPUPLANE_NODE_TIMEOUT_MS", value_name = "MS")]
-    pub node_timeout_ms: Option<u64>,
+        /// How often agents send a heartbeat, in milliseconds.
+        #[arg(long, env = "GPUPLANE_HEARTBEAT_INTERVAL_MS", value_name = "MS")]
+        heartbeat_interval_ms: u64,
 
-    /// How long after going OFFLINE a node's running jobs turn LOST, in milliseconds.
-    #[arg(long, env = "GPUPLANE_LOST_GRACE_MS", value_name = "MS")]
-    pub lost_grace_ms: Option<u64>,
+        /// A node with no heartbeat for this long turns OFFLINE, in milliseconds.
+        #[arg(long, env = "GPUPLANE_NODE_TIMEOUT_MS", value_name = "MS")]
+        node_timeout_ms: u64,
 
-    /// Time between SIGTERM and SIGKILL when a job is cancelled, in milliseconds.
-    #[arg(long, env = "GPUPLANE_CANCEL_GRACE_MS", value_name = "MS")]
-    pub cancel_grace_ms: Option<u64>,
+        /// How long after going OFFLINE a node's running jobs turn LOST, in milliseconds.
+        #[arg(long, env = "GPUPLANE_LOST_GRACE_MS", value_name = "MS")]
+        lost_grace_ms: u64,
 
-    /// How many cpu_only-lane (gpu = 0) jobs may run at once on one node.
-    #[arg(long, env = "GPUPLANE_CPU_SLOTS_PER_NODE", value_name = "N")]
-    pub cpu_slots_per_node: Option<u32>,
+        /// Time between SIGTERM and SIGKILL when a job is cancelled, in milliseconds.
+        #[arg(long, env = "GPUPLANE_CANCEL_GRACE_MS", value_name = "MS")]
+        cancel_grace_ms: u64,
 
-    /// Newest output lines kept per stream of each attempt (the agent keeps the whole file).
-    #[arg(long, env = "GPUPLANE_LOG_TAIL_LINES", value_name = "N")]
-    pub log_tail_lines: Option<i64>,
+        /// How many cpu_only-lane (gpu = 0) jobs may run at once on one node.
+        #[arg(long, env = "GPUPLANE_CPU_SLOTS_PER_NODE", value_name = "N")]
+        cpu_slots_per_node: u32,
 
-    /// A console session unused for this long ends, in milliseconds.
-    #[arg(long, env = "GPUPLANE_SESSION_IDLE_MS", value_name = "MS")]
-    pub session_idle_ms: Option<u64>,
+        /// Newest output lines kept per stream of each attempt (the agent keeps the whole file).
+        #[arg(long, env = "GPUPLANE_LOG_TAIL_LINES", value_name = "N")]
+        log_tail_lines: i64,
 
-    /// A console session ends this long after sign-in whatever its use, in milliseconds.
-    #[arg(long, env = "GPUPLANE_SESSION_MAX_MS", value_name = "MS")]
-    pub session_max_ms: Option<u64>,
+        /// A console session unused for this long ends, in milliseconds.
+        #[arg(long, env = "GPUPLANE_SESSION_IDLE_MS", value_name = "MS")]
+        session_idle_ms: u64,
 
-    /// The polling interval `gpuctl login --device-flow` is asked to keep, in seconds.
-    #[arg(long, env = "GPUPLANE_DEVICE_POLL_INTERVAL_S", value_name = "S")]
-    pub device_poll_interval_s: Option<u64>,
+        /// A console session ends this long after sign-in whatever its use, in milliseconds.
+        #[arg(long, env = "GPUPLANE_SESSION_MAX_MS", value_name = "MS")]
+        session_max_ms: u64,
 
-    /// Metric keys whose first NaN/±Inf raises a LOSS_NAN event (a glob with `*`).
-    #[arg(long, env = "GPUPLANE_LOSS_PATTERN")]
-    pub loss_pattern: Option<String>,
+        /// The polling interval `gpuctl login --device-flow` is asked to keep, in seconds.
+        #[arg(long, env = "GPUPLANE_DEVICE_POLL_INTERVAL_S", value_name = "S")]
+        device_poll_interval_s: u64,
 
-    /// A running job silent this long gets a NO_OUTPUT finding in its diagnosis, in seconds.
-    #[arg(long, env = "GPUPLANE_SILENCE_WARNING_S", value_name = "S")]
-    pub silence_warning_s: Option<u64>,
+        /// Metric keys whose first NaN/±Inf raises a LOSS_NAN event (a glob with `*`).
+        #[arg(long, env = "GPUPLANE_LOSS_PATTERN")]
+        loss_pattern: String,
 
-    /// Server-sent event streams end after this long, in seconds; clients reconnect and resume.
-    #[arg(long, env = "GPUPLANE_STREAM_MAX_S", value_name = "S")]
-    pub stream_max_s: Option<u64>,
+        /// A running job silent this long gets a NO_OUTPUT finding in its diagnosis, in seconds.
+        #[arg(long, env = "GPUPLANE_SILENCE_WARNING_S", value_name = "S")]
+        silence_warning_s: u64,
 
-    /// A notice shown on the console's dashboard and by `gpuctl status` (planned maintenance).
-    #[arg(long, env = "GPUPLANE_MAINTENANCE_MESSAGE", value_name = "TEXT")]
-    pub maintenance_message: Option<String>,
+        /// Server-sent event streams end after this long, in seconds; clients reconnect and resume.
+        #[arg(long, env = "GPUPLANE_STREAM_MAX_S", value_name = "S")]
+        stream_max_s: u64,
 
-    /// SSO: the OpenID Connect issuer URL (enables "Sign in with SSO").
-    #[arg(long, env = "GPUPLANE_OIDC_ISSUER", value_name = "URL")]
-    pub oidc_issuer: Option<String>,
+        /// Tokens issued by `gpuctl login` (device login) expire after this many days.
+        #[arg(long, env = "GPUPLANE_DEVICE_TOKEN_DAYS", value_name = "DAYS")]
+        device_token_days: u64,
 
-    /// SSO: this server's client id at the provider.
-    #[arg(long, env = "GPUPLANE_OIDC_CLIENT_ID")]
-    pub oidc_client_id: Option<String>,
+        /// Live streams (SSE) one user, and one token, may hold open at once; more answer 429.
+        #[arg(long, env = "GPUPLANE_MAX_STREAMS_PER_USER", value_name = "N")]
+        max_streams_per_user: u32,
+    }
+    optional {
+        /// URL users and jobs reach this server at (default: http://BIND).
+        #[arg(long, env = "GPUPLANE_PUBLIC_URL", value_name = "URL")]
+        public_url: String,
 
-    /// SSO: the client secret (prefer the environment or the config file to a flag).
-    #[arg(long, env = "GPUPLANE_OIDC_CLIENT_SECRET", hide_env_values = true)]
-    pub oidc_client_secret: Option<String>,
+        /// Directory with the console's static files and wasm bundle (default: ../site next to the binary).
+        #[arg(long, env = "GPUPLANE_SITE_ROOT", value_name = "DIR")]
+        site_root: PathBuf,
 
-    /// SSO: email domains allowed to sign in, comma-separated (default: any).
-    #[arg(long, env = "GPUPLANE_OIDC_ALLOWED_DOMAINS", value_delimiter = ',')]
-    pub oidc_allowed_domains: Option<Vec<String>>,
+        /// A notice shown on the console's dashboard and by `gpuctl status` (planned maintenance).
+        #[arg(long, env = "GPUPLANE_MAINTENANCE_MESSAGE", value_name = "TEXT")]
+        maintenance_message: String,
 
-    /// SSO: the provider's name on the sign-in button.
-    #[arg(long, env = "GPUPLANE_OIDC_NAME")]
-    pub oidc_name: Option<String>,
+        /// SSO: the OpenID Connect issuer URL (enables "Sign in with SSO").
+        #[arg(long, env = "GPUPLANE_OIDC_ISSUER", value_name = "URL")]
+        oidc_issuer: String,
 
-    /// SSO: let anyone the provider knows sign in when no domain is allowed
-    /// (without it, SSO with no `oidc_allowed_domains` refuses to start).
-    #[arg(long, env = "GPUPLANE_OIDC_ALLOW_ANY_DOMAIN", value_name = "BOOL")]
-    pub oidc_allow_any_domain: Option<bool>,
+        /// SSO: this server's client id at the provider.
+        #[arg(long, env = "GPUPLANE_OIDC_CLIENT_ID")]
+        oidc_client_id: String,
 
-    /// SSO: the role a new SSO user gets in the `default` project: none, viewer or editor (default none).
-    #[arg(long, env = "GPUPLANE_OIDC_NEW_USER_ROLE", value_name = "ROLE")]
-    pub oidc_new_user_role: Option<String>,
+        /// SSO: the client secret (prefer the environment or the config file to a flag).
+        #[arg(long, env = "GPUPLANE_OIDC_CLIENT_SECRET", hide_env_values = true)]
+        oidc_client_secret: String,
 
-    /// Tokens issued by `gpuctl login` (device login) expire after this many days.
-    #[arg(long, env = "GPUPLANE_DEVICE_TOKEN_DAYS", value_name = "DAYS")]
-    pub device_token_days: Option<u64>,
+        /// SSO: email domains allowed to sign in, comma-separated (default: any).
+        #[arg(long, env = "GPUPLANE_OIDC_ALLOWED_DOMAINS", value_delimiter = ',')]
+        oidc_allowed_domains: Vec<String>,
 
-    /// Live streams (SSE) one user, and one token, may hold open at once; more answer 429.
-    #[arg(long, env = "GPUPLANE_MAX_STREAMS_PER_USER", value_name = "N")]
-    pub max_streams_per_user: Option<u32>,
+        /// SSO: the provider's name on the sign-in button.
+        #[arg(long, env = "GPUPLANE_OIDC_NAME")]
+        oidc_name: String,
 
-    /// Proxies whose `X-Forwarded-For` is believed for sign-in limits, comma-separated addresses.
-    #[arg(
-        long,
-        env = "GPUPLANE_TRUSTED_PROXIES",
-        value_delimiter = ',',
-        value_name = "IP"
-    )]
-    pub trusted_proxies: Option<Vec<IpAddr>>,
+        /// SSO: let anyone the provider knows sign in when no domain is allowed
+        /// (without it, SSO with no `oidc_allowed_domains` refuses to start).
+        #[arg(long, env = "GPUPLANE_OIDC_ALLOW_ANY_DOMAIN", value_name = "BOOL")]
+        oidc_allow_any_domain: bool,
+
+        /// SSO: the role a new SSO user gets in the `default` project: none, viewer or editor (default none).
+        #[arg(long, env = "GPUPLANE_OIDC_NEW_USER_ROLE", value_name = "ROLE")]
+        oidc_new_user_role: String,
+
+        /// Proxies whose `X-Forwarded-For` is believed for sign-in limits, comma-separated addresses.
+        #[arg(
+            long,
+            env = "GPUPLANE_TRUSTED_PROXIES",
+            value_delimiter = ',',
+            value_name = "IP"
+        )]
+        trusted_proxies: Vec<IpAddr>,
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -223,27 +262,24 @@ pub enum ConfigCommand {
 pub const EXAMPLE_CONFIG: &str = include_str!("../gpuplane.example.toml");
 pub const CONFIG_FILE: &str = "gpuplane.toml";
 
-/// Everything `serve` needs, resolved from every layer.
+/// Everything `serve` needs: every setting's value, and the forms the
+/// server uses derived from them. A new setting needs no field here: its
+/// value is in [`ServerConfig::settings`].
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
-    pub bind: SocketAddr,
-    pub public_url: Option<String>,
+    pub settings: SettingValues,
     pub site_root: PathBuf,
     pub heartbeat_interval: Duration,
     pub node_timeout: Duration,
     pub lost_grace: Duration,
     pub cancel_grace: Duration,
-    pub cpu_slots_per_node: u32,
-    pub log_tail_lines: i64,
     pub session_idle: Duration,
     pub session_max: Duration,
     /// The polling interval the device flow asks clients for.
     pub device_poll_interval: Duration,
     /// Single sign-on, when configured.
     pub sso: Option<SsoConfig>,
-    /// Metric keys whose first non-finite value raises LOSS_NAN (a glob).
-    pub loss_pattern: String,
     /// Output silence of a running job that its diagnosis reports (NO_OUTPUT).
     pub silence_warning: Duration,
     /// How long metric compaction waits after ingest before it looks (not
@@ -255,8 +291,6 @@ pub struct ServerConfig {
     pub maintenance_message: Option<String>,
     /// How long a token issued by device login lives.
     pub device_token_lifetime: Duration,
-    /// Open live streams allowed per user and per token.
-    pub max_streams_per_user: u32,
     /// Peers whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<IpAddr>,
 }
@@ -294,81 +328,72 @@ impl ServerConfig {
     /// Layers `settings` (the file, then flags and environment, already
     /// overlaid) over the defaults, and checks the result.
     pub fn resolve(data_dir: PathBuf, settings: Settings) -> anyhow::Result<Self> {
-        let s = Settings::defaults()?.overlaid(settings)?;
-        let millis = |value: Option<u64>, key: &str| defaulted(value, key).map(Duration::from_millis);
-        let seconds = |value: Option<u64>, key: &str| -> anyhow::Result<Duration> {
-            let seconds = defaulted(value, key)?;
-            if seconds < 1 {
+        let s = SettingValues::resolve(settings)?;
+        let millis = Duration::from_millis;
+        let seconds = |value: u64, key: &str| -> anyhow::Result<Duration> {
+            if value < 1 {
                 bail!("{key} must be at least 1");
             }
-            Ok(Duration::from_secs(seconds))
+            Ok(Duration::from_secs(value))
         };
-        let log_tail_lines = defaulted(s.log_tail_lines, "log_tail_lines")?;
-        if log_tail_lines < 1 {
+        if s.log_tail_lines < 1 {
             bail!("log_tail_lines must be at least 1");
         }
-        let device_token_days = defaulted(s.device_token_days, "device_token_days")?;
-        if !(1..=3650).contains(&device_token_days) {
+        if !(1..=3650).contains(&s.device_token_days) {
             bail!("device_token_days must be between 1 and 3650");
         }
-        let max_streams_per_user = defaulted(s.max_streams_per_user, "max_streams_per_user")?;
-        if max_streams_per_user < 1 {
+        if s.max_streams_per_user < 1 {
             bail!("max_streams_per_user must be at least 1");
         }
-        let sso = sso_config(&s)?;
-        let config = ServerConfig {
-            bind: defaulted(s.bind, "bind")?,
-            public_url: s.public_url,
-            site_root: s.site_root.unwrap_or_else(default_site_root),
-            heartbeat_interval: millis(s.heartbeat_interval_ms, "heartbeat_interval_ms")?,
-            node_timeout: millis(s.node_timeout_ms, "node_timeout_ms")?,
-            lost_grace: millis(s.lost_grace_ms, "lost_grace_ms")?,
-            cancel_grace: millis(s.cancel_grace_ms, "cancel_grace_ms")?,
-            cpu_slots_per_node: defaulted(s.cpu_slots_per_node, "cpu_slots_per_node")?,
-            log_tail_lines,
-            session_idle: millis(s.session_idle_ms, "session_idle_ms")?,
-            session_max: millis(s.session_max_ms, "session_max_ms")?,
+        if s.heartbeat_interval_ms < 1 {
+            bail!("heartbeat_interval_ms must be at least 1");
+        }
+        if s.node_timeout_ms <= s.heartbeat_interval_ms {
+            bail!("node_timeout_ms must be longer than heartbeat_interval_ms");
+        }
+        if let Some(url) = &s.public_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            bail!("public_url must start with http:// or https://, got `{url}`");
+        }
+        Ok(ServerConfig {
+            site_root: s.site_root.clone().unwrap_or_else(default_site_root),
+            heartbeat_interval: millis(s.heartbeat_interval_ms),
+            node_timeout: millis(s.node_timeout_ms),
+            lost_grace: millis(s.lost_grace_ms),
+            cancel_grace: millis(s.cancel_grace_ms),
+            session_idle: millis(s.session_idle_ms),
+            session_max: millis(s.session_max_ms),
             device_poll_interval: seconds(s.device_poll_interval_s, "device_poll_interval_s")?,
-            sso,
-            loss_pattern: defaulted(s.loss_pattern, "loss_pattern")?,
+            sso: sso_config(&s)?,
             silence_warning: seconds(s.silence_warning_s, "silence_warning_s")?,
             compaction_delay: Duration::from_secs(2),
             stream_max: seconds(s.stream_max_s, "stream_max_s")?,
             maintenance_message: s
                 .maintenance_message
-                .map(|m| m.trim().to_string())
-                .filter(|m| !m.is_empty()),
-            device_token_lifetime: Duration::from_secs(device_token_days * 24 * 3600),
-            max_streams_per_user,
-            trusted_proxies: s.trusted_proxies.unwrap_or_default(),
+                .as_deref()
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(str::to_string),
+            device_token_lifetime: Duration::from_secs(s.device_token_days * 24 * 3600),
+            trusted_proxies: s.trusted_proxies.clone().unwrap_or_default(),
+            settings: s,
             data_dir,
-        };
-        if config.heartbeat_interval.is_zero() {
-            bail!("heartbeat_interval_ms must be at least 1");
-        }
-        if config.node_timeout <= config.heartbeat_interval {
-            bail!("node_timeout_ms must be longer than heartbeat_interval_ms");
-        }
-        if let Some(url) = &config.public_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            bail!("public_url must start with http:// or https://, got `{url}`");
-        }
-        Ok(config)
+        })
     }
 
     /// The URL jobs and users reach the server at.
     pub fn public_url(&self) -> String {
-        match &self.public_url {
+        match &self.settings.public_url {
             Some(url) => url.trim_end_matches('/').to_string(),
-            None => format!("http://{}", self.bind),
+            None => format!("http://{}", self.settings.bind),
         }
     }
 }
 
 /// Single sign-on from the `oidc_*` settings: all of issuer, client id and
 /// secret, or none.
-fn sso_config(s: &Settings) -> anyhow::Result<Option<SsoConfig>> {
+fn sso_config(s: &SettingValues) -> anyhow::Result<Option<SsoConfig>> {
     let (issuer, client_id, client_secret) = match (&s.oidc_issuer, &s.oidc_client_id, &s.oidc_client_secret)
     {
         (Some(issuer), Some(client_id), Some(client_secret)) => (issuer, client_id, client_secret),
@@ -467,7 +492,7 @@ mod tests {
         let defaults = ServerConfig::with_defaults("d".into());
         assert_eq!(format!("{from_file:?}"), format!("{defaults:?}"));
         assert_eq!(defaults.heartbeat_interval, Duration::from_secs(2));
-        assert_eq!(defaults.bind.port(), 8600);
+        assert_eq!(defaults.settings.bind.port(), 8600);
     }
 
     #[test]
@@ -497,7 +522,7 @@ mod tests {
             ..Settings::default()
         };
         let config = ServerConfig::resolve("d".into(), file.overlaid(flags).unwrap()).unwrap();
-        assert_eq!(config.bind.port(), 2);
+        assert_eq!(config.settings.bind.port(), 2);
         assert_eq!(config.node_timeout, Duration::from_secs(9));
     }
 

@@ -136,7 +136,7 @@ impl Drop for RunningServer {
     }
 }
 
-/// Binds `config.bind` (port 0 picks a free one), opens the database and
+/// Binds `config.settings.bind` (port 0 picks a free one), opens the database and
 /// serves in the background.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     config::prepare_data_dir(&config.data_dir)?;
@@ -156,10 +156,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
 
 /// Binds the listener (recording the real port) and opens the database.
 async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener, AppState)> {
-    let listener = TcpListener::bind(config.bind)
+    let listener = TcpListener::bind(config.settings.bind)
         .await
-        .with_context(|| format!("cannot listen on {}", config.bind))?;
-    config.bind = listener.local_addr()?;
+        .with_context(|| format!("cannot listen on {}", config.settings.bind))?;
+    config.settings.bind = listener.local_addr()?;
     let db = store::open(&config.data_dir).await?;
     let secret = identity::secrets::SecretKey::load_or_create(&config.data_dir)?;
     Ok((listener, AppState::new(db, config, secret)))
@@ -193,7 +193,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 data_dir = %state.config.data_dir.display(),
                 site_root = %state.config.site_root.display(),
                 "GPUPlane server listening on http://{}",
-                state.config.bind
+                state.config.settings.bind
             );
             if !state.config.site_root.join("pkg").exists() {
                 tracing::warn!(

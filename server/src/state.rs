@@ -51,7 +51,7 @@ impl AppState {
             .output_name("gpuplane")
             .site_root(config.site_root.to_string_lossy().to_string())
             .site_pkg_dir("pkg")
-            .site_addr(config.bind)
+            .site_addr(config.settings.bind)
             .build();
         let (shutdown_sender, shutdown) = watch::channel(false);
         AppState {

@@ -52,7 +52,7 @@ pub async fn start_server(data_dir: &Path) -> RunningServer {
 /// Like [`start_server`], with the test's changes to the configuration.
 pub async fn start_server_with(data_dir: &Path, configure: impl FnOnce(&mut ServerConfig)) -> RunningServer {
     let mut config = ServerConfig::with_defaults(data_dir.to_path_buf());
-    config.bind = "127.0.0.1:0".parse().expect("a valid address");
+    config.settings.bind = "127.0.0.1:0".parse().expect("a valid address");
     config.heartbeat_interval = Duration::from_millis(100);
     config.node_timeout = Duration::from_secs(1);
     config.lost_grace = Duration::from_secs(1);

@@ -263,7 +263,7 @@ pub async fn full_log(
         return Err(ApiError::Unavailable(format!(
             "the agent on {node_name} is offline, and the full log is on that host at {path}; \
              the server keeps the newest {} lines per stream (gpuctl logs -n {})",
-            state.config.log_tail_lines, state.config.log_tail_lines
+            state.config.settings.log_tail_lines, state.config.settings.log_tail_lines
         )));
     }
     let request_id = new_id("fetch");

@@ -56,7 +56,7 @@ pub async fn ingest(
     })?;
     metrics::validate(&batch)?;
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
-    let result = metrics::ingest(&mut tx, &run_id, &batch, &state.config.loss_pattern).await?;
+    let result = metrics::ingest(&mut tx, &run_id, &batch, &state.config.settings.loss_pattern).await?;
     tx.commit().await?;
     if !result.duplicate {
         let _ = state.event_recorded.send(());

@@ -126,7 +126,9 @@ pub(crate) fn stream_permit(
     state: &AppState,
     caller: &crate::identity::access::Caller,
 ) -> Result<crate::identity::streams::StreamPermit, ApiError> {
-    Ok(state.streams.acquire(caller, state.config.max_streams_per_user)?)
+    Ok(state
+        .streams
+        .acquire(caller, state.config.settings.max_streams_per_user)?)
 }
 
 /// Ends a server-sent event stream after `stream_max`: the client reconnects

@@ -51,7 +51,7 @@ async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &s
                 job_id,
                 attempt.n,
                 None,
-                2 * state.config.log_tail_lines,
+                2 * state.config.settings.log_tail_lines,
             )
             .await?;
             facts.lines = kept.lines;
@@ -77,7 +77,7 @@ async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64
     .await?;
     let Some((key, step)) = rows
         .into_iter()
-        .find(|(key, _)| metrics::matches_pattern(&state.config.loss_pattern, key))
+        .find(|(key, _)| metrics::matches_pattern(&state.config.settings.loss_pattern, key))
     else {
         return Ok(None);
     };
@@ -155,7 +155,7 @@ async fn loss_trend(
     let mut findings = Vec::new();
     for key in latest
         .keys()
-        .filter(|k| metrics::matches_pattern(&state.config.loss_pattern, k))
+        .filter(|k| metrics::matches_pattern(&state.config.settings.loss_pattern, k))
     {
         let query = Query {
             key: key.clone(),

@@ -123,7 +123,7 @@ async fn apply_item(
                 time: *time,
                 lines,
             };
-            logs::ingest(conn, batch, node.state.config.log_tail_lines).await?;
+            logs::ingest(conn, batch, node.state.config.settings.log_tail_lines).await?;
             Ok(false)
         }
         ReportItem::Exited {
@@ -290,7 +290,7 @@ async fn exited(
         cancelled: exit.cancelled || cancel_requested.is_some(),
         output: &output,
     });
-    let loss_pattern = &node.state.config.loss_pattern;
+    let loss_pattern = &node.state.config.settings.loss_pattern;
     if outcome.status == JobStatus::Succeeded
         && kind == JobKind::Evaluate.as_str()
         && let Err(reason) = evaluations::accept(conn, job_id, exit.eval_result, loss_pattern).await?
@@ -403,7 +403,7 @@ async fn points_read(
         return Ok(false);
     }
     let run_id = run_of(conn, job_id).await?;
-    crate::metrics::ingest(conn, &run_id, &batch, &node.state.config.loss_pattern).await?;
+    crate::metrics::ingest(conn, &run_id, &batch, &node.state.config.settings.loss_pattern).await?;
     Ok(true)
 }
 

@@ -42,7 +42,7 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
     }
     let nodes = load_nodes(state).await?;
     let now = now_ms();
-    let plan = plan(&queue, &nodes, state.config.cpu_slots_per_node, now);
+    let plan = plan(&queue, &nodes, state.config.settings.cpu_slots_per_node, now);
     apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
     Ok(plan.wake_at)
 }

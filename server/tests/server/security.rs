@@ -311,7 +311,7 @@ async fn events_of_sdk_runs_stay_in_their_project() {
 /// Live streams per user and per token are bounded (429 past the limit).
 #[tokio::test(flavor = "multi_thread")]
 async fn live_streams_per_caller_are_bounded() {
-    let f = TestServer::start_with(|config| config.max_streams_per_user = 2).await;
+    let f = TestServer::start_with(|config| config.settings.max_streams_per_user = 2).await;
     let token = user_token(&f.server.state.db, "ada", Scope::Read, false).await;
     let open = || f.http.get(f.api_url("/events/stream")).bearer_auth(&token).send();
     let first = open().await.unwrap();

@@ -47,7 +47,7 @@ impl Console {
 
     /// Where the server listens (its public URL may be elsewhere, behind a proxy).
     fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.server.state.config.bind)
+        format!("http://{}{path}", self.server.state.config.settings.bind)
     }
 
     async fn login(&self, password: &str, cookie: Option<&str>) -> reqwest::Response {
@@ -116,7 +116,8 @@ async fn sign_in_sets_a_safe_cookie_and_shows_the_user() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cookie_is_secure_behind_https() {
-    let console = Console::start(|config| config.public_url = Some("https://gpuplane.example".into())).await;
+    let console =
+        Console::start(|config| config.settings.public_url = Some("https://gpuplane.example".into())).await;
     let response = console
         .http
         .post(console.url("/login"))

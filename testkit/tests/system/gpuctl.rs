@@ -27,8 +27,10 @@ impl Drop for Env {
 impl Env {
     async fn start() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let server =
-            start_server_with(&dir.path().join("server"), |config| config.log_tail_lines = 100).await;
+        let server = start_server_with(&dir.path().join("server"), |config| {
+            config.settings.log_tail_lines = 100
+        })
+        .await;
         let token = user_token(&server.state.db, "cli-user", Scope::Write, false).await;
         let agent = Command::new(binary("gpuplane-agent"))
             .args([

@@ -228,7 +228,7 @@ async fn a_job_reading_stdin_gets_end_of_file_instead_of_hanging() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_server_keeps_the_newest_lines_and_the_agent_has_them_all() {
-    let cluster = Cluster::start_with(|config| config.log_tail_lines = 50).await;
+    let cluster = Cluster::start_with(|config| config.settings.log_tail_lines = 50).await;
     let _agent = cluster.agent("box", 1, &[]);
     cluster.wait_for_nodes(1).await;
     let job = cluster

@@ -8,7 +8,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_queued_job_says_why_it_waits() {
-    let cluster = Cluster::start_with(|config| config.cpu_slots_per_node = 1).await;
+    let cluster = Cluster::start_with(|config| config.settings.cpu_slots_per_node = 1).await;
     let _agent = cluster.agent("box", 2, &["--labels", "gpu=sim"]);
     cluster.wait_for_nodes(1).await;
     let cpu_busy = cluster
