@@ -10,6 +10,7 @@ pub mod events;
 pub mod identity;
 pub mod jobs;
 pub mod logs;
+pub mod mcp;
 pub mod metrics;
 pub mod nodes;
 pub mod paging;
@@ -34,7 +35,9 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The whole HTTP surface: API, console pages and static files.
 pub fn app(state: AppState) -> Router {
-    let (api, _doc) = api::router();
+    let (api, doc) = api::router();
+    let mcp = mcp::router(&state, api.clone().with_state(state.clone()), &doc)
+        .expect("every MCP tool names an API operation");
     let app = api
         .merge(console::router(&state))
         .route("/login", axum::routing::post(identity::sessions::login))
@@ -49,7 +52,9 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             identity::sessions::check_origin,
-        ));
+        ))
+        // MCP takes bearer tokens only: no session or cookie layer.
+        .merge(mcp);
     console::security_headers(app)
         .layer(axum::middleware::from_fn(api::error::log_internal_errors))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {

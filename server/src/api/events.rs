@@ -20,6 +20,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventQuery {
     run_id: Option<String>,

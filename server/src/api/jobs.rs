@@ -40,6 +40,7 @@ pub async fn submit_job(
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only jobs in this state (QUEUED, RUNNING, ...).

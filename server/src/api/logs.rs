@@ -29,6 +29,7 @@ const MAX_TAIL: i64 = 10_000;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct LogQuery {
     /// `stdout` or `stderr` (default: both, in arrival order).
@@ -224,6 +225,7 @@ impl Follow {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct FullLogQuery {
     /// `stdout` (default) or `stderr`.

@@ -91,6 +91,7 @@ async fn read_limited(body: axum::body::Body) -> Result<Bytes, ApiError> {
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct MetricQuery {
     /// The metric, e.g. `train/loss`.
@@ -166,6 +167,7 @@ fn axis_and_range(x: Option<&str>, from: Option<f64>, to: Option<f64>, errors: &
 const MAX_COMPARED: usize = 8;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ChartQuery {
     /// The metric, e.g. `train/loss`.

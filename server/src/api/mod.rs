@@ -165,3 +165,23 @@ async fn openapi_json(Extension(OpenApiJson(json)): Extension<OpenApiJson>) -> i
 async fn no_route(method: http::Method, uri: http::Uri) -> ApiError {
     ApiError::NotFound(format!("no route {method} {}", uri.path()))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn path_parameters_are_in_their_path_and_the_rest_in_the_query() {
+        let (_, doc) = super::router();
+        let doc = serde_json::to_value(doc).unwrap();
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            for (method, operation) in operations.as_object().unwrap() {
+                for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                    let name = parameter["name"].as_str().unwrap();
+                    let in_template = path.contains(&format!("{{{name}}}"));
+                    let place = parameter["in"].as_str().unwrap();
+                    let expected = if in_template { "path" } else { "query" };
+                    assert_eq!(place, expected, "{method} {path}: parameter {name}");
+                }
+            }
+        }
+    }
+}

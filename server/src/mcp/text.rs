@@ -1,0 +1,329 @@
+//! The short human text beside each tool's JSON answer, for assistants
+//! that read only text. Answers are read back into the API's own types;
+//! one the text does not know is shown as JSON.
+
+use gpuplane_api::Page;
+use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
+use gpuplane_api::evaluation::Evaluation;
+use gpuplane_api::event::Event;
+use gpuplane_api::job::Job;
+use gpuplane_api::log::Logs;
+use gpuplane_api::metric::{Run, Series};
+use gpuplane_api::node::{ClusterSummary, Node};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::fmt::Write;
+
+/// The longest text an answer carries; longer ones are cut with a note.
+pub const MAX_TEXT_CHARS: usize = 12_000;
+
+/// `text`, cut at [`MAX_TEXT_CHARS`] with a note saying how to get the rest.
+pub fn bounded(text: String) -> String {
+    if text.chars().count() <= MAX_TEXT_CHARS {
+        return text;
+    }
+    let kept: String = text.chars().take(MAX_TEXT_CHARS).collect();
+    let kept = kept.rsplit_once('\n').map_or(kept.as_str(), |(head, _)| head);
+    format!(
+        "{kept}\n[cut at {MAX_TEXT_CHARS} characters: ask for less (a smaller `limit` or `tail`, a \
+         filter), or read the full answer in the structured content]"
+    )
+}
+
+/// The text for `tool`'s successful answer `body`.
+pub fn summary(tool: &str, body: &Value) -> String {
+    let text = match tool {
+        "list_jobs" => read(body, |page: Page<Job>| {
+            list(&page, "jobs", |job| {
+                format!(
+                    "{}  {}  {}  project {}{}",
+                    job.id,
+                    job.status,
+                    job.name,
+                    job.project,
+                    job.queued_reason
+                        .as_deref()
+                        .map(|r| format!("  (waits: {r})"))
+                        .unwrap_or_default()
+                )
+            })
+        }),
+        "get_job" | "submit_job" | "cancel_job" | "retry_job" => read(body, |job: Job| job_text(&job)),
+        "tail_logs" => read(body, |logs: Logs| {
+            let mut text = String::new();
+            if logs.truncated {
+                text.push_str(
+                    "[older lines exist: gpuctl logs -n 0 fetches the whole file from the agent]\n",
+                );
+            }
+            if logs.lines.is_empty() {
+                text.push_str("(no output yet)");
+            }
+            for line in &logs.lines {
+                let _ = writeln!(text, "[{} #{}] {}", line.stream, line.n, line.text);
+            }
+            text
+        }),
+        "get_run" => read(body, |run: Run| {
+            let mut text = format!(
+                "run {} ({}) of project {}: {}\n",
+                run.id, run.name, run.project, run.status
+            );
+            if let Some(primary) = &run.primary_metric {
+                let best = primary
+                    .best
+                    .as_ref()
+                    .map(|best| format!("best {} at step {}", best.value.describe(), best.step))
+                    .unwrap_or_else(|| "no value yet".into());
+                let _ = writeln!(text, "primary metric {} ({}): {best}", primary.key, primary.goal);
+            }
+            for (key, latest) in &run.latest {
+                let flag = if latest.non_finite { "  <- NOT FINITE" } else { "" };
+                let _ = writeln!(
+                    text,
+                    "{key} = {} at step {}{flag}",
+                    latest.value.describe(),
+                    latest.step
+                );
+            }
+            text
+        }),
+        "query_metric" => read(body, |series: Series| {
+            let mut text = format!("{}:\n", series.key);
+            for point in series.points.iter().flatten() {
+                let _ = writeln!(text, "step {}: {}", point.step, point.value.describe());
+            }
+            for bucket in series.buckets.iter().flatten() {
+                let range = |value: Option<gpuplane_api::metric::Value>| {
+                    value.map(|v| v.describe()).unwrap_or("-".into())
+                };
+                let _ = write!(
+                    text,
+                    "steps {}–{}: min {} max {} last {} ({} points",
+                    bucket.step_from,
+                    bucket.step_to,
+                    range(bucket.min),
+                    range(bucket.max),
+                    bucket.last.describe(),
+                    bucket.count
+                );
+                if bucket.non_finite > 0 {
+                    let _ = write!(text, ", {} NaN/Inf", bucket.non_finite);
+                }
+                text.push_str(")\n");
+            }
+            if series.points.is_none() && series.buckets.is_none() {
+                text.push_str("(no points in this range)");
+            }
+            text
+        }),
+        "explain_failure" => read(body, |failure: FailureExplanation| failure_text(&failure)),
+        "diagnose_run" => read(body, |diagnosis: Diagnosis| {
+            let mut text = format!("run {}: {}\n", diagnosis.run_id, diagnosis.status);
+            if diagnosis.findings.is_empty() {
+                text.push_str("no findings: nothing looks wrong\n");
+            }
+            for finding in &diagnosis.findings {
+                let _ = writeln!(text, "{} {}: {}", finding.severity, finding.kind, finding.summary);
+                evidence_text(&mut text, &finding.evidence);
+            }
+            if let Some(failure) = &diagnosis.failure {
+                text.push_str(&failure_text(failure));
+            }
+            text
+        }),
+        "list_events" => read(body, |page: Page<Event>| {
+            list(&page, "events", |event| {
+                format!(
+                    "{}  {}  {}  {}",
+                    event.time, event.severity, event.kind, event.message
+                )
+            })
+        }),
+        "node_status" => read(body, |page: Page<Node>| {
+            list(&page, "nodes", |node| {
+                format!(
+                    "{}  {}  {} GPUs  agent {}  last seen {}",
+                    node.name,
+                    node.status,
+                    node.gpus.len(),
+                    node.agent_version,
+                    node.last_seen_at
+                )
+            })
+        }),
+        "cluster_status" => read(body, |cluster: ClusterSummary| {
+            let mut text = format!(
+                "nodes: {} online, {} offline; GPUs: {} in use of {}",
+                cluster.nodes_online, cluster.nodes_offline, cluster.gpus_in_use, cluster.gpus_total
+            );
+            if cluster.gpus_simulated > 0 {
+                let _ = write!(text, " ({} simulated)", cluster.gpus_simulated);
+            }
+            let jobs: Vec<String> = cluster
+                .jobs
+                .iter()
+                .map(|(status, n)| format!("{n} {status}"))
+                .collect();
+            let _ = write!(
+                text,
+                "\njobs: {}",
+                if jobs.is_empty() {
+                    "none".into()
+                } else {
+                    jobs.join(", ")
+                }
+            );
+            if let Some(message) = &cluster.maintenance {
+                let _ = write!(text, "\nmaintenance: {message}");
+            }
+            text
+        }),
+        "list_evaluations" => read(body, |page: Page<Evaluation>| {
+            list(&page, "evaluations", evaluation_text)
+        }),
+        "create_evaluation" => read(body, |evaluation: Evaluation| evaluation_text(&evaluation)),
+        _ => None,
+    };
+    text.unwrap_or_else(|| serde_json::to_string_pretty(body).unwrap_or_default())
+}
+
+/// What `cancel_job` without `confirm` answers: the job it would cancel.
+pub fn cancel_preview(body: &Value) -> String {
+    let job = read(body, |job: Job| job_text(&job)).unwrap_or_default();
+    format!("Nothing was cancelled. To cancel this job, call cancel_job again with confirm: true.\n{job}")
+}
+
+/// The text of an API error: status, code, message and each wrong field.
+pub fn error(status: u16, body: &Value) -> String {
+    let error = &body["error"];
+    let mut text = format!(
+        "{status} {}: {}",
+        error["code"].as_str().unwrap_or("error"),
+        error["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| body.to_string())
+    );
+    for detail in error["details"].as_array().into_iter().flatten() {
+        let _ = write!(
+            text,
+            "\n- {}: {}",
+            detail["field"].as_str().unwrap_or_default(),
+            detail["message"].as_str().unwrap_or_default()
+        );
+    }
+    text
+}
+
+fn read<T: DeserializeOwned>(body: &Value, text: impl FnOnce(T) -> String) -> Option<String> {
+    T::deserialize(body).ok().map(text)
+}
+
+fn list<T>(page: &Page<T>, noun: &str, line: impl Fn(&T) -> String) -> String {
+    let mut text = format!("{} {noun}", page.items.len());
+    if page.next_before.is_some() {
+        text.push_str(" (more: ask again with before = next_before)");
+    }
+    text.push('\n');
+    for item in &page.items {
+        text.push_str(&line(item));
+        text.push('\n');
+    }
+    text
+}
+
+fn job_text(job: &Job) -> String {
+    let mut text = format!(
+        "job {} ({}) in project {}: {}, run {}\n",
+        job.id, job.name, job.project, job.status, job.run_id
+    );
+    if let Some(reason) = &job.queued_reason {
+        let _ = writeln!(text, "waiting: {reason}");
+    }
+    if let Some(reason) = &job.failure_reason {
+        let _ = writeln!(
+            text,
+            "failed: {reason}{}",
+            job.failure_detail
+                .as_deref()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default()
+        );
+    }
+    for attempt in &job.attempts {
+        let mut line = format!(
+            "attempt {} on {} GPUs {:?}: {}",
+            attempt.n, attempt.node, attempt.gpus, attempt.status
+        );
+        if let Some(code) = attempt.exit_code {
+            let _ = write!(line, ", exit code {code}");
+        }
+        if let Some(signal) = &attempt.signal_name {
+            let _ = write!(line, ", {signal}");
+        }
+        let _ = writeln!(text, "{line}");
+    }
+    text
+}
+
+fn failure_text(failure: &FailureExplanation) -> String {
+    let mut text = format!(
+        "{} ({}): {}\n",
+        failure.failure_reason.as_deref().unwrap_or(&failure.status),
+        failure.rule,
+        failure.summary
+    );
+    evidence_text(&mut text, &failure.evidence);
+    for cause in &failure.likely_causes {
+        let _ = writeln!(text, "likely cause: {cause}");
+    }
+    for action in &failure.actions {
+        let _ = writeln!(text, "do: {action}");
+    }
+    let _ = writeln!(text, "retry: {}", failure.retry_advice);
+    text
+}
+
+fn evidence_text(text: &mut String, evidence: &[Evidence]) {
+    for item in evidence {
+        let line = match item {
+            Evidence::Log {
+                attempt,
+                stream,
+                n,
+                text,
+            } => format!("  {stream} line {n} (attempt {attempt}): {text}"),
+            Evidence::Event {
+                time,
+                event_kind,
+                message,
+            } => format!("  event {event_kind} at {time}: {message}"),
+            Evidence::Metric { key, step, value } => format!("  {key} = {} at step {step}", value.describe()),
+            Evidence::Job { text } => format!("  {text}"),
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+}
+
+fn evaluation_text(evaluation: &Evaluation) -> String {
+    let results: Vec<String> = evaluation
+        .metrics
+        .iter()
+        .map(|(key, value)| format!("{key}={}", value.describe()))
+        .collect();
+    format!(
+        "evaluation {} of run {} (checkpoint {}, step {}): {}{}",
+        evaluation.job_id,
+        evaluation.run_id,
+        evaluation.checkpoint,
+        evaluation.step,
+        evaluation.status,
+        if results.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", results.join(" "))
+        }
+    )
+}
