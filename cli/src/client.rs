@@ -113,6 +113,33 @@ impl Client {
         Err(self.error_from(status, &bytes))
     }
 
+    /// POSTs one MCP message to the server's `/mcp` with this client's token
+    /// and `headers`; the answer is the caller's to read, whatever its status.
+    pub async fn post_mcp(
+        &self,
+        message: String,
+        headers: &[(&str, String)],
+    ) -> Result<reqwest::Response, CliError> {
+        let mut request = self
+            .http
+            .post(format!("{}/mcp", self.server))
+            .timeout(std::time::Duration::from_secs(3600))
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(message);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        request.send().await.map_err(|error| self.unreachable(&error))
+    }
+
+    pub fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
     fn unreachable(&self, error: &reqwest::Error) -> CliError {
         CliError::new(
             Failure::Unreachable,

@@ -5,6 +5,7 @@ pub mod evals;
 pub mod events;
 pub mod jobs;
 pub mod logs;
+pub mod mcp;
 pub mod projects;
 pub mod runs;
 pub mod status;
