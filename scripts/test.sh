@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Runs every GPUPlane check: formatting, clippy, the Rust tests (real server,
 # agent, CLI and SQLite), the docs (scripts/check-docs.py), the Python SDK
-# tests (pytest against the real server), and the browser tests (Playwright +
-# Chromium).
+# and MCP tests (pytest against the real server, agent and gpuctl), and the
+# browser tests (Playwright + Chromium).
 # On a fresh machine it first installs what it needs; every install step is
 # skipped when its tool is already there. `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 NEXTEST_VERSION=0.9.143
+# The MCP tests use the official Python client, not one of ours.
+MCP_CLIENT_VERSION=2.3.0
+JSONSCHEMA_VERSION=4.26.0
 started=$(date +%s)
 current=""
 step() {
@@ -42,9 +45,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK and pytest (PyPI)"
+step "install: Python virtualenv with the SDK, pytest and the official MCP client (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest
+.venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
+  "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -62,8 +66,8 @@ cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 step "docs: commands, config keys and paths named in the docs exist"
 python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 
-step "pytest (the Python SDK against the real server)"
-GPUPLANE_SERVER_BIN="${CARGO_TARGET_DIR:-target}/debug/gpuplane-server" .venv/bin/python -m pytest -q sdk/python/tests
+step "pytest (the Python SDK, and MCP through the official client, against the real server)"
+.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp
 
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)

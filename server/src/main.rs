@@ -7,7 +7,8 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     let cli = gpuplane_server::config::Cli::parse();
-    let filter = EnvFilter::try_from_env("GPUPLANE_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter = EnvFilter::try_from_env("GPUPLANE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,rmcp=warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -1,94 +1,14 @@
-"""A real gpuplane-server for the SDK tests: the binary, a fresh data dir, a free port."""
+"""Fixtures for the SDK tests: a real server from the test kit."""
 
-import json
-import os
-import re
-import signal
-import socket
-import subprocess
+import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
-TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug"
-SERVER_BIN = os.environ.get("GPUPLANE_SERVER_BIN") or str(TARGET / "gpuplane-server")
-AGENT_BIN = os.environ.get("GPUPLANE_AGENT_BIN") or str(TARGET / "gpuplane-agent")
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "testkit" / "python"))
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """Starts and stops the server on a fixed port over one data dir."""
-
-    def __init__(self, data_dir, port):
-        self.data_dir = data_dir
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = None
-        self.agent = None
-        self.admin("create-user", "sdk-user", "--admin", "--password-stdin", input="sdk-password-123\n")
-        self.token = self.admin("create-token", "--user", "sdk-user", "--scope", "write")
-
-    def admin(self, *args, input=None):
-        result = subprocess.run(
-            [SERVER_BIN, "--data-dir", self.data_dir, "admin", *args],
-            input=input, capture_output=True, text=True, check=True,
-        )
-        return result.stdout.strip()
-
-    def start(self):
-        assert Path(SERVER_BIN).exists(), f"{SERVER_BIN} is missing: cargo build -p gpuplane-server"
-        self.process = subprocess.Popen(
-            [SERVER_BIN, "--data-dir", self.data_dir, "serve", "--bind", f"127.0.0.1:{self.port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        for line in self.process.stderr:
-            if re.search(r"listening on http://", line):
-                return
-        raise RuntimeError("the server did not start")
-
-    def stop(self):
-        if self.agent and self.agent.poll() is None:
-            self.agent.kill()
-            self.agent.wait()
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=20)
-
-    def get(self, path):
-        return self.call("GET", path)
-
-    def post(self, path, body):
-        return self.call("POST", path, body)
-
-    def call(self, method, path, body=None):
-        request = urllib.request.Request(
-            f"{self.url}/api/v1{path}",
-            method=method,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-
-    def start_agent(self, jobs_dir):
-        """A real agent with one simulated GPU; stopped with the server."""
-        assert Path(AGENT_BIN).exists(), f"{AGENT_BIN} is missing: cargo build -p gpuplane-agent"
-        token = self.admin("create-agent-token")
-        self.agent = subprocess.Popen(
-            [AGENT_BIN, "--server", self.url, "--token", token, "--name", "sdk-box",
-             "--fake-gpus", "1", "--jobs-dir", str(jobs_dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        wait_until(lambda: self.get("/cluster")["nodes_online"] == 1)
+from gpuplane_testkit import Server, free_port, wait_until  # noqa: E402,F401
 
 
 @pytest.fixture
@@ -116,13 +36,3 @@ def stopped_server(spool):
     server = Server(data_dir, free_port())
     yield server
     server.stop()
-
-
-def wait_until(check, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")

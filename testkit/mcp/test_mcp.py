@@ -1,0 +1,265 @@
+"""GPUPlane's MCP server driven by the official Python `mcp` client (PyPI),
+over streamable HTTP (`/mcp`) and over stdio (`gpuctl mcp`), against a real
+server and a real agent running real jobs."""
+
+import asyncio
+import os
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import httpx2
+import jsonschema
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from gpuplane_testkit import GPUCTL_BIN, Server, free_port, wait_until  # noqa: E402
+
+PYTHON = sys.executable
+TRANSPORTS = ["http", "stdio"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One server with one agent (two simulated GPUs) for the whole module."""
+    data_dir = tempfile.mkdtemp(prefix="gpuplane-mcp-")
+    server = Server(data_dir, free_port())
+    server.start()
+    server.start_agent(Path(data_dir) / "jobs", gpus=2)
+    yield server
+    server.stop()
+
+
+def connect(server, token, transport, mode="auto"):
+    """An MCP client session for `token` over `transport`."""
+    if transport == "stdio":
+        env = {
+            "PATH": os.environ["PATH"],
+            "HOME": tempfile.mkdtemp(prefix="gpuctl-home-"),
+            "GPUCTL_SERVER": server.url,
+            "GPUCTL_TOKEN": token,
+        }
+        return Client(StdioServerParameters(command=GPUCTL_BIN, args=["mcp"], env=env), mode=mode)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    return Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode)
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 120))
+
+
+async def call(client, tool, arguments):
+    """A tool's answer: (is_error, structured content, text)."""
+    result = await client.call_tool(tool, arguments)
+    text = "\n".join(block.text for block in result.content if block.type == "text")
+    return bool(result.is_error), result.structured_content, text
+
+
+async def wait_for_job(client, job_id, statuses, timeout=30):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        _, job, _ = await call(client, "get_job", {"job_id": job_id})
+        if job["status"] in statuses:
+            return job
+        assert asyncio.get_running_loop().time() < deadline, f"job {job_id} stayed {job['status']}"
+        await asyncio.sleep(0.2)
+
+
+def submit_spec(name, code, **fields):
+    return {"name": name, "command": [PYTHON, "-c", code], "resources": {"gpu": 1}, **fields}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode):
+    async def scenario():
+        async with connect(cluster, cluster.token, transport, mode) as client:
+            tools = (await client.list_tools()).tools
+            names = {tool.name for tool in tools}
+            expected = {
+                "list_jobs", "get_job", "submit_job", "cancel_job", "retry_job", "tail_logs", "get_run",
+                "query_metric", "explain_failure", "diagnose_run", "list_events", "node_status",
+                "cluster_status", "create_evaluation", "list_evaluations", "set_primary_metric",
+            }
+            assert expected <= names, expected - names
+            for tool in tools:
+                jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+                assert tool.description and len(tool.description) > 40, tool.name
+            submit = next(tool for tool in tools if tool.name == "submit_job")
+            validator = jsonschema.Draft202012Validator(submit.input_schema)
+            validator.validate(submit_spec("ok", "pass"))
+            assert list(validator.iter_errors({"name": "no command"}))
+            return client.protocol_version
+
+    version = run(scenario())
+    assert version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_job_submitted_by_an_assistant_runs_on_the_agent_and_its_logs_come_back(cluster, transport):
+    async def scenario():
+        async with connect(cluster, cluster.token, transport) as client:
+            error, job, text = await call(client, "submit_job", submit_spec(
+                f"mcp-hello-{transport}", "print('hello from the gpu'); print('second line')"))
+            assert not error, text
+            assert job["id"] in text and job["status"] in ("QUEUED", "DISPATCHING", "RUNNING")
+            done = await wait_for_job(client, job["id"], ("SUCCEEDED", "FAILED"))
+            assert done["status"] == "SUCCEEDED", done
+            error, logs, text = await call(client, "tail_logs", {"job_id": job["id"], "stream": "stdout"})
+            assert not error, text
+            assert [line["text"] for line in logs["lines"]] == ["hello from the gpu", "second line"]
+            assert "hello from the gpu" in text
+            error, listed, text = await call(client, "list_jobs", {"status": "SUCCEEDED", "q": f"mcp-hello-{transport}"})
+            assert [item["id"] for item in listed["items"]] == [job["id"]]
+            assert job["id"] in text
+            error, status, text = await call(client, "cluster_status", {})
+            assert status["nodes_online"] == 1 and status["gpus_total"] == 2
+            error, nodes, text = await call(client, "node_status", {})
+            assert nodes["items"][0]["name"] == "sdk-box" and "sdk-box" in text
+
+    run(scenario())
+
+
+def test_invalid_specs_come_back_field_by_field(cluster):
+    async def scenario():
+        async with connect(cluster, cluster.token, "http") as client:
+            error, body, text = await call(client, "submit_job", {
+                "name": "bad", "command": [], "priority": 2**63 - 1,
+            })
+            assert error
+            assert body["status"] == 422 and body["error"]["code"] == "validation_error"
+            fields = {detail["field"] for detail in body["error"]["details"]}
+            assert {"command", "priority"} <= fields, fields
+            assert "command:" in text
+            error, body, text = await call(client, "get_job", {"jobid": "x"})
+            assert error and {d["field"] for d in body["error"]["details"]} == {"jobid", "job_id"}
+            error, body, text = await call(client, "get_job", {"job_id": "job_does_not_exist"})
+            assert error and body["status"] == 404 and "404" in text
+
+    run(scenario())
+
+
+def test_a_real_failure_is_explained_and_a_running_job_diagnosed(cluster):
+    async def scenario():
+        async with connect(cluster, cluster.token, "stdio") as client:
+            oom = ("import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                   "2.00 GiB', file=sys.stderr); sys.exit(1)")
+            _, job, _ = await call(client, "submit_job", submit_spec("mcp-oom", oom, max_attempts=1))
+            failed = await wait_for_job(client, job["id"], ("FAILED", "SUCCEEDED"))
+            assert failed["status"] == "FAILED"
+            error, explanation, text = await call(client, "explain_failure", {"run_id": failed["run_id"]})
+            assert not error, text
+            assert explanation["failure_reason"] == "OOM"
+            assert "CUDA out of memory" in text and explanation["actions"]
+            # Retrying an OOM unchanged is refused, with the advice; a change is accepted.
+            error, body, text = await call(client, "retry_job", {"job_id": job["id"]})
+            assert error and body["status"] == 409, body
+            assert "memory" in text.lower()
+            error, retried, text = await call(client, "retry_job", {
+                "job_id": job["id"], "set": {"env.BATCH_SIZE": "8"}})
+            assert not error, text
+            assert retried["spec"]["env"]["BATCH_SIZE"] == "8"
+
+            _, sleeper, _ = await call(client, "submit_job", submit_spec(
+                "mcp-sleeper", "import time; print('working', flush=True); time.sleep(60)"))
+            await wait_for_job(client, sleeper["id"], ("RUNNING",))
+            error, diagnosis, text = await call(client, "diagnose_run", {"run_id": sleeper["run_id"]})
+            assert not error, text
+            assert diagnosis["status"] == "RUNNING" and diagnosis["failure"] is None
+
+            # Without confirm nothing is cancelled; with it the job stops.
+            error, preview, text = await call(client, "cancel_job", {"job_id": sleeper["id"]})
+            assert not error and preview["cancelled"] is False
+            assert "confirm: true" in text
+            _, still, _ = await call(client, "get_job", {"job_id": sleeper["id"]})
+            assert still["status"] == "RUNNING"
+            error, cancelled, text = await call(client, "cancel_job", {"job_id": sleeper["id"], "confirm": True})
+            assert not error, text
+            await wait_for_job(client, sleeper["id"], ("CANCELLED",))
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_read_token_reads_but_cannot_change_anything(cluster, transport):
+    read_token = cluster.admin("create-token", "--user", "sdk-user", "--scope", "read")
+    job = cluster.post("/jobs", submit_spec(f"mcp-read-{transport}", "import time; time.sleep(60)"))
+    wait_until(lambda: cluster.get(f"/jobs/{job['id']}")["status"] == "RUNNING")
+
+    async def scenario():
+        async with connect(cluster, read_token, transport) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            for name in ("submit_job", "cancel_job", "retry_job", "create_evaluation", "set_primary_metric"):
+                assert tools[name].description.startswith("NOT AVAILABLE TO THIS TOKEN"), name
+            assert not tools["list_jobs"].description.startswith("NOT AVAILABLE")
+            error, listed, _ = await call(client, "list_jobs", {"status": "RUNNING"})
+            assert not error and job["id"] in [item["id"] for item in listed["items"]]
+            error, body, text = await call(client, "submit_job", submit_spec("nope", "pass"))
+            assert error and body["status"] == 403 and "write" in text
+            error, body, _ = await call(client, "cancel_job", {"job_id": job["id"], "confirm": True})
+            assert error and body["status"] == 403
+            error, body, _ = await call(client, "retry_job", {"job_id": job["id"]})
+            assert error and body["status"] == 403
+
+    run(scenario())
+    assert cluster.get(f"/jobs/{job['id']}")["status"] == "RUNNING"
+    cluster.post(f"/jobs/{job['id']}/cancel", {"confirm": True})
+
+
+def test_a_project_token_sees_nothing_of_another_project(cluster):
+    cluster.post("/projects", {"name": "vision"})
+    vision_token = cluster.post("/tokens", {"name": "vision-assistant", "scope": "write", "project": "vision"})["secret"]
+    other = cluster.post("/jobs", submit_spec("mcp-default-secret", "pass"))
+
+    async def scenario():
+        async with connect(cluster, vision_token, "http") as client:
+            error, mine, text = await call(client, "submit_job", submit_spec("mcp-vision", "pass", project="vision"))
+            assert not error, text
+            error, listed, _ = await call(client, "list_jobs", {"limit": 100})
+            projects = {item["project"] for item in listed["items"]}
+            assert projects == {"vision"}, projects
+            error, body, _ = await call(client, "get_job", {"job_id": other["id"]})
+            assert error and body["status"] in (403, 404)
+            error, body, _ = await call(client, "get_run", {"run_id": other["run_id"]})
+            assert error and body["status"] in (403, 404)
+            error, body, _ = await call(client, "tail_logs", {"job_id": other["id"]})
+            assert error and body["status"] in (403, 404)
+            error, body, text = await call(client, "submit_job", submit_spec("mcp-escape", "pass", project="default"))
+            assert error and body["status"] in (403, 422) and "project" in text, text
+
+    run(scenario())
+
+
+def test_mcp_needs_a_read_or_write_token(cluster):
+    sdk_token = cluster.admin("create-token", "--user", "sdk-user", "--scope", "sdk")
+    for headers, status in (({}, 401), ({"Authorization": "Bearer not-a-token"}, 401),
+                            ({"Authorization": f"Bearer {sdk_token}"}, 403)):
+        request = urllib.request.Request(
+            f"{cluster.url}/mcp", method="POST", data=b"{}",
+            headers={"Content-Type": "application/json", **headers})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == status
+
+
+def test_resources_and_prompts(cluster):
+    job = cluster.post("/jobs", submit_spec("mcp-resource", "print('resource line')"))
+    wait_until(lambda: cluster.get(f"/jobs/{job['id']}")["status"] == "SUCCEEDED")
+
+    async def scenario():
+        async with connect(cluster, cluster.token, "http") as client:
+            templates = (await client.list_resource_templates()).resource_templates
+            assert {t.uri_template for t in templates} == {"gpuplane://runs/{run_id}", "gpuplane://jobs/{job_id}/logs"}
+            logs = await client.read_resource(f"gpuplane://jobs/{job['id']}/logs")
+            assert "resource line" in logs.contents[0].text
+            run_summary = await client.read_resource(f"gpuplane://runs/{job['run_id']}")
+            assert job["run_id"] in run_summary.contents[0].text
+            prompt = await client.get_prompt("why_did_my_job_fail", {"job_id": job["id"]})
+            assert "explain_failure" in prompt.messages[0].content.text
+
+    run(scenario())
