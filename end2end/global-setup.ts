@@ -39,7 +39,7 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
       stdio: ['ignore', 'inherit', 'pipe'],
       env: {
         ...process.env,
-        GPUPLANE_LOG: 'info',
+        GPUPLANE_LOG: 'info,rmcp=warn',
         GPUPLANE_OIDC_ISSUER: oidc.issuer,
         GPUPLANE_OIDC_CLIENT_ID: OIDC_CLIENT_ID,
         GPUPLANE_OIDC_CLIENT_SECRET: OIDC_CLIENT_SECRET,

@@ -54,6 +54,7 @@ pub mod event;
 pub mod health;
 pub mod job;
 pub mod log;
+pub mod mcp;
 pub mod metric;
 pub mod node;
 pub mod paths;

@@ -3,6 +3,7 @@
 
 use gpuplane_api::auth::SessionUser;
 use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
 
 /// The SSO provider's name for the sign-in page, when SSO is configured (public).
 #[server(prefix = "/console/fn", endpoint = "sso_name")]
@@ -145,6 +146,48 @@ pub async fn create_my_token(
         .create_token(user, request)
         .await
         .map_err(ServerFnError::new)
+}
+
+/// A new token for an AI assistant and the configurations that use it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssistantToken {
+    pub secret: String,
+    /// For assistants that start a local process (`gpuctl mcp`).
+    pub stdio_config: String,
+    /// For assistants that speak streamable HTTP to `/mcp`.
+    pub http_config: String,
+}
+
+/// Creates a read or write token for an AI assistant (MCP) and answers the
+/// configuration snippets to paste, with the secret in them, once.
+#[server(prefix = "/console/fn", endpoint = "create_assistant_token")]
+pub async fn create_assistant_token(scope: String, project: String) -> Result<AssistantToken, ServerFnError> {
+    let user = require_user().await?;
+    let scope: gpuplane_api::auth::Scope = scope.parse().map_err(ServerFnError::new)?;
+    if !matches!(
+        scope,
+        gpuplane_api::auth::Scope::Read | gpuplane_api::auth::Scope::Write
+    ) {
+        return Err(ServerFnError::new("an assistant token is read or write"));
+    }
+    let project = Some(project.trim().to_string()).filter(|p| !p.is_empty());
+    let request = gpuplane_api::auth::CreateToken {
+        name: format!("assistant (MCP, {scope})"),
+        scope,
+        project,
+        expires_in_days: None,
+    };
+    let backend = crate::backend::use_backend()?;
+    let created = backend
+        .create_token(user, request)
+        .await
+        .map_err(ServerFnError::new)?;
+    let server = backend.public_url();
+    Ok(AssistantToken {
+        stdio_config: gpuplane_api::mcp::stdio_config(&server, &created.secret),
+        http_config: gpuplane_api::mcp::http_config(&server, &created.secret),
+        secret: created.secret,
+    })
 }
 
 /// Revokes one of the signed-in user's tokens.

@@ -13,6 +13,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait ConsoleBackend: Send + Sync + 'static {
     /// The name of the SSO provider, when single sign-on is configured.
     fn sso_name(&self) -> Option<String>;
+    /// The URL users and assistants reach this server at.
+    fn public_url(&self) -> String;
     /// The device sign-in a user code names; wrong codes count against `limiter_key`.
     /// The pending request a user code names, as `user_id` at `approver_ip` sees it.
     fn device_lookup(

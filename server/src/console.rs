@@ -168,6 +168,10 @@ impl ConsoleBackend for ServerBackend {
         self.state.config.sso.as_ref().map(|sso| sso.display_name.clone())
     }
 
+    fn public_url(&self) -> String {
+        self.state.config.public_url()
+    }
+
     fn device_lookup(
         &self,
         user_code: String,

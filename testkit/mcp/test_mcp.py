@@ -263,3 +263,35 @@ def test_resources_and_prompts(cluster):
             assert "explain_failure" in prompt.messages[0].content.text
 
     run(scenario())
+
+
+def test_a_run_and_its_curve_read_through_mcp(cluster, monkeypatch, tmp_path):
+    import gpuplane
+
+    monkeypatch.setenv("GPUCTL_SPOOL_DIR", str(tmp_path / "spool"))
+    run = gpuplane.init(project="default", name="mcp-curve", server=cluster.url, token=cluster.token)
+    for step in range(1000):
+        run.log({"train/loss": float("nan") if step == 500 else 10.0 / (step + 1),
+                 "train/grad_norm": float("inf") if step == 999 else 1.0}, step=step)
+    run.finish()
+
+    async def scenario():
+        async with connect(cluster, cluster.token, "stdio") as client:
+            error, _, text = await call(client, "set_primary_metric", {
+                "run_id": run.run_id, "key": "train/loss", "goal": "min"})
+            assert not error, text
+            error, summary, text = await call(client, "get_run", {"run_id": run.run_id})
+            assert not error, text
+            assert summary["latest"]["train/grad_norm"]["non_finite"] is True
+            assert summary["primary_metric"]["key"] == "train/loss"
+            assert summary["checkpoints"] == []
+            assert "train/grad_norm = Infinity at step 999  <- NOT FINITE" in text
+            error, curve, text = await call(client, "query_metric", {"run_id": run.run_id, "key": "train/loss"})
+            assert not error, text
+            buckets = curve["buckets"]
+            assert 1 < len(buckets) <= 50
+            assert sum(b["count"] for b in buckets) == 1000
+            assert sum(b["non_finite"] for b in buckets) == 1
+            assert "1 NaN/Inf" in text and len(text) < 5000
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))

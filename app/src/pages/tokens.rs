@@ -1,7 +1,8 @@
 //! `/tokens`: the signed-in user's API tokens: create (secret shown once),
-//! list with last use, revoke.
+//! a token for an AI assistant with the configuration to paste, list with
+//! last use, revoke.
 
-use crate::api::{CreateMyToken, RevokeMyToken, my_tokens};
+use crate::api::{CreateAssistantToken, CreateMyToken, RevokeMyToken, my_tokens};
 use crate::view::error_text;
 use leptos::form::ActionForm;
 use leptos::prelude::*;
@@ -11,8 +12,15 @@ use leptos_meta::Title;
 pub fn Tokens() -> impl IntoView {
     let create = ServerAction::<CreateMyToken>::new();
     let revoke = ServerAction::<RevokeMyToken>::new();
+    let assistant = ServerAction::<CreateAssistantToken>::new();
     let tokens = Resource::new(
-        move || (create.version().get(), revoke.version().get()),
+        move || {
+            (
+                create.version().get(),
+                revoke.version().get(),
+                assistant.version().get(),
+            )
+        },
         |_| my_tokens(),
     );
     view! {
@@ -37,6 +45,31 @@ pub fn Tokens() -> impl IntoView {
                 Ok(created) => view! {
                     <p class="info">"Copy it now: it is shown only this once."</p>
                     <code class="secret" data-testid="new-token">{created.secret}</code>
+                }.into_any(),
+                Err(error) => view! { <p class="error">{error_text(&error)}</p> }.into_any(),
+            })}
+        </section>
+        <section class="card" data-testid="assistant">
+            <h2>"For an AI assistant (MCP)"</h2>
+            <p>"A token an assistant uses to list, submit and explain jobs through MCP, with exactly this \
+                token's rights: read looks, write may also submit, cancel and retry."</p>
+            <ActionForm action=assistant attr:class="inline-form">
+                <label>"Assistant rights"
+                    <select name="scope">
+                        <option value="read">"read"</option>
+                        <option value="write">"write"</option>
+                    </select>
+                </label>
+                <label>"Only this project (optional)" <input name="project" placeholder="all my projects" /></label>
+                <button type="submit">"Make assistant token"</button>
+            </ActionForm>
+            {move || assistant.value().get().map(|result| match result {
+                Ok(created) => view! {
+                    <p class="info">"Copy it now: the token is shown only this once. For assistants that start \
+                        a local process (gpuctl must be installed):"</p>
+                    <pre class="secret" data-testid="mcp-stdio-config">{created.stdio_config}</pre>
+                    <p>"For assistants that connect over HTTP:"</p>
+                    <pre class="secret" data-testid="mcp-http-config">{created.http_config}</pre>
                 }.into_any(),
                 Err(error) => view! { <p class="error">{error_text(&error)}</p> }.into_any(),
             })}

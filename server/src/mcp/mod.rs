@@ -39,7 +39,7 @@ use tools::Prepared;
 use tower::ServiceExt;
 
 /// Where the MCP endpoint is served.
-pub const PATH: &str = "/mcp";
+pub use gpuplane_api::mcp::PATH;
 
 /// What the server tells an assistant when it connects.
 const INSTRUCTIONS: &str = "GPUPlane runs training and evaluation jobs on a cluster of GPU hosts. \
@@ -204,11 +204,20 @@ impl GpuPlaneMcp {
                 json!({"cancelled": false, "would_cancel": answer.body}),
             ));
         }
-        let answer = self
+        let mut answer = self
             .api(parts, call.method, &call.path_and_query, call.body)
             .await?;
         if !answer.status.is_success() {
             return Ok(api_error(&answer));
+        }
+        if let Some((key, path)) = &call.joined {
+            let joined = self.api(parts, "GET", path, None).await?;
+            if !joined.status.is_success() {
+                return Ok(api_error(&joined));
+            }
+            // A page joins as its items.
+            let items = joined.body.get("items").cloned().unwrap_or(joined.body);
+            answer.body[*key] = items;
         }
         Ok(success(
             text::summary(prepared.def.name, &answer.body),

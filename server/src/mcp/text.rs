@@ -8,7 +8,7 @@ use gpuplane_api::evaluation::Evaluation;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::log::Logs;
-use gpuplane_api::metric::{Run, Series};
+use gpuplane_api::metric::{Checkpoint, Run, Series};
 use gpuplane_api::node::{ClusterSummary, Node};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -84,6 +84,19 @@ pub fn summary(tool: &str, body: &Value) -> String {
                     "{key} = {} at step {}{flag}",
                     latest.value.describe(),
                     latest.step
+                );
+            }
+            let checkpoints: Vec<Checkpoint> =
+                serde_json::from_value(body["checkpoints"].clone()).unwrap_or_default();
+            for checkpoint in checkpoints {
+                let step = checkpoint
+                    .step
+                    .map(|step| format!(" (step {step})"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    text,
+                    "checkpoint {}{step}, {} bytes",
+                    checkpoint.path, checkpoint.size
                 );
             }
             text

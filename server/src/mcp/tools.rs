@@ -41,6 +41,9 @@ pub struct ToolDef {
     /// Values used when the caller leaves a parameter out (smaller answers
     /// than the API's defaults, which suit programs more than assistants).
     pub defaults: &'static [(&'static str, i64)],
+    /// Another read joined to the answer: (its key in the answer, its API
+    /// path, with this tool's path parameters).
+    pub joined: Option<(&'static str, &'static str)>,
 }
 
 /// Every tool, in the order assistants see them.
@@ -53,6 +56,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Overview of the cluster: nodes online/offline, GPUs total and free, jobs queued and \
             running, any maintenance message. Use it first to see whether a job can start soon.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "node_status",
@@ -62,6 +66,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Every node (GPU host): status (ONLINE/OFFLINE), labels, its GPUs with memory, \
             utilisation and which job holds each, disk space, last heartbeat.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "list_jobs",
@@ -72,6 +77,7 @@ pub const TOOLS: &[ToolDef] = &[
             LOST), project, user or text in the id/name; sort=primary_metric ranks by each run's best \
             primary metric. Answers a page (`items`, `next_before` for the next page).",
         defaults: &[("limit", 20)],
+        joined: None,
     },
     ToolDef {
         name: "get_job",
@@ -81,6 +87,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "One job: its spec, status, queued reason (why it waits), attempts with node, GPUs, \
             exit code and failure reason, and its run id (for get_run, explain_failure, diagnose_run).",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "submit_job",
@@ -92,6 +99,7 @@ pub const TOOLS: &[ToolDef] = &[
             `working_dir` (absolute, on the agent host), `watch_dirs` for TensorBoard files. The job is \
             queued and starts when GPUs are free. Invalid fields come back one by one.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "cancel_job",
@@ -101,6 +109,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Cancel a queued or running job (SIGTERM, then SIGKILL after the grace). Needs \
             `confirm: true`; without it nothing is cancelled and the answer says what would be.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "retry_job",
@@ -111,6 +120,7 @@ pub const TOOLS: &[ToolDef] = &[
             {\"resources.gpu\": \"2\", \"env.BATCH_SIZE\": \"16\"}). A job that ran out of GPU memory is \
             refused unless something changed or `force` is true; the refusal carries the advice.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "tail_logs",
@@ -120,6 +130,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "The newest output lines of a job (`tail`, default 100; `stream` stdout or stderr; \
             `attempt` for an earlier attempt). Long answers are cut with a note.",
         defaults: &[("tail", 100)],
+        joined: None,
     },
     ToolDef {
         name: "get_run",
@@ -127,8 +138,9 @@ pub const TOOLS: &[ToolDef] = &[
         path: "/runs/{run_id}",
         effect: Effect::Reads,
         description: "A run (the metrics of a job or SDK script): status, the latest value of each metric \
-            with a flag for NaN/Inf, the primary metric and its best value, checkpoints.",
+            with a flag for NaN/Inf, the primary metric and its best value, and its checkpoints.",
         defaults: &[],
+        joined: Some(("checkpoints", "/runs/{run_id}/checkpoints")),
     },
     ToolDef {
         name: "query_metric",
@@ -139,6 +151,7 @@ pub const TOOLS: &[ToolDef] = &[
             step range), so a curve's shape fits in a short answer; `from`/`to` zoom into a step range. \
             `max_points` (default 50) bounds the answer.",
         defaults: &[("max_points", 50)],
+        joined: None,
     },
     ToolDef {
         name: "explain_failure",
@@ -148,6 +161,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Why a failed run failed: the failure reason (OOM, NaN loss, lost node, exit code, \
             ...), the evidence (log lines, metric values) and concrete advice on what to change.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "diagnose_run",
@@ -157,6 +171,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Findings on a run, running or finished: NaN losses, silence (a hang), low GPU use, \
             full disks, lost nodes, each with evidence and advice.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "list_events",
@@ -166,6 +181,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Events, newest first (job state changes, NaN losses, OOMs, nodes lost, disks \
             full): filter by run_id, job_id, severity (info, warning, critical) or kind.",
         defaults: &[("limit", 20)],
+        joined: None,
     },
     ToolDef {
         name: "set_primary_metric",
@@ -175,6 +191,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Choose the metric that ranks a run (`key`, e.g. eval/accuracy, and `goal`: max or \
             min); list_jobs with sort=primary_metric then ranks by it.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "create_evaluation",
@@ -184,6 +201,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Evaluate a checkpoint of a run: a job runs `command` with GPUCTL_CHECKPOINT set and \
             writes its results, which land on the run as eval/* metrics.",
         defaults: &[],
+        joined: None,
     },
     ToolDef {
         name: "list_evaluations",
@@ -192,6 +210,7 @@ pub const TOOLS: &[ToolDef] = &[
         effect: Effect::Reads,
         description: "Evaluations (of one run with run_id), newest first, with their status and results.",
         defaults: &[("limit", 20)],
+        joined: None,
     },
 ];
 
@@ -217,6 +236,8 @@ pub struct ApiCall {
     /// Path and query, below `/api/v1`.
     pub path_and_query: String,
     pub body: Option<Value>,
+    /// The joined read: its key in the answer and its path.
+    pub joined: Option<(&'static str, String)>,
 }
 
 impl Prepared {
@@ -229,6 +250,7 @@ impl Prepared {
             }
         }
         let mut path = self.def.path.to_string();
+        let mut joined = self.def.joined.map(|(key, path)| (key, path.to_string()));
         let mut query = Vec::new();
         let mut body = Map::new();
         for (name, place) in &self.params {
@@ -244,7 +266,12 @@ impl Prepared {
             };
             match place {
                 Place::Path => match value.as_str().filter(|id| valid_id(id)) {
-                    Some(id) => path = path.replace(&format!("{{{name}}}"), id),
+                    Some(id) => {
+                        path = path.replace(&format!("{{{name}}}"), id);
+                        if let Some((_, joined_path)) = &mut joined {
+                            *joined_path = joined_path.replace(&format!("{{{name}}}"), id);
+                        }
+                    }
                     None => errors.push(field(name, "must be an id such as the ones list tools answer")),
                 },
                 Place::Query => query.push((name.clone(), scalar_text(&value))),
@@ -265,6 +292,7 @@ impl Prepared {
             method: self.def.method,
             path_and_query: path,
             body: has_body.then_some(Value::Object(body)),
+            joined,
         })
     }
 }
