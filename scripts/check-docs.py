@@ -14,7 +14,8 @@
 3. Paths: every path in inline `code` in README.md, SECURITY.md and
    ARCHITECTURE.md (with a slash, or a bare *.rs/.toml/.sql/.py/.ts/.sh name)
    is a file or folder of the repo or the tail of one (`jobs/plan.rs`), and
-   in `file.rs::name` (or a `…::name` after it) the file has a `fn name`.
+   in `file.rs::name` (or a `…::name` after it) the file defines `name` (a
+   Rust fn, const or static; a Python def).
    Skipped: URLs, routes (`/…`, `{id}`), globs, `~/…`, placeholders
    (`DATA_DIR/…`, `<n>`, `$VAR`) and paths git ignores (`target/site`).
 Exits 1 with one line per problem, else prints a one-line summary.
@@ -153,6 +154,10 @@ def repo_files():
     return files, folders
 
 
+# What names a definition in a source file: a Rust fn, const or static, a Python def.
+DEFINITION = r"\b(fn|const|static|def) {name}\b"
+
+
 def path_tokens(doc):
     """(token, path, function) for each path-like inline `code` of a document."""
     previous = None  # the file of the last `file.rs::name`, for `…::name`
@@ -183,8 +188,9 @@ def check_paths(docs, files, folders):
         found = tails.get(path)
         if not found:
             problems.append(f"{doc}: `{token}` names no file or folder of the repo")
-        elif function and not any(re.search(rf"\bfn {function}\b", read(f)) for f in found if f in files):
-            problems.append(f"{doc}: `{token}`: no `fn {function}` in {' or '.join(found)}")
+        elif function and not any(re.search(DEFINITION.format(name=re.escape(function)), read(f))
+                                  for f in found if f in files):
+            problems.append(f"{doc}: `{token}`: no `{function}` defined in {' or '.join(found)}")
     return len(candidates)
 
 

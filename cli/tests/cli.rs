@@ -348,3 +348,25 @@ async fn run_show_marks_non_finite_latest_values() {
         Some(5)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gpuctl_mcp_refuses_to_start_without_a_working_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let url = server.url.as_str();
+
+    let output = gpuctl(home.path(), &["--server", url, "mcp"]);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(stderr(&output).contains("gpuctl login"), "{}", stderr(&output));
+    assert!(
+        stdout(&output).is_empty(),
+        "stdout is the MCP channel: {}",
+        stdout(&output)
+    );
+
+    let output = gpuctl(home.path(), &["--server", url, "--token", "gpp_nope", "mcp"]);
+    assert_eq!(output.status.code(), Some(3));
+    assert!(stderr(&output).contains("not known"), "{}", stderr(&output));
+    assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+}
