@@ -237,8 +237,9 @@ def test_a_project_token_sees_nothing_of_another_project(cluster):
 
 def test_mcp_needs_a_read_or_write_token(cluster):
     sdk_token = cluster.admin("create-token", "--user", "sdk-user", "--scope", "sdk")
+    foreign_page = {"Authorization": f"Bearer {cluster.token}", "Origin": "https://evil.example"}
     for headers, status in (({}, 401), ({"Authorization": "Bearer not-a-token"}, 401),
-                            ({"Authorization": f"Bearer {sdk_token}"}, 403)):
+                            ({"Authorization": f"Bearer {sdk_token}"}, 403), (foreign_page, 403)):
         request = urllib.request.Request(
             f"{cluster.url}/mcp", method="POST", data=b"{}",
             headers={"Content-Type": "application/json", **headers})

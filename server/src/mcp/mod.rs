@@ -62,9 +62,13 @@ pub fn router(
 ) -> anyhow::Result<Router<AppState>> {
     let tools = Arc::new(tools::prepare(&serde_json::to_value(openapi)?)?);
     let handler = GpuPlaneMcp { tools, api };
+    // rmcp's Host check defends unauthenticated local servers against DNS
+    // rebinding; here every request needs a bearer token, which a rebinding
+    // page cannot have, and the server is reached by names it cannot know.
+    // Browsers' requests must come from this server's own origin.
     let config = StreamableHttpServerConfig::default()
         .with_json_response(true)
-        .with_allowed_hosts(allowed_hosts(state))
+        .disable_allowed_hosts()
         .with_allowed_origins([state.config.public_url()]);
     // Open MCP streams end when the server shuts down, so it need not wait for them.
     let streams = config.cancellation_token.clone();
@@ -81,26 +85,6 @@ pub fn router(
     Ok(Router::new()
         .nest_service(PATH, service)
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token)))
-}
-
-/// The host names this server is reached at (rmcp refuses others, against
-/// DNS rebinding): loopback, the bound address and the public URL's host.
-fn allowed_hosts(state: &AppState) -> Vec<String> {
-    let mut hosts = vec![
-        "localhost".to_string(),
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-    ];
-    hosts.push(state.config.settings.bind.ip().to_string());
-    let public = state.config.public_url();
-    if let Some(host) = public
-        .split_once("://")
-        .map(|(_, rest)| rest.split(['/', ':']).next().unwrap_or_default())
-        .filter(|host| !host.is_empty())
-    {
-        hosts.push(host.to_string());
-    }
-    hosts
 }
 
 /// Lets only requests with a `read` or `write` bearer token through, and

@@ -10,6 +10,7 @@ use gpuplane_api::job::Job;
 use gpuplane_api::log::Logs;
 use gpuplane_api::metric::{Checkpoint, Run, Series};
 use gpuplane_api::node::{ClusterSummary, Node};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::fmt::Write;
@@ -203,8 +204,15 @@ pub fn summary(tool: &str, body: &Value) -> String {
 
 /// What `cancel_job` without `confirm` answers: the job it would cancel.
 pub fn cancel_preview(body: &Value) -> String {
-    let job = read(body, |job: Job| job_text(&job)).unwrap_or_default();
-    format!("Nothing was cancelled. To cancel this job, call cancel_job again with confirm: true.\n{job}")
+    let Some(job) = Job::deserialize(body).ok() else {
+        return "Nothing was cancelled.".into();
+    };
+    let head = if job.status.is_terminal() {
+        format!("Nothing was cancelled: the job already ended ({}).", job.status)
+    } else {
+        "Nothing was cancelled. To cancel this job, call cancel_job again with confirm: true.".into()
+    };
+    format!("{head}\n{}", job_text(&job))
 }
 
 /// The text of an API error: status, code, message and each wrong field.
