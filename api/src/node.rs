@@ -73,7 +73,35 @@ pub struct ClusterSummary {
     pub gpus_simulated: u64,
     /// Jobs per status (every status, zeros included).
     pub jobs: BTreeMap<String, u64>,
-    /// The operators' notice (planned maintenance), when set.
+    /// The operators' notice (planned maintenance), when set: maintenance
+    /// mode's message while it is on, else the `maintenance_message` setting.
     #[serde(default)]
     pub maintenance: Option<String>,
+    /// Maintenance mode is on: nothing new starts, running jobs continue.
+    #[serde(default)]
+    pub dispatch_paused: bool,
+}
+
+/// `GET/PUT /api/v1/maintenance`: maintenance mode. While it is on nothing
+/// new is dispatched, running jobs continue and every queued job says why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Maintenance {
+    pub on: bool,
+    /// What users are told (on the dashboard, in `gpuctl status`, in each
+    /// queued job's reason).
+    pub message: Option<String>,
+    /// When it was turned on (RFC 3339).
+    pub since: Option<String>,
+    /// Who turned it on.
+    pub by: Option<String>,
+}
+
+/// `PUT /api/v1/maintenance`: turn maintenance mode on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StartMaintenance {
+    /// What users are told, e.g. "Driver upgrade until 12:00 UTC".
+    pub message: String,
 }

@@ -190,6 +190,17 @@ pub async fn create_assistant_token(scope: String, project: String) -> Result<As
     })
 }
 
+/// Turns maintenance mode on (a message) or off (an empty one): server admins.
+#[server(prefix = "/console/fn", endpoint = "set_maintenance")]
+pub async fn set_maintenance(message: String) -> Result<(), ServerFnError> {
+    let user = require_user().await?;
+    let message = Some(message.trim().to_string()).filter(|m| !m.is_empty());
+    crate::backend::use_backend()?
+        .set_maintenance(user, message)
+        .await
+        .map_err(ServerFnError::new)
+}
+
 /// Revokes one of the signed-in user's tokens.
 #[server(prefix = "/console/fn", endpoint = "revoke_my_token")]
 pub async fn revoke_my_token(token_id: String) -> Result<(), ServerFnError> {

@@ -79,6 +79,14 @@ impl Client {
         self.send(self.http.get(format!("{}{path}", self.server))).await
     }
 
+    pub async fn put<B: serde::Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<R, CliError> {
+        self.send(self.http.put(self.url(path)).json(body)).await
+    }
+
     pub async fn post<B: serde::Serialize, R: DeserializeOwned>(
         &self,
         path: &str,

@@ -64,6 +64,9 @@ enum Command {
     /// What happened: OOMs, lost jobs, disconnected nodes, full disks.
     #[command(subcommand)]
     Event(EventCommand),
+    /// Server admins: maintenance mode.
+    #[command(subcommand)]
+    Admin(commands::admin::AdminCommand),
     /// Serve MCP over stdio for an AI assistant that starts a local process:
     /// its tools are the server's (/mcp), used with this CLI's token.
     Mcp,
@@ -160,6 +163,9 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         }
         Command::Event(EventCommand::List(args)) => {
             commands::events::list(&Client::new(cli.server, cli.token)?, args, out).await
+        }
+        Command::Admin(command) => {
+            commands::admin::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Mcp => commands::mcp::run(Client::new(cli.server, cli.token)?).await,
     }

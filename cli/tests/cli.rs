@@ -370,3 +370,47 @@ async fn gpuctl_mcp_refuses_to_start_without_a_working_token() {
     assert!(stderr(&output).contains("not known"), "{}", stderr(&output));
     assert!(stdout(&output).is_empty(), "{}", stdout(&output));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admins_pause_dispatch_for_maintenance_and_everyone_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
+    let reader = user_token(&server.state.db, "carol", Scope::Read, false).await;
+    let url = server.url.as_str();
+    let as_admin = |args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", &admin][..], args].concat(),
+        )
+    };
+    let as_reader = |args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", &reader][..], args].concat(),
+        )
+    };
+
+    let refused = as_reader(&["admin", "maintenance", "on", "nope"]);
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+
+    let on = as_admin(&["admin", "maintenance", "on", "Driver upgrade until 12:00 UTC"]);
+    assert!(on.status.success(), "{}", stderr(&on));
+    let text = stdout(&on);
+    assert!(text.starts_with("Maintenance mode is on since "), "{text}");
+    assert!(text.contains("(by root): nothing new starts"), "{text}");
+    let status = stdout(&as_reader(&["status"]));
+    assert!(
+        status.contains(
+            "\nPaused  maintenance: nothing new starts, running jobs continue: Driver upgrade until 12:00 UTC"
+        ),
+        "{status}"
+    );
+    let shown = json(&as_reader(&["admin", "maintenance", "show", "--json"]));
+    assert_eq!(shown["on"], true);
+
+    let off = as_admin(&["admin", "maintenance", "off"]);
+    expect!["Maintenance mode is off: jobs are dispatched.\n"].assert_eq(&stdout(&off));
+    assert!(!stdout(&as_reader(&["status"])).contains("Paused"));
+}

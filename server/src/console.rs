@@ -168,6 +168,26 @@ impl ConsoleBackend for ServerBackend {
         self.state.config.sso.as_ref().map(|sso| sso.display_name.clone())
     }
 
+    fn set_maintenance(
+        &self,
+        user: SessionUser,
+        notice: Option<String>,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            if !user.is_admin {
+                return Err("maintenance mode is for server admins".to_string());
+            }
+            let db = &self.state.db;
+            match notice {
+                Some(notice) => crate::jobs::maintenance::start(db, Some(&user.name), &notice).await,
+                None => crate::jobs::maintenance::end(db).await,
+            }
+            .map_err(message)?;
+            self.state.jobs_changed();
+            Ok(())
+        })
+    }
+
     fn public_url(&self) -> String {
         self.state.config.public_url()
     }

@@ -138,28 +138,31 @@ impl Cluster {
 
     /// `GET` an API path (`/jobs`: under `/api/v1`) with the cluster's user token.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(format!("{}{PREFIX}{path}", self.server.url))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap();
-        let (status, body) = answer(response).await;
-        (status.as_u16(), body)
+        self.call(reqwest::Method::GET, path, None, &self.token).await
     }
 
     /// `POST` JSON to an API path (under `/api/v1`) with the cluster's user token.
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .http
-            .post(format!("{}{PREFIX}{path}", self.server.url))
-            .bearer_auth(&self.token)
-            .json(&body)
-            .send()
+        self.call(reqwest::Method::POST, path, Some(body), &self.token)
             .await
-            .unwrap();
-        let (status, body) = answer(response).await;
+    }
+
+    /// Any request to an API path (under `/api/v1`) with `token`.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        token: &str,
+    ) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{PREFIX}{path}", self.server.url))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let (status, body) = answer(request.send().await.unwrap()).await;
         (status.as_u16(), body)
     }
 

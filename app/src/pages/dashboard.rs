@@ -1,7 +1,8 @@
 //! The dashboard: the cluster at a glance: nodes and GPUs, the queue by
 //! state, running jobs, recent critical events.
 
-use crate::api::fetch;
+use crate::CurrentUser;
+use crate::api::{SetMaintenance, fetch};
 use crate::view::live::{self, Next};
 use crate::view::loaded;
 use crate::view::query::api;
@@ -11,6 +12,7 @@ use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::node::{ClusterSummary, Node};
 use gpuplane_api::paths;
+use leptos::form::ActionForm;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -27,7 +29,11 @@ pub fn Dashboard() -> impl IntoView {
         },
         |_| {},
     );
-    let cluster = Resource::new(move || tick.get(), |_| fetch::<ClusterSummary>(paths::cluster()));
+    let maintenance = ServerAction::<SetMaintenance>::new();
+    let cluster = Resource::new(
+        move || (tick.get(), maintenance.version().get()),
+        |_| fetch::<ClusterSummary>(paths::cluster()),
+    );
     let nodes = Resource::new(move || tick.get(), |_| fetch::<Page<Node>>(paths::nodes()));
     let running = Resource::new(
         move || tick.get(),
@@ -45,8 +51,12 @@ pub fn Dashboard() -> impl IntoView {
     view! {
         <Title text="Dashboard" />
         <h1>"Dashboard"</h1>
-        {loaded(cluster, |c: ClusterSummary| view! {
-            {c.maintenance.map(|notice| view! { <p class="notice warn" role="status" data-testid="maintenance">{notice}</p> })}
+        {loaded(cluster, move |c: ClusterSummary| view! {
+            {c.maintenance.map(|notice| {
+                let paused = c.dispatch_paused.then_some("Maintenance: nothing new starts, running jobs continue. ");
+                view! { <p class="notice warn" role="status" data-testid="maintenance">{paused}{notice}</p> }
+            })}
+            <MaintenanceSwitch paused=c.dispatch_paused action=maintenance />
             <section class="cards" data-testid="cluster">
                 <div class="metric-card"><div class="metric-key">"Nodes online"</div>
                     <div class="metric-value">{c.nodes_online}</div>
@@ -76,5 +86,37 @@ pub fn Dashboard() -> impl IntoView {
             <h2>"Recent critical events"</h2>
             {loaded(critical, |page: Page<Event>| view! { <EventsTable events=page.items empty="No critical events. OOMs, lost nodes, NaN losses and full disks would show here." /> })}
         </section>
+    }
+}
+
+/// Maintenance mode on or off, for server admins only.
+#[component]
+fn MaintenanceSwitch(paused: bool, action: ServerAction<SetMaintenance>) -> impl IntoView {
+    let user = expect_context::<CurrentUser>();
+    let is_admin = move || {
+        user.0
+            .get()
+            .and_then(|user| user.ok().flatten())
+            .is_some_and(|user| user.is_admin)
+    };
+    view! {
+        <Show when=is_admin>
+            <ActionForm action=action attr:class="inline-form" attr:data-testid="maintenance-switch">
+                {if paused {
+                    view! {
+                        <input type="hidden" name="message" value="" />
+                        <button type="submit">"End maintenance: dispatch again"</button>
+                    }.into_any()
+                } else {
+                    view! {
+                        <label>"Maintenance message" <input name="message" required placeholder="Driver upgrade until 12:00 UTC" /></label>
+                        <button type="submit" class="secondary">"Pause dispatch for maintenance"</button>
+                    }.into_any()
+                }}
+            </ActionForm>
+            {move || action.value().get().and_then(|result| result.err()).map(|error| {
+                view! { <p class="error">{crate::view::error_text(&error)}</p> }
+            })}
+        </Show>
     }
 }

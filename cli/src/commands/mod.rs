@@ -1,5 +1,6 @@
 //! One module per command family.
 
+pub mod admin;
 pub mod auth;
 pub mod evals;
 pub mod events;

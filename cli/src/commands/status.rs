@@ -32,7 +32,11 @@ pub async fn status(client: &Client, out: &Output) -> Result<(), CliError> {
             .iter()
             .map(|status| format!("{} {}", c.jobs.get(status.as_str()).copied().unwrap_or(0), status.as_str()))
             .collect();
-        let notice = c.maintenance.as_ref().map(|m| format!("\nNotice  {m}")).unwrap_or_default();
+        let notice = match (&c.maintenance, c.dispatch_paused) {
+            (Some(m), true) => format!("\nPaused  maintenance: nothing new starts, running jobs continue: {m}"),
+            (Some(m), false) => format!("\nNotice  {m}"),
+            (None, _) => String::new(),
+        };
         format!(
             "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}{notice}",
             s.server,

@@ -1,12 +1,14 @@
-//! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance.
+//! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance; maintenance mode.
 
-use crate::api::error::{ApiError, AuthErrors};
-use crate::identity::auth::{Authed, Read};
+use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::identity::auth::{Authed, Read, Write};
+use crate::jobs::maintenance;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
+use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::JobStatus;
-use gpuplane_api::node::ClusterSummary;
+use gpuplane_api::node::{ClusterSummary, Maintenance, StartMaintenance};
 
 /// Nodes online and offline, GPUs in use, and jobs by status.
 #[utoipa::path(get, path = "/cluster", tag = "nodes",
@@ -46,6 +48,7 @@ pub async fn summary(state: &AppState) -> Result<ClusterSummary, ApiError> {
     for (status, count) in counts {
         jobs.insert(status, count as u64);
     }
+    let paused = crate::jobs::maintenance::current(&state.db).await?;
     Ok(ClusterSummary {
         nodes_online: online as u64,
         nodes_offline: offline as u64,
@@ -53,6 +56,62 @@ pub async fn summary(state: &AppState) -> Result<ClusterSummary, ApiError> {
         gpus_in_use: in_use as u64,
         gpus_simulated: simulated as u64,
         jobs,
-        maintenance: state.config.maintenance_message.clone(),
+        maintenance: paused
+            .message
+            .or_else(|| state.config.maintenance_message.clone()),
+        dispatch_paused: paused.on,
     })
+}
+
+/// Maintenance mode: whether dispatch is paused, since when, by whom, why.
+#[utoipa::path(get, path = "/maintenance", tag = "nodes",
+    security(("bearer" = ["read"])),
+    responses((status = 200, body = Maintenance), AuthErrors))]
+pub async fn get_maintenance(
+    _auth: Authed<Read>,
+    State(state): State<AppState>,
+) -> Result<Json<Maintenance>, ApiError> {
+    Ok(Json(maintenance::current(&state.db).await?))
+}
+
+/// Turns maintenance mode on (server admins): nothing new is dispatched,
+/// running jobs continue, every queued job and the dashboard say why.
+#[utoipa::path(put, path = "/maintenance", tag = "nodes",
+    security(("bearer" = ["write"])),
+    request_body = StartMaintenance,
+    responses((status = 200, body = Maintenance), AuthErrors, (status = 422, body = ErrorBody)))]
+pub async fn start_maintenance(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<StartMaintenance>,
+) -> Result<Json<Maintenance>, ApiError> {
+    require_admin(&auth)?;
+    let by = auth.caller.user_name.as_deref();
+    let maintenance = maintenance::start(&state.db, by, &request.message).await?;
+    state.jobs_changed();
+    Ok(Json(maintenance))
+}
+
+/// Turns maintenance mode off (server admins): queued jobs are dispatched at once.
+#[utoipa::path(delete, path = "/maintenance", tag = "nodes",
+    security(("bearer" = ["write"])),
+    responses((status = 200, body = Maintenance), AuthErrors))]
+pub async fn end_maintenance(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+) -> Result<Json<Maintenance>, ApiError> {
+    require_admin(&auth)?;
+    let maintenance = maintenance::end(&state.db).await?;
+    state.jobs_changed();
+    Ok(Json(maintenance))
+}
+
+fn require_admin(auth: &Authed<Write>) -> Result<(), ApiError> {
+    if auth.caller.is_admin {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "maintenance mode is for server admins".into(),
+        ))
+    }
 }

@@ -59,6 +59,11 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(auth::whoami))
         .routes(routes!(nodes::list_nodes))
         .routes(routes!(cluster::cluster))
+        .routes(routes!(
+            cluster::get_maintenance,
+            cluster::start_maintenance,
+            cluster::end_maintenance
+        ))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::cancel_job))

@@ -40,8 +40,17 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
     if queue.is_empty() {
         return Ok(None);
     }
-    let nodes = load_nodes(state).await?;
     let now = now_ms();
+    let maintenance = crate::jobs::maintenance::current(&state.db).await?;
+    if maintenance.on {
+        // Nothing starts; every queued job says why. Turning it off wakes us.
+        let reason = crate::jobs::maintenance::queued_reason(&maintenance);
+        let reasons: Vec<(String, String)> =
+            queue.iter().map(|job| (job.id.clone(), reason.clone())).collect();
+        apply(state, &[], &reasons, &current_reasons, now).await?;
+        return Ok(None);
+    }
+    let nodes = load_nodes(state).await?;
     let plan = plan(&queue, &nodes, state.config.settings.cpu_slots_per_node, now);
     apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
     Ok(plan.wake_at)

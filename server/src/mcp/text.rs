@@ -189,7 +189,12 @@ pub fn summary(tool: &str, body: &Value) -> String {
                 }
             );
             if let Some(message) = &cluster.maintenance {
-                let _ = write!(text, "\nmaintenance: {message}");
+                let paused = if cluster.dispatch_paused {
+                    " (dispatch paused: nothing new starts)"
+                } else {
+                    ""
+                };
+                let _ = write!(text, "\nmaintenance{paused}: {message}");
             }
             text
         }),

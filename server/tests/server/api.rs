@@ -274,6 +274,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/jobs/{job_id}/logs/full  bearer ["read"]
         get    /api/v1/jobs/{job_id}/logs/stream  bearer ["read"]
         post   /api/v1/jobs/{job_id}/retry  bearer ["write"]
+        delete /api/v1/maintenance  bearer ["write"]
+        get    /api/v1/maintenance  bearer ["read"]
+        put    /api/v1/maintenance  bearer ["write"]
         get    /api/v1/nodes  bearer ["read"]
         get    /api/v1/openapi.json  public
         get    /api/v1/projects  bearer ["read"]

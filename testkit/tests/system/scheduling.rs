@@ -1,6 +1,7 @@
 //! Scheduling on real agents: queued reasons, backfill past a blocked
 //! multi-GPU head without starving it, cancel, retry and automatic retries.
 
+use gpuplane_api::auth::Scope;
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
 use gpuplane_testkit::cluster::{Cluster, sh};
@@ -338,4 +339,82 @@ async fn lists_page_with_a_cursor() {
     let (_, queued) = cluster.get("/jobs?status=QUEUED&limit=10").await;
     assert_eq!(queued["items"].as_array().unwrap().len(), 5);
     assert_eq!(queued["next_before"], serde_json::Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn maintenance_mode_pauses_dispatch_but_not_running_jobs() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    let running = cluster
+        .submit(json!({"name": "running", "command": sh("sleep 30"), "resources": {"gpu": 1}}))
+        .await;
+    cluster.wait_for(&running.id, JobStatus::Running).await;
+
+    // Only server admins may turn it on; a message is required.
+    let editor = gpuplane_testkit::user_token(&cluster.server.state.db, "editor", Scope::Write, false).await;
+    let put = reqwest::Method::PUT;
+    let (status, _) = cluster
+        .call(
+            put.clone(),
+            "/maintenance",
+            Some(json!({"message": "drivers"})),
+            &editor,
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, body) = cluster
+        .call(
+            put.clone(),
+            "/maintenance",
+            Some(json!({"message": " "})),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (422, Some("message"))
+    );
+    let (status, body) = cluster
+        .call(
+            put,
+            "/maintenance",
+            Some(json!({"message": "Driver upgrade until 12:00"})),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["on"], true);
+    assert_eq!(body["by"], "tester");
+
+    // A free GPU, yet nothing new starts; the reason says why; the running job goes on.
+    let waiting = cluster
+        .submit(json!({"name": "waiting", "command": ["true"], "resources": {"gpu": 1}}))
+        .await;
+    let waiting = cluster
+        .wait_until(&waiting.id, "the maintenance reason", |job| {
+            job.queued_reason
+                .as_deref()
+                .is_some_and(|reason| reason.starts_with("maintenance: dispatch paused since "))
+        })
+        .await;
+    assert!(
+        waiting
+            .queued_reason
+            .unwrap()
+            .ends_with("by tester: Driver upgrade until 12:00")
+    );
+    assert_eq!(cluster.job(&running.id).await.status, JobStatus::Running);
+    let (_, summary) = cluster.get("/cluster").await;
+    assert_eq!(summary["dispatch_paused"], true);
+    assert_eq!(summary["maintenance"], "Driver upgrade until 12:00");
+
+    // Off: the waiting job starts at once.
+    let (status, body) = cluster
+        .call(reqwest::Method::DELETE, "/maintenance", None, &cluster.token)
+        .await;
+    assert_eq!((status, &body["on"]), (200, &json!(false)));
+    cluster.wait_for(&waiting.id, JobStatus::Succeeded).await;
+    let (_, summary) = cluster.get("/cluster").await;
+    assert_eq!(summary["dispatch_paused"], false);
 }

@@ -1,0 +1,28 @@
+// Maintenance mode from the console: an admin pauses dispatch, every queued
+// job says why, and ending it dispatches at once.
+import { test, expect } from '@playwright/test';
+import { signIn, url } from './helpers';
+import { MAINTENANCE } from '../global-setup';
+
+test('an admin pauses dispatch from the dashboard and queued jobs say why', async ({ page, request }) => {
+  const headers = { authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` };
+  await signIn(page, '/');
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+  await page.getByLabel('Maintenance message').fill('Switch firmware until 14:00');
+  await page.getByRole('button', { name: 'Pause dispatch for maintenance' }).click();
+  await expect(page.getByTestId('maintenance')).toHaveText(
+    'Maintenance: nothing new starts, running jobs continue. Switch firmware until 14:00');
+
+  const submitted = await request.post(url() + '/api/v1/jobs', {
+    headers, data: { name: 'waits-for-maintenance', command: ['true'] } });
+  expect(submitted.status()).toBe(201);
+  const job = await submitted.json();
+  await expect.poll(async () => (await (await request.get(url() + `/api/v1/jobs/${job.id}`, { headers })).json()).queued_reason)
+    .toMatch(/^maintenance: dispatch paused since .* by .*: Switch firmware until 14:00$/);
+  await page.screenshot({ path: 'artifacts/maintenance.png', fullPage: true });
+
+  await page.getByRole('button', { name: 'End maintenance: dispatch again' }).click();
+  await expect(page.getByTestId('maintenance')).toHaveText(MAINTENANCE);
+  await expect.poll(async () => (await (await request.get(url() + `/api/v1/jobs/${job.id}`, { headers })).json()).status)
+    .toBe('SUCCEEDED');
+});

@@ -1,0 +1,78 @@
+//! Maintenance mode: one row that, while it exists, keeps the scheduler from
+//! starting anything (running jobs continue) and gives every queued job its
+//! reason. Turning it off wakes the scheduler, which dispatches at once.
+
+use crate::store::Error;
+use crate::store::time::{now_ms, rfc3339};
+use gpuplane_api::error::FieldError;
+use gpuplane_api::node::Maintenance;
+use sqlx::SqlitePool;
+
+/// The longest message maintenance mode takes.
+pub const MAX_MESSAGE_CHARS: usize = 500;
+
+/// Maintenance mode as it is now.
+pub async fn current(db: &SqlitePool) -> Result<Maintenance, Error> {
+    let row: Option<(String, i64, Option<String>)> =
+        sqlx::query_as("SELECT message, started_at, started_by FROM maintenance WHERE id = 1")
+            .fetch_optional(db)
+            .await?;
+    Ok(match row {
+        Some((message, started_at, by)) => Maintenance {
+            on: true,
+            message: Some(message),
+            since: Some(rfc3339(started_at)),
+            by,
+        },
+        None => Maintenance {
+            on: false,
+            message: None,
+            since: None,
+            by: None,
+        },
+    })
+}
+
+/// Turns maintenance mode on (or changes its message); the caller wakes the
+/// scheduler after, so queued jobs say why they wait.
+pub async fn start(db: &SqlitePool, by: Option<&str>, message: &str) -> Result<Maintenance, Error> {
+    let message = message.trim();
+    if message.is_empty() || message.chars().count() > MAX_MESSAGE_CHARS {
+        return Err(Error::Invalid(vec![FieldError {
+            field: "message".into(),
+            message: format!("say what is happening, in 1 to {MAX_MESSAGE_CHARS} characters"),
+        }]));
+    }
+    sqlx::query(
+        "INSERT INTO maintenance (id, message, started_at, started_by) VALUES (1, ?, ?, ?)
+         ON CONFLICT (id) DO UPDATE SET message = excluded.message",
+    )
+    .bind(message)
+    .bind(now_ms())
+    .bind(by)
+    .execute(db)
+    .await?;
+    current(db).await
+}
+
+/// Turns maintenance mode off; the caller wakes the scheduler after.
+pub async fn end(db: &SqlitePool) -> Result<Maintenance, Error> {
+    sqlx::query("DELETE FROM maintenance WHERE id = 1")
+        .execute(db)
+        .await?;
+    current(db).await
+}
+
+/// The reason every queued job carries while maintenance mode is on.
+pub fn queued_reason(maintenance: &Maintenance) -> String {
+    format!(
+        "maintenance: dispatch paused since {}{}: {}",
+        maintenance.since.as_deref().unwrap_or("now"),
+        maintenance
+            .by
+            .as_deref()
+            .map(|by| format!(" by {by}"))
+            .unwrap_or_default(),
+        maintenance.message.as_deref().unwrap_or_default()
+    )
+}
