@@ -9,9 +9,18 @@ use std::collections::BTreeMap;
 pub enum NodeStatus {
     Online,
     Offline,
+    /// Drained by an admin: takes no new jobs while its running jobs finish.
+    Draining,
+    /// Drained and idle: safe to take down.
+    Drained,
 }
 
-names!("node status", NodeStatus { Online => "ONLINE", Offline => "OFFLINE" });
+names!("node status", NodeStatus {
+    Online => "ONLINE",
+    Offline => "OFFLINE",
+    Draining => "DRAINING",
+    Drained => "DRAINED",
+});
 
 /// Where a GPU's inventory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +67,11 @@ pub struct Node {
     pub agent_version: String,
     /// RFC 3339 time of the last heartbeat.
     pub last_seen_at: String,
+    /// When an admin drained the node (RFC 3339), and who.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_by: Option<String>,
 }
 
 /// `GET /api/v1/cluster`: the cluster at a glance.

@@ -1,15 +1,27 @@
-//! `gpuctl admin …`: what server admins do from a terminal.
+//! `gpuctl admin …`: what server admins do from a terminal: maintenance
+//! mode and draining nodes.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use clap::Subcommand;
-use gpuplane_api::node::{Maintenance, StartMaintenance};
+use gpuplane_api::node::{Maintenance, Node, NodeStatus, StartMaintenance};
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
     /// Maintenance mode: pause all dispatch (running jobs continue).
     #[command(subcommand)]
     Maintenance(MaintenanceCommand),
+    /// Drain a node before taking it down, or let it take jobs again.
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// No new jobs on NODE; its running jobs finish (DRAINING), then it is DRAINED.
+    Drain { node: String },
+    /// NODE takes jobs again.
+    Undrain { node: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -28,6 +40,15 @@ pub enum MaintenanceCommand {
 
 pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result<(), CliError> {
     match command {
+        AdminCommand::Node(command) => {
+            let (node, action) = match &command {
+                NodeCommand::Drain { node } => (node, "drain"),
+                NodeCommand::Undrain { node } => (node, "undrain"),
+            };
+            let node: Node = client.post(&format!("nodes/{node}/{action}"), &()).await?;
+            out.emit(&node, render_node);
+            Ok(())
+        }
         AdminCommand::Maintenance(command) => {
             let maintenance: Maintenance = match command {
                 MaintenanceCommand::On { message } => {
@@ -56,4 +77,14 @@ fn render_maintenance(maintenance: &Maintenance) -> String {
             .unwrap_or_default(),
         maintenance.message.as_deref().unwrap_or_default()
     )
+}
+
+fn render_node(node: &Node) -> String {
+    let what = match node.status {
+        NodeStatus::Draining => "takes no new jobs; its running jobs finish, then it is DRAINED",
+        NodeStatus::Drained => "takes no new jobs and runs none: safe to take down",
+        NodeStatus::Online => "takes jobs",
+        NodeStatus::Offline => "is offline",
+    };
+    format!("{}  {}: {what}", node.name, node.status)
 }

@@ -1,6 +1,7 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance; maintenance mode.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::identity::access::require_server_admin;
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::maintenance;
 use crate::state::AppState;
@@ -85,7 +86,7 @@ pub async fn start_maintenance(
     State(state): State<AppState>,
     ApiJson(request): ApiJson<StartMaintenance>,
 ) -> Result<Json<Maintenance>, ApiError> {
-    require_admin(&auth)?;
+    require_server_admin(&auth.caller, "maintenance mode")?;
     let by = auth.caller.user_name.as_deref();
     let maintenance = maintenance::start(&state.db, by, &request.message).await?;
     state.jobs_changed();
@@ -100,18 +101,8 @@ pub async fn end_maintenance(
     auth: Authed<Write>,
     State(state): State<AppState>,
 ) -> Result<Json<Maintenance>, ApiError> {
-    require_admin(&auth)?;
+    require_server_admin(&auth.caller, "maintenance mode")?;
     let maintenance = maintenance::end(&state.db).await?;
     state.jobs_changed();
     Ok(Json(maintenance))
-}
-
-fn require_admin(auth: &Authed<Write>) -> Result<(), ApiError> {
-    if auth.caller.is_admin {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(
-            "maintenance mode is for server admins".into(),
-        ))
-    }
 }

@@ -155,6 +155,15 @@ impl Follow {
             if self.done {
                 return None;
             }
+            // The job's state is read before its lines: lines committed
+            // with (or before) its end are then never missed.
+            let status = match store::get(&self.state.db, &self.job_id).await {
+                Ok(job) => job.status,
+                Err(_) => {
+                    self.done = true;
+                    continue;
+                }
+            };
             let lines = match logs::after(
                 &self.state.db,
                 &self.job_id,
@@ -185,19 +194,9 @@ impl Follow {
                 }
                 continue;
             }
-            let status = store::get(&self.state.db, &self.job_id)
-                .await
-                .map(|job| job.status);
-            match status {
-                Ok(status) if status.is_terminal() => {
-                    self.done = true;
-                    return Some(Event::default().event("end").data(status.as_str()));
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    self.done = true;
-                    continue;
-                }
+            if status.is_terminal() {
+                self.done = true;
+                return Some(Event::default().event("end").data(status.as_str()));
             }
             if !self.wait_for_lines().await {
                 self.done = true;

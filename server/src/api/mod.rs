@@ -58,6 +58,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::health))
         .routes(routes!(auth::whoami))
         .routes(routes!(nodes::list_nodes))
+        .routes(routes!(nodes::drain_node))
+        .routes(routes!(nodes::undrain_node))
         .routes(routes!(cluster::cluster))
         .routes(routes!(
             cluster::get_maintenance,

@@ -1,12 +1,14 @@
-//! `GET /api/v1/nodes`.
+//! `GET /api/v1/nodes`; draining a node (server admins).
 
 use crate::api::error::{ApiError, AuthErrors};
-use crate::identity::auth::{Authed, Read};
+use crate::identity::access::require_server_admin;
+use crate::identity::auth::{Authed, Read, Write};
 use crate::nodes;
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use gpuplane_api::Page;
+use gpuplane_api::error::ErrorBody;
 use gpuplane_api::node::Node;
 
 /// Every node with its GPUs and their latest readings.
@@ -21,4 +23,45 @@ pub async fn list_nodes(
         items: nodes::list(&state.db).await?,
         next_before: None,
     }))
+}
+
+/// Drains a node (server admins): it takes no new jobs, its running jobs
+/// finish (DRAINING), then it is DRAINED.
+#[utoipa::path(post, path = "/nodes/{name}/drain", tag = "nodes",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path, description = "The node's name")),
+    responses((status = 200, body = Node), AuthErrors, (status = 404, body = ErrorBody)))]
+pub async fn drain_node(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Node>, ApiError> {
+    require_server_admin(&auth.caller, "draining a node")?;
+    nodes::drain(&state.db, &name, auth.caller.user_name.as_deref()).await?;
+    state.jobs_changed();
+    Ok(Json(node_named(&state, &name).await?))
+}
+
+/// Lets a drained node take jobs again (server admins).
+#[utoipa::path(post, path = "/nodes/{name}/undrain", tag = "nodes",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path, description = "The node's name")),
+    responses((status = 200, body = Node), AuthErrors, (status = 404, body = ErrorBody)))]
+pub async fn undrain_node(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Node>, ApiError> {
+    require_server_admin(&auth.caller, "undraining a node")?;
+    nodes::undrain(&state.db, &name).await?;
+    state.jobs_changed();
+    Ok(Json(node_named(&state, &name).await?))
+}
+
+async fn node_named(state: &AppState, name: &str) -> Result<Node, ApiError> {
+    nodes::list(&state.db)
+        .await?
+        .into_iter()
+        .find(|node| node.name == name)
+        .ok_or_else(|| ApiError::NotFound(format!("no node {name}")))
 }

@@ -138,3 +138,13 @@ pub async fn require(
         ))),
     }
 }
+
+/// Server admins only (maintenance mode, draining nodes): anyone else is
+/// refused, naming `what`.
+pub fn require_server_admin(caller: &Caller, what: &str) -> Result<(), Error> {
+    if caller.is_admin {
+        Ok(())
+    } else {
+        Err(Error::Forbidden(format!("{what} is for server admins")))
+    }
+}

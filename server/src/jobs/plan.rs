@@ -53,6 +53,8 @@ pub struct Plan {
     pub reasons: Vec<(String, String)>,
     /// The earliest cooldown end among waiting jobs: plan again then.
     pub wake_at: Option<i64>,
+    /// Jobs whose node_selector matches no node of this pass.
+    pub unmatched: Vec<String>,
 }
 
 /// Nodes matching one node_selector, and what this pass learned about them.
@@ -131,6 +133,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
                 job.id.clone(),
                 no_matching_node(&job.node_selector, nodes.is_empty()),
             ));
+            plan.unmatched.push(job.id.clone());
             continue;
         }
 

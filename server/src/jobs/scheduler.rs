@@ -9,7 +9,7 @@ use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
 use gpuplane_api::node::NODE_NAME_LABEL;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -51,7 +51,10 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
         return Ok(None);
     }
     let nodes = load_nodes(state).await?;
-    let plan = plan(&queue, &nodes, state.config.settings.cpu_slots_per_node, now);
+    let mut plan = plan(&queue, &nodes, state.config.settings.cpu_slots_per_node, now);
+    if !plan.unmatched.is_empty() {
+        explain_drained_nodes(state, &queue, &mut plan).await?;
+    }
     apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
     Ok(plan.wake_at)
 }
@@ -101,6 +104,54 @@ pub async fn load_queue(
     Ok((queue, reasons))
 }
 
+/// A job that no node of the pass matches, while drained nodes would, says
+/// so: the reason names them instead of "no online node".
+async fn explain_drained_nodes(
+    state: &AppState,
+    queue: &[QueuedJob],
+    plan: &mut crate::jobs::plan::Plan,
+) -> Result<(), Error> {
+    let drained: Vec<(String, String)> = sqlx::query_as(
+        "SELECT name, labels FROM nodes WHERE status = 'ONLINE' AND drained_at IS NOT NULL ORDER BY name",
+    )
+    .fetch_all(&state.db)
+    .await?;
+    if drained.is_empty() {
+        return Ok(());
+    }
+    let drained: Vec<(String, BTreeMap<String, String>)> = drained
+        .into_iter()
+        .map(|(name, labels)| {
+            let mut labels: BTreeMap<String, String> = serde_json::from_str(&labels).unwrap_or_default();
+            labels.insert(NODE_NAME_LABEL.to_string(), name.clone());
+            (name, labels)
+        })
+        .collect();
+    let unmatched: HashSet<&str> = plan.unmatched.iter().map(String::as_str).collect();
+    let selectors: HashMap<&str, &BTreeMap<String, String>> = queue
+        .iter()
+        .filter(|job| unmatched.contains(job.id.as_str()))
+        .map(|job| (job.id.as_str(), &job.node_selector))
+        .collect();
+    for (job_id, reason) in &mut plan.reasons {
+        let Some(selector) = selectors.get(job_id.as_str()) else {
+            continue;
+        };
+        let names: Vec<&str> = drained
+            .iter()
+            .filter(|(_, labels)| selector.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !names.is_empty() {
+            *reason = format!(
+                "only drained nodes match ({}): they take no new jobs until an admin undrains them",
+                names.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// ONLINE nodes with their GPUs and what active attempts hold, in one query.
 pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
     // id, name, labels, GPU indices, GPUs of each active attempt ([] for cpu jobs).
@@ -110,7 +161,7 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
                     (SELECT json_group_array(json(a.gpus)) FROM attempts a
                      WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
-         FROM (SELECT * FROM nodes WHERE status = 'ONLINE' ORDER BY name) n",
+         FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n",
     )
     .fetch_one(&state.db)
     .await?;

@@ -145,6 +145,10 @@ struct NodeRow {
     agent_version: String,
     status: String,
     last_seen_at: i64,
+    drained_at: Option<i64>,
+    drained_by: Option<String>,
+    /// DISPATCHING or RUNNING attempts on the node.
+    active: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -163,7 +167,10 @@ struct GpuRow {
 /// Every node, by name, with its GPUs by index.
 pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
     let nodes: Vec<NodeRow> = sqlx::query_as(
-        "SELECT id, name, hostname, labels, agent_version, status, last_seen_at FROM nodes ORDER BY name",
+        "SELECT id, name, hostname, labels, agent_version, status, last_seen_at, drained_at, drained_by,
+                (SELECT count(*) FROM attempts a
+                 WHERE a.node_id = nodes.id AND a.status IN ('DISPATCHING', 'RUNNING')) AS active
+         FROM nodes ORDER BY name",
     )
     .fetch_all(db)
     .await?;
@@ -192,18 +199,52 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
         .map(|row| Node {
             gpus: by_node.remove(&row.id).unwrap_or_default(),
             labels: serde_json::from_str(&row.labels).unwrap_or_default(),
-            status: if row.status == "ONLINE" {
-                NodeStatus::Online
-            } else {
-                NodeStatus::Offline
+            status: match (row.status.as_str(), row.drained_at, row.active) {
+                ("ONLINE", None, _) => NodeStatus::Online,
+                ("ONLINE", Some(_), 0) => NodeStatus::Drained,
+                ("ONLINE", Some(_), _) => NodeStatus::Draining,
+                _ => NodeStatus::Offline,
             },
             last_seen_at: rfc3339(row.last_seen_at),
+            drained_at: row.drained_at.map(rfc3339),
+            drained_by: row.drained_by,
             id: row.id,
             name: row.name,
             hostname: row.hostname,
             agent_version: row.agent_version,
         })
         .collect())
+}
+
+/// Drains the node named `name` (`by` says who): it takes no new jobs and
+/// its running jobs finish. Draining a drained node changes nothing.
+pub async fn drain(db: &SqlitePool, name: &str, by: Option<&str>) -> Result<(), Error> {
+    let changed = sqlx::query(
+        "UPDATE nodes SET drained_at = coalesce(drained_at, ?), drained_by = coalesce(drained_by, ?) WHERE name = ?",
+    )
+    .bind(now_ms())
+    .bind(by)
+    .bind(name)
+    .execute(db)
+    .await?;
+    one_node(changed.rows_affected(), name)
+}
+
+/// Lets the node named `name` take jobs again.
+pub async fn undrain(db: &SqlitePool, name: &str) -> Result<(), Error> {
+    let changed = sqlx::query("UPDATE nodes SET drained_at = NULL, drained_by = NULL WHERE name = ?")
+        .bind(name)
+        .execute(db)
+        .await?;
+    one_node(changed.rows_affected(), name)
+}
+
+/// An update by node name changed one node, or there is no such node.
+fn one_node(rows: u64, name: &str) -> Result<(), Error> {
+    match rows {
+        0 => Err(Error::NotFound(format!("no node {name}"))),
+        _ => Ok(()),
+    }
 }
 
 /// Turns nodes OFFLINE once their last heartbeat is older than the timeout

@@ -418,3 +418,63 @@ async fn maintenance_mode_pauses_dispatch_but_not_running_jobs() {
     let (_, summary) = cluster.get("/cluster").await;
     assert_eq!(summary["dispatch_paused"], false);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drained_node_finishes_its_jobs_takes_no_new_ones_and_undrains() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("drain");
+    let release = work.join("release");
+    let running = cluster
+        .submit(json!({
+            "name": "running", "resources": {"gpu": 1},
+            "command": sh(&format!("while [ ! -e {} ]; do sleep 0.05; done", release.display())),
+        }))
+        .await;
+    cluster.wait_for(&running.id, JobStatus::Running).await;
+
+    let post = reqwest::Method::POST;
+    let editor = gpuplane_testkit::user_token(&cluster.server.state.db, "editor", Scope::Write, false).await;
+    let (status, _) = cluster
+        .call(post.clone(), "/nodes/box/drain", None, &editor)
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = cluster
+        .call(post.clone(), "/nodes/nope/drain", None, &cluster.token)
+        .await;
+    assert_eq!(status, 404);
+    let (status, node) = cluster
+        .call(post.clone(), "/nodes/box/drain", None, &cluster.token)
+        .await;
+    assert_eq!(
+        (status, node["status"].as_str()),
+        (200, Some("DRAINING")),
+        "{node}"
+    );
+    assert_eq!(node["drained_by"], "tester");
+
+    // A free GPU, yet the new job waits and says why; the running job goes on.
+    let waiting = cluster
+        .submit(json!({"name": "waiting", "command": ["true"], "resources": {"gpu": 1}}))
+        .await;
+    let expected = "only drained nodes match (box): they take no new jobs until an admin undrains them";
+    cluster
+        .wait_until(&waiting.id, expected, |job| {
+            job.queued_reason.as_deref() == Some(expected)
+        })
+        .await;
+
+    // Its job done, the node is DRAINED.
+    std::fs::write(&release, "").unwrap();
+    cluster.wait_for(&running.id, JobStatus::Succeeded).await;
+    let (_, nodes) = cluster.get("/nodes").await;
+    assert_eq!(nodes["items"][0]["status"], "DRAINED");
+    assert_eq!(cluster.job(&waiting.id).await.status, JobStatus::Queued);
+
+    let (status, node) = cluster
+        .call(post, "/nodes/box/undrain", None, &cluster.token)
+        .await;
+    assert_eq!((status, node["status"].as_str()), (200, Some("ONLINE")));
+    cluster.wait_for(&waiting.id, JobStatus::Succeeded).await;
+}
