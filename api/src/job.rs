@@ -353,6 +353,26 @@ pub fn signal_name(signal: i32) -> Option<&'static str> {
     })
 }
 
+/// The registry an image reference pulls from, as docker reads it: the
+/// first path component when it names a host (has a `.` or `:`, or is
+/// `localhost`), else Docker Hub, `docker.io`. Lowercase.
+pub fn image_registry(image: &str) -> String {
+    let first = image.split('/').next().unwrap_or_default();
+    let is_host = image.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    if !is_host {
+        return "docker.io".to_string();
+    }
+    match first.to_lowercase().as_str() {
+        "index.docker.io" | "registry-1.docker.io" => "docker.io".to_string(),
+        host => host.to_string(),
+    }
+}
+
+/// Whether an image reference is pinned to a digest (`@sha256:…`).
+pub fn image_is_pinned(image: &str) -> bool {
+    image.contains("@sha256:")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,5 +401,26 @@ mod tests {
         spec.secret_env.insert("API_KEY".into(), "hunter2-value".into());
         let shown = format!("{spec:?}");
         assert!(shown.contains("API_KEY") && !shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn image_registries_as_docker_reads_them() {
+        let cases = [
+            ("ubuntu", "docker.io"),
+            ("pytorch/pytorch:2.4.0-cuda12.1", "docker.io"),
+            ("index.docker.io/library/ubuntu", "docker.io"),
+            ("nvcr.io/nvidia/pytorch:24.08-py3", "nvcr.io"),
+            (
+                "Registry.Example.com:5000/team/train@sha256:abc",
+                "registry.example.com:5000",
+            ),
+            ("localhost/train", "localhost"),
+            ("localhost:5000/train", "localhost:5000"),
+        ];
+        for (image, registry) in cases {
+            assert_eq!(image_registry(image), registry, "{image}");
+        }
+        assert!(image_is_pinned("nvcr.io/nvidia/pytorch@sha256:0123"));
+        assert!(!image_is_pinned("nvcr.io/nvidia/pytorch:24.08-py3"));
     }
 }

@@ -190,6 +190,17 @@ settings! {
         #[arg(long, env = "GPUPLANE_OIDC_NEW_USER_ROLE", value_name = "ROLE")]
         oidc_new_user_role: String,
 
+        /// Registries a docker job's image may come from, comma-separated (e.g.
+        /// nvcr.io,registry.example.com); Docker Hub is docker.io. Unset: any;
+        /// set but empty: no docker images at all.
+        #[arg(
+            long,
+            env = "GPUPLANE_ALLOWED_IMAGE_REGISTRIES",
+            value_delimiter = ',',
+            value_name = "HOST"
+        )]
+        allowed_image_registries: Vec<String>,
+
         /// Proxies whose `X-Forwarded-For` is believed for sign-in limits, comma-separated addresses.
         #[arg(
             long,
@@ -524,6 +535,29 @@ mod tests {
         let config = ServerConfig::resolve("d".into(), file.overlaid(flags).unwrap()).unwrap();
         assert_eq!(config.settings.bind.port(), 2);
         assert_eq!(config.node_timeout, Duration::from_secs(9));
+    }
+
+    #[test]
+    fn list_settings_take_commas_as_flags_and_lists_in_the_file() {
+        let cli = Cli::try_parse_from([
+            "gpuplane-server",
+            "serve",
+            "--allowed-image-registries",
+            "nvcr.io,ghcr.io",
+        ])
+        .unwrap();
+        let Command::Serve(flags) = cli.command else {
+            panic!("serve")
+        };
+        let file: Settings = toml::from_str("allowed_image_registries = []").unwrap();
+        let config = ServerConfig::resolve("d".into(), file.overlaid(*flags).unwrap()).unwrap();
+        assert_eq!(
+            config.settings.allowed_image_registries,
+            Some(vec!["nvcr.io".to_string(), "ghcr.io".to_string()])
+        );
+        let file: Settings = toml::from_str("allowed_image_registries = []").unwrap();
+        let config = ServerConfig::resolve("d".into(), file).unwrap();
+        assert_eq!(config.settings.allowed_image_registries, Some(vec![]));
     }
 
     #[test]

@@ -6,7 +6,9 @@ use crate::commands::runs::best_text;
 use crate::exit::Failure;
 use clap::{Args, Subcommand};
 use gpuplane_api::Page;
-use gpuplane_api::job::{CancelRequest, Job, JobKind, JobSpec, JobStatus, RetryRequest, Runner};
+use gpuplane_api::job::{
+    CancelRequest, Job, JobKind, JobSpec, JobStatus, RetryRequest, Runner, image_is_pinned,
+};
 use std::fmt::Write;
 use std::path::PathBuf;
 
@@ -203,6 +205,11 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
         JobCommand::Submit(args) => {
             let spec = build_spec(*args)?;
             let job: Job = client.post("jobs", &spec).await?;
+            if let Some(image) = job.spec.image.as_deref().filter(|image| !image_is_pinned(image)) {
+                eprintln!(
+                    "note: image {image} is not pinned by digest; `{image}@sha256:…` runs the very same image next time"
+                );
+            }
             out.emit(&job, |job| {
                 format!(
                     "Submitted {} (run {}): {}{}\nFollow it: gpuctl logs -f {}",

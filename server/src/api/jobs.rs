@@ -27,7 +27,7 @@ pub async fn submit_job(
     State(state): State<AppState>,
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
-    spec::validate(&spec).map_err(ApiError::Validation)?;
+    spec::validate(&spec, &spec::Policy::of(&state.config)).map_err(ApiError::Validation)?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
     state.scheduler_wake.notify_one();
     tracing::info!(
@@ -163,7 +163,7 @@ pub async fn retry_job(
     OptionalJson(request): OptionalJson<RetryRequest>,
 ) -> Result<Json<Job>, ApiError> {
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
-    store::retry(&state.db, &job_id, &request).await?;
+    store::retry(&state.db, &job_id, &request, &spec::Policy::of(&state.config)).await?;
     state.scheduler_wake.notify_one();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }

@@ -13,8 +13,29 @@ const MAX_NAME_LEN: usize = 200;
 const MAX_SECRET_ENV: usize = 64;
 const MAX_SECRET_BYTES: usize = 16 * 1024;
 
-/// Checks a spec; returns one error per bad field.
-pub fn validate(spec: &JobSpec) -> Result<(), Vec<FieldError>> {
+/// What this server allows beyond a well-formed spec (from its settings).
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// Registries a docker image may come from; `None`: any.
+    pub allowed_image_registries: Option<Vec<String>>,
+}
+
+impl Policy {
+    pub fn of(config: &crate::config::ServerConfig) -> Policy {
+        Policy {
+            allowed_image_registries: config.settings.allowed_image_registries.as_ref().map(|hosts| {
+                hosts
+                    .iter()
+                    .map(|host| host.trim().to_lowercase())
+                    .filter(|host| !host.is_empty())
+                    .collect()
+            }),
+        }
+    }
+}
+
+/// Checks a spec against the server's `policy`; returns one error per bad field.
+pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> {
     let mut errors = Vec::new();
     let mut bad = |field: &str, message: String| {
         errors.push(FieldError {
@@ -101,6 +122,25 @@ pub fn validate(spec: &JobSpec) -> Result<(), Vec<FieldError>> {
             bad("image", "must not contain spaces or control characters".into())
         }
         (Runner::Process, Some(_)) => bad("image", "is only used with runner = docker".into()),
+        (Runner::Docker, Some(image)) => {
+            if let Some(allowed) = &policy.allowed_image_registries {
+                let registry = gpuplane_api::job::image_registry(image);
+                if !allowed.contains(&registry) {
+                    let message = if allowed.is_empty() {
+                        format!(
+                            "comes from {registry}, but this server runs no docker images (allowed_image_registries is empty)"
+                        )
+                    } else {
+                        format!(
+                            "comes from {registry}, which this server does not allow (allowed: {}); \
+                             pin the image by digest (@sha256:…) for a reproducible run",
+                            allowed.join(", ")
+                        )
+                    };
+                    bad("image", message);
+                }
+            }
+        }
         _ => {}
     }
     if spec.resources.gpu < 0 {
@@ -258,7 +298,7 @@ mod tests {
     use expect_test::expect;
 
     fn check(spec: JobSpec) -> String {
-        match validate(&spec) {
+        match validate(&spec, &Policy::default()) {
             Ok(()) => "ok".into(),
             Err(errors) => errors
                 .iter()
@@ -343,7 +383,7 @@ mod tests {
             let mut spec = JobSpec::new("d", vec!["true".into()]);
             spec.runner = Runner::Docker;
             spec.image = Some(image.into());
-            validate(&spec).err().unwrap_or_default()
+            validate(&spec, &Policy::default()).err().unwrap_or_default()
         };
         for hostile in ["-v/:/host", "--privileged", "ubuntu --privileged", "ubuntu\n"] {
             let errors = field_errors(hostile);
@@ -351,6 +391,41 @@ mod tests {
             assert_eq!(errors[0].field, "image");
         }
         assert!(field_errors("ghcr.io/acme/train@sha256:0123abcd").is_empty());
+    }
+
+    #[test]
+    fn docker_images_come_only_from_allowed_registries() {
+        let errors = |image: &str, allowed: Option<&[&str]>| {
+            let mut spec = JobSpec::new("d", vec!["true".into()]);
+            spec.runner = Runner::Docker;
+            spec.image = Some(image.into());
+            let policy = Policy {
+                allowed_image_registries: allowed.map(|hosts| hosts.iter().map(|h| h.to_string()).collect()),
+            };
+            validate(&spec, &policy)
+                .err()
+                .unwrap_or_default()
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect::<Vec<_>>()
+        };
+        let allowed: &[&str] = &["nvcr.io", "registry.example.com:5000"];
+        assert!(errors("nvcr.io/nvidia/pytorch:24.08-py3", Some(allowed)).is_empty());
+        assert!(errors("registry.example.com:5000/train@sha256:0123", Some(allowed)).is_empty());
+        assert!(errors("ubuntu", None).is_empty(), "no allowlist: any image");
+        assert_eq!(
+            errors("pytorch/pytorch:latest", Some(allowed)),
+            [
+                "image: comes from docker.io, which this server does not allow (allowed: nvcr.io, \
+              registry.example.com:5000); pin the image by digest (@sha256:…) for a reproducible run"
+            ]
+        );
+        assert_eq!(
+            errors("nvcr.io/nvidia/pytorch:24.08-py3", Some(&[])),
+            [
+                "image: comes from nvcr.io, but this server runs no docker images (allowed_image_registries is empty)"
+            ]
+        );
     }
 
     #[test]

@@ -382,7 +382,12 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
 /// Queues a FAILED, LOST or CANCELLED job for a new attempt (beyond
 /// max_attempts if need be), with the requested changes to its spec. A job
 /// that ran out of memory is not retried unchanged unless forced.
-pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Result<(), Error> {
+pub async fn retry(
+    db: &SqlitePool,
+    job_id: &str,
+    request: &RetryRequest,
+    policy: &super::spec::Policy,
+) -> Result<(), Error> {
     let job = get(db, job_id).await?;
     let mut spec = job.spec.clone();
     super::spec::apply_changes(&mut spec, &request.set).map_err(Error::Invalid)?;
@@ -394,7 +399,7 @@ pub async fn retry(db: &SqlitePool, job_id: &str, request: &RetryRequest) -> Res
         .iter()
         .map(|name| (name.clone(), String::new()))
         .collect();
-    super::spec::validate(&checked).map_err(Error::Invalid)?;
+    super::spec::validate(&checked, policy).map_err(Error::Invalid)?;
     let changed = spec != job.spec;
     if job.failure_reason == Some(FailureReason::Oom) && !changed && !request.force {
         return Err(Error::Conflict(format!(

@@ -94,7 +94,8 @@ pub async fn create(
         None => last_step(db, &new.run_id).await?,
     };
     let spec = job_spec(new, &project, &run_name, step, checkpoint.node_name);
-    spec::validate(&spec).map_err(Error::Invalid)?;
+    // Evaluations run as processes: no image, so no image policy applies.
+    spec::validate(&spec, &spec::Policy::default()).map_err(Error::Invalid)?;
 
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let job_id = store::insert(&mut tx, secret, &spec, principal.user_id.as_deref()).await?;

@@ -539,3 +539,45 @@ async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
         "{message}"
     );
 }
+
+/// With `allowed_image_registries`, a docker job's image must come from one
+/// of them, at submit and at a retry that changes the image.
+#[tokio::test(flavor = "multi_thread")]
+async fn docker_images_come_only_from_allowed_registries() {
+    let f = TestServer::start_with(|config| {
+        config.settings.allowed_image_registries = Some(vec!["nvcr.io".into(), " GHCR.io ".into()])
+    })
+    .await;
+    let token = f.user("ada", Scope::Write, true).await;
+    let docker = |image: &str| json!({"name": "d", "command": ["true"], "runner": "docker", "image": image});
+
+    let (status, body) = f.post("/jobs", &token, docker("pytorch/pytorch:latest")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "image");
+    let message = body["error"]["details"][0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "comes from docker.io, which this server does not allow (allowed: nvcr.io, ghcr.io)"
+        ),
+        "{message}"
+    );
+
+    let (status, job) = f
+        .post("/jobs", &token, docker("ghcr.io/acme/train@sha256:0123abcd"))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let (status, _) = f
+        .post(&format!("/jobs/{id}/cancel"), &token, json!({"confirm": true}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = f
+        .post(
+            &format!("/jobs/{id}/retry"),
+            &token,
+            json!({"set": {"image": "ubuntu"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "image");
+}
