@@ -319,6 +319,15 @@ pub struct RetryRequest {
     pub set: BTreeMap<String, String>,
 }
 
+/// `POST /api/v1/jobs/{id}/priority`: a queued job's new priority.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SetPriority {
+    /// Higher runs first; FIFO within a priority. |priority| ≤ 2^62.
+    pub priority: i64,
+}
+
 /// `POST /api/v1/jobs/{id}/cancel`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -85,6 +85,7 @@ def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode)
                 "list_jobs", "get_job", "submit_job", "cancel_job", "retry_job", "tail_logs", "get_run",
                 "query_metric", "explain_failure", "diagnose_run", "list_events", "node_status",
                 "cluster_status", "create_evaluation", "list_evaluations", "set_primary_metric",
+                "set_job_priority", "hold_job", "release_job",
             }
             assert expected <= names, expected - names
             for tool in tools:
@@ -194,7 +195,8 @@ def test_a_read_token_reads_but_cannot_change_anything(cluster, transport):
     async def scenario():
         async with connect(cluster, read_token, transport) as client:
             tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            for name in ("submit_job", "cancel_job", "retry_job", "create_evaluation", "set_primary_metric"):
+            for name in ("submit_job", "cancel_job", "retry_job", "create_evaluation", "set_primary_metric",
+                         "set_job_priority", "hold_job", "release_job"):
                 assert tools[name].description.startswith("NOT AVAILABLE TO THIS TOKEN"), name
             assert not tools["list_jobs"].description.startswith("NOT AVAILABLE")
             error, listed, _ = await call(client, "list_jobs", {"status": "RUNNING"})

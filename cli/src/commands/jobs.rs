@@ -7,7 +7,7 @@ use crate::exit::Failure;
 use clap::{Args, Subcommand};
 use gpuplane_api::Page;
 use gpuplane_api::job::{
-    CancelRequest, Job, JobKind, JobSpec, JobStatus, RetryRequest, Runner, image_is_pinned,
+    CancelRequest, Job, JobKind, JobSpec, JobStatus, RetryRequest, Runner, SetPriority, image_is_pinned,
 };
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -48,6 +48,16 @@ pub enum JobCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Change a QUEUED job's priority (higher runs first).
+    SetPriority {
+        job_id: String,
+        #[arg(allow_negative_numbers = true)]
+        priority: i64,
+    },
+    /// Keep a QUEUED job from starting until it is released.
+    Hold { job_id: String },
+    /// Let a held job start again.
+    Release { job_id: String },
 }
 
 #[derive(Debug, Args)]
@@ -281,8 +291,36 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
                 )
             });
         }
+        JobCommand::SetPriority { job_id, priority } => {
+            let job: Job = client
+                .post(&format!("jobs/{job_id}/priority"), &SetPriority { priority })
+                .await?;
+            out.emit(&job, render_queued);
+        }
+        JobCommand::Hold { job_id } => {
+            let job: Job = client.post(&format!("jobs/{job_id}/hold"), &()).await?;
+            out.emit(&job, render_queued);
+        }
+        JobCommand::Release { job_id } => {
+            let job: Job = client.post(&format!("jobs/{job_id}/release"), &()).await?;
+            out.emit(&job, render_queued);
+        }
     }
     Ok(())
+}
+
+/// A queued job after a change: its priority and why it waits.
+fn render_queued(job: &Job) -> String {
+    format!(
+        "{} is {} with priority {}{}",
+        job.id,
+        job.status,
+        job.priority,
+        job.queued_reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    )
 }
 
 fn render_list(jobs: &[Job]) -> String {

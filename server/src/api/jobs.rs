@@ -12,7 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest};
+use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest, SetPriority};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 
@@ -165,5 +165,58 @@ pub async fn retry_job(
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     store::retry(&state.db, &job_id, &request, &spec::Policy::of(&state.config)).await?;
     state.scheduler_wake.notify_one();
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}
+
+/// Changes a QUEUED job's priority (editors): higher runs first.
+#[utoipa::path(post, path = "/jobs/{job_id}/priority", tag = "jobs",
+    security(("bearer" = ["write"])),
+    params(("job_id" = String, Path)),
+    request_body = SetPriority,
+    responses((status = 200, body = Job), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_priority(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+    ApiJson(request): ApiJson<SetPriority>,
+) -> Result<Json<Job>, ApiError> {
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
+    store::set_priority(&state.db, &job_id, request.priority).await?;
+    state.jobs_changed();
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}
+
+/// Holds a QUEUED job (editors): it is not scheduled until released.
+#[utoipa::path(post, path = "/jobs/{job_id}/hold", tag = "jobs",
+    security(("bearer" = ["write"])),
+    params(("job_id" = String, Path)),
+    responses((status = 200, body = Job), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn hold_job(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
+    store::hold(&state.db, &job_id, auth.caller.user_name.as_deref()).await?;
+    state.jobs_changed();
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}
+
+/// Releases a held job (editors): the scheduler may start it again.
+#[utoipa::path(post, path = "/jobs/{job_id}/release", tag = "jobs",
+    security(("bearer" = ["write"])),
+    params(("job_id" = String, Path)),
+    responses((status = 200, body = Job), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn release_job(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+) -> Result<Json<Job>, ApiError> {
+    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
+    store::release(&state.db, &job_id).await?;
+    state.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }

@@ -68,7 +68,8 @@ pub async fn load_queue(
     let json: String = sqlx::query_scalar(
         "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
                                                      attempt_count, max_attempts, queued_reason)), '[]')
-         FROM (SELECT * FROM jobs WHERE status = 'QUEUED' ORDER BY priority DESC, queued_at, seq)",
+         FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
+               ORDER BY priority DESC, queued_at, seq)",
     )
     .fetch_one(&state.db)
     .await?;

@@ -10,6 +10,7 @@ use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
+use gpuplane_api::error::FieldError;
 use gpuplane_api::job::{
     Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, RetryRequest, signal_name,
 };
@@ -377,6 +378,82 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
     };
     tx.commit().await?;
     Ok(outcome)
+}
+
+/// Changes a QUEUED job's priority (and its spec's, so both agree); the
+/// next scheduling pass orders the queue by it.
+pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Result<(), Error> {
+    if priority.abs() > gpuplane_api::MAX_I64_SAFE {
+        return Err(Error::Invalid(vec![FieldError {
+            field: "priority".into(),
+            message: "must be between -2^62 and 2^62 (MAX_I64_SAFE)".into(),
+        }]));
+    }
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    require_queued(&mut tx, job_id, "given a new priority").await?;
+    sqlx::query(
+        "UPDATE jobs SET priority = ?, spec = json_set(spec, '$.priority', ?), updated_at = ? WHERE id = ?",
+    )
+    .bind(priority)
+    .bind(priority)
+    .bind(now_ms())
+    .bind(job_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Holds a QUEUED job (`by` says who): it stays QUEUED and is not scheduled
+/// until [`release`]; its reason says so.
+pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(), Error> {
+    let now = now_ms();
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    require_queued(&mut tx, job_id, "held").await?;
+    let reason = format!(
+        "held by {} since {}: `gpuctl job release {job_id}` lets it start",
+        by.unwrap_or("an admin"),
+        rfc3339(now)
+    );
+    sqlx::query(
+        "UPDATE jobs SET held_by = ?, held_at = coalesce(held_at, ?), queued_reason = ?, updated_at = ? WHERE id = ?",
+    )
+    .bind(by)
+    .bind(now)
+    .bind(reason)
+    .bind(now)
+    .bind(job_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Lets a held job be scheduled again.
+pub async fn release(db: &SqlitePool, job_id: &str) -> Result<(), Error> {
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    require_queued(&mut tx, job_id, "released").await?;
+    sqlx::query(
+        "UPDATE jobs SET held_by = NULL, held_at = NULL, queued_reason = ?, updated_at = ?
+         WHERE id = ? AND held_at IS NOT NULL",
+    )
+    .bind(WAITING_FOR_SCHEDULER)
+    .bind(now_ms())
+    .bind(job_id)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A 409 naming what could not be done unless the job is QUEUED.
+async fn require_queued(conn: &mut SqliteConnection, job_id: &str, what: &str) -> Result<(), Error> {
+    match current_status(conn, job_id).await? {
+        JobStatus::Queued => Ok(()),
+        other => Err(Error::Conflict(format!(
+            "job {job_id} is {other}: only QUEUED jobs can be {what}"
+        ))),
+    }
 }
 
 /// Queues a FAILED, LOST or CANCELLED job for a new attempt (beyond

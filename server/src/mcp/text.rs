@@ -49,7 +49,8 @@ pub fn summary(tool: &str, body: &Value) -> String {
                 )
             })
         }),
-        "get_job" | "submit_job" | "cancel_job" | "retry_job" => read(body, |job: Job| job_text(&job)),
+        "get_job" | "submit_job" | "cancel_job" | "retry_job" | "set_job_priority" | "hold_job"
+        | "release_job" => read(body, |job: Job| job_text(&job)),
         "tail_logs" => read(body, |logs: Logs| {
             let mut text = String::new();
             if logs.truncated {

@@ -478,3 +478,69 @@ async fn a_drained_node_finishes_its_jobs_takes_no_new_ones_and_undrains() {
     assert_eq!((status, node["status"].as_str()), (200, Some("ONLINE")));
     cluster.wait_for(&waiting.id, JobStatus::Succeeded).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queued_jobs_can_be_reprioritised_held_and_released() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("queue-control");
+    let release = work.join("release");
+    let order = work.join("order");
+    let blocker = cluster
+        .submit(json!({
+            "name": "blocker", "resources": {"gpu": 1},
+            "command": sh(&format!("while [ ! -e {} ]; do sleep 0.05; done", release.display())),
+        }))
+        .await;
+    cluster.wait_for(&blocker.id, JobStatus::Running).await;
+    let job = |name: &str| {
+        json!({"name": name, "resources": {"gpu": 1},
+               "command": sh(&format!("echo {name} >> {}", order.display()))})
+    };
+    let first = cluster.submit(job("first")).await;
+    let second = cluster.submit(job("second")).await;
+    let third = cluster.submit(job("third")).await;
+
+    // `third` jumps the queue; `first` is held; a running job's priority cannot change.
+    let (status, body) = cluster
+        .post(&format!("/jobs/{}/priority", third.id), json!({"priority": 10}))
+        .await;
+    assert_eq!((status, body["priority"].as_i64()), (200, Some(10)), "{body}");
+    assert_eq!(body["spec"]["priority"], 10);
+    let (status, body) = cluster
+        .post(&format!("/jobs/{}/priority", blocker.id), json!({"priority": 1}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, body) = cluster
+        .post(
+            &format!("/jobs/{}/priority", third.id),
+            json!({"priority": i64::MAX}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (422, Some("priority"))
+    );
+    let (status, held) = cluster
+        .post(&format!("/jobs/{}/hold", first.id), json!(null))
+        .await;
+    assert_eq!(status, 200, "{held}");
+    assert!(
+        held["queued_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("held by tester since "),
+        "{held}"
+    );
+
+    std::fs::write(&release, "").unwrap();
+    cluster.wait_for(&second.id, JobStatus::Succeeded).await;
+    assert_eq!(cluster.job(&first.id).await.status, JobStatus::Queued, "held");
+    let (status, _) = cluster
+        .post(&format!("/jobs/{}/release", first.id), json!(null))
+        .await;
+    assert_eq!(status, 200);
+    cluster.wait_for(&first.id, JobStatus::Succeeded).await;
+    assert_eq!(std::fs::read_to_string(&order).unwrap(), "third\nsecond\nfirst\n");
+}
