@@ -2,7 +2,7 @@
 //! members (server admins, or admins of the project).
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
-use crate::identity::access::{self, Principal, Visible};
+use crate::identity::access::{self, Principal, Visible, require_server_admin};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::runs::primary;
 use crate::state::AppState;
@@ -62,9 +62,7 @@ pub async fn create_project(
     State(state): State<AppState>,
     ApiJson(new): ApiJson<NewProject>,
 ) -> Result<(StatusCode, Json<Project>), ApiError> {
-    if !auth.caller.is_admin {
-        return Err(ApiError::Forbidden("only server admins create projects".into()));
-    }
+    require_server_admin(&auth.caller, "creating a project")?;
     if !valid_project_name(&new.name) {
         return Err(ApiError::field(
             "name",

@@ -77,6 +77,13 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
             Some(json!({"confirm": true})),
         ),
         ("POST", format!("/jobs/{job_id}/retry"), Some(json!({}))),
+        (
+            "POST",
+            format!("/jobs/{job_id}/priority"),
+            Some(json!({"priority": 99})),
+        ),
+        ("POST", format!("/jobs/{job_id}/hold"), None),
+        ("POST", format!("/jobs/{job_id}/release"), None),
         ("GET", format!("/jobs/{job_id}/logs"), None),
         ("GET", format!("/jobs/{job_id}/logs/stream"), None),
         ("GET", format!("/jobs/{job_id}/logs/full"), None),
@@ -128,6 +135,26 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert_eq!(body["error"]["code"], "forbidden");
+    for (path, body) in [
+        ("priority", Some(json!({"priority": 99}))),
+        ("hold", None),
+        ("release", None),
+    ] {
+        let (status, answer) = f
+            .call("POST", &format!("/jobs/{job_id}/{path}"), &carol, body)
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {answer}");
+    }
+    // Neither the outsider nor the viewer changed anything.
+    let (_, unchanged) = f.call("GET", &format!("/jobs/{job_id}"), &bob, None).await;
+    assert_eq!(unchanged["priority"], 0);
+    assert_eq!(unchanged["status"], "QUEUED");
+    assert!(
+        !unchanged["queued_reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("held")
+    );
     let (_, events) = f.call("GET", "/events", &carol, None).await;
     assert_eq!(events["items"][0]["message"], "secret event");
 
