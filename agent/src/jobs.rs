@@ -439,7 +439,12 @@ impl Attempt {
             let gone = exit.is_none() && !files::alive(shim.shim_pid) && !files::alive(shim.child_pid);
             if exit.is_some() || gone {
                 // Everything written before the exit, then the exit.
-                while self.ship(&mut readers) > 0 {}
+                loop {
+                    self.ship(&mut readers);
+                    if readers.iter().all(|(_, reader)| reader.at_end()) {
+                        break;
+                    }
+                }
                 self.drain(&mut watcher).await;
                 for (stream, reader) in &mut readers {
                     if let Some((n, line)) = reader.finish() {

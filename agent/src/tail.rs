@@ -22,6 +22,8 @@ pub struct LineReader {
     /// Bytes of the current line beyond `max_line`, dropped.
     cut: usize,
     max_line: usize,
+    /// The last read reached the end of the file (as it was then).
+    at_end: bool,
 }
 
 impl LineReader {
@@ -34,6 +36,7 @@ impl LineReader {
             pending: Vec::new(),
             cut: 0,
             max_line: MAX_LINE_BYTES - CUT_NOTE_ROOM,
+            at_end: false,
         };
         if done > 0 {
             let Ok(bytes) = std::fs::read(path) else {
@@ -66,6 +69,8 @@ impl LineReader {
     pub fn read(&mut self) -> (i64, Vec<String>) {
         let first = self.next_n;
         let mut lines = Vec::new();
+        // A file that cannot be read has nothing more to give.
+        self.at_end = true;
         let Ok(mut file) = std::fs::File::open(&self.path) else {
             return (first, lines);
         };
@@ -77,6 +82,7 @@ impl LineReader {
             return (first, lines);
         };
         self.offset += read as u64;
+        self.at_end = read < READ_CHUNK;
         for byte in chunk {
             if byte == b'\n' {
                 lines.push(self.take_line());
@@ -96,6 +102,13 @@ impl LineReader {
     }
 
     /// After the process ended: a last line that had no newline.
+    /// Whether the last `read` reached the end of the file. A read stops
+    /// after `READ_CHUNK` bytes, which may hold no newline at all (a long
+    /// line), so "no new lines" does not mean "nothing left to read".
+    pub fn at_end(&self) -> bool {
+        self.at_end
+    }
+
     pub fn finish(&mut self) -> Option<(i64, String)> {
         if self.pending.is_empty() {
             return None;
@@ -154,6 +167,35 @@ mod tests {
         let mut past_end = LineReader::resume(&path, 9);
         assert_eq!(past_end.next_n, 10);
         assert_eq!(past_end.read(), (10, vec![]));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A line longer than one read: the reader is not at the end until it
+    /// has read past it, however many reads that takes.
+    #[test]
+    fn a_line_longer_than_a_read_is_read_to_its_end() {
+        let dir = std::env::temp_dir().join(format!("gpuplane-tail-chunk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.log");
+        std::fs::write(&path, format!("{}\ndone\n", "\u{1}".repeat(READ_CHUNK * 2 + 10))).unwrap();
+        let mut reader = LineReader::resume(&path, 0).with_max_line(4 * READ_CHUNK);
+        let mut lines = Vec::new();
+        let mut reads = 0;
+        loop {
+            lines.extend(reader.read().1);
+            reads += 1;
+            if reader.at_end() {
+                break;
+            }
+        }
+        assert_eq!(reads, 3);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0].len(), READ_CHUNK * 2 + 10);
+        assert_eq!(lines[1], "done");
+        assert_eq!(reader.finish(), None);
+        let mut missing = LineReader::resume(&dir.join("missing.log"), 0);
+        assert_eq!(missing.read(), (1, vec![]));
+        assert!(missing.at_end(), "a file that is not there has nothing left");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

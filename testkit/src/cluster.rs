@@ -179,13 +179,24 @@ impl Cluster {
         serde_json::from_value(body).unwrap()
     }
 
-    /// Waits until the job is in `status`.
+    /// Waits until the job is in `status`; on timeout, panics with the job
+    /// as it last was and the agents' logs, so a failure explains itself.
     pub async fn wait_for(&self, id: &str, status: JobStatus) -> Job {
-        eventually(&format!("job {id} to be {status}"), WAIT, || async {
+        let started = std::time::Instant::now();
+        loop {
             let job = self.job(id).await;
-            (job.status == status).then_some(job)
-        })
-        .await
+            if job.status == status {
+                return job;
+            }
+            if started.elapsed() > WAIT {
+                panic!(
+                    "timed out after {WAIT:?} waiting for job {id} to be {status}; it is:\n{}\n{}",
+                    serde_json::to_string_pretty(&job).unwrap_or_default(),
+                    self.agent_logs()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits until `check` holds for the job.
@@ -217,6 +228,27 @@ impl Cluster {
         let (status, body) = self.get(&format!("/events?{query}")).await;
         assert_eq!(status, 200, "{body}");
         serde_json::from_value::<Page<Event>>(body).unwrap().items
+    }
+
+    /// Every agent's log, each under its file name (for failure messages).
+    pub fn agent_logs(&self) -> String {
+        let mut logs = String::new();
+        let mut entries: Vec<_> = std::fs::read_dir(self.dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("agent-"))
+            })
+            .collect();
+        entries.sort();
+        for path in entries {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            logs.push_str(&format!("--- {}\n{text}", path.display()));
+        }
+        logs
     }
 
     /// The log of the agents named `name` (for failure messages).

@@ -28,6 +28,7 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new()
         .max_connections(8)
+        .after_release(|conn, _| Box::pin(async move { no_transaction_left_open(conn).await }))
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {}", path.display()))?;
@@ -36,6 +37,25 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
         .await
         .with_context(|| format!("cannot migrate database {}", path.display()))?;
     Ok(pool)
+}
+
+/// Whether a connection coming back to the pool may be reused: not if it is
+/// still inside a transaction. sqlx leaves one open when the future that
+/// begins it is cancelled after the BEGIN ran (a request whose client hung
+/// up), and that transaction would hold SQLite's write lock for good.
+/// Closing the connection rolls it back. A transaction dropped the normal
+/// way has its rollback queued; the ping lets it run before the check.
+async fn no_transaction_left_open(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    if !conn.is_in_transaction() {
+        return Ok(true);
+    }
+    conn.ping().await?;
+    if conn.is_in_transaction() {
+        tracing::warn!("a connection came back inside a transaction (its request was cancelled); closing it");
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 /// What domain and storage code answers when it cannot do what was asked.
@@ -81,6 +101,36 @@ impl From<sqlx::Error> for Error {
                 Error::Conflict(db.message().to_string())
             }
             _ => Error::Internal(error.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request cancelled while its transaction begins (a client that
+    /// hangs up) must not leave that transaction open on a pooled
+    /// connection: it would hold SQLite's write lock and every later write
+    /// would wait out the busy timeout and fail.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_transaction_cancelled_while_it_begins_never_holds_the_write_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = open(dir.path()).await.unwrap();
+        for round in 0..1000u64 {
+            let begin = pool.begin_with("BEGIN IMMEDIATE");
+            // Cancelled at a different point each round, sometimes after the BEGIN ran.
+            let _ = tokio::time::timeout(Duration::from_micros(round % 40 * 5), begin).await;
+            let mut other = pool.acquire().await.unwrap();
+            let started = std::time::Instant::now();
+            sqlx::query("BEGIN IMMEDIATE; ROLLBACK")
+                .execute(&mut *other)
+                .await
+                .unwrap_or_else(|error| panic!("round {round}: the write lock is held: {error}"));
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "round {round}: waited for the write lock"
+            );
         }
     }
 }

@@ -138,10 +138,11 @@ async fn the_token_file_must_be_private() {
     cluster.wait_for_nodes(1).await;
 }
 
-/// A job printing 1.5 MB of control characters on one line.
+/// A job printing 3 MB of control characters on one line: more than the
+/// agent reads at once, and written faster than it polls.
 fn huge_line_job() -> serde_json::Value {
     json!({"name": "huge-line", "resources": {"gpu": 1},
-           "command": sh("head -c 1500000 /dev/zero | tr '\\000' '\\001'; echo; echo done")})
+           "command": sh("head -c 3000000 /dev/zero | tr '\\000' '\\001'; echo; echo done")})
 }
 
 /// Runs the huge-line job and then a small one on the same one-GPU node
