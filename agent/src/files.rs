@@ -10,6 +10,7 @@
 //! | `shim.json` | shim | the job started: its pid |
 //! | `exit.json` | shim | the job ended: code, signal, OOM kill |
 //! | `cancelled` | agent | the server asked to stop it |
+//! | `timed_out` | agent | it reached its time limit and was stopped |
 //! | `reported` | agent | the server acknowledged its end: forget it |
 //!
 //! The jobs directory and every directory below it are 0700, and every file
@@ -25,6 +26,7 @@ pub const DISPATCH: &str = "dispatch.json";
 pub const SHIM: &str = "shim.json";
 pub const EXIT: &str = "exit.json";
 pub const CANCELLED: &str = "cancelled";
+pub const TIMED_OUT: &str = "timed_out";
 pub const REPORTED: &str = "reported";
 
 /// `~/.gpuctl/jobs`.

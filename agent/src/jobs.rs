@@ -3,7 +3,7 @@
 //! adopting those a previous agent process started.
 
 use crate::client::Client;
-use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState};
+use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState, TIMED_OUT};
 use crate::mask;
 use crate::reporter::Reporter;
 use crate::runner;
@@ -25,6 +25,8 @@ const MAX_BACKLOG_LINES: usize = 200_000;
 const DISK_CHECK_EVERY: Duration = Duration::from_secs(30);
 /// How long the shim may take to start the job.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Between SIGTERM and SIGKILL at the time limit, when the server sent none.
+const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub struct Manager {
     pub jobs_dir: PathBuf,
@@ -426,6 +428,13 @@ impl Attempt {
             &self.dispatch.spec.watch_dirs,
         );
         let mut kill_at: Option<Instant> = None;
+        // Counted from the job's own start, so an adopting agent keeps it.
+        let deadline_ms = self
+            .dispatch
+            .spec
+            .time_limit_s
+            .map(|limit| shim.started_at.saturating_add(limit.saturating_mul(1000)));
+        let mut stopped_at_time_limit = false;
         let mut next_disk_check = Instant::now();
         let mut idle = Duration::from_millis(20);
         loop {
@@ -466,6 +475,7 @@ impl Attempt {
                     signal: exit.signal,
                     oom_killed: exit.oom_killed,
                     cancelled: self.dir.join(CANCELLED).exists(),
+                    timed_out: self.dir.join(TIMED_OUT).exists(),
                     time: exit.ended_at,
                     eval_result: (self.dispatch.spec.kind == JobKind::Evaluate)
                         .then(|| runner::read_eval_result(&self.dir)),
@@ -473,6 +483,24 @@ impl Attempt {
                 tracing::info!(job_id = self.dispatch.job_id, code = ?exit.exit_code, signal = ?exit.signal, "job ended");
                 self.end(item).await;
                 return;
+            }
+            if !stopped_at_time_limit
+                && kill_at.is_none()
+                && deadline_ms.is_some_and(|deadline| now_ms() >= deadline)
+            {
+                stopped_at_time_limit = true;
+                let _ = files::touch(&self.dir.join(TIMED_OUT));
+                let grace = match self.dispatch.stop_grace_ms {
+                    0 => DEFAULT_STOP_GRACE,
+                    ms => Duration::from_millis(ms),
+                };
+                tracing::info!(
+                    job_id = self.dispatch.job_id,
+                    ?grace,
+                    "time limit reached; stopping job"
+                );
+                self.signal(&shim, libc::SIGTERM).await;
+                kill_at = Some(Instant::now() + grace);
             }
             if let Some(at) = kill_at
                 && Instant::now() >= at

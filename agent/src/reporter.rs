@@ -543,6 +543,7 @@ mod tests {
             signal: None,
             oom_killed: false,
             cancelled: false,
+            timed_out: false,
             time: 0,
             eval_result: Some(ResultFile::Text {
                 path: "/x/result.json".into(),

@@ -120,6 +120,9 @@ pub struct Dispatch {
     pub gpus: Vec<u32>,
     /// Variables the server sets for the job (`GPUCTL_*`); they win over `spec.env`.
     pub env: BTreeMap<String, String>,
+    /// Between SIGTERM and SIGKILL when the job reaches `spec.time_limit_s`.
+    #[serde(default)]
+    pub stop_grace_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,6 +173,9 @@ pub enum ReportItem {
         oom_killed: bool,
         /// The agent stopped it because the server asked.
         cancelled: bool,
+        /// The agent stopped it because it reached `spec.time_limit_s`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        timed_out: bool,
         time: i64,
         /// For an `EVALUATE` job: what it wrote to `GPUCTL_EVAL_OUTPUT`.
         #[serde(default, skip_serializing_if = "Option::is_none")]

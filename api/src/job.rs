@@ -59,6 +59,8 @@ pub enum FailureReason {
     EvaluationResultInvalid,
     /// Its agent went away for longer than the grace period.
     JobLost,
+    /// It ran past its `time_limit_s` and was stopped.
+    Timeout,
 }
 
 names!("failure reason", FailureReason {
@@ -68,6 +70,7 @@ names!("failure reason", FailureReason {
     Signal => "SIGNAL",
     EvaluationResultInvalid => "EVALUATION_RESULT_INVALID",
     JobLost => "JOB_LOST",
+    Timeout => "TIMEOUT",
 });
 
 impl FailureReason {
@@ -160,6 +163,10 @@ pub struct JobSpec {
     /// Seconds between a failure and the automatic retry.
     #[serde(default = "default_retry_cooldown_s")]
     pub retry_cooldown_s: i64,
+    /// Wall-clock seconds an attempt may run; then it gets SIGTERM, SIGKILL
+    /// after the server's cancel grace, and fails with `TIMEOUT`. None: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<i64>,
     /// TensorBoard and checkpoint directories to watch (relative to working_dir).
     #[serde(default)]
     pub watch_dirs: Vec<String>,
@@ -187,6 +194,7 @@ impl std::fmt::Debug for JobSpec {
             priority,
             max_attempts,
             retry_cooldown_s,
+            time_limit_s,
             watch_dirs,
             allow_interactive,
         } = self;
@@ -206,6 +214,7 @@ impl std::fmt::Debug for JobSpec {
             .field("priority", priority)
             .field("max_attempts", max_attempts)
             .field("retry_cooldown_s", retry_cooldown_s)
+            .field("time_limit_s", time_limit_s)
             .field("watch_dirs", watch_dirs)
             .field("allow_interactive", allow_interactive)
             .finish()
@@ -242,6 +251,7 @@ impl JobSpec {
             priority: 0,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_cooldown_s: DEFAULT_RETRY_COOLDOWN_S,
+            time_limit_s: None,
             watch_dirs: Vec::new(),
             allow_interactive: false,
         }
@@ -314,7 +324,8 @@ pub struct RetryRequest {
     pub force: bool,
     /// Fields to change first: `env.NAME`, `resources.gpu`, `command` (a JSON
     /// array, or words split on spaces), `working_dir`, `image`, `priority`,
-    /// `max_attempts`, `retry_cooldown_s`, `node_selector.KEY`, `watch_dirs` (comma-separated).
+    /// `max_attempts`, `retry_cooldown_s`, `time_limit_s` (`2h`, seconds, or `none`),
+    /// `node_selector.KEY`, `watch_dirs` (comma-separated).
     #[serde(default)]
     pub set: BTreeMap<String, String>,
 }

@@ -48,6 +48,7 @@ macro_rules! names {
 pub mod agent;
 pub mod auth;
 pub mod diagnosis;
+pub mod duration;
 pub mod error;
 pub mod evaluation;
 pub mod event;

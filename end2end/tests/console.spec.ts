@@ -36,7 +36,7 @@ async function submitJob(request: APIRequestContext, name: string, stop: string)
   writeFileSync(path.join(dir, 'train.py'), SCRIPT);
   const response = await request.post(url() + '/api/v1/jobs', {
     headers: auth(),
-    data: { name, command: [PYTHON, 'train.py', stop], working_dir: dir, resources: { gpu: 1 } },
+    data: { name, command: [PYTHON, 'train.py', stop], working_dir: dir, resources: { gpu: 1 }, time_limit_s: 5400 },
   });
   expect(response.status(), await response.text()).toBe(201);
   return response.json();
@@ -91,6 +91,7 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await page.getByRole('link', { name: 'console-e2e' }).first().click();
   await expect(page.getByRole('heading', { name: /console-e2e/ })).toBeVisible();
   await expect(page.getByTestId('attempts')).toContainText(NODE);
+  await expect(page.getByTestId('time-limit')).toHaveText('1h30m per attempt');
 
   // The live log: new lines arrive while the page is open.
   const log = page.getByTestId('log-lines');

@@ -133,6 +133,11 @@ fn JobView(job: Job) -> impl IntoView {
                 <dt>"Runner"</dt><dd>{format!("{:?}", spec.runner).to_lowercase()} {spec.image.clone().map(|i| format!(" ({i})"))}</dd>
                 <dt>"Priority"</dt><dd>{spec.priority}</dd>
                 <dt>"Attempts"</dt><dd>{format!("{} of at most {}", job.attempts.len(), job.max_attempts)}</dd>
+                <dt>"Time limit"</dt>
+                <dd data-testid="time-limit">{spec.time_limit_s.map_or_else(
+                    || "none".to_string(),
+                    |limit| format!("{} per attempt", gpuplane_api::duration::format_seconds(limit)),
+                )}</dd>
                 {(!spec.env.is_empty()).then(|| view! {
                     <dt>"Environment"</dt>
                     <dd>{spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")}</dd>

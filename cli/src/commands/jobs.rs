@@ -85,6 +85,10 @@ pub struct SubmitArgs {
     /// Seconds between a failure and its automatic retry.
     #[arg(long, allow_hyphen_values = true)]
     retry_cooldown: Option<i64>,
+    /// Stop each attempt after this long (2h, 90m, 1h30m, or seconds): SIGTERM,
+    /// then SIGKILL after the grace; it fails with TIMEOUT.
+    #[arg(long, value_parser = gpuplane_api::duration::parse_seconds)]
+    time_limit: Option<i64>,
     /// Absolute path on the agent host (never rewritten from this machine).
     #[arg(long = "workdir", alias = "working-dir")]
     working_dir: Option<String>,
@@ -193,6 +197,9 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     }
     if let Some(cooldown) = args.retry_cooldown {
         spec.retry_cooldown_s = cooldown;
+    }
+    if let Some(limit) = args.time_limit {
+        spec.time_limit_s = Some(limit);
     }
     if let Some(dir) = args.working_dir {
         spec.working_dir = Some(dir);
@@ -404,6 +411,13 @@ fn render_job(job: &Job) -> String {
     let _ = writeln!(text, "command    {}", shell_words(&job.spec.command));
     if let Some(dir) = &job.spec.working_dir {
         let _ = writeln!(text, "workdir    {dir}");
+    }
+    if let Some(limit) = job.spec.time_limit_s {
+        let _ = writeln!(
+            text,
+            "time limit {} per attempt (then SIGTERM, SIGKILL after the grace: TIMEOUT)",
+            gpuplane_api::duration::format_seconds(limit)
+        );
     }
     if !job.secret_env.is_empty() {
         let _ = writeln!(

@@ -627,6 +627,25 @@ mod tests {
     }
 
     #[test]
+    fn a_job_stopped_at_its_time_limit() {
+        let timeout = facts(
+            FailureReason::Timeout,
+            "reached its time limit of 2h: it was stopped with SIGTERM and ended by SIGTERM",
+            "epoch 7 step 41000 loss 0.31",
+        );
+        let explanation = explain("r", None, &timeout);
+        assert_eq!(explanation.rule, "time-limit");
+        assert_eq!(
+            explanation.summary,
+            "The job ran until its time limit and was stopped: reached its time limit of 2h: it was stopped with SIGTERM and ended by SIGTERM."
+        );
+        assert!(explanation.retry_advice.contains("raise time_limit_s"));
+        // A job that hung on a prompt until its limit is explained by the prompt.
+        let prompt = facts(FailureReason::Timeout, "reached its time limit of 1h", "(Pdb) ");
+        assert_eq!(explain("r", None, &prompt).rule, "interactive-prompt");
+    }
+
+    #[test]
     fn a_job_waiting_for_input() {
         check(
             facts(

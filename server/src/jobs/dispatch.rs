@@ -173,5 +173,6 @@ fn dispatch(
         spec,
         gpus,
         env,
+        stop_grace_ms: state.config.cancel_grace.as_millis() as u64,
     }
 }

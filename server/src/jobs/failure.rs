@@ -1,6 +1,6 @@
 //! How an attempt ended, decided from what its agent reported: cancelled,
 //! succeeded, or failed with a reason (OOM from the kernel's OOM killer or
-//! from CUDA's own message in the output, a signal, an exit code). Pure: the
+//! from CUDA's own message in the output, its time limit, a signal, an exit code). Pure: the
 //! caller gathers the facts; table-driven tests below.
 
 use gpuplane_api::job::{FailureReason, JobStatus, signal_name};
@@ -13,6 +13,8 @@ pub struct Exit<'a> {
     pub signal: Option<i32>,
     pub oom_killed: bool,
     pub cancelled: bool,
+    /// The agent stopped it at its time limit (`time_limit_s`, given here).
+    pub timed_out: Option<i64>,
     /// The attempt's last output lines, oldest first.
     pub output: &'a [String],
 }
@@ -35,8 +37,9 @@ impl Outcome {
     }
 }
 
-/// Cancel wins, then the OOM killer, then a clean exit, then a CUDA
-/// out-of-memory line (the newest), then the signal or exit code.
+/// Cancel wins, then the OOM killer, then the time limit, then a clean
+/// exit, then a CUDA out-of-memory line (the newest), then the signal or
+/// exit code.
 pub fn classify(exit: Exit<'_>) -> Outcome {
     if exit.cancelled {
         return Outcome {
@@ -49,6 +52,25 @@ pub fn classify(exit: Exit<'_>) -> Outcome {
         return Outcome::failed(
             FailureReason::Oom,
             "killed by the kernel's OOM killer (host memory ran out)".into(),
+        );
+    }
+    if let Some(limit) = exit.timed_out {
+        let limit = gpuplane_api::duration::format_seconds(limit);
+        let how = match (exit.signal, exit.exit_code) {
+            (Some(signal), _) => match signal_name(signal) {
+                Some("SIGKILL") => {
+                    "it did not stop within the grace period after SIGTERM and was killed with SIGKILL"
+                        .to_string()
+                }
+                Some(name) => format!("it was stopped with SIGTERM and ended by {name}"),
+                None => format!("it was stopped with SIGTERM and ended by signal {signal}"),
+            },
+            (None, Some(code)) => format!("it was stopped with SIGTERM and exited with code {code}"),
+            (None, None) => "it was stopped with SIGTERM".to_string(),
+        };
+        return Outcome::failed(
+            FailureReason::Timeout,
+            format!("reached its time limit of {limit}: {how}"),
         );
     }
     if exit.exit_code == Some(0) && exit.signal.is_none() {
@@ -132,6 +154,51 @@ mod tests {
                 JobStatus::Failed,
                 Some(FailureReason::Oom),
                 "killed by the kernel's OOM killer (host memory ran out)",
+            ),
+            (
+                "the time limit, stopped by SIGTERM",
+                Exit {
+                    signal: Some(15),
+                    timed_out: Some(7200),
+                    ..exit
+                },
+                JobStatus::Failed,
+                Some(FailureReason::Timeout),
+                "reached its time limit of 2h: it was stopped with SIGTERM and ended by SIGTERM",
+            ),
+            (
+                "the time limit, killed after the grace",
+                Exit {
+                    signal: Some(9),
+                    timed_out: Some(90),
+                    ..exit
+                },
+                JobStatus::Failed,
+                Some(FailureReason::Timeout),
+                "reached its time limit of 1m30s: it did not stop within the grace period after SIGTERM and was killed with SIGKILL",
+            ),
+            (
+                "the time limit wins over a clean exit after SIGTERM",
+                Exit {
+                    exit_code: Some(0),
+                    timed_out: Some(60),
+                    ..exit
+                },
+                JobStatus::Failed,
+                Some(FailureReason::Timeout),
+                "reached its time limit of 1m: it was stopped with SIGTERM and exited with code 0",
+            ),
+            (
+                "cancel wins over the time limit",
+                Exit {
+                    signal: Some(15),
+                    cancelled: true,
+                    timed_out: Some(60),
+                    ..exit
+                },
+                JobStatus::Cancelled,
+                None,
+                "cancelled on request",
             ),
             (
                 "CUDA OOM in the output",

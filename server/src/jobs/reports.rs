@@ -131,6 +131,7 @@ async fn apply_item(
             signal,
             oom_killed,
             cancelled,
+            timed_out,
             time,
             eval_result,
             ..
@@ -140,6 +141,7 @@ async fn apply_item(
                 signal: *signal,
                 oom_killed: *oom_killed,
                 cancelled: *cancelled,
+                timed_out: *timed_out,
                 time: *time,
                 eval_result: eval_result.as_ref(),
             };
@@ -248,6 +250,7 @@ struct AttemptExit<'a> {
     signal: Option<i32>,
     oom_killed: bool,
     cancelled: bool,
+    timed_out: bool,
     time: i64,
     eval_result: Option<&'a ResultFile>,
 }
@@ -277,17 +280,19 @@ async fn exited(
         .await?;
         return Ok(false);
     }
-    let (cancel_requested, kind): (Option<i64>, String) =
-        sqlx::query_as("SELECT cancel_requested_at, kind FROM jobs WHERE id = ?")
-            .bind(job_id)
-            .fetch_one(&mut *conn)
-            .await?;
+    let (cancel_requested, kind, time_limit_s): (Option<i64>, String, Option<i64>) = sqlx::query_as(
+        "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s') FROM jobs WHERE id = ?",
+    )
+    .bind(job_id)
+    .fetch_one(&mut *conn)
+    .await?;
     let output = logs::recent_text(conn, job_id, attempt, 300).await?;
     let mut outcome = failure::classify(Exit {
         exit_code: exit.exit_code,
         signal: exit.signal,
         oom_killed: exit.oom_killed,
         cancelled: exit.cancelled || cancel_requested.is_some(),
+        timed_out: time_limit_s.filter(|_| exit.timed_out),
         output: &output,
     });
     let loss_pattern = &node.state.config.settings.loss_pattern;

@@ -8,6 +8,8 @@ use gpuplane_api::job::{JobSpec, Runner};
 /// The most GPUs one job may ask for on one node.
 pub const MAX_GPUS_PER_JOB: i64 = 1024;
 pub const MAX_ATTEMPTS: i64 = 100;
+/// The longest time limit a job may have (366 days).
+pub const MAX_TIME_LIMIT_S: i64 = 366 * 86_400;
 const MAX_NAME_LEN: usize = 200;
 /// Secret variables per job, and the longest secret value.
 const MAX_SECRET_ENV: usize = 64;
@@ -159,6 +161,16 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
     if !(0..=86_400).contains(&spec.retry_cooldown_s) {
         bad("retry_cooldown_s", "must be between 0 and 86400 seconds".into());
     }
+    if let Some(limit) = spec.time_limit_s
+        && !(1..=MAX_TIME_LIMIT_S).contains(&limit)
+    {
+        bad(
+            "time_limit_s",
+            format!(
+                "must be between 1 second and {MAX_TIME_LIMIT_S} seconds (366 days); leave it out for no limit"
+            ),
+        );
+    }
     for (key, value) in &spec.node_selector {
         if key.is_empty() {
             bad("node_selector", format!("has an empty key (value `{value}`)"));
@@ -228,6 +240,11 @@ pub fn apply_changes(
                 Ok(seconds) => spec.retry_cooldown_s = seconds,
                 Err(message) => bad(message),
             },
+            "time_limit_s" if value.trim().eq_ignore_ascii_case("none") => spec.time_limit_s = None,
+            "time_limit_s" => match gpuplane_api::duration::parse_seconds(value) {
+                Ok(seconds) => spec.time_limit_s = Some(seconds),
+                Err(message) => bad(format!("{message}; or `none` for no limit")),
+            },
             "watch_dirs" => {
                 spec.watch_dirs = value
                     .split(',')
@@ -241,7 +258,7 @@ pub fn apply_changes(
                 } else if let Some(label) = other.strip_prefix("node_selector.") {
                     spec.node_selector.insert(label.to_string(), value.clone());
                 } else {
-                    bad("unknown field; use env.NAME, resources.gpu, command, working_dir, image, priority, max_attempts, retry_cooldown_s, node_selector.KEY or watch_dirs".into());
+                    bad("unknown field; use env.NAME, resources.gpu, command, working_dir, image, priority, max_attempts, retry_cooldown_s, time_limit_s, node_selector.KEY or watch_dirs".into());
                 }
             }
         }
@@ -324,6 +341,7 @@ mod tests {
         spec.max_attempts = 0;
         spec.runner = Runner::Docker;
         spec.env.insert("1BAD".into(), "x".into());
+        spec.time_limit_s = Some(0);
         expect![[r#"
             name: must not be empty
             command: must not be empty: give the program and its arguments as a list
@@ -333,8 +351,29 @@ mod tests {
             resources.gpu: must be 0 (the cpu_only lane) or more
             priority: must be between -2^62 and 2^62 (MAX_I64_SAFE)
             max_attempts: must be at least 1
+            time_limit_s: must be between 1 second and 31622400 seconds (366 days); leave it out for no limit
         "#]]
         .assert_eq(&check(spec));
+    }
+
+    #[test]
+    fn a_retry_may_change_the_time_limit_or_remove_it() {
+        let mut spec = JobSpec::new("t", vec!["true".into()]);
+        let set =
+            |key: &str, value: &str| std::collections::BTreeMap::from([(key.to_string(), value.to_string())]);
+        apply_changes(&mut spec, &set("time_limit_s", "1h30m")).unwrap();
+        assert_eq!(spec.time_limit_s, Some(5400));
+        apply_changes(&mut spec, &set("time_limit_s", "7200")).unwrap();
+        assert_eq!(spec.time_limit_s, Some(7200));
+        apply_changes(&mut spec, &set("time_limit_s", "none")).unwrap();
+        assert_eq!(spec.time_limit_s, None);
+        let errors = apply_changes(&mut spec, &set("time_limit_s", "2 hours")).unwrap_err();
+        assert_eq!(errors[0].field, "set.time_limit_s");
+        assert!(
+            errors[0].message.contains("is not a duration"),
+            "{}",
+            errors[0].message
+        );
     }
 
     #[test]

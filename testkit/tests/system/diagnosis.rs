@@ -1,6 +1,6 @@
 //! Real jobs that fail each way, and the exact explanation each gets: a
 //! CUDA out-of-memory message on stderr, a SIGSEGV, a NaN loss written to
-//! TensorBoard, a missing working_dir. An unchanged retry of the OOM is
+//! TensorBoard, a missing working_dir, a time limit reached. An unchanged retry of the OOM is
 //! refused with the advice; one with a changed field is queued.
 
 use gpuplane_api::job::{Job, JobStatus};
@@ -285,5 +285,85 @@ async fn loss_trends_are_read_from_the_metrics() {
     assert_eq!(
         diagnosis["findings"][0]["summary"],
         "train/loss is NaN since step 25"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_past_its_time_limit_gets_sigterm_then_sigkill_and_fails_with_timeout() {
+    let cluster = Cluster::start_with(|config| config.cancel_grace = Duration::from_millis(500)).await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    // One checkpoints on SIGTERM and exits; the other ignores it. Neither
+    // is retried automatically: the same limit would stop it again.
+    let graceful = cluster
+        .submit(json!({"name": "graceful", "time_limit_s": 1, "max_attempts": 3, "retry_cooldown_s": 0,
+            "resources": {"gpu": 1},
+            "command": sh("trap 'echo saving checkpoint; exit 143' TERM; echo started; while true; do sleep 0.05; done")}))
+        .await;
+    let stubborn = cluster
+        .submit(
+            json!({"name": "stubborn", "time_limit_s": 1, "resources": {"gpu": 1},
+            "command": sh("trap 'echo ignoring TERM' TERM; echo started; while true; do sleep 0.05; done")}),
+        )
+        .await;
+
+    let graceful = cluster.wait_for(&graceful.id, JobStatus::Failed).await;
+    assert_eq!(graceful.failure_reason.map(|r| r.as_str()), Some("TIMEOUT"));
+    assert_eq!(
+        graceful.failure_detail.as_deref(),
+        Some("reached its time limit of 1s: it was stopped with SIGTERM and exited with code 143")
+    );
+    assert_eq!(
+        graceful.attempts.len(),
+        1,
+        "a timeout is not retried automatically"
+    );
+    assert_eq!(
+        cluster.output(&graceful.id, "stdout").await,
+        vec!["started", "saving checkpoint"]
+    );
+    let ran_ms = |job: &Job| {
+        let attempt = &job.attempts[0];
+        let ms = |time: &Option<String>| {
+            humantime::parse_rfc3339(time.as_deref().unwrap())
+                .unwrap()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis()
+        };
+        ms(&attempt.ended_at) - ms(&attempt.started_at)
+    };
+    assert!(
+        ran_ms(&graceful) >= 1000,
+        "stopped only at its limit: {}ms",
+        ran_ms(&graceful)
+    );
+
+    let stubborn = cluster.wait_for(&stubborn.id, JobStatus::Failed).await;
+    assert_eq!(stubborn.failure_reason.map(|r| r.as_str()), Some("TIMEOUT"));
+    assert_eq!(
+        stubborn.attempts[0].signal,
+        Some(9),
+        "SIGKILL after the grace period"
+    );
+    assert!(
+        ran_ms(&stubborn) >= 1500,
+        "SIGKILL only after the grace: {}ms",
+        ran_ms(&stubborn)
+    );
+    assert!(
+        cluster
+            .output(&stubborn.id, "stdout")
+            .await
+            .contains(&"ignoring TERM".to_string()),
+        "it saw SIGTERM first"
+    );
+
+    let explanation = explain(&cluster, &stubborn).await;
+    assert_eq!(explanation["rule"], "time-limit", "{explanation}");
+    assert_eq!(
+        explanation["summary"],
+        "The job ran until its time limit and was stopped: reached its time limit of 1s: \
+         it did not stop within the grace period after SIGTERM and was killed with SIGKILL."
     );
 }

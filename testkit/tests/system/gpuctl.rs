@@ -178,6 +178,30 @@ async fn spec_files_in_toml_yaml_and_json_with_flags_on_top() {
     assert_eq!(overridden["name"], "renamed");
     assert_eq!(overridden["resources"]["gpu"], 0);
 
+    // A time limit as people write it, shown back the same way.
+    let limited = env.json(&[
+        "job",
+        "submit",
+        "-f",
+        path.to_str().unwrap(),
+        "--time-limit",
+        "1h30m",
+    ]);
+    assert_eq!(limited["spec"]["time_limit_s"], 5400, "{limited}");
+    let shown = env.run(&["job", "show", limited["id"].as_str().unwrap()]);
+    assert!(
+        text(&shown.stdout).contains("time limit 1h30m per attempt"),
+        "{}",
+        text(&shown.stdout)
+    );
+    let bad_limit = env.run(&["job", "submit", "--time-limit", "2 hours", "--", "true"]);
+    assert!(!bad_limit.status.success());
+    assert!(
+        text(&bad_limit.stderr).contains("is not a duration"),
+        "{}",
+        text(&bad_limit.stderr)
+    );
+
     let bad = env.work.join("job.txt");
     std::fs::write(&bad, "x").unwrap();
     let output = env.run(&["job", "submit", "-f", bad.to_str().unwrap()]);
