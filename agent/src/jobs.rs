@@ -386,10 +386,14 @@ impl Attempt {
     async fn wait_for_start(&mut self) -> Option<ShimState> {
         let began = Instant::now();
         loop {
+            // `exit.json` first: the shim writes `shim.json` before it, so a
+            // job that started and ended between two looks still has its
+            // `shim.json` read here, and is not taken for one that never started.
+            let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
             if let Some(shim) = files::read_json::<ShimState>(&self.dir.join(SHIM)) {
                 return Some(shim);
             }
-            if let Some(exit) = files::read_json::<ExitState>(&self.dir.join(EXIT)) {
+            if let Some(exit) = exit {
                 let detail = exit
                     .spawn_error
                     .unwrap_or_else(|| "the job ended before it started".into());

@@ -138,23 +138,23 @@ async fn the_token_file_must_be_private() {
     cluster.wait_for_nodes(1).await;
 }
 
-/// A job printing 3 MB of control characters on one line: more than the
-/// agent reads at once, and written faster than it polls.
-fn huge_line_job() -> serde_json::Value {
+/// A job printing `bytes` of control characters on one line, then `done`.
+fn huge_line_job(bytes: usize) -> serde_json::Value {
     json!({"name": "huge-line", "resources": {"gpu": 1},
-           "command": sh("head -c 3000000 /dev/zero | tr '\\000' '\\001'; echo; echo done")})
+           "command": sh(&format!("head -c {bytes} /dev/zero | tr '\\000' '\\001'; echo; echo done"))})
 }
 
 /// Runs the huge-line job and then a small one on the same one-GPU node
 /// (agent flags `extra`); both must succeed. Returns the cluster, its agent
 /// (killed when dropped) and the huge job.
 async fn huge_line_then_another_job(
+    bytes: usize,
     extra: &[&str],
 ) -> (Cluster, gpuplane_testkit::cluster::Agent, gpuplane_api::job::Job) {
     let cluster = Cluster::start().await;
     let agent = cluster.agent("box", 1, extra);
     cluster.wait_for_nodes(1).await;
-    let huge = cluster.submit(huge_line_job()).await;
+    let huge = cluster.submit(huge_line_job(bytes)).await;
     let next = cluster
         .submit(json!({"name": "next", "resources": {"gpu": 1}, "command": ["echo", "after"]}))
         .await;
@@ -164,10 +164,12 @@ async fn huge_line_then_another_job(
     (cluster, agent, huge)
 }
 
-/// Hole 4: one huge line is cut, the job ends, and the next job on the node runs.
+/// Hole 4: one huge line is cut, the job ends, and the next job on the node
+/// runs. 3 MB: more than the agent reads at once, and written faster than it
+/// looks, so most of it is still unread when the job exits.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_huge_line_is_cut_and_never_stalls_the_node() {
-    let (cluster, _agent, huge) = huge_line_then_another_job(&[]).await;
+    let (cluster, _agent, huge) = huge_line_then_another_job(3_000_000, &[]).await;
     let output = cluster.output(&huge.id, "stdout").await;
     assert_eq!(output.len(), 2, "line numbers follow the file's newlines");
     assert!(output[0].starts_with("\u{1}\u{1}"));
@@ -186,10 +188,12 @@ async fn one_huge_line_is_cut_and_never_stalls_the_node() {
 /// Hole 4, when a line does get through uncut (here: the agent's cut is
 /// raised past the server's body limit): the server refuses that item, the
 /// agent drops it with a REPORT_DROPPED event naming the job and what was
-/// dropped, and everything else still arrives.
+/// dropped, and everything else still arrives. 1.5 MB of `\u0001` is 9 MB
+/// of JSON, over the 8 MB limit.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_item_the_server_refuses_is_dropped_with_an_event_and_blocks_nothing() {
-    let (cluster, _agent, huge) = huge_line_then_another_job(&["--max-line-bytes", "4000000"]).await;
+    let (cluster, _agent, huge) =
+        huge_line_then_another_job(1_500_000, &["--max-line-bytes", "4000000"]).await;
     let output = cluster.logs(&huge.id, "stream=stdout").await.lines;
     assert_eq!(
         output.len(),
