@@ -60,6 +60,7 @@ pub mod metric;
 pub mod node;
 pub mod paths;
 pub mod project;
+pub mod quota;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):
 /// safely inside i64 and exact in the f64 of JavaScript and Python clients.
@@ -101,6 +102,7 @@ mod tests {
         same_as_serde(crate::node::NodeStatus::ALL);
         same_as_serde(crate::node::GpuSource::ALL);
         same_as_serde(crate::project::Role::ALL);
+        same_as_serde(crate::quota::QuotaKind::ALL);
     }
 
     #[test]

@@ -94,6 +94,10 @@ pub struct ClusterSummary {
     /// Maintenance mode is on: nothing new starts, running jobs continue.
     #[serde(default)]
     pub dispatch_paused: bool,
+    /// The quotas the caller may see (its projects' and its own), with what
+    /// each has running now.
+    #[serde(default)]
+    pub quotas: Vec<crate::quota::Quota>,
 }
 
 /// `GET/PUT /api/v1/maintenance`: maintenance mode. While it is on nothing

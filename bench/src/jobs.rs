@@ -8,7 +8,7 @@ use gpuplane_api::auth::Scope;
 use gpuplane_api::job::JobSpec;
 use gpuplane_api::log::LogStream;
 use gpuplane_api::node::{Gpu, GpuSource};
-use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, plan};
+use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, plan};
 use gpuplane_testkit::{agent_token, start_server_with, user_token};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -83,22 +83,45 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             not_before: None,
             next_attempt: 1,
             max_attempts: 1,
+            project: format!("p{}", i % 20),
+            user: Some(format!("usr_{}", i % 100)),
         })
         .collect();
-    let mut times = Vec::new();
-    let mut placed = 0;
-    for _ in 0..20 {
-        let started = Instant::now();
-        let result = plan(&queue, &nodes, 4, 0);
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
-        placed = result.placements.len();
+    // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.
+    let quota = |label: String, max_gpus: u32, max_jobs: Option<u32>| Quota {
+        label,
+        max_gpus: Some(max_gpus),
+        max_running_jobs: max_jobs,
+        gpus_in_use: 0,
+        running_jobs: 0,
+    };
+    let quotas = Quotas {
+        projects: (0..20)
+            .map(|p| (format!("p{p}"), quota(format!("project p{p}"), 300, None)))
+            .collect(),
+        users: (0..100)
+            .map(|u| (format!("usr_{u}"), quota(format!("user u{u}"), 40, Some(8))))
+            .collect(),
+    };
+    for (what, quotas) in [
+        ("", Quotas::default()),
+        (" with quotas on 20 projects and 100 users", quotas),
+    ] {
+        let mut times = Vec::new();
+        let mut placed = 0;
+        for _ in 0..20 {
+            let started = Instant::now();
+            let result = plan(&queue, &nodes, &quotas, 4, 0);
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            placed = result.placements.len();
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "scheduling: plan() over 10,000 queued jobs x 1,000 nodes{what}: p50 {:.2} ms, max {:.2} ms ({placed} placed, the rest with reasons)",
+            percentile(&times, 0.5),
+            times[times.len() - 1]
+        );
     }
-    times.sort_by(f64::total_cmp);
-    println!(
-        "scheduling: plan() over 10,000 queued jobs x 1,000 nodes: p50 {:.2} ms, max {:.2} ms ({placed} placed, the rest with reasons)",
-        percentile(&times, 0.5),
-        times[times.len() - 1]
-    );
 
     // The same shape through the real server: SQLite load, plan, apply.
     let dir = tempfile::tempdir()?;
@@ -155,7 +178,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let nodes = gpuplane_server::jobs::scheduler::load_nodes(&state).await?;
     let load_nodes = started.elapsed().as_secs_f64() * 1000.0;
     let started = Instant::now();
-    plan(&queue, &nodes, 4, 0);
+    plan(&queue, &nodes, &Quotas::default(), 4, 0);
     let planned = started.elapsed().as_secs_f64() * 1000.0;
     println!(
         "scheduling: server pass (SQLite load + plan + apply), 10,000 queued x 1,000 nodes: first {first:.1} ms (writes 10,000 reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",

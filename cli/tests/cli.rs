@@ -414,3 +414,77 @@ async fn admins_pause_dispatch_for_maintenance_and_everyone_sees_it() {
     expect!["Maintenance mode is off: jobs are dispatched.\n"].assert_eq(&stdout(&off));
     assert!(!stdout(&as_reader(&["status"])).contains("Paused"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admins_set_and_clear_quotas_and_status_shows_usage_against_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
+    let editor = user_token(&server.state.db, "dana", Scope::Write, false).await;
+    let url = server.url.as_str();
+    let as_user = |token: &str, args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", token][..], args].concat(),
+        )
+    };
+
+    let refused = as_user(
+        &editor,
+        &["admin", "quota", "set", "--project", "default", "--gpus", "8"],
+    );
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+    let neither = as_user(&admin, &["admin", "quota", "set", "--gpus", "8"]);
+    assert_eq!(neither.status.code(), Some(2), "--project or --user is required");
+    let unknown = as_user(
+        &admin,
+        &["admin", "quota", "set", "--user", "nobody", "--gpus", "8"],
+    );
+    assert_eq!(unknown.status.code(), Some(5), "{}", stderr(&unknown));
+
+    let set = as_user(
+        &admin,
+        &[
+            "admin",
+            "quota",
+            "set",
+            "--project",
+            "default",
+            "--gpus",
+            "8",
+            "--jobs",
+            "4",
+        ],
+    );
+    assert!(set.status.success(), "{}", stderr(&set));
+    assert!(
+        stdout(&set).starts_with("project default  0/8 GPUs, 0/4 jobs  (set "),
+        "{}",
+        stdout(&set)
+    );
+    let set = as_user(
+        &admin,
+        &["admin", "quota", "set", "--user", "dana", "--gpus", "2", "--json"],
+    );
+    assert_eq!(json(&set)["max_running_jobs"], serde_json::Value::Null);
+
+    // Everyone sees the quotas that concern them, in `status` and the list.
+    let status = stdout(&as_user(&editor, &["status"]));
+    assert!(
+        status.contains("\nQuota   project default: 0/8 GPUs, 0/4 jobs"),
+        "{status}"
+    );
+    assert!(
+        status.contains("\nQuota   user dana: 0/2 GPUs, 0 jobs (no limit)"),
+        "{status}"
+    );
+    let listed = json(&as_user(&editor, &["admin", "quota", "list", "--json"]));
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2);
+
+    let cleared = as_user(&admin, &["admin", "quota", "clear", "--user", "dana"]);
+    expect!["Quota removed: jobs it held back start now.\n"].assert_eq(&stdout(&cleared));
+    let again = as_user(&admin, &["admin", "quota", "clear", "--user", "dana"]);
+    assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
+    assert!(!stdout(&as_user(&editor, &["status"])).contains("user dana"));
+}

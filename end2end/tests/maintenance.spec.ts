@@ -1,5 +1,5 @@
 // Maintenance mode from the console: an admin pauses dispatch, every queued
-// job says why, and ending it dispatches at once.
+// job says why, and ending it dispatches at once. Quotas on the dashboard.
 import { test, expect } from '@playwright/test';
 import { signIn, url } from './helpers';
 import { MAINTENANCE } from '../global-setup';
@@ -25,4 +25,23 @@ test('an admin pauses dispatch from the dashboard and queued jobs say why', asyn
   await expect(page.getByTestId('maintenance')).toHaveText(MAINTENANCE);
   await expect.poll(async () => (await (await request.get(url() + `/api/v1/jobs/${job.id}`, { headers })).json()).status)
     .toBe('SUCCEEDED');
+});
+
+test('the dashboard shows each quota with what is in use', async ({ page, request }) => {
+  const headers = { authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` };
+  // Generous, so jobs of the other tests never wait on it.
+  const set = await request.put(url() + '/api/v1/quotas/project/default', {
+    headers, data: { max_gpus: 64, max_running_jobs: 100 } });
+  expect(set.status(), await set.text()).toBe(200);
+  try {
+    await signIn(page, '/');
+    await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+    const row = page.getByTestId('quotas').getByRole('row', { name: /project default/ });
+    await expect(row).toContainText(/\d+ \/ 64/);
+    await expect(row).toContainText(/\d+ \/ 100/);
+    await page.screenshot({ path: 'artifacts/quotas.png', fullPage: true });
+  } finally {
+    const cleared = await request.delete(url() + '/api/v1/quotas/project/default', { headers });
+    expect(cleared.status()).toBe(204);
+  }
 });

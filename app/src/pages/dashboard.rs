@@ -12,6 +12,7 @@ use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::node::{ClusterSummary, Node};
 use gpuplane_api::paths;
+use gpuplane_api::quota::Quota;
 use leptos::form::ActionForm;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -73,6 +74,7 @@ pub fn Dashboard() -> impl IntoView {
                         </a>
                     }).collect_view()}
             </section>
+            {(!c.quotas.is_empty()).then(|| view! { <QuotasTable quotas=c.quotas /> })}
         })}
         <section class="card">
             <h2>"Nodes and GPUs"</h2>
@@ -85,6 +87,33 @@ pub fn Dashboard() -> impl IntoView {
         <section class="card">
             <h2>"Recent critical events"</h2>
             {loaded(critical, |page: Page<Event>| view! { <EventsTable events=page.items empty="No critical events. OOMs, lost nodes, NaN losses and full disks would show here." /> })}
+        </section>
+    }
+}
+
+/// The quotas the user may see, with what is in use now.
+#[component]
+fn QuotasTable(quotas: Vec<Quota>) -> impl IntoView {
+    let used = |used: i64, max: Option<i64>| match max {
+        Some(max) => format!("{used} / {max}"),
+        None => format!("{used} (no limit)"),
+    };
+    view! {
+        <section class="card">
+            <h2>"Quotas"</h2>
+            <p class="muted">"Jobs over a quota wait in the queue and start as running jobs of their project or user finish."</p>
+            <div class="table-scroll"><table data-testid="quotas">
+                <thead><tr><th>"For"</th><th>"GPUs in use"</th><th>"Running jobs"</th></tr></thead>
+                <tbody>
+                    {quotas.into_iter().map(|quota| view! {
+                        <tr>
+                            <td>{format!("{} {}", quota.kind, quota.name)}</td>
+                            <td>{used(quota.gpus_in_use, quota.max_gpus)}</td>
+                            <td>{used(quota.running_jobs, quota.max_running_jobs)}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table></div>
         </section>
     }
 }

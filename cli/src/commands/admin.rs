@@ -1,10 +1,12 @@
 //! `gpuctl admin …`: what server admins do from a terminal: maintenance
-//! mode and draining nodes.
+//! mode, draining nodes and quotas.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use clap::Subcommand;
+use gpuplane_api::Page;
 use gpuplane_api::node::{Maintenance, Node, NodeStatus, StartMaintenance};
+use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -14,6 +16,53 @@ pub enum AdminCommand {
     /// Drain a node before taking it down, or let it take jobs again.
     #[command(subcommand)]
     Node(NodeCommand),
+    /// GPUs and running jobs a project or a user may have at once; jobs
+    /// over quota wait in the queue.
+    #[command(subcommand)]
+    Quota(QuotaCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Every quota you may see, with what is in use now.
+    List,
+    /// Set a quota (replacing its limits): `--project vision --gpus 8 --jobs 4`.
+    Set {
+        #[command(flatten)]
+        whose: Whose,
+        /// GPUs its running jobs may hold together.
+        #[arg(long)]
+        gpus: Option<i64>,
+        /// Jobs it may run at once.
+        #[arg(long)]
+        jobs: Option<i64>,
+    },
+    /// Remove a quota: jobs it held back start.
+    Clear {
+        #[command(flatten)]
+        whose: Whose,
+    },
+}
+
+/// The project or the user a quota is for.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct Whose {
+    #[arg(long)]
+    project: Option<String>,
+    #[arg(long)]
+    user: Option<String>,
+}
+
+impl Whose {
+    /// `quotas/project/vision`.
+    fn path(&self) -> String {
+        match (&self.project, &self.user) {
+            (Some(project), _) => format!("quotas/{}/{project}", QuotaKind::Project),
+            (None, Some(user)) => format!("quotas/{}/{user}", QuotaKind::User),
+            (None, None) => unreachable!("clap requires --project or --user"),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,6 +98,27 @@ pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result
             out.emit(&node, render_node);
             Ok(())
         }
+        AdminCommand::Quota(QuotaCommand::List) => {
+            let quotas: Page<Quota> = client.get("quotas").await?;
+            out.emit(&quotas, |quotas| render_quotas(&quotas.items));
+            Ok(())
+        }
+        AdminCommand::Quota(QuotaCommand::Set { whose, gpus, jobs }) => {
+            let limits = SetQuota {
+                max_gpus: gpus,
+                max_running_jobs: jobs,
+            };
+            let quota: Quota = client.put(&whose.path(), &limits).await?;
+            out.emit(&quota, |quota| render_quotas(std::slice::from_ref(quota)));
+            Ok(())
+        }
+        AdminCommand::Quota(QuotaCommand::Clear { whose }) => {
+            let () = client.delete(&whose.path()).await?;
+            out.emit(&serde_json::json!({"removed": whose.path()}), |_| {
+                "Quota removed: jobs it held back start now.".to_string()
+            });
+            Ok(())
+        }
         AdminCommand::Maintenance(command) => {
             let maintenance: Maintenance = match command {
                 MaintenanceCommand::On { message } => {
@@ -61,6 +131,31 @@ pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result
             Ok(())
         }
     }
+}
+
+/// One line per quota: `project vision  6/8 GPUs, 2/4 jobs  (set by root at …)`.
+pub fn render_quotas(quotas: &[Quota]) -> String {
+    if quotas.is_empty() {
+        return "No quotas: every project and user may use any free GPU.".to_string();
+    }
+    quotas
+        .iter()
+        .map(|quota| {
+            format!(
+                "{} {}  {}  (set {}{})",
+                quota.kind,
+                quota.name,
+                quota.usage_text(),
+                quota.updated_at,
+                quota
+                    .updated_by
+                    .as_deref()
+                    .map(|by| format!(" by {by}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn render_maintenance(maintenance: &Maintenance) -> String {

@@ -37,8 +37,13 @@ pub async fn status(client: &Client, out: &Output) -> Result<(), CliError> {
             (Some(m), false) => format!("\nNotice  {m}"),
             (None, _) => String::new(),
         };
+        let quotas: String = c
+            .quotas
+            .iter()
+            .map(|quota| format!("\nQuota   {} {}: {}", quota.kind, quota.name, quota.usage_text()))
+            .collect();
         format!(
-            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}{notice}",
+            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}{quotas}{notice}",
             s.server,
             s.health.version,
             s.health.status,

@@ -1,7 +1,7 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance; maintenance mode.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
-use crate::identity::access::require_server_admin;
+use crate::identity::access::{Principal, require_server_admin};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::maintenance;
 use crate::state::AppState;
@@ -11,18 +11,19 @@ use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::node::{ClusterSummary, Maintenance, StartMaintenance};
 
-/// Nodes online and offline, GPUs in use, and jobs by status.
+/// Nodes online and offline, GPUs in use, jobs by status, maintenance mode,
+/// and the quotas the caller may see with their usage.
 #[utoipa::path(get, path = "/cluster", tag = "nodes",
     security(("bearer" = ["read"])),
     responses((status = 200, body = ClusterSummary), AuthErrors))]
 pub async fn cluster(
-    _auth: Authed<Read>,
+    auth: Authed<Read>,
     State(state): State<AppState>,
 ) -> Result<Json<ClusterSummary>, ApiError> {
-    Ok(Json(summary(&state).await?))
+    Ok(Json(summary(&state, &auth.caller.principal()).await?))
 }
 
-pub async fn summary(state: &AppState) -> Result<ClusterSummary, ApiError> {
+pub async fn summary(state: &AppState, principal: &Principal) -> Result<ClusterSummary, ApiError> {
     let (online, offline): (i64, i64) = sqlx::query_as(
         "SELECT coalesce(sum(status = 'ONLINE'), 0), coalesce(sum(status = 'OFFLINE'), 0) FROM nodes",
     )
@@ -61,6 +62,7 @@ pub async fn summary(state: &AppState) -> Result<ClusterSummary, ApiError> {
             .message
             .or_else(|| state.config.maintenance_message.clone()),
         dispatch_paused: paused.on,
+        quotas: crate::api::quotas::visible(state, principal).await?,
     })
 }
 

@@ -14,6 +14,7 @@ mod logs;
 mod metrics;
 mod nodes;
 mod projects;
+mod quotas;
 mod runs;
 mod tokens;
 
@@ -66,6 +67,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             cluster::start_maintenance,
             cluster::end_maintenance
         ))
+        .routes(routes!(quotas::list_quotas))
+        .routes(routes!(quotas::set_quota, quotas::clear_quota))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::cancel_job))

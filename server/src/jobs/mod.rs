@@ -4,14 +4,17 @@
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
 //! what agents report), `lifecycle` (ending attempts and jobs, retries,
-//! lost attempts), `maintenance` (maintenance mode: a pause of all dispatch). The pure parts use no other module; of the rest, each
-//! uses only the pure parts and those listed after it.
+//! lost attempts), `maintenance` (maintenance mode: a pause of all
+//! dispatch), `quotas` (per project and per user, read by each pass). The
+//! pure parts use no other module; of the rest, each uses only the pure
+//! parts and those listed after it.
 
 pub mod dispatch;
 pub mod failure;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod plan;
+pub mod quotas;
 pub mod reports;
 pub mod scheduler;
 pub mod spec;

@@ -10,6 +10,8 @@
 //!   matching node with the most free GPUs. Lower jobs may use any other
 //!   node, but not the held node's GPUs, so they accumulate there as jobs
 //!   finish until the held job fits. cpu jobs need no GPUs and are never held up.
+//! - Quotas: a job that would take its project or its user past a quota
+//!   waits (and holds nothing); jobs behind it still start.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -24,6 +26,84 @@ pub struct QueuedJob {
     /// The attempt it would start, and its limit (for the cooldown reason).
     pub next_attempt: i64,
     pub max_attempts: i64,
+    pub project: String,
+    /// The id of the user who submitted it.
+    pub user: Option<String>,
+}
+
+/// The quotas of one pass, keyed by project name and by user id.
+#[derive(Debug, Clone, Default)]
+pub struct Quotas {
+    pub projects: HashMap<String, Quota>,
+    pub users: HashMap<String, Quota>,
+}
+
+/// One project's or user's limits and what it has running.
+#[derive(Debug, Clone)]
+pub struct Quota {
+    /// `project vision`, `user alice`: how reasons name it.
+    pub label: String,
+    pub max_gpus: Option<u32>,
+    pub max_running_jobs: Option<u32>,
+    pub gpus_in_use: u32,
+    pub running_jobs: u32,
+}
+
+impl Quota {
+    /// Why `job` may not start under this quota, if it may not.
+    fn refuses(&self, job: &QueuedJob) -> Option<String> {
+        if let Some(max) = self.max_gpus
+            && job.gpus > 0
+            && self.gpus_in_use + job.gpus > max
+        {
+            return Some(if job.gpus > max {
+                format!(
+                    "quota: this job needs {} but {} may use at most {max}",
+                    gpus(job.gpus as usize),
+                    self.label
+                )
+            } else if self.gpus_in_use >= max {
+                format!("quota: {} uses {} of {max} GPUs", self.label, self.gpus_in_use)
+            } else {
+                format!(
+                    "quota: {} uses {} of {max} GPUs; this job needs {}",
+                    self.label, self.gpus_in_use, job.gpus
+                )
+            });
+        }
+        match self.max_running_jobs {
+            Some(max) if self.running_jobs >= max => Some(format!(
+                "quota: {} runs {} of {max} jobs",
+                self.label, self.running_jobs
+            )),
+            _ => None,
+        }
+    }
+
+    fn charge(&mut self, job: &QueuedJob) {
+        self.gpus_in_use += job.gpus;
+        self.running_jobs += 1;
+    }
+}
+
+impl Quotas {
+    fn refuses(&self, job: &QueuedJob) -> Option<String> {
+        let project = self.projects.get(&job.project);
+        let user = job.user.as_ref().and_then(|user| self.users.get(user));
+        project
+            .into_iter()
+            .chain(user)
+            .find_map(|quota| quota.refuses(job))
+    }
+
+    fn charge(&mut self, job: &QueuedJob) {
+        if let Some(quota) = self.projects.get_mut(&job.project) {
+            quota.charge(job);
+        }
+        if let Some(quota) = job.user.as_ref().and_then(|user| self.users.get_mut(user)) {
+            quota.charge(job);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -72,7 +152,14 @@ struct Group {
 }
 
 /// Plans one pass. `queue` must be in dispatch order.
-pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32, now_ms: i64) -> Plan {
+pub fn plan(
+    queue: &[QueuedJob],
+    nodes: &[NodeCapacity],
+    quotas: &Quotas,
+    cpu_slots_per_node: u32,
+    now_ms: i64,
+) -> Plan {
+    let mut quotas = quotas.clone();
     let mut free: Vec<Vec<u32>> = nodes
         .iter()
         .map(|node| {
@@ -136,6 +223,10 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
             plan.unmatched.push(job.id.clone());
             continue;
         }
+        if let Some(reason) = quotas.refuses(job) {
+            plan.reasons.push((job.id.clone(), reason));
+            continue;
+        }
 
         if job.gpus == 0 {
             let best = if group.cpu_full {
@@ -151,6 +242,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
             match best {
                 Some(i) => {
                     cpu_jobs[i] += 1;
+                    quotas.charge(job);
                     plan.placements.push(Placement {
                         job_id: job.id.clone(),
                         node_id: nodes[i].id.clone(),
@@ -220,6 +312,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots_per_node: u32
         }
         if let Some(i) = best {
             let taken: Vec<u32> = free[i].drain(..need).collect();
+            quotas.charge(job);
             plan.placements.push(Placement {
                 job_id: job.id.clone(),
                 node_id: nodes[i].id.clone(),
@@ -304,12 +397,24 @@ mod tests {
             not_before: None,
             next_attempt: 1,
             max_attempts: 1,
+            project: "default".to_string(),
+            user: None,
         }
     }
 
-    /// Renders a plan as `job -> node [gpus]` and `job: reason` lines.
     fn check(queue: &[QueuedJob], nodes: &[NodeCapacity], cpu_slots: u32, expected: Expect) {
-        let plan = plan(queue, nodes, cpu_slots, 1_000_000);
+        check_with(queue, nodes, &Quotas::default(), cpu_slots, expected);
+    }
+
+    /// Renders a plan as `job -> node [gpus]` and `job: reason` lines.
+    fn check_with(
+        queue: &[QueuedJob],
+        nodes: &[NodeCapacity],
+        quotas: &Quotas,
+        cpu_slots: u32,
+        expected: Expect,
+    ) {
+        let plan = plan(queue, nodes, quotas, cpu_slots, 1_000_000);
         let mut out = String::new();
         for p in &plan.placements {
             out.push_str(&format!(
@@ -431,8 +536,80 @@ mod tests {
         a.not_before = Some(1_009_000);
         let mut b = job("b", 1, 0);
         b.not_before = Some(1_003_000);
-        let plan = plan(&[a, b], &[node("n1", 1, &[], &[])], 4, 1_000_000);
+        let plan = plan(
+            &[a, b],
+            &[node("n1", 1, &[], &[])],
+            &Quotas::default(),
+            4,
+            1_000_000,
+        );
         assert_eq!(plan.wake_at, Some(1_003_000));
         assert!(plan.placements.is_empty());
+    }
+
+    #[test]
+    fn over_quota_jobs_wait_without_holding_anything_and_others_still_start() {
+        let in_project = |id: &str, gpus: u32, project: &str, user: &str| QueuedJob {
+            project: project.to_string(),
+            user: Some(user.to_string()),
+            ..job(id, gpus, 0)
+        };
+        let quota = |label: &str,
+                     max_gpus: Option<u32>,
+                     max_jobs: Option<u32>,
+                     gpus_in_use: u32,
+                     running_jobs: u32| Quota {
+            label: label.to_string(),
+            max_gpus,
+            max_running_jobs: max_jobs,
+            gpus_in_use,
+            running_jobs,
+        };
+        let quotas = Quotas {
+            projects: HashMap::from([
+                ("vision".to_string(), quota("project vision", Some(8), None, 6, 2)),
+                ("nlp".to_string(), quota("project nlp", None, Some(1), 0, 0)),
+            ]),
+            users: HashMap::from([("usr_bob".to_string(), quota("user bob", Some(1), None, 1, 1))]),
+        };
+        check_with(
+            &[
+                in_project("v1", 2, "vision", "usr_alice"),
+                in_project("v2", 1, "vision", "usr_alice"),
+                in_project("v-big", 16, "vision", "usr_alice"),
+                in_project("n1", 1, "nlp", "usr_alice"),
+                in_project("n2", 0, "nlp", "usr_alice"),
+                in_project("bob", 1, "default", "usr_bob"),
+                in_project("bob-cpu", 0, "default", "usr_bob"),
+                in_project("free", 4, "default", "usr_alice"),
+            ],
+            &[node("n1", 8, &[], &[])],
+            &quotas,
+            4,
+            expect![[r#"
+                v1 -> n1 [0, 1]
+                n1 -> n1 [2]
+                bob-cpu -> n1 []
+                free -> n1 [3, 4, 5, 6]
+                v2: quota: project vision uses 8 of 8 GPUs
+                v-big: quota: this job needs 16 GPUs but project vision may use at most 8
+                n2: quota: project nlp runs 1 of 1 jobs
+                bob: quota: user bob uses 1 of 1 GPUs
+            "#]],
+        );
+        // Partly used: the reason says what the job needs.
+        let quotas = Quotas {
+            projects: HashMap::from([("vision".to_string(), quota("project vision", Some(8), None, 6, 2))]),
+            users: HashMap::new(),
+        };
+        check_with(
+            &[in_project("v4", 4, "vision", "usr_alice")],
+            &[node("n1", 8, &[], &[])],
+            &quotas,
+            4,
+            expect![[r#"
+                v4: quota: project vision uses 6 of 8 GPUs; this job needs 4
+            "#]],
+        );
     }
 }

@@ -31,8 +31,20 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason.
-type QueueRow = (String, i64, i64, String, Option<i64>, i64, i64, Option<String>);
+/// One queued job as `load_queue` reads it (a JSON array, in this order).
+#[derive(serde::Deserialize)]
+struct QueueRow {
+    id: String,
+    gpus: i64,
+    priority: i64,
+    node_selector: String,
+    not_before: Option<i64>,
+    attempt_count: i64,
+    max_attempts: i64,
+    queued_reason: Option<String>,
+    project: String,
+    submitted_by: Option<String>,
+}
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
 pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
@@ -51,7 +63,14 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
         return Ok(None);
     }
     let nodes = load_nodes(state).await?;
-    let mut plan = plan(&queue, &nodes, state.config.settings.cpu_slots_per_node, now);
+    let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
+    let mut plan = plan(
+        &queue,
+        &nodes,
+        &quotas,
+        state.config.settings.cpu_slots_per_node,
+        now,
+    );
     if !plan.unmatched.is_empty() {
         explain_drained_nodes(state, &queue, &mut plan).await?;
     }
@@ -67,7 +86,8 @@ pub async fn load_queue(
     // 10,000 rows, and a pass reads the whole queue.
     let json: String = sqlx::query_scalar(
         "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
-                                                     attempt_count, max_attempts, queued_reason)), '[]')
+                                                     attempt_count, max_attempts, queued_reason,
+                                                     project, submitted_by)), '[]')
          FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
                ORDER BY priority DESC, queued_at, seq)",
     )
@@ -78,29 +98,29 @@ pub async fn load_queue(
     let mut reasons = HashMap::with_capacity(rows.len());
     let queue = rows
         .into_iter()
-        .map(
-            |(id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason)| {
-                let selector = match selectors.get(&node_selector) {
-                    Some(parsed) => parsed.clone(),
-                    None => {
-                        let parsed: BTreeMap<String, String> =
-                            serde_json::from_str(&node_selector).unwrap_or_default();
-                        selectors.insert(node_selector, parsed.clone());
-                        parsed
-                    }
-                };
-                reasons.insert(id.clone(), queued_reason);
-                QueuedJob {
-                    id,
-                    gpus: gpus.max(0) as u32,
-                    priority,
-                    node_selector: selector,
-                    not_before,
-                    next_attempt: attempt_count + 1,
-                    max_attempts,
+        .map(|row| {
+            let selector = match selectors.get(&row.node_selector) {
+                Some(parsed) => parsed.clone(),
+                None => {
+                    let parsed: BTreeMap<String, String> =
+                        serde_json::from_str(&row.node_selector).unwrap_or_default();
+                    selectors.insert(row.node_selector, parsed.clone());
+                    parsed
                 }
-            },
-        )
+            };
+            reasons.insert(row.id.clone(), row.queued_reason);
+            QueuedJob {
+                id: row.id,
+                gpus: row.gpus.max(0) as u32,
+                priority: row.priority,
+                node_selector: selector,
+                not_before: row.not_before,
+                next_attempt: row.attempt_count + 1,
+                max_attempts: row.max_attempts,
+                project: row.project,
+                user: row.submitted_by,
+            }
+        })
         .collect();
     Ok((queue, reasons))
 }

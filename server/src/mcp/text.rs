@@ -197,6 +197,15 @@ pub fn summary(tool: &str, body: &Value) -> String {
                 };
                 let _ = write!(text, "\nmaintenance{paused}: {message}");
             }
+            for quota in &cluster.quotas {
+                let _ = write!(
+                    text,
+                    "\nquota {} {}: {}",
+                    quota.kind,
+                    quota.name,
+                    quota.usage_text()
+                );
+            }
             text
         }),
         "list_evaluations" => read(body, |page: Page<Evaluation>| {

@@ -544,3 +544,183 @@ async fn queued_jobs_can_be_reprioritised_held_and_released() {
     cluster.wait_for(&first.id, JobStatus::Succeeded).await;
     assert_eq!(std::fs::read_to_string(&order).unwrap(), "third\nsecond\nfirst\n");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_quota_jobs_wait_with_the_reason_and_start_as_running_jobs_finish() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 4, &[]);
+    cluster.wait_for_nodes(1).await;
+    let editor = gpuplane_testkit::user_token(&cluster.server.state.db, "editor", Scope::Write, false).await;
+    let put = reqwest::Method::PUT;
+    let delete = reqwest::Method::DELETE;
+
+    // Only server admins set quotas; bad limits and unknown names are named.
+    let limit = json!({"max_gpus": 2});
+    let (status, _) = cluster
+        .call(
+            put.clone(),
+            "/quotas/project/default",
+            Some(limit.clone()),
+            &editor,
+        )
+        .await;
+    assert_eq!(status, 403);
+    for (path, body, expected) in [
+        (
+            "/quotas/project/default",
+            json!({"max_gpus": -1}),
+            (422, "max_gpus"),
+        ),
+        ("/quotas/project/default", json!({}), (422, "max_gpus")),
+        ("/quotas/team/default", limit.clone(), (422, "kind")),
+    ] {
+        let (status, body) = cluster.call(put.clone(), path, Some(body), &cluster.token).await;
+        assert_eq!(
+            (
+                status,
+                body["error"]["details"][0]["field"].as_str().unwrap_or("")
+            ),
+            expected,
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = cluster
+        .call(
+            put.clone(),
+            "/quotas/project/nope",
+            Some(limit.clone()),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (404, Some("no project named nope"))
+    );
+
+    // The project may hold 2 GPUs, the editor 1 job at a time.
+    let (status, body) = cluster
+        .call(
+            put.clone(),
+            "/quotas/project/default",
+            Some(limit),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["max_gpus"].as_i64(), body["updated_by"].as_str()),
+        (Some(2), Some("tester"))
+    );
+    let (status, _) = cluster
+        .call(
+            put.clone(),
+            "/quotas/user/editor",
+            Some(json!({"max_running_jobs": 1})),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    let first = cluster
+        .submit(json!({"name": "first", "command": sh("sleep 30"), "resources": {"gpu": 2}}))
+        .await;
+    cluster.wait_for(&first.id, JobStatus::Running).await;
+    // Two GPUs are free, but the project uses 2 of 2: accepted, and it waits.
+    let second = cluster
+        .submit(json!({"name": "second", "command": ["true"], "resources": {"gpu": 1}}))
+        .await;
+    let second = cluster
+        .wait_until(&second.id, "the quota reason", |job| {
+            job.queued_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("quota"))
+        })
+        .await;
+    assert_eq!(
+        second.queued_reason.as_deref(),
+        Some("quota: project default uses 2 of 2 GPUs")
+    );
+    // The editor's own job limit holds its cpu job back too.
+    let (status, body) = cluster
+        .call(
+            reqwest::Method::POST,
+            "/jobs",
+            Some(json!({"name": "editor-1", "command": sh("sleep 30")})),
+            &editor,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let editor_first = body["id"].as_str().unwrap().to_string();
+    cluster.wait_for(&editor_first, JobStatus::Running).await;
+    let (_, body) = cluster
+        .call(
+            reqwest::Method::POST,
+            "/jobs",
+            Some(json!({"name": "editor-2", "command": ["true"]})),
+            &editor,
+        )
+        .await;
+    let editor_second = body["id"].as_str().unwrap().to_string();
+    let waiting = cluster
+        .wait_until(&editor_second, "the user quota reason", |job| {
+            job.queued_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("quota"))
+        })
+        .await;
+    assert_eq!(
+        waiting.queued_reason.as_deref(),
+        Some("quota: user editor runs 1 of 1 jobs")
+    );
+
+    // Usage against quota in GET /cluster; the editor sees the project's
+    // quota and its own, and nobody else's.
+    let (_, cluster_view) = cluster.get("/cluster").await;
+    let quotas = cluster_view["quotas"].as_array().unwrap();
+    let default_quota = quotas.iter().find(|q| q["kind"] == "project").unwrap();
+    assert_eq!(
+        (
+            default_quota["gpus_in_use"].as_i64(),
+            default_quota["running_jobs"].as_i64()
+        ),
+        (Some(2), Some(2))
+    );
+    let (status, _) = cluster
+        .call(
+            put.clone(),
+            "/quotas/user/tester",
+            Some(json!({"max_gpus": 64})),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, seen) = cluster.call(reqwest::Method::GET, "/quotas", None, &editor).await;
+    let mut seen: Vec<String> = seen["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| format!("{} {}", q["kind"].as_str().unwrap(), q["name"].as_str().unwrap()))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, ["project default", "user editor"]);
+
+    // Running jobs end: the waiting jobs start.
+    let (status, _) = cluster
+        .post(&format!("/jobs/{}/cancel", first.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200);
+    cluster.wait_for(&second.id, JobStatus::Succeeded).await;
+    // Removing a quota lets what it held back start at once.
+    let (status, _) = cluster
+        .call(delete.clone(), "/quotas/user/editor", None, &cluster.token)
+        .await;
+    assert_eq!(status, 204);
+    cluster.wait_for(&editor_second, JobStatus::Succeeded).await;
+    let (status, body) = cluster
+        .call(delete, "/quotas/user/editor", None, &cluster.token)
+        .await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (404, Some("user editor has no quota"))
+    );
+}
