@@ -61,6 +61,8 @@ pub enum FailureReason {
     JobLost,
     /// It ran past its `time_limit_s` and was stopped.
     Timeout,
+    /// A job it waited for (`after`) ended in a way that can no longer satisfy it.
+    DependencyFailed,
 }
 
 names!("failure reason", FailureReason {
@@ -71,6 +73,7 @@ names!("failure reason", FailureReason {
     EvaluationResultInvalid => "EVALUATION_RESULT_INVALID",
     JobLost => "JOB_LOST",
     Timeout => "TIMEOUT",
+    DependencyFailed => "DEPENDENCY_FAILED",
 });
 
 impl FailureReason {
@@ -167,6 +170,11 @@ pub struct JobSpec {
     /// after the server's cancel grace, and fails with `TIMEOUT`. None: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<i64>,
+    /// Jobs that must end first: `job_…` (it must succeed) or
+    /// `job_…:finished` (any end). Until then it waits, saying for which;
+    /// if one can no longer satisfy it, it fails with `DEPENDENCY_FAILED`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
     /// TensorBoard and checkpoint directories to watch (relative to working_dir).
     #[serde(default)]
     pub watch_dirs: Vec<String>,
@@ -195,6 +203,7 @@ impl std::fmt::Debug for JobSpec {
             max_attempts,
             retry_cooldown_s,
             time_limit_s,
+            after,
             watch_dirs,
             allow_interactive,
         } = self;
@@ -215,6 +224,7 @@ impl std::fmt::Debug for JobSpec {
             .field("max_attempts", max_attempts)
             .field("retry_cooldown_s", retry_cooldown_s)
             .field("time_limit_s", time_limit_s)
+            .field("after", after)
             .field("watch_dirs", watch_dirs)
             .field("allow_interactive", allow_interactive)
             .finish()
@@ -252,6 +262,7 @@ impl JobSpec {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_cooldown_s: DEFAULT_RETRY_COOLDOWN_S,
             time_limit_s: None,
+            after: Vec::new(),
             watch_dirs: Vec::new(),
             allow_interactive: false,
         }
@@ -373,6 +384,42 @@ pub fn signal_name(signal: i32) -> Option<&'static str> {
     })
 }
 
+/// What a job waits for in another (`JobSpec::after`): `job_…` or
+/// `job_…:succeeded` (it must succeed), `job_…:finished` (any end).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dependency {
+    pub job_id: String,
+    /// Any end will do, not only success.
+    pub any_end: bool,
+}
+
+impl std::str::FromStr for Dependency {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Dependency, String> {
+        let (job_id, condition) = text.trim().split_once(':').unwrap_or((text.trim(), "succeeded"));
+        let any_end = match condition {
+            "succeeded" => false,
+            "finished" => true,
+            other => {
+                return Err(format!(
+                    "`{other}` is not a condition; use JOB, JOB:succeeded or JOB:finished"
+                ));
+            }
+        };
+        let well_formed = job_id
+            .strip_prefix("job_")
+            .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()));
+        if !well_formed {
+            return Err(format!("`{job_id}` is not a job id (job_…)"));
+        }
+        Ok(Dependency {
+            job_id: job_id.to_string(),
+            any_end,
+        })
+    }
+}
+
 /// The registry an image reference pulls from, as docker reads it: the
 /// first path component when it names a host (has a `.` or `:`, or is
 /// `localhost`), else Docker Hub, `docker.io`. Lowercase.
@@ -402,6 +449,28 @@ mod tests {
         assert_eq!("queued".parse::<JobStatus>(), Ok(JobStatus::Queued));
         assert_eq!("LOST".parse::<JobStatus>(), Ok(JobStatus::Lost));
         assert!("DONE".parse::<JobStatus>().unwrap_err().contains("QUEUED"));
+    }
+
+    #[test]
+    fn dependencies_read_as_written_and_bad_ones_say_why() {
+        let parsed = |text: &str| text.parse::<Dependency>();
+        assert_eq!(
+            parsed("job_01ABC"),
+            Ok(Dependency {
+                job_id: "job_01ABC".into(),
+                any_end: false
+            })
+        );
+        assert_eq!(parsed("job_01ABC:succeeded").map(|d| d.any_end), Ok(false));
+        assert_eq!(parsed("job_01ABC:finished").map(|d| d.any_end), Ok(true));
+        assert!(
+            parsed("job_01ABC:done")
+                .unwrap_err()
+                .contains("`done` is not a condition")
+        );
+        assert!(parsed("run_01ABC").unwrap_err().contains("is not a job id"));
+        assert!(parsed("job_").unwrap_err().contains("is not a job id"));
+        assert!(parsed("job_a;b").unwrap_err().contains("is not a job id"));
     }
 
     #[test]

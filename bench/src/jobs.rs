@@ -85,6 +85,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             max_attempts: 1,
             project: format!("p{}", i % 20),
             user: Some(format!("usr_{}", i % 100)),
+            after: Vec::new(),
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.

@@ -199,6 +199,16 @@ impl Cluster {
         }
     }
 
+    /// Waits until the job's queued reason contains `part`.
+    pub async fn wait_for_reason(&self, id: &str, part: &str) -> Job {
+        self.wait_until(id, &format!("a queued reason with `{part}`"), |job| {
+            job.queued_reason
+                .as_deref()
+                .is_some_and(|reason| reason.contains(part))
+        })
+        .await
+    }
+
     /// Waits until `check` holds for the job.
     pub async fn wait_until(&self, id: &str, what: &str, check: impl Fn(&Job) -> bool) -> Job {
         eventually(what, WAIT, || async {

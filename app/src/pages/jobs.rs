@@ -133,6 +133,13 @@ fn JobView(job: Job) -> impl IntoView {
                 <dt>"Runner"</dt><dd>{format!("{:?}", spec.runner).to_lowercase()} {spec.image.clone().map(|i| format!(" ({i})"))}</dd>
                 <dt>"Priority"</dt><dd>{spec.priority}</dd>
                 <dt>"Attempts"</dt><dd>{format!("{} of at most {}", job.attempts.len(), job.max_attempts)}</dd>
+                {(!spec.after.is_empty()).then(|| view! {
+                    <dt>"After"</dt>
+                    <dd data-testid="after">{spec.after.iter().map(|text| {
+                        let id = text.split(':').next().unwrap_or_default().to_string();
+                        view! { <a href=format!("/jobs/{id}")>{text.clone()}</a> " " }
+                    }).collect_view()}</dd>
+                })}
                 <dt>"Time limit"</dt>
                 <dd data-testid="time-limit">{spec.time_limit_s.map_or_else(
                     || "none".to_string(),

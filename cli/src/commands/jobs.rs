@@ -89,6 +89,9 @@ pub struct SubmitArgs {
     /// then SIGKILL after the grace; it fails with TIMEOUT.
     #[arg(long, value_parser = gpuplane_api::duration::parse_seconds)]
     time_limit: Option<i64>,
+    /// Start only after JOB succeeds, or after any end with JOB:finished (repeatable).
+    #[arg(long = "after", value_parser = parse_after)]
+    after: Vec<String>,
     /// Absolute path on the agent host (never rewritten from this machine).
     #[arg(long = "workdir", alias = "working-dir")]
     working_dir: Option<String>,
@@ -132,6 +135,12 @@ fn secret_value(text: &str) -> Result<(String, String), String> {
             .map(|value| (text.to_string(), value))
             .map_err(|_| format!("`{text}` is not NAME=VALUE and no variable {text} is set here")),
     }
+}
+
+/// `JOB`, `JOB:succeeded` or `JOB:finished`, checked here as the server checks it.
+fn parse_after(text: &str) -> Result<String, String> {
+    text.parse::<gpuplane_api::job::Dependency>()?;
+    Ok(text.trim().to_string())
 }
 
 fn parse_kind(text: &str) -> Result<JobKind, String> {
@@ -201,6 +210,7 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     if let Some(limit) = args.time_limit {
         spec.time_limit_s = Some(limit);
     }
+    spec.after.extend(args.after);
     if let Some(dir) = args.working_dir {
         spec.working_dir = Some(dir);
     }
@@ -411,6 +421,9 @@ fn render_job(job: &Job) -> String {
     let _ = writeln!(text, "command    {}", shell_words(&job.spec.command));
     if let Some(dir) = &job.spec.working_dir {
         let _ = writeln!(text, "workdir    {dir}");
+    }
+    if !job.spec.after.is_empty() {
+        let _ = writeln!(text, "after      {}", job.spec.after.join(", "));
     }
     if let Some(limit) = job.spec.time_limit_s {
         let _ = writeln!(

@@ -627,6 +627,21 @@ mod tests {
     }
 
     #[test]
+    fn a_job_whose_dependency_failed() {
+        let failed = facts(
+            FailureReason::DependencyFailed,
+            "job_01A ended FAILED, and this job runs only after it succeeds",
+            "",
+        );
+        let explanation = explain("r", None, &failed);
+        assert_eq!(explanation.rule, "dependency-failed");
+        assert_eq!(
+            explanation.summary,
+            "The job never started: job_01A ended FAILED, and this job runs only after it succeeds."
+        );
+    }
+
+    #[test]
     fn a_job_stopped_at_its_time_limit() {
         let timeout = facts(
             FailureReason::Timeout,

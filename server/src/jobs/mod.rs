@@ -1,5 +1,6 @@
 //! Jobs from submit to end. Pure parts: `spec` (validation, `--set`
-//! changes), `plan` (one scheduling pass), `failure` (how an attempt ended).
+//! changes), `plan` (one scheduling pass), `failure` (how an attempt ended),
+//! `dependencies` (whether a job's `after` jobs let it run).
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
@@ -9,6 +10,7 @@
 //! pure parts use no other module; of the rest, each uses only the pure
 //! parts and those listed after it.
 
+pub mod dependencies;
 pub mod dispatch;
 pub mod failure;
 pub mod lifecycle;

@@ -29,6 +29,9 @@ pub struct QueuedJob {
     pub project: String,
     /// The id of the user who submitted it.
     pub user: Option<String>,
+    /// Jobs it waits for; the pass holds it back until they end as it needs
+    /// (`dependencies`), so `plan` never sees it before.
+    pub after: Vec<gpuplane_api::job::Dependency>,
 }
 
 /// The quotas of one pass, keyed by project name and by user id.
@@ -399,6 +402,7 @@ mod tests {
             max_attempts: 1,
             project: "default".to_string(),
             user: None,
+            after: Vec::new(),
         }
     }
 

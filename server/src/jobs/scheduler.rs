@@ -3,13 +3,16 @@
 //! in one transaction, then wakes the agents it dispatched to.
 
 use crate::identity::credentials::hash_token;
+use crate::jobs::dependencies::{self, Verdict};
+use crate::jobs::lifecycle;
 use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
+use gpuplane_api::job::{FailureReason, JobStatus};
 use gpuplane_api::node::NODE_NAME_LABEL;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -44,6 +47,8 @@ struct QueueRow {
     queued_reason: Option<String>,
     project: String,
     submitted_by: Option<String>,
+    /// JSON array of `JobSpec::after`, or null.
+    after_jobs: Option<String>,
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
@@ -62,6 +67,7 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
         apply(state, &[], &reasons, &current_reasons, now).await?;
         return Ok(None);
     }
+    let (queue, waiting, never) = hold_back_dependents(state, queue).await?;
     let nodes = load_nodes(state).await?;
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
     let mut plan = plan(
@@ -74,8 +80,76 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
     if !plan.unmatched.is_empty() {
         explain_drained_nodes(state, &queue, &mut plan).await?;
     }
+    plan.reasons.extend(waiting);
     apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
+    if !never.is_empty() {
+        fail_dependents(state, &never, now).await?;
+        // Their ends may settle other jobs' `after` (`:finished`, or a chain).
+        state.jobs_changed();
+    }
     Ok(plan.wake_at)
+}
+
+/// Splits the queue by `after`: the jobs to plan now, the reasons of those
+/// still waiting for other jobs, and those that can never run.
+async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result<Split, Error> {
+    if queue.iter().all(|job| job.after.is_empty()) {
+        return Ok((queue, Vec::new(), Vec::new()));
+    }
+    let ids: BTreeSet<&str> = queue
+        .iter()
+        .flat_map(|job| job.after.iter().map(|d| d.job_id.as_str()))
+        .collect();
+    let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each(?))")
+            .bind(ids)
+            .fetch_all(&state.db)
+            .await?;
+    let statuses: HashMap<String, JobStatus> = rows
+        .into_iter()
+        .filter_map(|(id, status)| Some((id, JobStatus::parse(&status)?)))
+        .collect();
+    let mut ready = Vec::with_capacity(queue.len());
+    let mut waiting = Vec::new();
+    let mut never = Vec::new();
+    for job in queue {
+        match dependencies::verdict(&job.after, |id| statuses.get(id).copied()) {
+            Verdict::Ready => ready.push(job),
+            Verdict::Waiting(reason) => waiting.push((job.id, reason)),
+            Verdict::Never(detail) => never.push((job.id, detail)),
+        }
+    }
+    Ok((ready, waiting, never))
+}
+
+/// What `hold_back_dependents` gives: (to plan, waiting with reasons, never with details).
+type Split = (Vec<QueuedJob>, Vec<(String, String)>, Vec<(String, String)>);
+
+/// Fails queued jobs whose `after` can no longer be met (DEPENDENCY_FAILED).
+async fn fail_dependents(state: &AppState, never: &[(String, String)], now: i64) -> Result<(), Error> {
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    for (job_id, detail) in never {
+        // It may have been cancelled or held since the queue was read.
+        let still_queued: Option<String> =
+            sqlx::query_scalar("SELECT id FROM jobs WHERE id = ? AND status = 'QUEUED' AND held_at IS NULL")
+                .bind(job_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if still_queued.is_some() {
+            lifecycle::finish_job(
+                &mut tx,
+                job_id,
+                JobStatus::Failed,
+                Some(FailureReason::DependencyFailed),
+                Some(detail),
+                now,
+            )
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 /// The QUEUED jobs in dispatch order, and the reason each carries now.
@@ -87,7 +161,7 @@ pub async fn load_queue(
     let json: String = sqlx::query_scalar(
         "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
                                                      attempt_count, max_attempts, queued_reason,
-                                                     project, submitted_by)), '[]')
+                                                     project, submitted_by, after_jobs)), '[]')
          FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
                ORDER BY priority DESC, queued_at, seq)",
     )
@@ -119,6 +193,13 @@ pub async fn load_queue(
                 max_attempts: row.max_attempts,
                 project: row.project,
                 user: row.submitted_by,
+                after: row
+                    .after_jobs
+                    .and_then(|json| serde_json::from_str::<Vec<String>>(&json).ok())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|text| text.parse().ok())
+                    .collect(),
             }
         })
         .collect();

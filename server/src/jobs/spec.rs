@@ -8,6 +8,8 @@ use gpuplane_api::job::{JobSpec, Runner};
 /// The most GPUs one job may ask for on one node.
 pub const MAX_GPUS_PER_JOB: i64 = 1024;
 pub const MAX_ATTEMPTS: i64 = 100;
+/// The most jobs one job may wait for (`after`).
+pub const MAX_DEPENDENCIES: usize = 64;
 /// The longest time limit a job may have (366 days).
 pub const MAX_TIME_LIMIT_S: i64 = 366 * 86_400;
 const MAX_NAME_LEN: usize = 200;
@@ -160,6 +162,29 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
     }
     if !(0..=86_400).contains(&spec.retry_cooldown_s) {
         bad("retry_cooldown_s", "must be between 0 and 86400 seconds".into());
+    }
+    if spec.after.len() > MAX_DEPENDENCIES {
+        bad(
+            "after",
+            format!("has {} jobs; at most {MAX_DEPENDENCIES}", spec.after.len()),
+        );
+    }
+    for (at, text) in spec.after.iter().enumerate() {
+        match text.parse::<gpuplane_api::job::Dependency>() {
+            Ok(dependency) => {
+                let earlier = spec.after[..at]
+                    .iter()
+                    .filter_map(|other| other.parse::<gpuplane_api::job::Dependency>().ok())
+                    .any(|other| other.job_id == dependency.job_id);
+                if earlier {
+                    bad(
+                        &format!("after[{at}]"),
+                        format!("{} is listed twice", dependency.job_id),
+                    );
+                }
+            }
+            Err(message) => bad(&format!("after[{at}]"), message),
+        }
     }
     if let Some(limit) = spec.time_limit_s
         && !(1..=MAX_TIME_LIMIT_S).contains(&limit)
@@ -342,6 +367,7 @@ mod tests {
         spec.runner = Runner::Docker;
         spec.env.insert("1BAD".into(), "x".into());
         spec.time_limit_s = Some(0);
+        spec.after = vec!["job_01A".into(), "job_01A:finished".into(), "run_01B".into()];
         expect![[r#"
             name: must not be empty
             command: must not be empty: give the program and its arguments as a list
@@ -351,6 +377,8 @@ mod tests {
             resources.gpu: must be 0 (the cpu_only lane) or more
             priority: must be between -2^62 and 2^62 (MAX_I64_SAFE)
             max_attempts: must be at least 1
+            after[1]: job_01A is listed twice
+            after[2]: `run_01B` is not a job id (job_…)
             time_limit_s: must be between 1 second and 31622400 seconds (366 days); leave it out for no limit
         "#]]
         .assert_eq(&check(spec));

@@ -49,6 +49,25 @@ pub async fn submit(
             format!("no project named `{project}` that you can submit to"),
         ));
     }
+    for (at, text) in spec.after.iter().enumerate() {
+        let Ok(dependency) = text.parse::<gpuplane_api::job::Dependency>() else {
+            continue; // validation named it already
+        };
+        let project: Option<String> = sqlx::query_scalar("SELECT project FROM jobs WHERE id = ?")
+            .bind(&dependency.job_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let visible = match project {
+            Some(project) => access::role_in(db, principal, &project).await?.is_some(),
+            None => false,
+        };
+        if !visible {
+            return Err(Error::field(
+                format!("after[{at}]"),
+                format!("no job {} that you can see", dependency.job_id),
+            ));
+        }
+    }
     let job_id = insert(&mut tx, secret, spec, principal.user_id.as_deref()).await?;
     tx.commit().await?;
     Ok(job_id)
@@ -72,10 +91,15 @@ pub async fn insert(
     }
     let spec_json = serde_json::to_string(&stored).map_err(anyhow::Error::from)?;
     let selector = serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?;
+    let after = if spec.after.is_empty() {
+        None
+    } else {
+        Some(serde_json::to_string(&spec.after).map_err(anyhow::Error::from)?)
+    };
     sqlx::query(
         "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
-                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?)",
+                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&job_id)
     .bind(&spec.project)
@@ -92,6 +116,7 @@ pub async fn insert(
     .bind(user_id)
     .bind(now)
     .bind(now)
+    .bind(after)
     .execute(&mut *conn)
     .await?;
     sqlx::query("INSERT INTO runs (id, job_id, project, name, created_at) VALUES (?, ?, ?, ?, ?)")

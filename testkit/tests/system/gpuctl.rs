@@ -194,6 +194,19 @@ async fn spec_files_in_toml_yaml_and_json_with_flags_on_top() {
         "{}",
         text(&shown.stdout)
     );
+    // --after: checked here as the server checks it, shown back.
+    let first = limited["id"].as_str().unwrap();
+    let after = format!("{first}:finished");
+    let later = env.json(&["job", "submit", "-f", path.to_str().unwrap(), "--after", &after]);
+    assert_eq!(later["spec"]["after"], serde_json::json!([after]), "{later}");
+    let shown = text(&env.run(&["job", "show", later["id"].as_str().unwrap()]).stdout);
+    assert!(shown.contains(&format!("after      {after}")), "{shown}");
+    let bad_after = env.run(&["job", "submit", "--after", "train-1", "--", "true"]);
+    assert!(
+        text(&bad_after.stderr).contains("`train-1` is not a job id"),
+        "{}",
+        text(&bad_after.stderr)
+    );
     let bad_limit = env.run(&["job", "submit", "--time-limit", "2 hours", "--", "true"]);
     assert!(!bad_limit.status.success());
     assert!(

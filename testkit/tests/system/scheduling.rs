@@ -66,13 +66,7 @@ async fn small_jobs_backfill_past_a_blocked_multi_gpu_head_which_still_gets_its_
     let head = cluster
         .submit(json!({"name": "head", "priority": 10, "resources": {"gpu": 2}, "command": ["true"]}))
         .await;
-    let head = cluster
-        .wait_until(&head.id, "the head to hold a node", |job| {
-            job.queued_reason
-                .as_deref()
-                .is_some_and(|r| r.contains("holding big-box"))
-        })
-        .await;
+    let head = cluster.wait_for_reason(&head.id, "holding big-box").await;
     assert!(
         head.queued_reason
             .unwrap()
@@ -392,11 +386,7 @@ async fn maintenance_mode_pauses_dispatch_but_not_running_jobs() {
         .submit(json!({"name": "waiting", "command": ["true"], "resources": {"gpu": 1}}))
         .await;
     let waiting = cluster
-        .wait_until(&waiting.id, "the maintenance reason", |job| {
-            job.queued_reason
-                .as_deref()
-                .is_some_and(|reason| reason.starts_with("maintenance: dispatch paused since "))
-        })
+        .wait_for_reason(&waiting.id, "maintenance: dispatch paused since ")
         .await;
     assert!(
         waiting
@@ -629,13 +619,7 @@ async fn over_quota_jobs_wait_with_the_reason_and_start_as_running_jobs_finish()
     let second = cluster
         .submit(json!({"name": "second", "command": ["true"], "resources": {"gpu": 1}}))
         .await;
-    let second = cluster
-        .wait_until(&second.id, "the quota reason", |job| {
-            job.queued_reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with("quota"))
-        })
-        .await;
+    let second = cluster.wait_for_reason(&second.id, "quota").await;
     assert_eq!(
         second.queued_reason.as_deref(),
         Some("quota: project default uses 2 of 2 GPUs")
@@ -661,13 +645,7 @@ async fn over_quota_jobs_wait_with_the_reason_and_start_as_running_jobs_finish()
         )
         .await;
     let editor_second = body["id"].as_str().unwrap().to_string();
-    let waiting = cluster
-        .wait_until(&editor_second, "the user quota reason", |job| {
-            job.queued_reason
-                .as_deref()
-                .is_some_and(|r| r.starts_with("quota"))
-        })
-        .await;
+    let waiting = cluster.wait_for_reason(&editor_second, "quota").await;
     assert_eq!(
         waiting.queued_reason.as_deref(),
         Some("quota: user editor runs 1 of 1 jobs")
@@ -722,5 +700,94 @@ async fn over_quota_jobs_wait_with_the_reason_and_start_as_running_jobs_finish()
     assert_eq!(
         (status, body["error"]["message"].as_str()),
         (404, Some("user editor has no quota"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_after_another_waits_for_it_and_fails_when_it_never_can_run() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("after");
+    let gate = work.join("gate");
+
+    let (status, body) = cluster
+        .post(
+            "/jobs",
+            json!({"name": "x", "command": ["true"], "after": ["job_01NOPE", "run_1"]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    let fields: Vec<&str> = body["error"]["details"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["after[1]"], "the shape first: {body}");
+    let (status, body) = cluster
+        .post(
+            "/jobs",
+            json!({"name": "x", "command": ["true"], "after": ["job_01NOPE"]}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["message"].as_str()),
+        (422, Some("no job job_01NOPE that you can see"))
+    );
+
+    // `first` runs until the gate file appears; `second` waits for it.
+    let first = cluster
+        .submit(json!({"name": "first", "working_dir": work,
+            "command": sh("while [ ! -e gate ]; do sleep 0.05; done")}))
+        .await;
+    cluster.wait_for(&first.id, JobStatus::Running).await;
+    let second = cluster
+        .submit(json!({"name": "second", "command": ["true"], "after": [first.id]}))
+        .await;
+    let waiting = cluster.wait_for_reason(&second.id, "waiting for job_").await;
+    assert_eq!(
+        waiting.queued_reason,
+        Some(format!("waiting for {} (RUNNING)", first.id))
+    );
+    std::fs::write(&gate, "").unwrap();
+    cluster.wait_for(&second.id, JobStatus::Succeeded).await;
+
+    // A failed job: what needs its success fails, and so does what needs
+    // that; what waits for any end runs.
+    let failing = cluster
+        .submit(json!({"name": "failing", "command": sh("exit 3")}))
+        .await;
+    let needs_success = cluster
+        .submit(json!({"name": "needs-success", "command": ["true"], "after": [failing.id]}))
+        .await;
+    let chained = cluster
+        .submit(json!({"name": "chained", "command": ["true"], "after": [format!("{}:succeeded", needs_success.id)]}))
+        .await;
+    let any_end = cluster
+        .submit(
+            json!({"name": "any-end", "command": ["true"], "after": [format!("{}:finished", failing.id)]}),
+        )
+        .await;
+    cluster.wait_for(&failing.id, JobStatus::Failed).await;
+    cluster.wait_for(&any_end.id, JobStatus::Succeeded).await;
+    let never = cluster.wait_for(&needs_success.id, JobStatus::Failed).await;
+    assert_eq!(never.failure_reason, Some(FailureReason::DependencyFailed));
+    assert!(never.attempts.is_empty(), "it never started");
+    assert!(
+        never.failure_detail.as_deref().unwrap().starts_with(&format!(
+            "{} ended FAILED, and this job runs only after it succeeds",
+            failing.id
+        )),
+        "{:?}",
+        never.failure_detail
+    );
+    let chained = cluster.wait_for(&chained.id, JobStatus::Failed).await;
+    assert_eq!(chained.failure_reason, Some(FailureReason::DependencyFailed));
+    let (status, explanation) = cluster.get(&format!("/runs/{}/failure", never.run_id)).await;
+    assert_eq!(
+        (status, explanation["rule"].as_str()),
+        (200, Some("dependency-failed")),
+        "{explanation}"
     );
 }
