@@ -61,6 +61,7 @@ pub mod node;
 pub mod paths;
 pub mod project;
 pub mod quota;
+pub mod spec;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):
 /// safely inside i64 and exact in the f64 of JavaScript and Python clients.

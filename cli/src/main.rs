@@ -53,6 +53,9 @@ enum Command {
     /// Submit, list, show, cancel and retry jobs.
     #[command(subcommand)]
     Job(commands::jobs::JobCommand),
+    /// Check a job spec file without submitting it (exit 7 naming each bad
+    /// field); --remote also asks the server.
+    Validate(commands::validate::ValidateArgs),
     /// A job's output; -f follows it live.
     Logs(commands::logs::LogsArgs),
     /// Runs: what jobs (and SDK scripts) recorded.
@@ -64,7 +67,7 @@ enum Command {
     /// What happened: OOMs, lost jobs, disconnected nodes, full disks.
     #[command(subcommand)]
     Event(EventCommand),
-    /// Server admins: maintenance mode.
+    /// Server admins: maintenance mode, draining nodes, quotas.
     #[command(subcommand)]
     Admin(commands::admin::AdminCommand),
     /// Serve MCP over stdio for an AI assistant that starts a local process:
@@ -154,6 +157,7 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         Command::Job(command) => {
             commands::jobs::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
+        Command::Validate(args) => commands::validate::run(cli.server, cli.token, args, out).await,
         Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
         Command::Run(command) => {
             commands::runs::run(&Client::new(cli.server, cli.token)?, command, out).await

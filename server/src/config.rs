@@ -330,6 +330,18 @@ fn defaulted<T>(value: Option<T>, key: &str) -> anyhow::Result<T> {
 }
 
 impl ServerConfig {
+    /// What this server allows in a job spec beyond its form (`gpuplane_api::spec`).
+    pub fn job_policy(&self) -> gpuplane_api::spec::Policy {
+        gpuplane_api::spec::Policy {
+            allowed_image_registries: self.settings.allowed_image_registries.as_ref().map(|hosts| {
+                hosts
+                    .iter()
+                    .map(|host| host.trim().to_lowercase())
+                    .filter(|host| !host.is_empty())
+                    .collect()
+            }),
+        }
+    }
     /// A configuration with every default, for `data_dir`.
     pub fn with_defaults(data_dir: PathBuf) -> Self {
         ServerConfig::resolve(data_dir, Settings::default())

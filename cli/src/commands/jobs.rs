@@ -159,22 +159,60 @@ fn parse_runner(text: &str) -> Result<Runner, String> {
     }
 }
 
+/// A job spec file (.toml, .yaml/.yml or .json); an unknown key is named
+/// with the closest known one.
+pub fn read_spec_file(path: &std::path::Path) -> Result<JobSpec, CliError> {
+    let invalid = |message: String| CliError::new(Failure::Invalid, "invalid_spec", message);
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| invalid(format!("cannot read {}: {error}", path.display())))?;
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
+    let parsed: Result<JobSpec, String> = match extension {
+        "toml" => toml::from_str(&text).map_err(|e| e.to_string()),
+        "yaml" | "yml" => serde_yaml::from_str(&text).map_err(|e| e.to_string()),
+        "json" => serde_json::from_str(&text).map_err(|e| e.to_string()),
+        _ => Err("the file must end in .toml, .yaml, .yml or .json".into()),
+    };
+    parsed.map_err(|error| {
+        let hint = did_you_mean(&error)
+            .map(|hint| format!(" ({hint})"))
+            .unwrap_or_default();
+        invalid(format!("{}: {}{hint}", path.display(), error.trim_end()))
+    })
+}
+
+/// For serde's "unknown field `comand`, expected one of `name`, `command`, …":
+/// "did you mean `command`?", when one known name is close.
+fn did_you_mean(error: &str) -> Option<String> {
+    let rest = error.split("unknown field `").nth(1)?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected = rest.split_once("expected")?.1;
+    let candidates = expected.split('`').skip(1).step_by(2);
+    let (distance, best) = candidates
+        .map(|name| (edit_distance(unknown, name), name))
+        .min()?;
+    (distance <= (unknown.chars().count() / 3).max(1)).then(|| format!("did you mean `{best}`?"))
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
 /// The spec from the file (if any) with the flags on top.
 fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     let invalid = |message: String| CliError::new(Failure::Invalid, "invalid_spec", message);
     let mut spec = match &args.file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|error| invalid(format!("cannot read {}: {error}", path.display())))?;
-            let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default();
-            let parsed: Result<JobSpec, String> = match extension {
-                "toml" => toml::from_str(&text).map_err(|e| e.to_string()),
-                "yaml" | "yml" => serde_yaml::from_str(&text).map_err(|e| e.to_string()),
-                "json" => serde_json::from_str(&text).map_err(|e| e.to_string()),
-                _ => Err("the file must end in .toml, .yaml, .yml or .json".into()),
-            };
-            parsed.map_err(|error| invalid(format!("{}: {error}", path.display())))?
-        }
+        Some(path) => read_spec_file(path)?,
         None => {
             let program = args.command.first().ok_or_else(|| {
                 invalid("give the command after `--` (gpuctl job submit -- python train.py) or a spec file with -f".into())

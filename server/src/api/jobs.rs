@@ -1,9 +1,9 @@
-//! `/api/v1/jobs`: submit, list, show, cancel, retry.
+//! `/api/v1/jobs`: submit, validate, list, show, cancel, retry, priority, hold, release.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors, OptionalJson};
-use crate::identity::access;
+use crate::identity::access::{self, Principal};
 use crate::identity::auth::{Authed, Read, Write};
-use crate::jobs::spec;
+use crate::jobs::plan::QueuedJob;
 use crate::jobs::store::{self, Cancelled};
 use crate::paging::{cursor, page_limit, sort_order};
 use crate::state::AppState;
@@ -13,7 +13,10 @@ use axum::http::StatusCode;
 use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest, SetPriority};
+use gpuplane_api::node::NodeStatus;
 use gpuplane_api::project::Role;
+use gpuplane_api::spec;
+use gpuplane_api::spec::SpecCheck;
 use serde::Deserialize;
 
 /// Queues a job; the answer carries its id and its run's id.
@@ -27,7 +30,7 @@ pub async fn submit_job(
     State(state): State<AppState>,
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
-    spec::validate(&spec, &spec::Policy::of(&state.config)).map_err(ApiError::Validation)?;
+    spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
     state.scheduler_wake.notify_one();
     tracing::info!(
@@ -37,6 +40,85 @@ pub async fn submit_job(
         "job submitted"
     );
     Ok((StatusCode::CREATED, Json(store::get(&state.db, &job_id).await?)))
+}
+
+/// Checks a spec exactly as a submit would (fields, the server's image
+/// allowlist, the project and the jobs it waits for) and says what would
+/// keep it waiting now; stores nothing. `gpuctl validate --server` uses it.
+#[utoipa::path(post, path = "/jobs/validate", tag = "jobs",
+    security(("bearer" = ["write"])),
+    request_body = JobSpec,
+    responses((status = 200, body = SpecCheck), AuthErrors,
+        (status = 422, body = ErrorBody)))]
+pub async fn validate_job(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    ApiJson(spec): ApiJson<JobSpec>,
+) -> Result<Json<SpecCheck>, ApiError> {
+    spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
+    let principal = auth.caller.principal();
+    store::check_references(&state.db, &spec, &principal).await?;
+    Ok(Json(SpecCheck {
+        notes: would_wait(&state, &spec, &principal).await?,
+    }))
+}
+
+/// What would keep a job with `spec` waiting if it were submitted now.
+async fn would_wait(
+    state: &AppState,
+    spec: &JobSpec,
+    principal: &Principal,
+) -> Result<Vec<String>, ApiError> {
+    let mut notes = Vec::new();
+    let maintenance = crate::jobs::maintenance::current(&state.db).await?;
+    if maintenance.on {
+        notes.push(crate::jobs::maintenance::queued_reason(&maintenance));
+    }
+    let nodes = crate::nodes::list(&state.db).await?;
+    let matching: Vec<_> = nodes
+        .iter()
+        .filter(|node| node.status == NodeStatus::Online)
+        .filter(|node| {
+            spec.node_selector
+                .iter()
+                .all(|(k, v)| node.labels.get(k) == Some(v))
+        })
+        .collect();
+    let largest = matching.iter().map(|node| node.gpus.len() as i64).max();
+    match largest {
+        None if spec.node_selector.is_empty() => notes.push("no node is online".into()),
+        None => {
+            let pairs: Vec<String> = spec
+                .node_selector
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            notes.push(format!(
+                "node_selector {} matches no online node",
+                pairs.join(",")
+            ));
+        }
+        Some(largest) if largest < spec.resources.gpu => notes.push(format!(
+            "no matching online node has {} GPUs (the largest has {largest})",
+            spec.resources.gpu
+        )),
+        Some(_) => {}
+    }
+    let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
+    let job = QueuedJob {
+        id: "job_new".into(),
+        gpus: spec.resources.gpu.max(0) as u32,
+        priority: spec.priority,
+        node_selector: spec.node_selector.clone(),
+        not_before: None,
+        next_attempt: 1,
+        max_attempts: spec.max_attempts,
+        project: spec.project.clone(),
+        user: principal.user_id.clone(),
+        after: Vec::new(),
+    };
+    notes.extend(quotas.refuses(&job));
+    Ok(notes)
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -163,7 +245,7 @@ pub async fn retry_job(
     OptionalJson(request): OptionalJson<RetryRequest>,
 ) -> Result<Json<Job>, ApiError> {
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
-    store::retry(&state.db, &job_id, &request, &spec::Policy::of(&state.config)).await?;
+    store::retry(&state.db, &job_id, &request, &state.config.job_policy()).await?;
     state.scheduler_wake.notify_one();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }

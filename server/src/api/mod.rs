@@ -70,6 +70,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(quotas::list_quotas))
         .routes(routes!(quotas::set_quota, quotas::clear_quota))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
+        .routes(routes!(jobs::validate_job))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::cancel_job))
         .routes(routes!(jobs::retry_job))

@@ -1,5 +1,5 @@
-//! Jobs from submit to end. Pure parts: `spec` (validation, `--set`
-//! changes), `plan` (one scheduling pass), `failure` (how an attempt ended),
+//! Jobs from submit to end. Pure parts (specs are validated by
+//! `gpuplane_api::spec`, shared with gpuctl): `plan` (one scheduling pass), `failure` (how an attempt ended),
 //! `dependencies` (whether a job's `after` jobs let it run).
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
@@ -19,5 +19,4 @@ pub mod plan;
 pub mod quotas;
 pub mod reports;
 pub mod scheduler;
-pub mod spec;
 pub mod store;

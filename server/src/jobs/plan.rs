@@ -90,7 +90,8 @@ impl Quota {
 }
 
 impl Quotas {
-    fn refuses(&self, job: &QueuedJob) -> Option<String> {
+    /// Why `job` may not start now under these quotas, if it may not.
+    pub fn refuses(&self, job: &QueuedJob) -> Option<String> {
         let project = self.projects.get(&job.project);
         let user = job.user.as_ref().and_then(|user| self.users.get(user));
         project

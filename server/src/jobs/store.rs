@@ -29,25 +29,31 @@ pub async fn submit(
     spec: &JobSpec,
     principal: &Principal,
 ) -> Result<String, Error> {
+    check_references(db, spec, principal).await?;
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let job_id = insert(&mut tx, secret, spec, principal.user_id.as_deref()).await?;
+    tx.commit().await?;
+    Ok(job_id)
+}
+
+/// What a well-formed spec names must exist and be the submitter's to use:
+/// its project (as an editor) and the jobs it waits for (visible to them).
+pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> Result<(), Error> {
     let project = spec.project.clone();
-    access::require(db, principal, &spec.project, Role::Editor, || {
+    let no_project = || {
         Error::field(
             "project",
             format!("no project named `{project}` that you can submit to"),
         )
-    })
-    .await?;
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    };
+    access::require(db, principal, &spec.project, Role::Editor, no_project).await?;
     // Admins pass the role check for any name: the project must also exist.
     let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
         .bind(&spec.project)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(db)
         .await?;
     if exists.is_none() {
-        return Err(Error::field(
-            "project",
-            format!("no project named `{project}` that you can submit to"),
-        ));
+        return Err(no_project());
     }
     for (at, text) in spec.after.iter().enumerate() {
         let Ok(dependency) = text.parse::<gpuplane_api::job::Dependency>() else {
@@ -55,7 +61,7 @@ pub async fn submit(
         };
         let project: Option<String> = sqlx::query_scalar("SELECT project FROM jobs WHERE id = ?")
             .bind(&dependency.job_id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(db)
             .await?;
         let visible = match project {
             Some(project) => access::role_in(db, principal, &project).await?.is_some(),
@@ -68,9 +74,7 @@ pub async fn submit(
             ));
         }
     }
-    let job_id = insert(&mut tx, secret, spec, principal.user_id.as_deref()).await?;
-    tx.commit().await?;
-    Ok(job_id)
+    Ok(())
 }
 
 /// Inserts a validated spec as a QUEUED job with its run, in the caller's
@@ -488,11 +492,11 @@ pub async fn retry(
     db: &SqlitePool,
     job_id: &str,
     request: &RetryRequest,
-    policy: &super::spec::Policy,
+    policy: &gpuplane_api::spec::Policy,
 ) -> Result<(), Error> {
     let job = get(db, job_id).await?;
     let mut spec = job.spec.clone();
-    super::spec::apply_changes(&mut spec, &request.set).map_err(Error::Invalid)?;
+    gpuplane_api::spec::apply_changes(&mut spec, &request.set).map_err(Error::Invalid)?;
     // Checked with the names of its secrets (their values are not shown), so
     // a change cannot put one of them in `env` too.
     let mut checked = spec.clone();
@@ -501,7 +505,7 @@ pub async fn retry(
         .iter()
         .map(|name| (name.clone(), String::new()))
         .collect();
-    super::spec::validate(&checked, policy).map_err(Error::Invalid)?;
+    gpuplane_api::spec::validate(&checked, policy).map_err(Error::Invalid)?;
     let changed = spec != job.spec;
     if job.failure_reason == Some(FailureReason::Oom) && !changed && !request.force {
         return Err(Error::Conflict(format!(

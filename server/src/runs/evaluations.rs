@@ -5,7 +5,7 @@
 //! with EVALUATION_RESULT_INVALID and says exactly what was wrong.
 
 use crate::identity::access::{self, Principal, Visible};
-use crate::jobs::{spec, store};
+use crate::jobs::store;
 use crate::metrics;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
@@ -14,6 +14,7 @@ use gpuplane_api::evaluation::{Evaluation, NewEvaluation, ResultFile};
 use gpuplane_api::job::{JobKind, JobSpec, JobStatus};
 use gpuplane_api::metric::{Batch, Point, Value};
 use gpuplane_api::node::NODE_NAME_LABEL;
+use gpuplane_api::spec;
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::BTreeMap;
 

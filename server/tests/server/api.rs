@@ -268,6 +268,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/health  public
         get    /api/v1/jobs  bearer ["read"]
         post   /api/v1/jobs  bearer ["write"]
+        post   /api/v1/jobs/validate  bearer ["write"]
         get    /api/v1/jobs/{job_id}  bearer ["read"]
         post   /api/v1/jobs/{job_id}/cancel  bearer ["write"]
         post   /api/v1/jobs/{job_id}/hold  bearer ["write"]

@@ -122,7 +122,11 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
     let job_id = job["id"].as_str().unwrap().to_string();
+    // A heartbeats meanwhile, as its agent would: a node silent for the test
+    // server's 1 s node timeout goes OFFLINE and gets nothing.
+    let heartbeat = json!({"node_id": node_a, "gpus": [], "running": []});
     eventually("the job to be dispatched", WAIT, || async {
+        f.post("/agent/poll", &token_a, heartbeat.clone()).await;
         let (_, job) = f.get(&format!("/jobs/{job_id}"), &user).await;
         (job["status"] == "DISPATCHING").then_some(())
     })

@@ -467,3 +467,86 @@ async fn secret_variables_reach_the_job_but_are_never_shown() {
     assert_eq!(missing.status.code(), Some(2), "{}", text(&missing.stderr));
     assert!(text(&missing.stderr).contains("no variable NOT_SET_ANYWHERE_42 is set here"));
 }
+
+/// One table of bad specs, through `gpuctl validate` (here, with the shared
+/// code) and through the server's submit: the same fields, the same words.
+#[tokio::test(flavor = "multi_thread")]
+async fn validate_and_the_server_agree_on_every_bad_spec() {
+    let env = Env::start().await;
+    let cases = [
+        serde_json::json!({"name": "", "command": []}),
+        serde_json::json!({"name": "x", "command": ["python"], "resources": {"gpu": -2}}),
+        serde_json::json!({"name": "x", "command": ["true"], "working_dir": "data/run", "max_attempts": 0}),
+        serde_json::json!({"name": "x", "command": ["true"], "runner": "docker"}),
+        serde_json::json!({"name": "x", "command": ["true"], "time_limit_s": 0, "after": ["job_01A", "job_01A", "x"]}),
+        serde_json::json!({"name": "x", "command": ["true"], "env": {"1BAD": "v"}, "retry_cooldown_s": -1}),
+    ];
+    let http = reqwest::Client::new();
+    for (n, case) in cases.iter().enumerate() {
+        let path = env.work.join(format!("bad-{n}.json"));
+        std::fs::write(&path, case.to_string()).unwrap();
+        let local = env.run(&["--json", "validate", path.to_str().unwrap()]);
+        assert_eq!(local.status.code(), Some(7), "{case}: {}", text(&local.stderr));
+        let local: Value = serde_json::from_slice(&local.stdout).unwrap();
+        let response = http
+            .post(format!("{}/api/v1/jobs", env.server.url))
+            .bearer_auth(&env.token)
+            .json(case)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 422, "{case}");
+        let server: Value = response.json().await.unwrap();
+        assert_eq!(local["error"]["details"], server["error"]["details"], "{case}");
+        assert!(!server["error"]["details"].as_array().unwrap().is_empty());
+    }
+
+    // An unknown key is named with the closest known one.
+    let typo = env.work.join("typo.toml");
+    std::fs::write(&typo, "name = \"x\"\ncomand = [\"true\"]\n").unwrap();
+    let output = env.run(&["validate", typo.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(7));
+    assert!(
+        text(&output.stderr).contains("did you mean `command`?"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // A valid spec: fine here; --remote adds what would keep it waiting.
+    let good = env.work.join("good.toml");
+    std::fs::write(
+        &good,
+        "name = \"x\"\ncommand = [\"true\"]\nnode_selector = { gpu = \"a100\" }\n",
+    )
+    .unwrap();
+    let output = env.run(&["validate", good.to_str().unwrap()]);
+    assert_eq!(
+        text(&output.stdout).trim(),
+        format!("{} is a valid job spec", good.display())
+    );
+    let remote = env.json(&["validate", "--remote", good.to_str().unwrap()]);
+    assert_eq!(remote["valid"], true);
+    assert_eq!(
+        remote["notes"],
+        serde_json::json!(["node_selector gpu=a100 matches no online node"])
+    );
+    // What only the server knows: a project the user cannot submit to.
+    let elsewhere = env.work.join("elsewhere.toml");
+    std::fs::write(
+        &elsewhere,
+        "name = \"x\"\ncommand = [\"true\"]\nproject = \"secret\"\n",
+    )
+    .unwrap();
+    assert!(
+        env.run(&["validate", elsewhere.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let refused = env.run(&["validate", "--remote", elsewhere.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(7));
+    assert!(
+        text(&refused.stderr).contains("project: no project named `secret` that you can submit to"),
+        "{}",
+        text(&refused.stderr)
+    );
+}

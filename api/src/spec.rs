@@ -1,9 +1,10 @@
-//! Validation of submitted job specs: every bad field is reported, in one
-//! 422, before anything is written.
+//! Validation of job specs, the same code wherever it runs: the server (one
+//! 422 with every bad field, before anything is written), `gpuctl validate`
+//! and `gpuctl job submit` on the user's machine. Also `retry --set` changes.
 
-use gpuplane_api::MAX_I64_SAFE;
-use gpuplane_api::error::FieldError;
-use gpuplane_api::job::{JobSpec, Runner};
+use crate::MAX_I64_SAFE;
+use crate::error::FieldError;
+use crate::job::{JobSpec, Runner};
 
 /// The most GPUs one job may ask for on one node.
 pub const MAX_GPUS_PER_JOB: i64 = 1024;
@@ -24,18 +25,13 @@ pub struct Policy {
     pub allowed_image_registries: Option<Vec<String>>,
 }
 
-impl Policy {
-    pub fn of(config: &crate::config::ServerConfig) -> Policy {
-        Policy {
-            allowed_image_registries: config.settings.allowed_image_registries.as_ref().map(|hosts| {
-                hosts
-                    .iter()
-                    .map(|host| host.trim().to_lowercase())
-                    .filter(|host| !host.is_empty())
-                    .collect()
-            }),
-        }
-    }
+/// `POST /api/v1/jobs/validate`'s answer for a spec a submit would accept.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SpecCheck {
+    /// What would keep it waiting if it were submitted now (no matching
+    /// online node, a quota, maintenance mode). Empty: nothing known.
+    pub notes: Vec<String>,
 }
 
 /// Checks a spec against the server's `policy`; returns one error per bad field.
@@ -128,7 +124,7 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
         (Runner::Process, Some(_)) => bad("image", "is only used with runner = docker".into()),
         (Runner::Docker, Some(image)) => {
             if let Some(allowed) = &policy.allowed_image_registries {
-                let registry = gpuplane_api::job::image_registry(image);
+                let registry = crate::job::image_registry(image);
                 if !allowed.contains(&registry) {
                     let message = if allowed.is_empty() {
                         format!(
@@ -170,11 +166,11 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
         );
     }
     for (at, text) in spec.after.iter().enumerate() {
-        match text.parse::<gpuplane_api::job::Dependency>() {
+        match text.parse::<crate::job::Dependency>() {
             Ok(dependency) => {
                 let earlier = spec.after[..at]
                     .iter()
-                    .filter_map(|other| other.parse::<gpuplane_api::job::Dependency>().ok())
+                    .filter_map(|other| other.parse::<crate::job::Dependency>().ok())
                     .any(|other| other.job_id == dependency.job_id);
                 if earlier {
                     bad(
@@ -266,7 +262,7 @@ pub fn apply_changes(
                 Err(message) => bad(message),
             },
             "time_limit_s" if value.trim().eq_ignore_ascii_case("none") => spec.time_limit_s = None,
-            "time_limit_s" => match gpuplane_api::duration::parse_seconds(value) {
+            "time_limit_s" => match crate::duration::parse_seconds(value) {
                 Ok(seconds) => spec.time_limit_s = Some(seconds),
                 Err(message) => bad(format!("{message}; or `none` for no limit")),
             },
