@@ -119,6 +119,46 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["error"]["details"][0]["field"], "project");
+    // Waiting for the hidden job (`after`) neither works nor tells it exists:
+    // at submit and at /jobs/validate, the same words as for a missing job.
+    for path in ["/jobs", "/jobs/validate"] {
+        let mut messages = Vec::new();
+        for after in [job_id.as_str(), "job_01ZZZZZZZZZZZZZZZZZZZZZZZZ"] {
+            let (status, body) = f
+                .call(
+                    "POST",
+                    path,
+                    &alice,
+                    Some(json!({"name": "x", "command": ["true"], "after": [after]})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {body}");
+            assert_eq!(body["error"]["details"][0]["field"], "after[0]");
+            messages.push(
+                body["error"]["details"][0]["message"]
+                    .as_str()
+                    .unwrap()
+                    .replace(after, "ID"),
+            );
+        }
+        assert_eq!(
+            messages[0], messages[1],
+            "{path}: a hidden job reads like a missing one"
+        );
+    }
+    let (status, _) = f
+        .call(
+            "POST",
+            "/jobs/validate",
+            &alice,
+            Some(json!({"name": "x", "project": "secret", "command": ["true"]})),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validate checks the project like submit"
+    );
     let (_, projects) = f.call("GET", "/projects", &alice, None).await;
     assert_eq!(projects["items"], json!([{"name": "default", "role": "editor"}]));
 
