@@ -29,8 +29,9 @@ pub struct Policy {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpecCheck {
-    /// What would keep it waiting if it were submitted now (no matching
-    /// online node, a quota, maintenance mode). Empty: nothing known.
+    /// The reason it would wait with if it were submitted now (the
+    /// scheduler's pass over the nodes and quotas as they are, or
+    /// maintenance mode). Empty: it would start (queued jobs ahead aside).
     pub notes: Vec<String>,
 }
 

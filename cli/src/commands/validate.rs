@@ -67,11 +67,11 @@ pub async fn run(
 
 /// Exit 7 naming every bad field, as the server's 422 does.
 fn invalid(file: &str, details: Vec<FieldError>) -> CliError {
-    let mut error = CliError::new(Failure::Invalid, "validation_error", "");
-    error.error.message = match details.as_slice() {
+    let message = match details.as_slice() {
         [one] => format!("{file}: {}: {}", one.field, one.message),
         many => format!("{file} has {} problems:", many.len()),
     };
+    let mut error = CliError::new(Failure::Invalid, "validation_error", message);
     error.error.details = details;
     error
 }

@@ -3,17 +3,17 @@
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors, OptionalJson};
 use crate::identity::access::{self, Principal};
 use crate::identity::auth::{Authed, Read, Write};
-use crate::jobs::plan::QueuedJob;
+use crate::jobs::plan::{QueuedJob, plan};
 use crate::jobs::store::{self, Cancelled};
 use crate::paging::{cursor, page_limit, sort_order};
 use crate::state::AppState;
+use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest, SetPriority};
-use gpuplane_api::node::NodeStatus;
 use gpuplane_api::project::Role;
 use gpuplane_api::spec;
 use gpuplane_api::spec::SpecCheck;
@@ -63,48 +63,18 @@ pub async fn validate_job(
     }))
 }
 
-/// What would keep a job with `spec` waiting if it were submitted now.
+/// What would keep a job with `spec` waiting if it were submitted now: the
+/// scheduler's own pass (`plan`) over this one job, the nodes and quotas as
+/// they are, so the words are the reason the queued job would carry.
 async fn would_wait(
     state: &AppState,
     spec: &JobSpec,
     principal: &Principal,
 ) -> Result<Vec<String>, ApiError> {
-    let mut notes = Vec::new();
     let maintenance = crate::jobs::maintenance::current(&state.db).await?;
     if maintenance.on {
-        notes.push(crate::jobs::maintenance::queued_reason(&maintenance));
+        return Ok(vec![crate::jobs::maintenance::queued_reason(&maintenance)]);
     }
-    let nodes = crate::nodes::list(&state.db).await?;
-    let matching: Vec<_> = nodes
-        .iter()
-        .filter(|node| node.status == NodeStatus::Online)
-        .filter(|node| {
-            spec.node_selector
-                .iter()
-                .all(|(k, v)| node.labels.get(k) == Some(v))
-        })
-        .collect();
-    let largest = matching.iter().map(|node| node.gpus.len() as i64).max();
-    match largest {
-        None if spec.node_selector.is_empty() => notes.push("no node is online".into()),
-        None => {
-            let pairs: Vec<String> = spec
-                .node_selector
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            notes.push(format!(
-                "node_selector {} matches no online node",
-                pairs.join(",")
-            ));
-        }
-        Some(largest) if largest < spec.resources.gpu => notes.push(format!(
-            "no matching online node has {} GPUs (the largest has {largest})",
-            spec.resources.gpu
-        )),
-        Some(_) => {}
-    }
-    let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
     let job = QueuedJob {
         id: "job_new".into(),
         gpus: spec.resources.gpu.max(0) as u32,
@@ -117,8 +87,16 @@ async fn would_wait(
         user: principal.user_id.clone(),
         after: Vec::new(),
     };
-    notes.extend(quotas.refuses(&job));
-    Ok(notes)
+    let nodes = crate::jobs::scheduler::load_nodes(state).await?;
+    let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
+    let plan = plan(
+        &[job],
+        &nodes,
+        &quotas,
+        state.config.settings.cpu_slots_per_node,
+        now_ms(),
+    );
+    Ok(plan.reasons.into_iter().map(|(_, reason)| reason).collect())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
