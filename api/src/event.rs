@@ -43,6 +43,9 @@ pub enum EventKind {
     /// The server refused part of what the agent reported (too large, say);
     /// the message names the job and what was dropped.
     ReportDropped,
+    /// A running job was stopped to free GPUs for a higher-priority job and
+    /// queued again.
+    JobPreempted,
 }
 
 names!("event kind", EventKind {
@@ -58,6 +61,7 @@ names!("event kind", EventKind {
     TensorboardCorrupt => "TENSORBOARD_CORRUPT",
     NoMetrics => "NO_METRICS",
     ReportDropped => "REPORT_DROPPED",
+    JobPreempted => "JOB_PREEMPTED",
 });
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

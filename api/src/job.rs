@@ -63,6 +63,10 @@ pub enum FailureReason {
     Timeout,
     /// A job it waited for (`after`) ended in a way that can no longer satisfy it.
     DependencyFailed,
+    /// A higher-priority job needed its GPUs: it was stopped (SIGTERM, then
+    /// SIGKILL after the grace) and queued again. Ends an attempt, never a
+    /// job, and does not count against `max_attempts`.
+    Preempted,
 }
 
 names!("failure reason", FailureReason {
@@ -74,6 +78,7 @@ names!("failure reason", FailureReason {
     JobLost => "JOB_LOST",
     Timeout => "TIMEOUT",
     DependencyFailed => "DEPENDENCY_FAILED",
+    Preempted => "PREEMPTED",
 });
 
 impl FailureReason {

@@ -98,6 +98,9 @@ pub struct ClusterSummary {
     /// each has running now.
     #[serde(default)]
     pub quotas: Vec<crate::quota::Quota>,
+    /// Fair share's window and use; null when it is off.
+    #[serde(default)]
+    pub fair_share: Option<crate::quota::FairShare>,
 }
 
 /// `GET/PUT /api/v1/maintenance`: maintenance mode. While it is on nothing

@@ -49,6 +49,47 @@ pub struct SetQuota {
     pub max_running_jobs: Option<i64>,
 }
 
+/// Fair share as `GET /cluster` shows it: its window and the GPU time the
+/// projects and users the caller may see used in it, most used first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FairShare {
+    /// Among equal priorities, less GPU time in this window goes first.
+    pub window_s: i64,
+    /// After this long in the queue a job goes by submit time.
+    pub max_wait_s: i64,
+    pub usage: Vec<GpuUse>,
+}
+
+impl FairShare {
+    /// `project vision 12h, user alice 3h`: who used how much GPU time.
+    pub fn usage_text(&self) -> String {
+        let used: Vec<String> = self
+            .usage
+            .iter()
+            .map(|used| {
+                format!(
+                    "{} {} {}",
+                    used.kind,
+                    used.name,
+                    crate::duration::format_seconds(used.gpu_seconds)
+                )
+            })
+            .collect();
+        used.join(", ")
+    }
+}
+
+/// GPU time one project or user used in fair share's window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuUse {
+    pub kind: QuotaKind,
+    pub name: String,
+    /// GPU-seconds: one GPU for one second is 1.
+    pub gpu_seconds: i64,
+}
+
 /// The largest limit a quota takes.
 pub const MAX_QUOTA: i64 = 1_000_000;
 

@@ -6,10 +6,14 @@ use anyhow::Context;
 use gpuplane_api::agent::{AgentHello, Report, ReportItem};
 use gpuplane_api::auth::Scope;
 use gpuplane_api::job::JobSpec;
+use gpuplane_api::job::{Dependency, JobStatus};
 use gpuplane_api::log::LogStream;
 use gpuplane_api::node::{Gpu, GpuSource};
-use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, plan};
+use gpuplane_server::jobs::dependencies::{Verdict, verdict};
+use gpuplane_server::jobs::fair_share::{self, Usage};
+use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, Rules, RunningAttempt, plan};
 use gpuplane_testkit::{agent_token, start_server_with, user_token};
+use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -51,14 +55,82 @@ pub(crate) fn release_binaries() -> anyhow::Result<Binaries> {
     Ok(binaries)
 }
 
+/// Everything a pass decides, pure: a tenth of the jobs wait for another job
+/// (dependencies), fair share orders the rest by the GPU-hours of 20
+/// projects and 100 users, then `plan` with quotas and preemption (jobs of
+/// priority 4 may stop the running jobs of priority 0-2).
+fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas) {
+    let mut queue = queue.to_vec();
+    for (i, job) in queue.iter_mut().enumerate().filter(|(i, _)| i % 10 == 0) {
+        job.after = vec![Dependency {
+            job_id: format!("job_done_{i}"),
+            any_end: i % 20 == 0,
+        }];
+    }
+    let statuses: HashMap<String, JobStatus> = (0..10_000)
+        .step_by(10)
+        .map(|i| {
+            (
+                format!("job_done_{i}"),
+                [JobStatus::Succeeded, JobStatus::Running][i / 10 % 2],
+            )
+        })
+        .collect();
+    let usage = Usage {
+        projects: (0..20).map(|p| (format!("p{p}"), p * 3_600_000)).collect(),
+        users: (0..100)
+            .map(|u| (format!("usr_{u}"), (u % 7) * 3_600_000))
+            .collect(),
+    };
+    let policy = fair_share::Policy {
+        window_ms: 7 * 24 * 3_600_000,
+        max_wait_ms: 24 * 3_600_000,
+    };
+    let rules = Rules {
+        preempt_priority: Some(4),
+        ..RULES
+    };
+    let mut times = Vec::new();
+    let (mut placed, mut preempted, mut waiting) = (0, 0, 0);
+    for _ in 0..20 {
+        let started = Instant::now();
+        let mut ready = Vec::with_capacity(queue.len());
+        waiting = 0;
+        for job in &queue {
+            match verdict(&job.after, |id| statuses.get(id).copied()) {
+                Verdict::Ready => ready.push(job.clone()),
+                Verdict::Waiting(_) | Verdict::Never(_) => waiting += 1,
+            }
+        }
+        fair_share::order(&mut ready, &usage, policy, 1_000_000);
+        let result = plan(&ready, nodes, quotas, rules, 0);
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        placed = result.placements.len();
+        preempted = result.preemptions.len();
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "scheduling: full pure pass (dependencies + fair share + plan with quotas and preemption), 10,000 queued x 1,000 nodes: p50 {:.2} ms, max {:.2} ms ({placed} placed, {preempted} preempted, {waiting} waiting for other jobs)",
+        percentile(&times, 0.5),
+        times[times.len() - 1]
+    );
+}
+
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[at.min(sorted.len() - 1)]
 }
 
+const RULES: Rules = Rules {
+    cpu_slots_per_node: 4,
+    preempt_priority: None,
+};
+
 /// 10,000 queued jobs (1-8 GPUs, a quarter with a selector) over 1,000
-/// nodes of 8 GPUs with some busy: the pure plan, then the server's whole
-/// pass (load from SQLite, plan, write reasons) on the real database.
+/// nodes of 8 GPUs with some busy: the pure plan (alone, then with quotas,
+/// then with everything a pass does: fair share, dependencies, quotas and
+/// preemption), then the server's whole pass (load from SQLite, plan,
+/// write reasons) on the real database.
 async fn scheduling_pass() -> anyhow::Result<()> {
     let nodes: Vec<NodeCapacity> = (0..1000)
         .map(|i| NodeCapacity {
@@ -68,6 +140,18 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             gpus: (0..8).collect(),
             busy_gpus: (0..(i % 9) as u32).collect::<BTreeSet<u32>>(),
             cpu_jobs: 0,
+            // Each busy GPU is a 1-GPU job of priority 0-2 (what preemption may stop).
+            running: (0..(i % 9) as u32)
+                .map(|gpu| RunningAttempt {
+                    job_id: format!("running_{i}_{gpu}"),
+                    attempt: 1,
+                    priority: (gpu % 3) as i64,
+                    gpus: 1,
+                    started_at: gpu as i64,
+                    preempted: false,
+                    started: true,
+                })
+                .collect(),
         })
         .collect();
     let queue: Vec<QueuedJob> = (0..10_000)
@@ -86,6 +170,8 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             project: format!("p{}", i % 20),
             user: Some(format!("usr_{}", i % 100)),
             after: Vec::new(),
+            queued_at: i as i64,
+            fair_share_note: None,
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.
@@ -106,13 +192,13 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     };
     for (what, quotas) in [
         ("", Quotas::default()),
-        (" with quotas on 20 projects and 100 users", quotas),
+        (" with quotas on 20 projects and 100 users", quotas.clone()),
     ] {
         let mut times = Vec::new();
         let mut placed = 0;
         for _ in 0..20 {
             let started = Instant::now();
-            let result = plan(&queue, &nodes, &quotas, 4, 0);
+            let result = plan(&queue, &nodes, &quotas, RULES, 0);
             times.push(started.elapsed().as_secs_f64() * 1000.0);
             placed = result.placements.len();
         }
@@ -123,7 +209,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             times[times.len() - 1]
         );
     }
-
+    full_pure_pass(&queue, &nodes, &quotas);
     // The same shape through the real server: SQLite load, plan, apply.
     let dir = tempfile::tempdir()?;
     let server = start_server_with(dir.path(), |config| config.settings.cpu_slots_per_node = 4).await;
@@ -179,7 +265,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let nodes = gpuplane_server::jobs::scheduler::load_nodes(&state).await?;
     let load_nodes = started.elapsed().as_secs_f64() * 1000.0;
     let started = Instant::now();
-    plan(&queue, &nodes, &Quotas::default(), 4, 0);
+    plan(&queue, &nodes, &Quotas::default(), RULES, 0);
     let planned = started.elapsed().as_secs_f64() * 1000.0;
     println!(
         "scheduling: server pass (SQLite load + plan + apply), 10,000 queued x 1,000 nodes: first {first:.1} ms (writes 10,000 reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",

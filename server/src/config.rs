@@ -147,6 +147,20 @@ settings! {
         /// Live streams (SSE) one user, and one token, may hold open at once; more answer 429.
         #[arg(long, env = "GPUPLANE_MAX_STREAMS_PER_USER", value_name = "N")]
         max_streams_per_user: u32,
+
+        /// Fair share: among jobs of equal priority, the project (then the user)
+        /// with fewer GPU-hours in this many seconds goes first; 0 turns it off (FIFO).
+        #[arg(long, env = "GPUPLANE_FAIR_SHARE_WINDOW_S", value_name = "S")]
+        fair_share_window_s: u64,
+
+        /// A job queued this long is no longer passed by fair share (it goes by
+        /// submit time among its priority), so nothing starves, in seconds.
+        #[arg(long, env = "GPUPLANE_FAIR_SHARE_MAX_WAIT_S", value_name = "S")]
+        fair_share_max_wait_s: u64,
+
+        /// Between SIGTERM and SIGKILL when a job is preempted (time to checkpoint), in seconds.
+        #[arg(long, env = "GPUPLANE_PREEMPTION_GRACE_S", value_name = "S")]
+        preemption_grace_s: u64,
     }
     optional {
         /// URL users and jobs reach this server at (default: http://BIND).
@@ -209,6 +223,12 @@ settings! {
             value_name = "IP"
         )]
         trusted_proxies: Vec<IpAddr>,
+
+        /// Preemption: a queued job with at least this priority may stop running
+        /// jobs of lower priority to take their GPUs; only admins may give a job
+        /// such a priority. Unset: no preemption.
+        #[arg(long, env = "GPUPLANE_PREEMPT_PRIORITY", value_name = "PRIORITY")]
+        preempt_priority: i64,
     }
 }
 

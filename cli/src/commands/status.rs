@@ -3,6 +3,7 @@
 use crate::Output;
 use crate::client::{CliError, Client};
 use gpuplane_api::Page;
+use gpuplane_api::duration::format_seconds;
 use gpuplane_api::health::Health;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::node::{ClusterSummary, GpuSource, Node};
@@ -42,8 +43,16 @@ pub async fn status(client: &Client, out: &Output) -> Result<(), CliError> {
             .iter()
             .map(|quota| format!("\nQuota   {} {}: {}", quota.kind, quota.name, quota.usage_text()))
             .collect();
+        let fair_share = match &c.fair_share {
+            Some(share) if !share.usage.is_empty() => format!(
+                "\nShare   GPU time in the last {}: {} (less goes first among equal priorities)",
+                format_seconds(share.window_s),
+                share.usage_text()
+            ),
+            _ => String::new(),
+        };
         format!(
-            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}{quotas}{notice}",
+            "Server  {} (GPUPlane {}, {})\nNodes   {} online, {} offline\nGPUs    {} in use of {} on online nodes{simulated}\nJobs    {}{quotas}{fair_share}{notice}",
             s.server,
             s.health.version,
             s.health.status,

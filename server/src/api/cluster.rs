@@ -1,18 +1,21 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance; maintenance mode.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
-use crate::identity::access::{Principal, require_server_admin};
+use crate::identity::access::{Principal, require_server_admin, visible_projects};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::maintenance;
 use crate::state::AppState;
+use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::State;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::node::{ClusterSummary, Maintenance, StartMaintenance};
+use gpuplane_api::quota::{FairShare, GpuUse, QuotaKind};
+use std::collections::HashMap;
 
 /// Nodes online and offline, GPUs in use, jobs by status, maintenance mode,
-/// and the quotas the caller may see with their usage.
+/// the quotas the caller may see with their usage, and fair share's GPU time.
 #[utoipa::path(get, path = "/cluster", tag = "nodes",
     security(("bearer" = ["read"])),
     responses((status = 200, body = ClusterSummary), AuthErrors))]
@@ -63,7 +66,50 @@ pub async fn summary(state: &AppState, principal: &Principal) -> Result<ClusterS
             .or_else(|| state.config.maintenance_message.clone()),
         dispatch_paused: paused.on,
         quotas: crate::api::quotas::visible(state, principal).await?,
+        fair_share: fair_share(state, principal).await?,
     })
+}
+
+/// Fair share's window and the GPU time used in it by the projects the
+/// caller may see and by the caller (everyone's, for admins).
+async fn fair_share(state: &AppState, principal: &Principal) -> Result<Option<FairShare>, ApiError> {
+    let policy = crate::jobs::scheduler::fair_share_policy(state);
+    if policy.window_ms <= 0 {
+        return Ok(None);
+    }
+    let used = crate::jobs::fair_share::usage(&state.db, policy.window_ms, now_ms()).await?;
+    let names: HashMap<String, String> = sqlx::query_as("SELECT id, name FROM users")
+        .fetch_all(&state.db)
+        .await?
+        .into_iter()
+        .collect();
+    let everything = principal.is_admin && principal.project.is_none();
+    let projects = visible_projects(&state.db, principal).await?;
+    let mut usage: Vec<GpuUse> = used
+        .projects
+        .into_iter()
+        .filter(|(project, _)| everything || projects.contains(project))
+        .map(|(name, ms)| (QuotaKind::Project, name, ms))
+        .chain(used.users.into_iter().filter_map(|(id, ms)| {
+            let name = names.get(&id)?.clone();
+            (everything || principal.user_name.as_deref() == Some(name.as_str())).then_some((
+                QuotaKind::User,
+                name,
+                ms,
+            ))
+        }))
+        .map(|(kind, name, ms)| GpuUse {
+            kind,
+            name,
+            gpu_seconds: ms / 1000,
+        })
+        .collect();
+    usage.sort_by(|a, b| (b.gpu_seconds, a.kind, &a.name).cmp(&(a.gpu_seconds, b.kind, &b.name)));
+    Ok(Some(FairShare {
+        window_s: policy.window_ms / 1000,
+        max_wait_s: policy.max_wait_ms / 1000,
+        usage,
+    }))
 }
 
 /// Maintenance mode: whether dispatch is paused, since when, by whom, why.

@@ -31,6 +31,7 @@ pub async fn submit_job(
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
+    check_preempting_priority(&state, &auth.caller.principal(), spec.priority)?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
     state.scheduler_wake.notify_one();
     tracing::info!(
@@ -57,10 +58,23 @@ pub async fn validate_job(
 ) -> Result<Json<SpecCheck>, ApiError> {
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     let principal = auth.caller.principal();
+    check_preempting_priority(&state, &principal, spec.priority)?;
     store::check_references(&state.db, &spec, &principal).await?;
     Ok(Json(SpecCheck {
         notes: would_wait(&state, &spec, &principal).await?,
     }))
+}
+
+/// With preemption on, a priority of `preempt_priority` or more stops other
+/// people's running jobs: only server admins may give a job one (403).
+fn check_preempting_priority(state: &AppState, principal: &Principal, priority: i64) -> Result<(), ApiError> {
+    match state.config.settings.preempt_priority {
+        Some(min) if priority >= min && !principal.is_admin => Err(ApiError::Forbidden(format!(
+            "priority {priority} may preempt running jobs (preempt_priority is {min}): only admins may set it; \
+             use a priority below {min}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// What would keep a job with `spec` waiting if it were submitted now: the
@@ -86,16 +100,13 @@ async fn would_wait(
         project: spec.project.clone(),
         user: principal.user_id.clone(),
         after: Vec::new(),
+        queued_at: now_ms(),
+        fair_share_note: None,
     };
     let nodes = crate::jobs::scheduler::load_nodes(state).await?;
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
-    let plan = plan(
-        &[job],
-        &nodes,
-        &quotas,
-        state.config.settings.cpu_slots_per_node,
-        now_ms(),
-    );
+    let rules = crate::jobs::scheduler::rules(state);
+    let plan = plan(&[job], &nodes, &quotas, rules, now_ms());
     Ok(plan.reasons.into_iter().map(|(_, reason)| reason).collect())
 }
 
@@ -222,7 +233,12 @@ pub async fn retry_job(
     Path(job_id): Path<String>,
     OptionalJson(request): OptionalJson<RetryRequest>,
 ) -> Result<Json<Job>, ApiError> {
-    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
+    let principal = auth.caller.principal();
+    let job = store::get_for(&state.db, &principal, &job_id, Role::Editor).await?;
+    let mut changed = job.spec.clone();
+    if spec::apply_changes(&mut changed, &request.set).is_ok() && changed.priority != job.spec.priority {
+        check_preempting_priority(&state, &principal, changed.priority)?;
+    }
     store::retry(&state.db, &job_id, &request, &state.config.job_policy()).await?;
     state.scheduler_wake.notify_one();
     Ok(Json(store::get(&state.db, &job_id).await?))
@@ -241,7 +257,9 @@ pub async fn set_priority(
     Path(job_id): Path<String>,
     ApiJson(request): ApiJson<SetPriority>,
 ) -> Result<Json<Job>, ApiError> {
-    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
+    let principal = auth.caller.principal();
+    store::get_for(&state.db, &principal, &job_id, Role::Editor).await?;
+    check_preempting_priority(&state, &principal, request.priority)?;
     store::set_priority(&state.db, &job_id, request.priority).await?;
     state.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))

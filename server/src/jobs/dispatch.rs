@@ -65,9 +65,10 @@ pub async fn commands_for(
         spec: String,
         run_id: String,
         cancel_requested_at: Option<i64>,
+        preempted_at: Option<i64>,
     }
     let active: Vec<ActiveRow> = sqlx::query_as(
-        "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at
+        "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.node_id = ? AND a.status IN ('DISPATCHING', 'RUNNING')",
     )
@@ -76,6 +77,7 @@ pub async fn commands_for(
     .await?;
     let running: BTreeSet<(&str, i64)> = running.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
     let grace_ms = state.config.cancel_grace.as_millis() as u64;
+    let preemption_grace_ms = state.config.settings.preemption_grace_s.saturating_mul(1000);
     let mut commands = Vec::new();
     let mut unopenable = Vec::new();
     for row in &active {
@@ -84,6 +86,12 @@ pub async fn commands_for(
                 job_id: row.job_id.clone(),
                 attempt: row.n,
                 grace_ms,
+            });
+        } else if row.preempted_at.is_some() {
+            commands.push(AgentCommand::Cancel {
+                job_id: row.job_id.clone(),
+                attempt: row.n,
+                grace_ms: preemption_grace_ms,
             });
         } else if row.status == "DISPATCHING" && !running.contains(&(row.job_id.as_str(), row.n)) {
             let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;

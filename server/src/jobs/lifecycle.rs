@@ -167,6 +167,30 @@ pub async fn fail_or_retry(
     Ok(())
 }
 
+/// Queues a job again after its attempt was preempted for `for_job`: it
+/// keeps its place in the queue (its submit time) and gets one more
+/// attempt, so preemption never spends the job's `max_attempts`.
+pub async fn requeue_preempted(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    for_job: &str,
+    node_name: &str,
+    now: i64,
+) -> Result<(), Error> {
+    let reason = format!("PREEMPTED on {node_name} for {for_job}; queued again (no attempt spent)");
+    sqlx::query(
+        "UPDATE jobs SET status = 'QUEUED', max_attempts = max_attempts + 1, queued_reason = ?,
+             not_before = NULL, updated_at = ?
+         WHERE id = ?",
+    )
+    .bind(&reason)
+    .bind(now)
+    .bind(job_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// Marks an active attempt LOST (its node went away), with a JOB_LOST event,
 /// and requeues the job when attempts remain.
 pub async fn lose_attempt(
@@ -190,12 +214,22 @@ pub async fn lose_attempt(
         &message,
     )
     .await?;
-    let cancel_requested: Option<i64> =
-        sqlx::query_scalar("SELECT cancel_requested_at FROM jobs WHERE id = ?")
-            .bind(job_id)
+    let (cancel_requested, preempted_by): (Option<i64>, Option<String>) = sqlx::query_as(
+        "SELECT cancel_requested_at, (SELECT preempted_by FROM attempts WHERE job_id = ?1 AND n = ?2)
+         FROM jobs WHERE id = ?1",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .fetch_one(&mut *conn)
+    .await?;
+    if let Some(for_job) = preempted_by.filter(|_| cancel_requested.is_none()) {
+        // It was being stopped anyway: preempted, not a failure of the job.
+        let node_name: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+            .bind(node_id)
             .fetch_one(&mut *conn)
             .await?;
-    if cancel_requested.is_some() {
+        requeue_preempted(conn, job_id, &for_job, &node_name, now).await?;
+    } else if cancel_requested.is_some() {
         finish_job(
             conn,
             job_id,

@@ -1,6 +1,8 @@
 //! Jobs from submit to end. Pure parts (specs are validated by
 //! `gpuplane_api::spec`, shared with gpuctl): `plan` (one scheduling pass), `failure` (how an attempt ended),
-//! `dependencies` (whether a job's `after` jobs let it run).
+//! `dependencies` (whether a job's `after` jobs let it run), `fair_share`'s
+//! `order` (who goes first among equal priorities; its `usage` reads the
+//! database).
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
@@ -13,6 +15,7 @@
 pub mod dependencies;
 pub mod dispatch;
 pub mod failure;
+pub mod fair_share;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod plan;

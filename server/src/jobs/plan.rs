@@ -12,6 +12,14 @@
 //!   finish until the held job fits. cpu jobs need no GPUs and are never held up.
 //! - Quotas: a job that would take its project or its user past a quota
 //!   waits (and holds nothing); jobs behind it still start.
+//! - Preemption (when `preempt_priority` is set): a GPU job of at least that
+//!   priority that fits nowhere picks the node where stopping the fewest
+//!   running jobs of lower priority frees enough GPUs, marks them to stop
+//!   (lowest priority, then most recently started, first) and holds the
+//!   node until they have. Jobs already stopping count as freed, so later
+//!   passes wait for them instead of stopping more.
+//! - The queue's order within a priority is fair share's (`fair_share`);
+//!   a job it passed carries a note that capacity reasons end with.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -32,6 +40,10 @@ pub struct QueuedJob {
     /// Jobs it waits for; the pass holds it back until they end as it needs
     /// (`dependencies`), so `plan` never sees it before.
     pub after: Vec<gpuplane_api::job::Dependency>,
+    /// When it entered the queue (epoch ms): fair share's tie-break and aging.
+    pub queued_at: i64,
+    /// Why jobs submitted after it go first (`fair_share::order`), if they do.
+    pub fair_share_note: Option<String>,
 }
 
 /// The quotas of one pass, keyed by project name and by user id.
@@ -121,6 +133,33 @@ pub struct NodeCapacity {
     pub busy_gpus: BTreeSet<u32>,
     /// cpu_only-lane attempts running on the node.
     pub cpu_jobs: u32,
+    /// The GPU attempts running on it (what preemption may stop).
+    pub running: Vec<RunningAttempt>,
+}
+
+/// A DISPATCHING or RUNNING attempt holding GPUs.
+#[derive(Debug, Clone)]
+pub struct RunningAttempt {
+    pub job_id: String,
+    pub attempt: i64,
+    pub priority: i64,
+    pub gpus: u32,
+    /// Started (else dispatched) at, epoch ms: the newest loses least work.
+    pub started_at: i64,
+    /// Already told to stop for another job.
+    pub preempted: bool,
+    /// RUNNING, not still DISPATCHING (only a started job can be stopped).
+    pub started: bool,
+}
+
+/// A running attempt the pass stops so that `for_job` can take its GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    pub job_id: String,
+    pub attempt: i64,
+    pub node_id: String,
+    pub for_job: String,
+    pub for_priority: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +178,8 @@ pub struct Plan {
     pub wake_at: Option<i64>,
     /// Jobs whose node_selector matches no node of this pass.
     pub unmatched: Vec<String>,
+    /// Running attempts to stop for higher-priority jobs.
+    pub preemptions: Vec<Preemption>,
 }
 
 /// Nodes matching one node_selector, and what this pass learned about them.
@@ -155,14 +196,17 @@ struct Group {
     cpu_full: bool,
 }
 
+/// What a pass may do besides placing jobs in free GPUs.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    pub cpu_slots_per_node: u32,
+    /// Jobs with at least this priority may preempt; `None`: no preemption.
+    pub preempt_priority: Option<i64>,
+}
+
 /// Plans one pass. `queue` must be in dispatch order.
-pub fn plan(
-    queue: &[QueuedJob],
-    nodes: &[NodeCapacity],
-    quotas: &Quotas,
-    cpu_slots_per_node: u32,
-    now_ms: i64,
-) -> Plan {
+pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules: Rules, now_ms: i64) -> Plan {
+    let cpu_slots_per_node = rules.cpu_slots_per_node;
     let mut quotas = quotas.clone();
     let mut free: Vec<Vec<u32>> = nodes
         .iter()
@@ -181,6 +225,11 @@ pub fn plan(
     let mut group_of: HashMap<&BTreeMap<String, String>, usize> = HashMap::new();
     // Node index -> the groups it belongs to (to update them when it is held).
     let mut groups_of_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    // Node index -> which of its running attempts are stopping (preempted).
+    let mut stopping: Vec<Vec<bool>> = nodes
+        .iter()
+        .map(|node| node.running.iter().map(|attempt| attempt.preempted).collect())
+        .collect();
     let mut plan = Plan::default();
 
     for (position, job) in queue.iter().enumerate() {
@@ -267,7 +316,8 @@ pub fn plan(
                             group.nodes.len()
                         )
                     };
-                    plan.reasons.push((job.id.clone(), reason));
+                    plan.reasons
+                        .push((job.id.clone(), with_fair_share_note(job, reason)));
                 }
             }
             continue;
@@ -324,14 +374,55 @@ pub fn plan(
             });
             continue;
         }
+        if let Some(min) = rules.preempt_priority
+            && job.priority >= min
+            && groups[g].unheld > 0
+            && let Some(target) = preemption_target(job, nodes, &groups[g].nodes, &held, &free, &stopping)
+        {
+            let i = target.node;
+            hold(i, position, &mut held, &mut groups, &groups_of_node);
+            let node = &nodes[i];
+            let reason = if target.victims.is_empty() {
+                let names: Vec<&str> = node
+                    .running
+                    .iter()
+                    .zip(&stopping[i])
+                    .filter(|(_, stopping)| **stopping)
+                    .map(|(attempt, _)| attempt.job_id.as_str())
+                    .collect();
+                format!(
+                    "needs {}; waiting for preempted jobs on {} to stop ({}), then it starts there",
+                    gpus(need),
+                    node.name,
+                    names.join(", ")
+                )
+            } else {
+                let mut names = Vec::new();
+                for &v in &target.victims {
+                    stopping[i][v] = true;
+                    let victim = &node.running[v];
+                    names.push(format!("{} (priority {})", victim.job_id, victim.priority));
+                    plan.preemptions.push(Preemption {
+                        job_id: victim.job_id.clone(),
+                        attempt: victim.attempt,
+                        node_id: node.id.clone(),
+                        for_job: job.id.clone(),
+                        for_priority: job.priority,
+                    });
+                }
+                format!(
+                    "needs {}; preempting {} on {}: it starts there when they stop",
+                    gpus(need),
+                    names.join(", "),
+                    node.name
+                )
+            };
+            plan.reasons.push((job.id.clone(), reason));
+            continue;
+        }
         let reason = match to_hold {
             Some(i) => {
-                held[i] = Some(position);
-                for &other in &groups_of_node[i] {
-                    groups[other].unheld -= 1;
-                    groups[other].top_holder =
-                        Some(groups[other].top_holder.map_or(position, |h| h.min(position)));
-                }
+                hold(i, position, &mut held, &mut groups, &groups_of_node);
                 format!(
                     "needs {}; the largest free on a matching node is {largest_free}; holding {} ({} of {} free) until running jobs there finish",
                     gpus(need),
@@ -352,9 +443,99 @@ pub fn plan(
                 )
             }
         };
-        plan.reasons.push((job.id.clone(), reason));
+        plan.reasons
+            .push((job.id.clone(), with_fair_share_note(job, reason)));
     }
     plan
+}
+
+/// Node `i` is held for the job at `position`: lower jobs may not take its GPUs.
+fn hold(
+    i: usize,
+    position: usize,
+    held: &mut [Option<usize>],
+    groups: &mut [Group],
+    groups_of_node: &[Vec<usize>],
+) {
+    held[i] = Some(position);
+    for &other in &groups_of_node[i] {
+        groups[other].unheld -= 1;
+        groups[other].top_holder = Some(groups[other].top_holder.map_or(position, |h| h.min(position)));
+    }
+}
+
+/// Where a job that fits nowhere gets its GPUs by preemption.
+struct PreemptionTarget {
+    node: usize,
+    /// Indices into the node's `running` to stop now; empty when attempts
+    /// stopping already free enough.
+    victims: Vec<usize>,
+}
+
+/// The unheld matching node where the job's GPUs come free by stopping the
+/// fewest running attempts of lower priority (attempts already stopping
+/// count as free): fewest new victims, then fewest GPUs taken from them,
+/// then the node's name.
+fn preemption_target(
+    job: &QueuedJob,
+    nodes: &[NodeCapacity],
+    matching: &[usize],
+    held: &[Option<usize>],
+    free: &[Vec<u32>],
+    stopping: &[Vec<bool>],
+) -> Option<PreemptionTarget> {
+    let need = job.gpus;
+    let mut best: Option<(PreemptionTarget, (usize, u32, &str))> = None;
+    for &i in matching {
+        let node = &nodes[i];
+        if held[i].is_some() || (node.gpus.len() as u32) < need {
+            continue;
+        }
+        let mut soon = free[i].len() as u32;
+        let mut candidates = Vec::new();
+        for (v, attempt) in node.running.iter().enumerate() {
+            if stopping[i][v] {
+                soon += attempt.gpus;
+            } else if attempt.started && attempt.priority < job.priority {
+                candidates.push(v);
+            }
+        }
+        let mut victims = Vec::new();
+        let mut taken = 0;
+        if soon < need {
+            // Lowest priority first; among equals the newest (least work lost).
+            candidates.sort_by_key(|&v| {
+                (
+                    node.running[v].priority,
+                    std::cmp::Reverse(node.running[v].started_at),
+                )
+            });
+            for v in candidates {
+                if soon >= need {
+                    break;
+                }
+                soon += node.running[v].gpus;
+                taken += node.running[v].gpus;
+                victims.push(v);
+            }
+            if soon < need {
+                continue;
+            }
+        }
+        let key = (victims.len(), taken, node.name.as_str());
+        if best.as_ref().is_none_or(|(_, best_key)| key < *best_key) {
+            best = Some((PreemptionTarget { node: i, victims }, key));
+        }
+    }
+    best.map(|(target, _)| target)
+}
+
+/// A capacity reason, with fair share's note when later jobs passed this one.
+fn with_fair_share_note(job: &QueuedJob, reason: String) -> String {
+    match &job.fair_share_note {
+        Some(note) => format!("{reason}; {note}"),
+        None => reason,
+    }
 }
 
 fn gpus(n: usize) -> String {
@@ -389,6 +570,14 @@ mod tests {
             gpus: (0..gpus).collect(),
             busy_gpus: busy.iter().copied().collect(),
             cpu_jobs: 0,
+            running: Vec::new(),
+        }
+    }
+
+    fn rules(cpu_slots: u32) -> Rules {
+        Rules {
+            cpu_slots_per_node: cpu_slots,
+            preempt_priority: None,
         }
     }
 
@@ -404,6 +593,8 @@ mod tests {
             project: "default".to_string(),
             user: None,
             after: Vec::new(),
+            queued_at: 0,
+            fair_share_note: None,
         }
     }
 
@@ -419,7 +610,13 @@ mod tests {
         cpu_slots: u32,
         expected: Expect,
     ) {
-        let plan = plan(queue, nodes, quotas, cpu_slots, 1_000_000);
+        let plan = plan(queue, nodes, quotas, rules(cpu_slots), 1_000_000);
+        expected.assert_eq(&render(&plan));
+    }
+
+    /// A plan as `job -> node [gpus]`, `stop job#attempt on node for job`
+    /// and `job: reason` lines.
+    fn render(plan: &Plan) -> String {
         let mut out = String::new();
         for p in &plan.placements {
             out.push_str(&format!(
@@ -429,10 +626,20 @@ mod tests {
                 p.gpus
             ));
         }
+        for p in &plan.preemptions {
+            out.push_str(&format!(
+                "stop {}#{} on {} for {} (priority {})\n",
+                p.job_id,
+                p.attempt,
+                p.node_id.trim_start_matches("node_"),
+                p.for_job,
+                p.for_priority
+            ));
+        }
         for (job, reason) in &plan.reasons {
             out.push_str(&format!("{job}: {reason}\n"));
         }
-        expected.assert_eq(&out);
+        out
     }
 
     #[test]
@@ -545,7 +752,7 @@ mod tests {
             &[a, b],
             &[node("n1", 1, &[], &[])],
             &Quotas::default(),
-            4,
+            rules(4),
             1_000_000,
         );
         assert_eq!(plan.wake_at, Some(1_003_000));
@@ -614,6 +821,125 @@ mod tests {
             4,
             expect![[r#"
                 v4: quota: project vision uses 6 of 8 GPUs; this job needs 4
+            "#]],
+        );
+    }
+
+    /// A node of 4 GPUs with attempts running on it: (job, priority, gpus,
+    /// started_at, already preempted).
+    fn busy_node(name: &str, running: &[(&str, i64, u32, i64, bool)]) -> NodeCapacity {
+        let mut node = node(name, 4, &[], &[]);
+        let mut next_gpu = 0;
+        for &(job_id, priority, gpus, started_at, preempted) in running {
+            node.busy_gpus.extend(next_gpu..next_gpu + gpus);
+            next_gpu += gpus;
+            node.running.push(RunningAttempt {
+                job_id: job_id.to_string(),
+                attempt: 1,
+                priority,
+                gpus,
+                started_at,
+                preempted,
+                started: true,
+            });
+        }
+        node
+    }
+
+    fn check_preempting(queue: &[QueuedJob], nodes: &[NodeCapacity], expected: Expect) {
+        let rules = Rules {
+            cpu_slots_per_node: 4,
+            preempt_priority: Some(100),
+        };
+        expected.assert_eq(&render(&plan(queue, nodes, &Quotas::default(), rules, 1_000_000)));
+    }
+
+    #[test]
+    fn an_urgent_job_preempts_the_fewest_lowest_newest_jobs_and_holds_their_node() {
+        check_preempting(
+            &[job("urgent", 2, 100), job("small", 1, 0)],
+            &[
+                // n1: two jobs would have to stop (the priority-50 one is
+                // taken last, so a and b); n2: one is enough, and of its two
+                // priority-0 jobs the newest loses least work.
+                busy_node(
+                    "n1",
+                    &[
+                        ("a", 0, 1, 10, false),
+                        ("b", 0, 1, 20, false),
+                        ("c", 50, 2, 30, false),
+                    ],
+                ),
+                busy_node("n2", &[("old", 0, 2, 10, false), ("new", 0, 2, 50, false)]),
+            ],
+            expect![[r#"
+                stop new#1 on n2 for urgent (priority 100)
+                urgent: needs 2 GPUs; preempting new (priority 0) on n2: it starts there when they stop
+                small: needs 1 GPU; the largest free on a matching node is 0; holding n1 (0 of 4 free) until running jobs there finish
+            "#]],
+        );
+    }
+
+    #[test]
+    fn jobs_already_stopping_are_waited_for_not_stopped_again() {
+        check_preempting(
+            &[job("urgent", 2, 100)],
+            &[busy_node("n1", &[("a", 0, 2, 10, true), ("b", 0, 2, 20, false)])],
+            expect![[r#"
+                urgent: needs 2 GPUs; waiting for preempted jobs on n1 to stop (a), then it starts there
+            "#]],
+        );
+    }
+
+    #[test]
+    fn no_preemption_below_the_threshold_of_equal_priorities_or_when_it_would_not_free_enough() {
+        let n1 = || {
+            [busy_node(
+                "n1",
+                &[("low", 0, 2, 10, false), ("same", 150, 2, 20, false)],
+            )]
+        };
+        // 99 is below preempt_priority: it waits as any job does.
+        check_preempting(
+            &[job("below", 2, 99)],
+            &n1(),
+            expect![[r#"
+                below: needs 2 GPUs; the largest free on a matching node is 0; holding n1 (0 of 4 free) until running jobs there finish
+            "#]],
+        );
+        // Stopping "low" frees 2, and "same" has the job's own priority.
+        check_preempting(
+            &[job("peer", 4, 150)],
+            &n1(),
+            expect![[r#"
+                peer: needs 4 GPUs; the largest free on a matching node is 0; holding n1 (0 of 4 free) until running jobs there finish
+            "#]],
+        );
+        // The node a preempting job holds is nobody else's to preempt on.
+        check_preempting(
+            &[job("peer", 2, 150), job("urgent", 2, 120)],
+            &n1(),
+            expect![[r#"
+                stop low#1 on n1 for peer (priority 150)
+                peer: needs 2 GPUs; preempting low (priority 0) on n1: it starts there when they stop
+                urgent: needs 2 GPUs; the largest free on a matching node is 0, and matching nodes are held for earlier jobs (e.g. peer, priority 150, needs 2 GPUs)
+            "#]],
+        );
+    }
+
+    #[test]
+    fn a_job_passed_by_fair_share_says_so_in_its_capacity_reason() {
+        let passed = QueuedJob {
+            fair_share_note: Some("fair share: …".to_string()),
+            ..job("passed", 1, 0)
+        };
+        check(
+            &[job("light", 1, 0), passed],
+            &[node("n1", 1, &[], &[])],
+            4,
+            expect![[r#"
+                light -> n1 [0]
+                passed: needs 1 GPU; the largest free on a matching node is 0; holding n1 (0 of 1 free) until running jobs there finish; fair share: …
             "#]],
         );
     }

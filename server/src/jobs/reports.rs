@@ -280,12 +280,35 @@ async fn exited(
         .await?;
         return Ok(false);
     }
-    let (cancel_requested, kind, time_limit_s): (Option<i64>, String, Option<i64>) = sqlx::query_as(
-        "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s') FROM jobs WHERE id = ?",
+    let (cancel_requested, kind, time_limit_s, preempted_by): (
+        Option<i64>,
+        String,
+        Option<i64>,
+        Option<String>,
+    ) = sqlx::query_as(
+        "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s'),
+                    (SELECT preempted_by FROM attempts WHERE job_id = ?1 AND n = ?2)
+             FROM jobs WHERE id = ?1",
     )
     .bind(job_id)
+    .bind(attempt)
     .fetch_one(&mut *conn)
     .await?;
+    // Stopped by the agent for a preemption (not ended on its own first, and
+    // not cancelled by a user): queued again, whatever its exit.
+    if let Some(for_job) = preempted_by.filter(|_| exit.cancelled && cancel_requested.is_none()) {
+        let end = AttemptEnd {
+            status: JobStatus::Cancelled,
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            reason: Some(FailureReason::Preempted),
+            detail: Some(&format!("preempted for {for_job} on {}", node.node_name)),
+            at: exit.time.max(0),
+        };
+        lifecycle::end_attempt(conn, job_id, attempt, end).await?;
+        lifecycle::requeue_preempted(conn, job_id, &for_job, &node.node_name, end.at).await?;
+        return Ok(true);
+    }
     let output = logs::recent_text(conn, job_id, attempt, 300).await?;
     let mut outcome = failure::classify(Exit {
         exit_code: exit.exit_code,

@@ -2,14 +2,17 @@
 //! (never on a slow tick), plans a pass over the whole queue and applies it
 //! in one transaction, then wakes the agents it dispatched to.
 
+use crate::events::{self, Links};
 use crate::identity::credentials::hash_token;
 use crate::jobs::dependencies::{self, Verdict};
+use crate::jobs::fair_share;
 use crate::jobs::lifecycle;
-use crate::jobs::plan::{NodeCapacity, Placement, QueuedJob, plan};
+use crate::jobs::plan::{NodeCapacity, Placement, Plan, Preemption, QueuedJob, Rules, RunningAttempt, plan};
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
+use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobStatus};
 use gpuplane_api::node::NODE_NAME_LABEL;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -49,6 +52,7 @@ struct QueueRow {
     submitted_by: Option<String>,
     /// JSON array of `JobSpec::after`, or null.
     after_jobs: Option<String>,
+    queued_at: i64,
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
@@ -67,27 +71,105 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
         apply(state, &[], &reasons, &current_reasons, now).await?;
         return Ok(None);
     }
-    let (queue, waiting, never) = hold_back_dependents(state, queue).await?;
+    let (mut queue, waiting, never) = hold_back_dependents(state, queue).await?;
+    let policy = fair_share_policy(state);
+    if fair_share::applies(&queue, policy) {
+        let usage = fair_share::usage(&state.db, policy.window_ms, now).await?;
+        fair_share::order(&mut queue, &usage, policy, now);
+    }
     let nodes = load_nodes(state).await?;
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
-    let mut plan = plan(
-        &queue,
-        &nodes,
-        &quotas,
-        state.config.settings.cpu_slots_per_node,
-        now,
-    );
+    let mut plan = plan(&queue, &nodes, &quotas, rules(state), now);
     if !plan.unmatched.is_empty() {
         explain_drained_nodes(state, &queue, &mut plan).await?;
     }
     plan.reasons.extend(waiting);
     apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
+    if !plan.preemptions.is_empty() {
+        preempt(state, &plan.preemptions, now).await?;
+    }
     if !never.is_empty() {
         fail_dependents(state, &never, now).await?;
         // Their ends may settle other jobs' `after` (`:finished`, or a chain).
         state.jobs_changed();
     }
     Ok(plan.wake_at)
+}
+
+/// What the pass may do besides filling free GPUs, from the settings.
+pub fn rules(state: &AppState) -> Rules {
+    Rules {
+        cpu_slots_per_node: state.config.settings.cpu_slots_per_node,
+        preempt_priority: state.config.settings.preempt_priority,
+    }
+}
+
+/// Fair share's window and aging, from the settings.
+pub fn fair_share_policy(state: &AppState) -> fair_share::Policy {
+    let settings = &state.config.settings;
+    fair_share::Policy {
+        window_ms: settings.fair_share_window_s.saturating_mul(1000) as i64,
+        max_wait_ms: settings.fair_share_max_wait_s.saturating_mul(1000) as i64,
+    }
+}
+
+/// Marks the attempts the plan preempts (each with a JOB_PREEMPTED event)
+/// and wakes their agents: their next poll carries the stop, with the
+/// preemption grace. The job is queued again when the attempt ends.
+async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Result<(), Error> {
+    let grace = gpuplane_api::duration::format_seconds(state.config.settings.preemption_grace_s as i64);
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut nodes = Vec::new();
+    for p in preemptions {
+        // It may have ended, or been preempted already, since the nodes were read.
+        let node_name: Option<String> = sqlx::query_scalar(
+            "UPDATE attempts SET preempted_at = ?, preempted_by = ?
+             WHERE job_id = ? AND n = ? AND status = 'RUNNING' AND preempted_at IS NULL
+             RETURNING (SELECT name FROM nodes WHERE id = node_id)",
+        )
+        .bind(now)
+        .bind(&p.for_job)
+        .bind(&p.job_id)
+        .bind(p.attempt)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(node_name) = node_name else {
+            continue;
+        };
+        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+            .bind(&p.job_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let message = format!(
+            "attempt {} preempted on {node_name} for {} (priority {}): SIGTERM now, SIGKILL after {grace}; \
+             the job is queued again without spending an attempt",
+            p.attempt, p.for_job, p.for_priority
+        );
+        let links = Links {
+            job_id: Some(&p.job_id),
+            run_id: run_id.as_deref(),
+            node_id: Some(&p.node_id),
+        };
+        events::record(
+            &mut tx,
+            now,
+            Severity::Warning,
+            EventKind::JobPreempted,
+            links,
+            &message,
+        )
+        .await?;
+        nodes.push(p.node_id.clone());
+    }
+    tx.commit().await?;
+    nodes.dedup();
+    for node_id in &nodes {
+        state.agents.wake(node_id);
+    }
+    if !nodes.is_empty() {
+        state.jobs_changed();
+    }
+    Ok(())
 }
 
 /// Splits the queue by `after`: the jobs to plan now, the reasons of those
@@ -161,7 +243,7 @@ pub async fn load_queue(
     let json: String = sqlx::query_scalar(
         "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
                                                      attempt_count, max_attempts, queued_reason,
-                                                     project, submitted_by, after_jobs)), '[]')
+                                                     project, submitted_by, after_jobs, queued_at)), '[]')
          FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
                ORDER BY priority DESC, queued_at, seq)",
     )
@@ -200,6 +282,8 @@ pub async fn load_queue(
                     .iter()
                     .filter_map(|text| text.parse().ok())
                     .collect(),
+                queued_at: row.queued_at,
+                fair_share_note: None,
             }
         })
         .collect();
@@ -208,11 +292,7 @@ pub async fn load_queue(
 
 /// A job that no node of the pass matches, while drained nodes would, says
 /// so: the reason names them instead of "no online node".
-async fn explain_drained_nodes(
-    state: &AppState,
-    queue: &[QueuedJob],
-    plan: &mut crate::jobs::plan::Plan,
-) -> Result<(), Error> {
+async fn explain_drained_nodes(state: &AppState, queue: &[QueuedJob], plan: &mut Plan) -> Result<(), Error> {
     let drained: Vec<(String, String)> = sqlx::query_as(
         "SELECT name, labels FROM nodes WHERE status = 'ONLINE' AND drained_at IS NOT NULL ORDER BY name",
     )
@@ -256,12 +336,25 @@ async fn explain_drained_nodes(
 
 /// ONLINE nodes with their GPUs and what active attempts hold, in one query.
 pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
-    // id, name, labels, GPU indices, GPUs of each active attempt ([] for cpu jobs).
-    type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<Vec<u32>>);
+    // Each active attempt: its GPUs ([] for cpu jobs), job, number, the job's
+    // priority, when it started (else was dispatched), whether it is
+    // preempted, whether it is RUNNING.
+    type AttemptRow = (Vec<u32>, String, i64, i64, i64, u8, u8);
+    // id, name, labels, GPU indices, active attempts.
+    type NodeRow = (
+        String,
+        String,
+        BTreeMap<String, String>,
+        Vec<u32>,
+        Vec<AttemptRow>,
+    );
     let json: String = sqlx::query_scalar(
         "SELECT coalesce(json_group_array(json_array(id, name, json(labels),
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
-                    (SELECT json_group_array(json(a.gpus)) FROM attempts a
+                    (SELECT json_group_array(json_array(json(a.gpus), a.job_id, a.n, j.priority,
+                                                        coalesce(a.started_at, a.dispatched_at),
+                                                        a.preempted_at IS NOT NULL, a.status = 'RUNNING'))
+                     FROM attempts a JOIN jobs j ON j.id = a.job_id
                      WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
          FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n",
     )
@@ -273,14 +366,32 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
         .map(|(id, name, mut labels, mut gpus, active)| {
             gpus.sort_unstable();
             labels.insert(NODE_NAME_LABEL.to_string(), name.clone());
-            NodeCapacity {
+            let mut node = NodeCapacity {
                 id,
                 name,
                 labels,
                 gpus,
-                cpu_jobs: active.iter().filter(|held| held.is_empty()).count() as u32,
-                busy_gpus: active.into_iter().flatten().collect(),
+                cpu_jobs: 0,
+                busy_gpus: BTreeSet::new(),
+                running: Vec::new(),
+            };
+            for (held, job_id, attempt, priority, started_at, preempted, started) in active {
+                if held.is_empty() {
+                    node.cpu_jobs += 1;
+                    continue;
+                }
+                node.running.push(RunningAttempt {
+                    job_id,
+                    attempt,
+                    priority,
+                    gpus: held.len() as u32,
+                    started_at,
+                    preempted: preempted != 0,
+                    started: started != 0,
+                });
+                node.busy_gpus.extend(held);
             }
+            node
         })
         .collect())
 }

@@ -4,6 +4,7 @@
 
 use gpuplane_api::Page;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
+use gpuplane_api::duration::format_seconds;
 use gpuplane_api::evaluation::Evaluation;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
@@ -204,6 +205,18 @@ pub fn summary(tool: &str, body: &Value) -> String {
                     quota.kind,
                     quota.name,
                     quota.usage_text()
+                );
+            }
+            if let Some(share) = cluster
+                .fair_share
+                .as_ref()
+                .filter(|share| !share.usage.is_empty())
+            {
+                let _ = write!(
+                    text,
+                    "\nfair share, GPU time in the last {} (less goes first among equal priorities): {}",
+                    format_seconds(share.window_s),
+                    share.usage_text()
                 );
             }
             text

@@ -54,8 +54,8 @@ pub const TOOLS: &[ToolDef] = &[
         path: "/cluster",
         effect: Effect::Reads,
         description: "Overview of the cluster: nodes online/offline, GPUs total and free, jobs queued and \
-            running, any maintenance message, and the quotas that concern the caller with their usage. \
-            Use it first to see whether a job can start soon.",
+            running, any maintenance message, the quotas that concern the caller with their usage, and \
+            fair share's GPU time per project and user. Use it first to see whether a job can start soon.",
         defaults: &[],
         joined: None,
     },

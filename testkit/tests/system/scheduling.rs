@@ -791,3 +791,187 @@ async fn a_job_after_another_waits_for_it_and_fails_when_it_never_can_run() {
         "{explanation}"
     );
 }
+
+/// Submits `spec` with `token`; the new job's id.
+async fn submit_as(cluster: &Cluster, token: &str, spec: serde_json::Value) -> String {
+    let (status, body) = cluster
+        .call(reqwest::Method::POST, "/jobs", Some(spec), token)
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn among_equal_priorities_the_user_with_fewer_gpu_hours_goes_first() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let db = &cluster.server.state.db;
+    let heavy = gpuplane_testkit::user_token(db, "heavy", Scope::Write, false).await;
+    let light = gpuplane_testkit::user_token(db, "light", Scope::Write, false).await;
+
+    // heavy has used the GPU for a while; light not at all.
+    let used = submit_as(
+        &cluster,
+        &heavy,
+        json!({"name": "used", "command": sh("sleep 1"), "resources": {"gpu": 1}}),
+    )
+    .await;
+    cluster.wait_for(&used, JobStatus::Succeeded).await;
+    let blocker = cluster
+        .submit(json!({"name": "blocker", "command": sh("sleep 30"), "resources": {"gpu": 1}}))
+        .await;
+    cluster.wait_for(&blocker.id, JobStatus::Running).await;
+    // heavy's job is queued first, light's after it.
+    let heavy_job = submit_as(
+        &cluster,
+        &heavy,
+        json!({"name": "heavy", "command": sh("sleep 30"), "resources": {"gpu": 1}}),
+    )
+    .await;
+    let light_job = submit_as(
+        &cluster,
+        &light,
+        json!({"name": "light", "command": sh("sleep 30"), "resources": {"gpu": 1}}),
+    )
+    .await;
+    let passed = cluster.wait_for_reason(&heavy_job, "fair share").await;
+    let reason = passed.queued_reason.unwrap();
+    assert!(
+        // The project's use grows while the blocker runs; heavy's is its `sleep 1`.
+        reason.contains("; fair share: jobs of less-used projects or users go first (project default used ")
+            && reason.ends_with("in the last 7d; after 1d in the queue it goes by submit time)"),
+        "{reason}"
+    );
+
+    // The GPU frees up: light's job starts, heavy's keeps waiting.
+    let (status, _) = cluster
+        .post(&format!("/jobs/{}/cancel", blocker.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200);
+    cluster.wait_for(&light_job, JobStatus::Running).await;
+    assert_eq!(cluster.job(&heavy_job).await.status, JobStatus::Queued);
+
+    // gpuctl status shows heavy its project's and its own GPU time, nobody else's.
+    let home = tempfile::tempdir().unwrap();
+    let url = &cluster.server.url;
+    let output =
+        gpuplane_testkit::gpuctl::gpuctl(home.path(), &["--server", url, "--token", &heavy, "status"]);
+    let text = gpuplane_testkit::gpuctl::stdout(&output);
+    let share = text
+        .lines()
+        .find(|line| line.starts_with("Share "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        share.starts_with("Share   GPU time in the last 7d: project default ")
+            && share.contains(", user heavy 1s")
+            && !share.contains("user light")
+            && share.ends_with("(less goes first among equal priorities)"),
+        "{share}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_without_spending_an_attempt() {
+    let cluster = Cluster::start_with(|config| {
+        config.settings.preempt_priority = Some(100);
+        config.settings.preemption_grace_s = 20;
+    })
+    .await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    let editor = gpuplane_testkit::user_token(&cluster.server.state.db, "editor", Scope::Write, false).await;
+
+    // The low job saves a checkpoint when told to stop, and says which attempt it is.
+    let low = submit_as(
+        &cluster,
+        &editor,
+        json!({"name": "low", "resources": {"gpu": 2},
+            "command": sh("trap 'echo got SIGTERM, checkpoint saved; exit 0' TERM; \
+                           echo attempt $GPUCTL_ATTEMPT; while true; do sleep 0.05; done")}),
+    )
+    .await;
+    cluster.wait_for(&low, JobStatus::Running).await;
+
+    // Only admins may give a job a priority that preempts.
+    let urgent_spec = json!({"name": "urgent", "priority": 100, "resources": {"gpu": 1},
+        "command": sh("echo urgent ran")});
+    let (status, body) = cluster
+        .call(reqwest::Method::POST, "/jobs", Some(urgent_spec.clone()), &editor)
+        .await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (
+            403,
+            Some(
+                "priority 100 may preempt running jobs (preempt_priority is 100): only admins may set it; use a priority below 100"
+            )
+        )
+    );
+    let (status, _) = cluster
+        .call(
+            reqwest::Method::POST,
+            &format!("/jobs/{low}/priority"),
+            Some(json!({"priority": 500})),
+            &editor,
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, _) = cluster
+        .call(
+            reqwest::Method::POST,
+            "/jobs/validate",
+            Some(urgent_spec.clone()),
+            &editor,
+        )
+        .await;
+    assert_eq!(status, 403, "gpuctl validate --remote says so too");
+
+    let urgent = cluster.submit(urgent_spec).await;
+    cluster.wait_for(&urgent.id, JobStatus::Succeeded).await;
+    // low got SIGTERM, checkpointed, and runs again as attempt 2 with one
+    // more attempt allowed: preemption spent nothing.
+    let low_job = cluster
+        .wait_until(&low, "attempt 2 running", |job| {
+            job.status == JobStatus::Running && job.attempts.len() == 2
+        })
+        .await;
+    let first = &low_job.attempts[0];
+    assert_eq!(
+        (
+            first.status,
+            first.failure_reason,
+            first.failure_detail.as_deref()
+        ),
+        (
+            JobStatus::Cancelled,
+            Some(FailureReason::Preempted),
+            Some(format!("preempted for {} on box", urgent.id).as_str())
+        )
+    );
+    assert_eq!(low_job.max_attempts, 2);
+    let text = |logs: gpuplane_api::log::Logs| logs.lines.into_iter().map(|l| l.text).collect::<Vec<_>>();
+    let attempt_1 = text(cluster.logs(&low, "attempt=1&stream=stdout").await);
+    assert_eq!(attempt_1, ["attempt 1", "got SIGTERM, checkpoint saved"]);
+    let attempt_2 = gpuplane_testkit::eventually(
+        "attempt 2's first line",
+        std::time::Duration::from_secs(10),
+        || async {
+            let lines = text(cluster.logs(&low, "attempt=2&stream=stdout").await);
+            (!lines.is_empty()).then_some(lines)
+        },
+    )
+    .await;
+    assert_eq!(attempt_2, ["attempt 2"]);
+    let events = cluster.events(&format!("job_id={low}&kind=JOB_PREEMPTED")).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].kind, EventKind::JobPreempted);
+    assert!(
+        events[0].message.starts_with(&format!(
+            "attempt 1 preempted on box for {} (priority 100): SIGTERM now, SIGKILL after 20s",
+            urgent.id
+        )),
+        "{}",
+        events[0].message
+    );
+}
