@@ -57,9 +57,25 @@ pub(crate) fn release_binaries() -> anyhow::Result<Binaries> {
 
 /// Everything a pass decides, pure: a tenth of the jobs wait for another job
 /// (dependencies), fair share orders the rest by the GPU-hours of 20
-/// projects and 100 users, then `plan` with quotas and preemption (jobs of
-/// priority 4 may stop the running jobs of priority 0-2).
-fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas) {
+/// projects and 100 users, then `plan` with quotas (each project 1,000 GPUs,
+/// each user 200 GPUs in 50 jobs) and preemption (jobs of priority 4 may
+/// stop the running jobs of priority 0-2).
+fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
+    let quota = |label: String, max_gpus: u32, max_jobs: Option<u32>| Quota {
+        label,
+        max_gpus: Some(max_gpus),
+        max_running_jobs: max_jobs,
+        gpus_in_use: 0,
+        running_jobs: 0,
+    };
+    let quotas = Quotas {
+        projects: (0..20)
+            .map(|p| (format!("p{p}"), quota(format!("project p{p}"), 1000, None)))
+            .collect(),
+        users: (0..100)
+            .map(|u| (format!("usr_{u}"), quota(format!("user u{u}"), 200, Some(50))))
+            .collect(),
+    };
     let mut queue = queue.to_vec();
     for (i, job) in queue.iter_mut().enumerate().filter(|(i, _)| i % 10 == 0) {
         job.after = vec![Dependency {
@@ -103,7 +119,7 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas) 
             }
         }
         fair_share::order(&mut ready, &usage, policy, 1_000_000);
-        let result = plan(&ready, nodes, quotas, rules, 0);
+        let result = plan(&ready, nodes, &quotas, rules, 0);
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         placed = result.placements.len();
         preempted = result.preemptions.len();
@@ -209,7 +225,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             times[times.len() - 1]
         );
     }
-    full_pure_pass(&queue, &nodes, &quotas);
+    full_pure_pass(&queue, &nodes);
     // The same shape through the real server: SQLite load, plan, apply.
     let dir = tempfile::tempdir()?;
     let server = start_server_with(dir.path(), |config| config.settings.cpu_slots_per_node = 4).await;

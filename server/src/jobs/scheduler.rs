@@ -334,30 +334,42 @@ async fn explain_drained_nodes(state: &AppState, queue: &[QueuedJob], plan: &mut
     Ok(())
 }
 
-/// ONLINE nodes with their GPUs and what active attempts hold, in one query.
+/// One active attempt as `load_nodes` reads it: its GPUs ([] for cpu jobs)
+/// and, when preemption is on, what preemption needs to know.
+#[derive(serde::Deserialize)]
+struct ActiveRow(
+    Vec<u32>,
+    /// Job, attempt number, the job's priority, when it started (else was
+    /// dispatched), whether it is preempted, whether it is RUNNING.
+    #[serde(default)]
+    String,
+    #[serde(default)] i64,
+    #[serde(default)] i64,
+    #[serde(default)] i64,
+    #[serde(default)] u8,
+    #[serde(default)] u8,
+);
+
+/// ONLINE nodes with their GPUs and what active attempts hold, in one query;
+/// with preemption on, the GPU attempts themselves too.
 pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
-    // Each active attempt: its GPUs ([] for cpu jobs), job, number, the job's
-    // priority, when it started (else was dispatched), whether it is
-    // preempted, whether it is RUNNING.
-    type AttemptRow = (Vec<u32>, String, i64, i64, i64, u8, u8);
+    let preemption = state.config.settings.preempt_priority.is_some();
+    let attempts = if preemption {
+        "SELECT json_group_array(json_array(json(a.gpus), a.job_id, a.n, j.priority,
+                                            coalesce(a.started_at, a.dispatched_at),
+                                            a.preempted_at IS NOT NULL, a.status = 'RUNNING'))
+         FROM attempts a JOIN jobs j ON j.id = a.job_id"
+    } else {
+        "SELECT json_group_array(json_array(json(a.gpus))) FROM attempts a"
+    };
     // id, name, labels, GPU indices, active attempts.
-    type NodeRow = (
-        String,
-        String,
-        BTreeMap<String, String>,
-        Vec<u32>,
-        Vec<AttemptRow>,
-    );
-    let json: String = sqlx::query_scalar(
+    type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<ActiveRow>);
+    let json: String = sqlx::query_scalar(&format!(
         "SELECT coalesce(json_group_array(json_array(id, name, json(labels),
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
-                    (SELECT json_group_array(json_array(json(a.gpus), a.job_id, a.n, j.priority,
-                                                        coalesce(a.started_at, a.dispatched_at),
-                                                        a.preempted_at IS NOT NULL, a.status = 'RUNNING'))
-                     FROM attempts a JOIN jobs j ON j.id = a.job_id
-                     WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
-         FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n",
-    )
+                    ({attempts} WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
+         FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
+    ))
     .fetch_one(&state.db)
     .await?;
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
@@ -375,20 +387,22 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
                 busy_gpus: BTreeSet::new(),
                 running: Vec::new(),
             };
-            for (held, job_id, attempt, priority, started_at, preempted, started) in active {
+            for ActiveRow(held, job_id, attempt, priority, started_at, preempted, started) in active {
                 if held.is_empty() {
                     node.cpu_jobs += 1;
                     continue;
                 }
-                node.running.push(RunningAttempt {
-                    job_id,
-                    attempt,
-                    priority,
-                    gpus: held.len() as u32,
-                    started_at,
-                    preempted: preempted != 0,
-                    started: started != 0,
-                });
+                if preemption {
+                    node.running.push(RunningAttempt {
+                        job_id,
+                        attempt,
+                        priority,
+                        gpus: held.len() as u32,
+                        started_at,
+                        preempted: preempted != 0,
+                        started: started != 0,
+                    });
+                }
                 node.busy_gpus.extend(held);
             }
             node

@@ -888,7 +888,7 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_witho
         &editor,
         json!({"name": "low", "resources": {"gpu": 2},
             "command": sh("trap 'echo got SIGTERM, checkpoint saved; exit 0' TERM; \
-                           echo attempt $GPUCTL_ATTEMPT; while true; do sleep 0.05; done")}),
+                           echo attempt $GPUCTL_ATTEMPT; for i in $(seq 600); do sleep 0.05; done")}),
     )
     .await;
     cluster.wait_for(&low, JobStatus::Running).await;
@@ -974,4 +974,9 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_witho
         "{}",
         events[0].message
     );
+    let (status, _) = cluster
+        .post(&format!("/jobs/{low}/cancel"), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200);
+    cluster.wait_for(&low, JobStatus::Cancelled).await;
 }
