@@ -187,6 +187,59 @@ pub struct JobSpec {
     /// anyway. Jobs get no input: such commands are refused unless this is set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_interactive: bool,
+    /// The git checkout `gpuctl job submit` ran in (recorded by gpuctl);
+    /// shown beside the commit each attempt ran, with a warning when they differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSource>,
+}
+
+/// Where a job was submitted from: a git checkout on the submitting machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GitSource {
+    /// The `origin` remote's URL without credentials, else the checkout's
+    /// path on the submitting machine.
+    pub repository: String,
+    /// The branch checked out; none when HEAD is detached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The commit checked out (hex).
+    pub commit: String,
+    /// Tracked files had uncommitted changes (submitted with `--allow-dirty`).
+    #[serde(default)]
+    pub dirty: bool,
+}
+
+impl GitSource {
+    /// `https://git.example.com/team/repo @ main 1a2b3c4d5e6f (dirty)`.
+    pub fn describe(&self) -> String {
+        let short = &self.commit[..self.commit.len().min(12)];
+        let branch = self
+            .branch
+            .as_deref()
+            .map(|b| format!(" {b}"))
+            .unwrap_or_default();
+        let dirty = if self.dirty {
+            " (dirty: uncommitted changes)"
+        } else {
+            ""
+        };
+        format!("{} @{branch} {short}{dirty}", self.repository)
+    }
+
+    /// Why attempt `n`, which found `ran` checked out in its working_dir,
+    /// may not have run what was submitted; `None` when they agree.
+    pub fn mismatch(&self, n: i64, ran: &str) -> Option<String> {
+        let same = ran.starts_with(&self.commit) || self.commit.starts_with(ran);
+        (!same).then(|| {
+            format!(
+                "attempt {n} ran commit {} but the job was submitted from {}: the agent's working_dir is checked out at another commit",
+                &ran[..ran.len().min(12)],
+                &self.commit[..self.commit.len().min(12)]
+            )
+        })
+    }
 }
 
 impl std::fmt::Debug for JobSpec {
@@ -211,6 +264,7 @@ impl std::fmt::Debug for JobSpec {
             after,
             watch_dirs,
             allow_interactive,
+            git,
         } = self;
         let secret_names: Vec<&String> = secret_env.keys().collect();
         f.debug_struct("JobSpec")
@@ -232,6 +286,7 @@ impl std::fmt::Debug for JobSpec {
             .field("after", after)
             .field("watch_dirs", watch_dirs)
             .field("allow_interactive", allow_interactive)
+            .field("git", git)
             .finish()
     }
 }
@@ -270,6 +325,7 @@ impl JobSpec {
             after: Vec::new(),
             watch_dirs: Vec::new(),
             allow_interactive: false,
+            git: None,
         }
     }
 }
@@ -328,6 +384,20 @@ pub struct Job {
     pub submitted_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl Job {
+    /// A warning for each attempt that ran another commit than the job was
+    /// submitted from (`spec.git` against the attempt's `git_commit`).
+    pub fn source_mismatches(&self) -> Vec<String> {
+        let Some(git) = &self.spec.git else {
+            return Vec::new();
+        };
+        self.attempts
+            .iter()
+            .filter_map(|attempt| git.mismatch(attempt.n, attempt.git_commit.as_deref()?))
+            .collect()
+    }
 }
 
 /// `POST /api/v1/jobs/{id}/retry`.

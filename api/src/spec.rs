@@ -214,7 +214,49 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
             bad(&format!("watch_dirs[{at}]"), "must not be empty".into());
         }
     }
+    if let Some(git) = &spec.git {
+        let plain = |text: &str, max: usize| {
+            !text.is_empty() && text.len() <= max && !text.chars().any(char::is_control)
+        };
+        if !plain(&git.repository, 1000) {
+            bad(
+                "git.repository",
+                "must be 1 to 1000 characters without control characters".into(),
+            );
+        } else if has_credentials(&git.repository) {
+            bad(
+                "git.repository",
+                "must not contain credentials (user:password@): they would be shown to everyone who can see the job".into(),
+            );
+        }
+        if git.branch.as_deref().is_some_and(|branch| !plain(branch, 255)) {
+            bad(
+                "git.branch",
+                "must be 1 to 255 characters without control characters".into(),
+            );
+        }
+        if !(7..=64).contains(&git.commit.len()) || !git.commit.chars().all(|c| c.is_ascii_hexdigit()) {
+            bad(
+                "git.commit",
+                format!("`{}` is not a commit id (7 to 64 hex digits)", git.commit),
+            );
+        }
+    }
     if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
+/// A URL carrying a password or token: `scheme://user:secret@host/…`, or
+/// any user in an http(s) URL (`https://ghp_token@github.com/…`). An ssh
+/// user (`ssh://git@host/…`, `git@host:team/repo`) is not a secret.
+pub fn has_credentials(url: &str) -> bool {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    match authority.rsplit_once('@') {
+        Some((userinfo, _)) => userinfo.contains(':') || scheme.to_ascii_lowercase().starts_with("http"),
+        None => false,
+    }
 }
 
 /// Applies `retry --set` changes to a spec; one error per bad key.
@@ -347,6 +389,25 @@ mod tests {
     }
 
     #[test]
+    fn repository_urls_with_credentials_are_recognised() {
+        for url in [
+            "https://me:secret@github.com/team/repo.git",
+            "https://ghp_token@github.com/team/repo.git",
+            "ssh://git:pw@host/repo",
+        ] {
+            assert!(has_credentials(url), "{url}");
+        }
+        for url in [
+            "https://github.com/team/repo.git",
+            "ssh://git@host/repo",
+            "git@github.com:team/repo.git",
+            "/home/me/repo",
+        ] {
+            assert!(!has_credentials(url), "{url}");
+        }
+    }
+
+    #[test]
     fn a_plain_spec_is_valid() {
         assert_eq!(
             check(JobSpec::new("train", vec!["python".into(), "train.py".into()])),
@@ -365,6 +426,12 @@ mod tests {
         spec.env.insert("1BAD".into(), "x".into());
         spec.time_limit_s = Some(0);
         spec.after = vec!["job_01A".into(), "job_01A:finished".into(), "run_01B".into()];
+        spec.git = Some(crate::job::GitSource {
+            repository: "https://me:ghp_secret@github.com/team/repo.git".into(),
+            branch: Some(String::new()),
+            commit: "HEAD".into(),
+            dirty: false,
+        });
         expect![[r#"
             name: must not be empty
             command: must not be empty: give the program and its arguments as a list
@@ -377,6 +444,9 @@ mod tests {
             after[1]: job_01A is listed twice
             after[2]: `run_01B` is not a job id (job_…)
             time_limit_s: must be between 1 second and 31622400 seconds (366 days); leave it out for no limit
+            git.repository: must not contain credentials (user:password@): they would be shown to everyone who can see the job
+            git.branch: must be 1 to 255 characters without control characters
+            git.commit: `HEAD` is not a commit id (7 to 64 hex digits)
         "#]]
         .assert_eq(&check(spec));
     }

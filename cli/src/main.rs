@@ -5,6 +5,7 @@ mod client;
 mod commands;
 mod credentials;
 mod exit;
+mod git;
 
 use clap::{Parser, Subcommand};
 use client::{CliError, Client};

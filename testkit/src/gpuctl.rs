@@ -7,10 +7,13 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// `gpuctl` with `home` as its home; add `.args(…)` and env, then run it.
+/// `gpuctl` with `home` as its home (and working directory, so it runs
+/// outside any git checkout unless a test says otherwise); add `.args(…)`
+/// and env, then run it.
 pub fn command(home: &Path) -> Command {
     let mut command = Command::new(binary("gpuctl"));
     command
+        .current_dir(home)
         .env("GPUCTL_HOME", home)
         .env_remove("GPUCTL_SERVER")
         .env_remove("GPUCTL_TOKEN")

@@ -120,6 +120,9 @@ fn JobView(job: Job) -> impl IntoView {
             <p class="notice danger">{reason.as_str()} ": " {job.failure_detail.clone().unwrap_or_default()}
                 " " <a href=format!("/runs/{}?tab=diagnosis", job.run_id)>"Why, and what to do"</a></p>
         })}
+        {job.source_mismatches().into_iter().map(|warning| view! {
+            <p class="notice warn" data-testid="git-mismatch">{warning}</p>
+        }).collect_view()}
         <section class="card">
             <h2>"Spec"</h2>
             <dl class="details">
@@ -127,6 +130,9 @@ fn JobView(job: Job) -> impl IntoView {
                 <dt>"Kind"</dt><dd>{job.kind.as_str()}</dd>
                 <dt>"Project"</dt><dd>{job.project.clone()}</dd>
                 <dt>"Submitted"</dt><dd>{format::time(&job.created_at)} " by " {job.submitted_by.clone().unwrap_or_else(|| "–".into())}</dd>
+                {spec.git.clone().map(|git| view! {
+                    <dt>"Source"</dt><dd data-testid="git-source">{git.describe()}</dd>
+                })}
                 <dt>"Command"</dt><dd>{command}</dd>
                 <dt>"Working dir"</dt><dd>{spec.working_dir.clone().unwrap_or_else(|| "(the agent's home)".into())}</dd>
                 <dt>"GPUs"</dt><dd>{spec.resources.gpu}</dd>

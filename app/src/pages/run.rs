@@ -256,9 +256,16 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
             .find_map(|name| env.get(*name).cloned())
     });
     let primary = run.primary_metric.clone();
+    let source = job
+        .as_ref()
+        .and_then(|job| Some(job.spec.git.as_ref()?.describe()));
+    let mismatches = job.as_ref().map(Job::source_mismatches).unwrap_or_default();
     view! {
         <Title text=format!("Run {}", run.name) />
         <h1>{run.name.clone()} " " {status_badge(run.status.clone())}</h1>
+        {mismatches.into_iter().map(|warning| view! {
+            <p class="notice warn" data-testid="git-mismatch">{warning}</p>
+        }).collect_view()}
         <section class="card">
             <dl class="details" data-testid="run-summary">
                 <dt>"Project"</dt><dd>{run.project.clone()}</dd>
@@ -276,6 +283,7 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                     },
                 }}</dd>
                 {git.map(|git| view! { <dt>"Git commit"</dt><dd data-testid="git-commit">{git}</dd> })}
+                {source.map(|source| view! { <dt>"Submitted from"</dt><dd data-testid="git-source">{source}</dd> })}
                 <dt>"Created"</dt><dd>{format::time(&run.created_at)}</dd>
                 <dt>"Run id"</dt><dd>{run.id.clone()}</dd>
             </dl>

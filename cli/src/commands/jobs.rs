@@ -115,6 +115,10 @@ pub struct SubmitArgs {
     /// Image for the docker runner.
     #[arg(long)]
     image: Option<String>,
+    /// Submit from a git checkout with uncommitted changes anyway (the job
+    /// records that its tree was dirty).
+    #[arg(long)]
+    allow_dirty: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true)]
     command: Vec<String>,
@@ -208,6 +212,41 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// Records the git checkout gpuctl runs in (unless the spec names one): a
+/// tree with uncommitted changes to tracked files is refused unless
+/// `allow_dirty`; untracked files are only a warning.
+fn record_checkout(spec: &mut JobSpec, allow_dirty: bool) -> Result<(), CliError> {
+    if spec.git.is_some() {
+        return Ok(());
+    }
+    let Some(checkout) = std::env::current_dir()
+        .ok()
+        .and_then(|dir| crate::git::checkout(&dir))
+    else {
+        return Ok(());
+    };
+    let short = &checkout.source.commit[..12.min(checkout.source.commit.len())];
+    if !checkout.changed.is_empty() && !allow_dirty {
+        return Err(CliError::new(
+            Failure::Invalid,
+            "dirty_tree",
+            format!(
+                "this git checkout has uncommitted changes ({}): the job could not be traced to commit {short}. \
+                 Commit them, or submit with --allow-dirty (the job then records a dirty tree)",
+                crate::git::some_of(&checkout.changed, 5)
+            ),
+        ));
+    }
+    if !checkout.untracked.is_empty() {
+        eprintln!(
+            "warning: files not in git are not part of commit {short}: {}",
+            crate::git::some_of(&checkout.untracked, 5)
+        );
+    }
+    spec.git = Some(checkout.source);
+    Ok(())
+}
+
 /// The spec from the file (if any) with the flags on top.
 fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     let invalid = |message: String| CliError::new(Failure::Invalid, "invalid_spec", message);
@@ -268,7 +307,9 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
 pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(), CliError> {
     match command {
         JobCommand::Submit(args) => {
-            let spec = build_spec(*args)?;
+            let allow_dirty = args.allow_dirty;
+            let mut spec = build_spec(*args)?;
+            record_checkout(&mut spec, allow_dirty)?;
             let job: Job = client.post("jobs", &spec).await?;
             if let Some(image) = job.spec.image.as_deref().filter(|image| !image_is_pinned(image)) {
                 eprintln!(
@@ -483,6 +524,9 @@ fn render_job(job: &Job) -> String {
         job.created_at,
         job.submitted_by.as_deref().unwrap_or("?")
     );
+    if let Some(git) = &job.spec.git {
+        let _ = writeln!(text, "source     {}", git.describe());
+    }
     let _ = writeln!(text, "attempts   {} of {}", job.attempts.len(), job.max_attempts);
     for attempt in &job.attempts {
         let gpus: Vec<String> = attempt.gpus.iter().map(u32::to_string).collect();
@@ -508,6 +552,12 @@ fn render_job(job: &Job) -> String {
                 .map(|d| format!("  — {d}"))
                 .unwrap_or_default()
         );
+        if let Some(commit) = &attempt.git_commit {
+            let _ = writeln!(text, "     ran commit {commit}");
+        }
+    }
+    for warning in job.source_mismatches() {
+        let _ = writeln!(text, "warning: {warning}");
     }
     text
 }

@@ -72,6 +72,17 @@ impl Env {
             .unwrap()
     }
 
+    /// `gpuctl ARGS` run from `dir` (a git checkout, say).
+    fn run_in(&self, dir: &std::path::Path, args: &[&str]) -> Output {
+        gpuctl::command(self.home.path())
+            .current_dir(dir)
+            .args(args)
+            .env("GPUCTL_SERVER", &self.server.url)
+            .env("GPUCTL_TOKEN", &self.token)
+            .output()
+            .unwrap()
+    }
+
     fn json(&self, args: &[&str]) -> Value {
         // Before the arguments: after `--`, `--json` would belong to the job's command.
         let output = self.run(&[&["--json"], args].concat());
@@ -427,7 +438,7 @@ async fn secret_variables_reach_the_job_but_are_never_shown() {
     let env = Env::start().await;
     let secret = "tok-3b8e91-never-show";
     let from_shell = "from-the-shell-77c1";
-    let output = Command::new(binary("gpuctl"))
+    let output = gpuctl::command(env.home.path())
         .args(["--json", "job", "submit", "--name", "secrets", "--gpus", "0"])
         .args([
             "--secret-env",
@@ -436,7 +447,6 @@ async fn secret_variables_reach_the_job_but_are_never_shown() {
             "SHELL_SECRET",
         ])
         .args(["--", "sh", "-c", "echo key=$API_KEY shell=$SHELL_SECRET"])
-        .env("GPUCTL_HOME", env.home.path())
         .env("GPUCTL_SERVER", &env.server.url)
         .env("GPUCTL_TOKEN", &env.token)
         .env("SHELL_SECRET", from_shell)
@@ -548,5 +558,140 @@ async fn validate_and_the_server_agree_on_every_bad_spec() {
         text(&refused.stderr).contains("project: no project named `secret` that you can submit to"),
         "{}",
         text(&refused.stderr)
+    );
+}
+
+/// `git ARGS` in `dir` (with an identity, so commits work on any machine).
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Tester",
+            "-c",
+            "user.email=tester@example.com",
+            "-C",
+        ])
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(output.status.success(), "git {args:?}: {}", text(&output.stderr));
+    text(&output.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn submit_records_its_git_checkout_and_refuses_uncommitted_changes_unless_allowed() {
+    let env = Env::start().await;
+    let repo = env.work.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("train.py"), "print('v1')\n").unwrap();
+    git(&repo, &["add", "train.py"]);
+    git(&repo, &["commit", "-q", "-m", "v1"]);
+    // A remote URL with a token in it: the job records it without.
+    git(
+        &repo,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "https://me:ghp_secret@git.example.com/team/repo.git",
+        ],
+    );
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let workdir = repo.to_str().unwrap();
+    let submit = |extra: &[&str]| {
+        let args = [
+            &["--json", "job", "submit", "--workdir", workdir],
+            extra,
+            &["--", "true"],
+        ]
+        .concat();
+        env.run_in(&repo, &args)
+    };
+
+    // A clean tree: repository, branch and commit recorded; the attempt ran it.
+    let output = submit(&[]);
+    let job = gpuctl::json(&output);
+    assert_eq!(
+        job["spec"]["git"],
+        serde_json::json!({"repository": "https://git.example.com/team/repo.git", "branch": "main",
+                           "commit": head, "dirty": false})
+    );
+    let id = job["id"].as_str().unwrap();
+    let done = env.wait_status(id, "SUCCEEDED").await;
+    assert_eq!(done["attempts"][0]["git_commit"], head.as_str());
+    let shown = text(&env.run(&["job", "show", id]).stdout);
+    assert!(
+        shown.contains(&format!(
+            "source     https://git.example.com/team/repo.git @ main {}\n",
+            &head[..12]
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("warning:"), "{shown}");
+
+    // An untracked file is a warning only.
+    std::fs::write(repo.join("notes.txt"), "scratch").unwrap();
+    let output = submit(&[]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains(&format!(
+            "warning: files not in git are not part of commit {}: notes.txt",
+            &head[..12]
+        )),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // A changed tracked file: refused (exit 7), nothing submitted…
+    std::fs::write(repo.join("train.py"), "print('v2')\n").unwrap();
+    let before = env.json(&["job", "list"])["items"].as_array().unwrap().len();
+    let output = submit(&[]);
+    assert_eq!(output.status.code(), Some(7), "{}", text(&output.stdout));
+    let refusal = text(&output.stderr);
+    assert!(
+        refusal.contains("this git checkout has uncommitted changes (M train.py)")
+            && refusal.contains("submit with --allow-dirty"),
+        "{refusal}"
+    );
+    assert_eq!(
+        env.json(&["job", "list"])["items"].as_array().unwrap().len(),
+        before
+    );
+    // …unless allowed, and then the job says so.
+    let job = gpuctl::json(&submit(&["--allow-dirty"]));
+    assert_eq!(job["spec"]["git"]["dirty"], true);
+    git(&repo, &["checkout", "-q", "train.py"]);
+
+    // Submitted from this commit, but the agent's working_dir is a clone
+    // at another one: job show warns.
+    let other = env.work.join("other");
+    git(&env.work, &["clone", "-q", workdir, other.to_str().unwrap()]);
+    std::fs::write(other.join("train.py"), "print('v3')\n").unwrap();
+    git(&other, &["commit", "-q", "-am", "v3"]);
+    let other_head = git(&other, &["rev-parse", "HEAD"]);
+    let output = env.run_in(
+        &repo,
+        &[
+            "--json",
+            "job",
+            "submit",
+            "--workdir",
+            other.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+    );
+    let id = gpuctl::json(&output)["id"].as_str().unwrap().to_string();
+    env.wait_status(&id, "SUCCEEDED").await;
+    let shown = text(&env.run(&["job", "show", &id]).stdout);
+    assert!(
+        shown.contains(&format!(
+            "warning: attempt 1 ran commit {} but the job was submitted from {}",
+            &other_head[..12],
+            &head[..12]
+        )),
+        "{shown}"
     );
 }
