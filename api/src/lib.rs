@@ -46,6 +46,7 @@ macro_rules! names {
 }
 
 pub mod agent;
+pub mod audit;
 pub mod auth;
 pub mod diagnosis;
 pub mod duration;

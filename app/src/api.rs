@@ -195,8 +195,9 @@ pub async fn create_assistant_token(scope: String, project: String) -> Result<As
 pub async fn set_maintenance(message: String) -> Result<(), ServerFnError> {
     let user = require_user().await?;
     let message = Some(message.trim().to_string()).filter(|m| !m.is_empty());
+    let address = client_address().await;
     crate::backend::use_backend()?
-        .set_maintenance(user, message)
+        .set_maintenance(user, message, address)
         .await
         .map_err(ServerFnError::new)
 }

@@ -38,11 +38,13 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         request: CreateToken,
     ) -> BoxFuture<'_, Result<CreatedToken, String>>;
     fn revoke_token(&self, user: SessionUser, token_id: String) -> BoxFuture<'_, Result<(), String>>;
-    /// Turns maintenance mode on with `message`, or off with `None` (server admins).
+    /// Turns maintenance mode on with `message`, or off with `None` (server
+    /// admins), from the client at `address` (for the audit log).
     fn set_maintenance(
         &self,
         user: SessionUser,
         message: Option<String>,
+        address: String,
     ) -> BoxFuture<'_, Result<(), String>>;
     /// The body of `GET path` on the public API (`/api/v1/...`), read as
     /// this user with a read scope: pages show what the API shows. An answer

@@ -486,5 +486,16 @@ async fn admins_set_and_clear_quotas_and_status_shows_usage_against_them() {
     expect!["Quota removed: jobs it held back start now.\n"].assert_eq(&stdout(&cleared));
     let again = as_user(&admin, &["admin", "quota", "clear", "--user", "dana"]);
     assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
+
+    // Each change is in the audit log, which only admins read.
+    let audit = stdout(&as_user(&admin, &["admin", "audit", "--action", "quota.set"]));
+    let lines: Vec<&str> = audit.lines().collect();
+    assert_eq!(lines.len(), 2, "{audit}");
+    assert!(
+        lines[0].ends_with("  root (127.0.0.1)  quota.set user dana  max_gpus 2, max_running_jobs none"),
+        "{audit}"
+    );
+    let denied = as_user(&editor, &["admin", "audit"]);
+    assert_eq!(denied.status.code(), Some(4), "{}", stderr(&denied));
     assert!(!stdout(&as_user(&editor, &["status"])).contains("user dana"));
 }

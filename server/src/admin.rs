@@ -1,12 +1,14 @@
 //! `gpuplane-server admin ...`: bootstrap users and tokens on the data dir
 //! without a running server. Each command prints only its secret on stdout.
 
+use crate::audit::{self, Actor};
 use crate::config::AdminCommand;
 use crate::identity::credentials::{NewToken, create_token, hash_password};
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use anyhow::{Context, bail};
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::auth::Scope;
 use sqlx::SqlitePool;
 use std::io::Read;
@@ -25,6 +27,8 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             let password = input.strip_suffix('\n').unwrap_or(&input);
             let password = password.strip_suffix('\r').unwrap_or(password);
             create_user(db, &name, password, admin).await?;
+            let detail = if admin { "admin" } else { "" };
+            audit::record(db, &Actor::server_cli(), AuditAction::UserCreate, &name, detail).await?;
             eprintln!("created user {name}{}", if admin { " (admin)" } else { "" });
             Ok(None)
         }
@@ -59,6 +63,7 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
         }
         AdminCommand::DisableUser { name } => {
             disable_user(db, &name).await?;
+            audit::record(db, &Actor::server_cli(), AuditAction::UserDisable, &name, "").await?;
             eprintln!("disabled user {name}: their sessions and tokens no longer work");
             Ok(None)
         }
@@ -76,7 +81,19 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
                 project: None,
                 node: node.as_deref(),
             };
-            let (_, secret) = create_token(db, new).await?;
+            let (token_id, secret) = create_token(db, new).await?;
+            let detail = match &node {
+                Some(node) => format!("{name}, for node {node}"),
+                None => format!("{name}, for the first node it says hello as"),
+            };
+            audit::record(
+                db,
+                &Actor::server_cli(),
+                AuditAction::AgentTokenCreate,
+                &token_id,
+                &detail,
+            )
+            .await?;
             Ok(Some(secret))
         }
         AdminCommand::ListAgentTokens { json } => {
@@ -113,6 +130,14 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             if revoked.rows_affected() == 0 {
                 bail!("no agent token {token_id} (see `gpuplane-server admin list-agent-tokens`)");
             }
+            audit::record(
+                db,
+                &Actor::server_cli(),
+                AuditAction::AgentTokenRevoke,
+                &token_id,
+                "",
+            )
+            .await?;
             eprintln!("revoked agent token {token_id}: its agent is refused from its next request on");
             Ok(None)
         }

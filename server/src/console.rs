@@ -2,6 +2,7 @@
 //! static files beside them, and the backend their server functions call.
 
 use crate::api::error::ApiError;
+use crate::audit::Actor;
 use crate::identity::access::Principal;
 use crate::identity::{device_login, tokens};
 use crate::state::AppState;
@@ -9,6 +10,7 @@ use app::backend::{Backend, BoxFuture, ConsoleBackend};
 use app::{App, shell};
 use axum::Router;
 use axum::http::{HeaderValue, header};
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, Scope, SessionUser, TokenInfo};
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
@@ -172,17 +174,26 @@ impl ConsoleBackend for ServerBackend {
         &self,
         user: SessionUser,
         notice: Option<String>,
+        address: String,
     ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             if !user.is_admin {
                 return Err("maintenance mode is for server admins".to_string());
             }
             let db = &self.state.db;
+            let (action, detail) = match &notice {
+                Some(notice) => (AuditAction::MaintenanceOn, notice.clone()),
+                None => (AuditAction::MaintenanceOff, String::new()),
+            };
             match notice {
                 Some(notice) => crate::jobs::maintenance::start(db, Some(&user.name), &notice).await,
                 None => crate::jobs::maintenance::end(db).await,
             }
             .map_err(message)?;
+            let actor = Actor::console(&user.id, &user.name, address.parse().ok());
+            crate::audit::record(db, &actor, action, "cluster", &detail)
+                .await
+                .map_err(message)?;
             self.state.jobs_changed();
             Ok(())
         })

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod api;
+pub mod audit;
 pub mod config;
 pub mod console;
 pub mod diagnosis;

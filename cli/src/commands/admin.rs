@@ -5,6 +5,7 @@ use crate::Output;
 use crate::client::{CliError, Client};
 use clap::Subcommand;
 use gpuplane_api::Page;
+use gpuplane_api::audit::AuditEntry;
 use gpuplane_api::node::{Maintenance, Node, NodeStatus, StartMaintenance};
 use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
 
@@ -20,6 +21,21 @@ pub enum AdminCommand {
     /// over quota wait in the queue.
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// Who did what, when and from where: admin actions and every job
+    /// cancel, retry, priority change, hold and release (newest first).
+    Audit {
+        /// Only what this user did.
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only this action: job.cancel, job.retry, job.priority, quota.set, maintenance.on, …
+        #[arg(long)]
+        action: Option<String>,
+        /// Only what was done to this job, node, project or user.
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -119,6 +135,23 @@ pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result
             });
             Ok(())
         }
+        AdminCommand::Audit {
+            actor,
+            action,
+            target,
+            limit,
+        } => {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query.append_pair("limit", &limit.to_string());
+            for (key, value) in [("actor", actor), ("action", action), ("target", target)] {
+                if let Some(value) = value {
+                    query.append_pair(key, &value);
+                }
+            }
+            let page: Page<AuditEntry> = client.get(&format!("audit?{}", query.finish())).await?;
+            out.emit(&page, |page| render_audit(&page.items));
+            Ok(())
+        }
         AdminCommand::Maintenance(command) => {
             let maintenance: Maintenance = match command {
                 MaintenanceCommand::On { message } => {
@@ -152,6 +185,33 @@ pub fn render_quotas(quotas: &[Quota]) -> String {
                     .as_deref()
                     .map(|by| format!(" by {by}"))
                     .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One line per entry: `2026-12-01T05:40:00Z  alice (127.0.0.1)  job.cancel job_01…  was RUNNING`.
+fn render_audit(entries: &[AuditEntry]) -> String {
+    if entries.is_empty() {
+        return "Nothing in the audit log matches.".to_string();
+    }
+    entries
+        .iter()
+        .map(|entry| {
+            let from = entry
+                .address
+                .as_deref()
+                .map(|a| format!(" ({a})"))
+                .unwrap_or_default();
+            let detail = if entry.detail.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", entry.detail)
+            };
+            format!(
+                "{}  {}{from}  {} {}{detail}",
+                entry.time, entry.actor, entry.action, entry.target
             )
         })
         .collect::<Vec<_>>()

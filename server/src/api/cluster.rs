@@ -1,6 +1,7 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance; maintenance mode.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::maintenance;
@@ -8,6 +9,7 @@ use crate::state::AppState;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::State;
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::node::{ClusterSummary, Maintenance, StartMaintenance};
@@ -137,6 +139,14 @@ pub async fn start_maintenance(
     require_server_admin(&auth.caller, "maintenance mode")?;
     let by = auth.caller.user_name.as_deref();
     let maintenance = maintenance::start(&state.db, by, &request.message).await?;
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::MaintenanceOn,
+        "cluster",
+        &request.message,
+    )
+    .await?;
     state.jobs_changed();
     Ok(Json(maintenance))
 }
@@ -151,6 +161,14 @@ pub async fn end_maintenance(
 ) -> Result<Json<Maintenance>, ApiError> {
     require_server_admin(&auth.caller, "maintenance mode")?;
     let maintenance = maintenance::end(&state.db).await?;
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::MaintenanceOff,
+        "cluster",
+        "",
+    )
+    .await?;
     state.jobs_changed();
     Ok(Json(maintenance))
 }

@@ -1,6 +1,7 @@
 //! `/api/v1/jobs`: submit, validate, list, show, cancel, retry, priority, hold, release.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors, OptionalJson};
+use crate::audit;
 use crate::identity::access::{self, Principal};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::plan::{QueuedJob, plan};
@@ -12,6 +13,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::job::{CancelRequest, Job, JobSpec, JobStatus, RetryRequest, SetPriority};
 use gpuplane_api::project::Role;
@@ -203,7 +205,7 @@ pub async fn cancel_job(
     OptionalJson(request): OptionalJson<CancelRequest>,
 ) -> Result<Json<Job>, ApiError> {
     // Unknown (or invisible) jobs are 404 before anything else.
-    store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
+    let job = store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     if !request.confirm {
         return Err(ApiError::field(
             "confirm",
@@ -214,6 +216,8 @@ pub async fn cancel_job(
         Cancelled::Now => state.scheduler_wake.notify_one(),
         Cancelled::Stopping { node_id } => state.agents.wake(&node_id),
     }
+    let detail = format!("was {}", job.status);
+    audit::by_caller(&state.db, &auth.caller, AuditAction::JobCancel, &job_id, &detail).await?;
     let _ = state.event_recorded.send(());
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
@@ -240,6 +244,25 @@ pub async fn retry_job(
         check_preempting_priority(&state, &principal, changed.priority)?;
     }
     store::retry(&state.db, &job_id, &request, &state.config.job_policy()).await?;
+    let mut detail: Vec<String> = request
+        .set
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    if detail.is_empty() {
+        detail.push("unchanged".into());
+    }
+    if request.force {
+        detail.push("forced".into());
+    }
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::JobRetry,
+        &job_id,
+        &detail.join(", "),
+    )
+    .await?;
     state.scheduler_wake.notify_one();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
@@ -258,9 +281,18 @@ pub async fn set_priority(
     ApiJson(request): ApiJson<SetPriority>,
 ) -> Result<Json<Job>, ApiError> {
     let principal = auth.caller.principal();
-    store::get_for(&state.db, &principal, &job_id, Role::Editor).await?;
+    let job = store::get_for(&state.db, &principal, &job_id, Role::Editor).await?;
     check_preempting_priority(&state, &principal, request.priority)?;
     store::set_priority(&state.db, &job_id, request.priority).await?;
+    let detail = format!("priority {} → {}", job.priority, request.priority);
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::JobPriority,
+        &job_id,
+        &detail,
+    )
+    .await?;
     state.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
@@ -278,6 +310,7 @@ pub async fn hold_job(
 ) -> Result<Json<Job>, ApiError> {
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     store::hold(&state.db, &job_id, auth.caller.user_name.as_deref()).await?;
+    audit::by_caller(&state.db, &auth.caller, AuditAction::JobHold, &job_id, "").await?;
     state.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
@@ -295,6 +328,7 @@ pub async fn release_job(
 ) -> Result<Json<Job>, ApiError> {
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     store::release(&state.db, &job_id).await?;
+    audit::by_caller(&state.db, &auth.caller, AuditAction::JobRelease, &job_id, "").await?;
     state.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }

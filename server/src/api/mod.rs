@@ -2,6 +2,7 @@
 //! [`OpenApiRouter`], so the OpenAPI document cannot miss one.
 
 mod agent;
+mod audit;
 mod auth;
 mod cluster;
 mod diagnosis;
@@ -67,6 +68,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             cluster::start_maintenance,
             cluster::end_maintenance
         ))
+        .routes(routes!(audit::list_audit))
         .routes(routes!(quotas::list_quotas))
         .routes(routes!(quotas::set_quota, quotas::clear_quota))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))

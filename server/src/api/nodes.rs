@@ -1,6 +1,7 @@
 //! `GET /api/v1/nodes`; draining a node (server admins).
 
 use crate::api::error::{ApiError, AuthErrors};
+use crate::audit;
 use crate::identity::access::require_server_admin;
 use crate::identity::auth::{Authed, Read, Write};
 use crate::nodes;
@@ -8,6 +9,7 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
 use gpuplane_api::Page;
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::node::Node;
 
@@ -38,6 +40,7 @@ pub async fn drain_node(
 ) -> Result<Json<Node>, ApiError> {
     require_server_admin(&auth.caller, "draining a node")?;
     nodes::drain(&state.db, &name, auth.caller.user_name.as_deref()).await?;
+    audit::by_caller(&state.db, &auth.caller, AuditAction::NodeDrain, &name, "").await?;
     state.jobs_changed();
     Ok(Json(node_named(&state, &name).await?))
 }
@@ -54,6 +57,7 @@ pub async fn undrain_node(
 ) -> Result<Json<Node>, ApiError> {
     require_server_admin(&auth.caller, "undraining a node")?;
     nodes::undrain(&state.db, &name).await?;
+    audit::by_caller(&state.db, &auth.caller, AuditAction::NodeUndrain, &name, "").await?;
     state.jobs_changed();
     Ok(Json(node_named(&state, &name).await?))
 }

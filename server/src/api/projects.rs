@@ -2,6 +2,7 @@
 //! members (server admins, or admins of the project).
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::runs::primary;
@@ -12,6 +13,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::metric::SetPrimaryMetric;
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
@@ -93,6 +95,7 @@ pub async fn create_project(
         .await?;
     }
     tx.commit().await?;
+    audit::by_caller(&state.db, &auth.caller, AuditAction::ProjectCreate, &new.name, "").await?;
     Ok((
         StatusCode::CREATED,
         Json(Project {
@@ -158,6 +161,15 @@ pub async fn set_member(
     .bind(membership.role.as_str())
     .bind(now_ms())
     .execute(&state.db)
+    .await?;
+    let detail = format!("{} is {}", membership.user, membership.role.as_str());
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::ProjectMember,
+        &name,
+        &detail,
+    )
     .await?;
     Ok(Json(membership))
 }

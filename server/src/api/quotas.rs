@@ -2,6 +2,7 @@
 //! projects' and their own); server admins set and remove them.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
 use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::quotas;
@@ -10,6 +11,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
+use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
 
@@ -77,6 +79,14 @@ pub async fn set_quota(
         auth.caller.user_name.as_deref(),
     )
     .await?;
+    let target = format!("{} {name}", quota.kind);
+    let limit = |max: Option<i64>| max.map_or_else(|| "none".to_string(), |max| max.to_string());
+    let detail = format!(
+        "max_gpus {}, max_running_jobs {}",
+        limit(quota.max_gpus),
+        limit(quota.max_running_jobs)
+    );
+    audit::by_caller(&state.db, &auth.caller, AuditAction::QuotaSet, &target, &detail).await?;
     state.jobs_changed();
     Ok(Json(quota))
 }
@@ -93,7 +103,16 @@ pub async fn clear_quota(
     Path((kind_text, name)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     require_server_admin(&auth.caller, "removing quotas")?;
-    quotas::clear(&state.db, kind(&kind_text)?, &name).await?;
+    let kind = kind(&kind_text)?;
+    quotas::clear(&state.db, kind, &name).await?;
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::QuotaClear,
+        &format!("{kind} {name}"),
+        "",
+    )
+    .await?;
     state.jobs_changed();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -26,6 +26,8 @@ pub struct Caller {
     pub run_id: Option<String>,
     /// An agent token speaks only for this node (by name); `None` until its first hello.
     pub node: Option<String>,
+    /// The client's address (for the audit log), when the request had one.
+    pub address: Option<std::net::IpAddr>,
 }
 
 impl Caller {

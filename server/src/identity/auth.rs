@@ -82,6 +82,7 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
         project: row.project,
         run_id: row.run_id,
         node: row.node_name,
+        address: None,
     })
 }
 
@@ -105,6 +106,7 @@ fn session_reader(parts: &Parts) -> Option<Caller> {
         project: None,
         run_id: None,
         node: None,
+        address: None,
     })
 }
 
@@ -173,10 +175,14 @@ impl<A: Access> FromRequestParts<AppState> for Authed<A> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let caller = match bearer_token(parts) {
+        let mut caller = match bearer_token(parts) {
             Some(token) => authenticate(&state.db, token).await?,
             None => session_reader(parts).ok_or(ApiError::Unauthorized)?,
         };
+        caller.address = parts
+            .extensions
+            .get::<gpuplane_api::auth::ClientAddress>()
+            .map(|address| address.0);
         if !A::allows(caller.scope) {
             return Err(ApiError::InsufficientScope(A::NEEDED));
         }

@@ -150,9 +150,13 @@ impl GpuPlaneMcp {
             }
             None => Body::empty(),
         };
-        let request = request
+        let mut request = request
             .body(body)
             .map_err(|error| McpError::internal_error(error.to_string(), None))?;
+        // The assistant's own address, for the audit log.
+        if let Some(address) = parts.extensions.get::<gpuplane_api::auth::ClientAddress>() {
+            request.extensions_mut().insert(*address);
+        }
         let response = self
             .api
             .clone()

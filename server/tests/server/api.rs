@@ -258,6 +258,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         post   /api/v1/agent/log-fetch/{request_id}  bearer ["agent"]
         post   /api/v1/agent/poll  bearer ["agent"]
         post   /api/v1/agent/report  bearer ["agent"]
+        get    /api/v1/audit  bearer ["read"]
         get    /api/v1/auth/whoami  bearer []
         get    /api/v1/cluster  bearer ["read"]
         get    /api/v1/evaluations  bearer ["read"]

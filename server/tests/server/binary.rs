@@ -150,6 +150,31 @@ fn agent_tokens_are_listed_with_their_node_and_revoked() {
         .output()
         .unwrap();
     assert_one_line_error(&bad_node, "node names are");
+
+    // The audit log has each change, by the server CLI; failures add nothing.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let entries = runtime.block_on(async {
+        let db = gpuplane_server::store::open(dir.path()).await.unwrap();
+        let filter = gpuplane_server::audit::Filter::default();
+        gpuplane_server::audit::list(&db, &filter, 50, None)
+            .await
+            .unwrap()
+            .items
+    });
+    let lines: Vec<String> = entries
+        .iter()
+        .rev()
+        .map(|e| format!("{} {} {}", e.actor, e.action, e.detail))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "server CLI agent_token.create rack-1, for node gpu-01",
+            "server CLI agent_token.create rack-2, for the first node it says hello as",
+            "server CLI agent_token.revoke ",
+        ]
+    );
+    assert_eq!(entries[0].target, id);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 
 mod access;
 mod api;
+mod audit;
 mod binary;
 mod charts;
 mod device;

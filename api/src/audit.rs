@@ -1,0 +1,87 @@
+//! The audit log (`GET /api/v1/audit`, server admins): who did what, when
+//! and from where, for every admin action and every change to a job's place
+//! in the queue.
+
+use serde::{Deserialize, Serialize};
+
+/// What was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum AuditAction {
+    #[serde(rename = "job.cancel")]
+    JobCancel,
+    #[serde(rename = "job.retry")]
+    JobRetry,
+    #[serde(rename = "job.priority")]
+    JobPriority,
+    #[serde(rename = "job.hold")]
+    JobHold,
+    #[serde(rename = "job.release")]
+    JobRelease,
+    #[serde(rename = "maintenance.on")]
+    MaintenanceOn,
+    #[serde(rename = "maintenance.off")]
+    MaintenanceOff,
+    #[serde(rename = "node.drain")]
+    NodeDrain,
+    #[serde(rename = "node.undrain")]
+    NodeUndrain,
+    #[serde(rename = "quota.set")]
+    QuotaSet,
+    #[serde(rename = "quota.clear")]
+    QuotaClear,
+    #[serde(rename = "project.create")]
+    ProjectCreate,
+    #[serde(rename = "project.member")]
+    ProjectMember,
+    #[serde(rename = "user.create")]
+    UserCreate,
+    #[serde(rename = "user.disable")]
+    UserDisable,
+    #[serde(rename = "agent_token.create")]
+    AgentTokenCreate,
+    #[serde(rename = "agent_token.revoke")]
+    AgentTokenRevoke,
+}
+
+names!("audit action", AuditAction {
+    JobCancel => "job.cancel",
+    JobRetry => "job.retry",
+    JobPriority => "job.priority",
+    JobHold => "job.hold",
+    JobRelease => "job.release",
+    MaintenanceOn => "maintenance.on",
+    MaintenanceOff => "maintenance.off",
+    NodeDrain => "node.drain",
+    NodeUndrain => "node.undrain",
+    QuotaSet => "quota.set",
+    QuotaClear => "quota.clear",
+    ProjectCreate => "project.create",
+    ProjectMember => "project.member",
+    UserCreate => "user.create",
+    UserDisable => "user.disable",
+    AgentTokenCreate => "agent_token.create",
+    AgentTokenRevoke => "agent_token.revoke",
+});
+
+/// One entry of the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AuditEntry {
+    /// Its place in the log (the `before` cursor of the next page).
+    pub seq: i64,
+    /// RFC 3339.
+    pub time: String,
+    /// The user's name; `token NAME` for a token without a user; `server CLI`
+    /// for `gpuplane-server admin` on the server's host.
+    pub actor: String,
+    /// The token's name (`session` for the console), when through the API.
+    pub token: Option<String>,
+    /// The client's IP address, when through the API.
+    pub address: Option<String>,
+    pub action: AuditAction,
+    /// What it was done to: a job id, a node, a project or user name.
+    pub target: String,
+    /// What changed, in words (`priority 0 → 10`, the maintenance message).
+    pub detail: String,
+}
