@@ -168,6 +168,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
                     started: true,
                 })
                 .collect(),
+            window: None,
         })
         .collect();
     let queue: Vec<QueuedJob> = (0..10_000)
@@ -188,6 +189,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             after: Vec::new(),
             queued_at: i as i64,
             fair_share_note: None,
+            time_limit_ms: None,
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.

@@ -229,6 +229,12 @@ settings! {
         /// such a priority. Unset: no preemption.
         #[arg(long, env = "GPUPLANE_PREEMPT_PRIORITY", value_name = "PRIORITY")]
         preempt_priority: i64,
+
+        /// Daily scheduling windows of node pools, in UTC, comma-separated:
+        /// `pool=night 20:00-06:00`. A node with that label starts a job only
+        /// inside the window, and only if the job's time limit ends before it closes.
+        #[arg(long, env = "GPUPLANE_SCHEDULING_WINDOWS", value_delimiter = ',', value_name = "WINDOW")]
+        scheduling_windows: Vec<String>,
     }
 }
 
@@ -318,6 +324,8 @@ pub struct ServerConfig {
     pub compaction_delay: Duration,
     /// How long one server-sent event stream lasts before the client reconnects.
     pub stream_max: Duration,
+    /// Node pools' daily scheduling windows (`scheduling_windows`).
+    pub scheduling_windows: Vec<crate::jobs::windows::Window>,
     /// Shown on the dashboard and by `gpuctl status`.
     pub maintenance_message: Option<String>,
     /// How long a token issued by device login lives.
@@ -412,6 +420,14 @@ impl ServerConfig {
             silence_warning: seconds(s.silence_warning_s, "silence_warning_s")?,
             compaction_delay: Duration::from_secs(2),
             stream_max: seconds(s.stream_max_s, "stream_max_s")?,
+            scheduling_windows: s
+                .scheduling_windows
+                .iter()
+                .flatten()
+                .filter(|text| !text.trim().is_empty())
+                .map(|text| crate::jobs::windows::Window::parse(text))
+                .collect::<Result<_, _>>()
+                .map_err(|error| anyhow::anyhow!("scheduling_windows: {error}"))?,
             maintenance_message: s
                 .maintenance_message
                 .as_deref()

@@ -40,6 +40,9 @@ pub struct AppState {
     pub device_authorize_limiter: Arc<Limiter>,
     /// Live streams open per user and token.
     pub streams: Arc<crate::identity::streams::StreamCounts>,
+    /// Added to the time scheduling windows are judged at (ms). Always 0 in
+    /// service; tests move it to see a window open or close.
+    pub window_clock_offset_ms: Arc<std::sync::atomic::AtomicI64>,
     /// Turns true when the server shuts down: long-lived responses end.
     pub shutdown: watch::Receiver<bool>,
     shutdown_sender: Arc<watch::Sender<bool>>,
@@ -70,6 +73,7 @@ impl AppState {
             agents: Arc::new(AgentLink::default()),
             log_appended: broadcast::channel(1024).0,
             event_recorded: broadcast::channel(64).0,
+            window_clock_offset_ms: Arc::default(),
             shutdown,
             shutdown_sender: Arc::new(shutdown_sender),
         }

@@ -104,8 +104,10 @@ async fn would_wait(
         after: Vec::new(),
         queued_at: now_ms(),
         fair_share_note: None,
+        time_limit_ms: spec.time_limit_s.map(|s| s.saturating_mul(1000)),
     };
-    let nodes = crate::jobs::scheduler::load_nodes(state).await?;
+    let mut nodes = crate::jobs::scheduler::load_nodes(state).await?;
+    crate::jobs::scheduler::judge_windows(state, &mut nodes, now_ms());
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
     let rules = crate::jobs::scheduler::rules(state);
     let plan = plan(&[job], &nodes, &quotas, rules, now_ms());

@@ -164,6 +164,7 @@ mod tests {
             after: Vec::new(),
             queued_at,
             fair_share_note: None,
+            time_limit_ms: None,
         }
     }
 

@@ -2,7 +2,7 @@
 //! `gpuplane_api::spec`, shared with gpuctl): `plan` (one scheduling pass), `failure` (how an attempt ended),
 //! `dependencies` (whether a job's `after` jobs let it run), `fair_share`'s
 //! `order` (who goes first among equal priorities; its `usage` reads the
-//! database).
+//! database), `windows` (a node pool's daily scheduling window).
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
@@ -23,3 +23,4 @@ pub mod quotas;
 pub mod reports;
 pub mod scheduler;
 pub mod store;
+pub mod windows;

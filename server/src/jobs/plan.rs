@@ -21,6 +21,7 @@
 //! - The queue's order within a priority is fair share's (`fair_share`);
 //!   a job it passed carries a note that capacity reasons end with.
 
+use crate::jobs::windows::WindowState;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Debug, Clone)]
@@ -44,6 +45,8 @@ pub struct QueuedJob {
     pub queued_at: i64,
     /// Why jobs submitted after it go first (`fair_share::order`), if they do.
     pub fair_share_note: Option<String>,
+    /// Its `time_limit_s` in ms: whether it ends inside a scheduling window.
+    pub time_limit_ms: Option<i64>,
 }
 
 /// The quotas of one pass, keyed by project name and by user id.
@@ -135,6 +138,8 @@ pub struct NodeCapacity {
     pub cpu_jobs: u32,
     /// The GPU attempts running on it (what preemption may stop).
     pub running: Vec<RunningAttempt>,
+    /// Its pool's scheduling window now, if its pool has one (`windows`).
+    pub window: Option<WindowState>,
 }
 
 /// A DISPATCHING or RUNNING attempt holding GPUs.
@@ -282,6 +287,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
         }
 
         if job.gpus == 0 {
+            let mut windowed = None;
             let best = if group.cpu_full {
                 None
             } else {
@@ -290,8 +296,22 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
                     .iter()
                     .copied()
                     .filter(|&i| cpu_jobs[i] < cpu_slots_per_node)
+                    .filter(|&i| match window_refusal(&nodes[i], job, now_ms) {
+                        Some(refusal) => {
+                            windowed.get_or_insert(refusal);
+                            false
+                        }
+                        None => true,
+                    })
                     .min_by_key(|&i| (cpu_jobs[i], &nodes[i].name))
             };
+            if best.is_none()
+                && let Some((reason, opens)) = windowed
+            {
+                plan.wake_at = Some(plan.wake_at.map_or(opens, |t| t.min(opens)));
+                plan.reasons.push((job.id.clone(), reason));
+                continue;
+            }
             match best {
                 Some(i) => {
                     cpu_jobs[i] += 1;
@@ -342,9 +362,15 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
         let mut best: Option<usize> = None;
         let mut largest_free = 0;
         let mut to_hold: Option<usize> = None;
+        // The first matching node whose scheduling window keeps the job out.
+        let mut windowed: Option<(String, i64)> = None;
         if group.unheld > 0 {
             for &i in &group.nodes {
                 if held[i].is_some() {
+                    continue;
+                }
+                if let Some(refusal) = window_refusal(&nodes[i], job, now_ms) {
+                    windowed.get_or_insert(refusal);
                     continue;
                 }
                 let available = free[i].len();
@@ -377,7 +403,8 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
         if let Some(min) = rules.preempt_priority
             && job.priority >= min
             && groups[g].unheld > 0
-            && let Some(target) = preemption_target(job, nodes, &groups[g].nodes, &held, &free, &stopping)
+            && let Some(target) =
+                preemption_target(job, nodes, &groups[g].nodes, &held, &free, &stopping, now_ms)
         {
             let i = target.node;
             hold(i, position, &mut held, &mut groups, &groups_of_node);
@@ -417,6 +444,13 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
                     node.name
                 )
             };
+            plan.reasons.push((job.id.clone(), reason));
+            continue;
+        }
+        if to_hold.is_none()
+            && let Some((reason, opens)) = windowed
+        {
+            plan.wake_at = Some(plan.wake_at.map_or(opens, |t| t.min(opens)));
             plan.reasons.push((job.id.clone(), reason));
             continue;
         }
@@ -483,12 +517,14 @@ fn preemption_target(
     held: &[Option<usize>],
     free: &[Vec<u32>],
     stopping: &[Vec<bool>],
+    now_ms: i64,
 ) -> Option<PreemptionTarget> {
     let need = job.gpus;
     let mut best: Option<(PreemptionTarget, (usize, u32, &str))> = None;
     for &i in matching {
         let node = &nodes[i];
-        if held[i].is_some() || (node.gpus.len() as u32) < need {
+        if held[i].is_some() || (node.gpus.len() as u32) < need || window_refusal(node, job, now_ms).is_some()
+        {
             continue;
         }
         let mut soon = free[i].len() as u32;
@@ -528,6 +564,13 @@ fn preemption_target(
         }
     }
     best.map(|(target, _)| target)
+}
+
+/// Why `job` may not start on `node` now because of the node's scheduling
+/// window, and when the window next opens.
+fn window_refusal(node: &NodeCapacity, job: &QueuedJob, now_ms: i64) -> Option<(String, i64)> {
+    let window = node.window.as_ref()?;
+    Some((window.refuses(job.time_limit_ms, now_ms)?, window.next_open))
 }
 
 /// A capacity reason, with fair share's note when later jobs passed this one.
@@ -571,6 +614,7 @@ mod tests {
             busy_gpus: busy.iter().copied().collect(),
             cpu_jobs: 0,
             running: Vec::new(),
+            window: None,
         }
     }
 
@@ -595,6 +639,7 @@ mod tests {
             after: Vec::new(),
             queued_at: 0,
             fair_share_note: None,
+            time_limit_ms: None,
         }
     }
 
@@ -941,6 +986,40 @@ mod tests {
                 light -> n1 [0]
                 passed: needs 1 GPU; the largest free on a matching node is 0; holding n1 (0 of 1 free) until running jobs there finish; fair share: …
             "#]],
+        );
+    }
+
+    #[test]
+    fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
+        use crate::jobs::windows::Window;
+        let day = 1_796_083_200_000; // 2026-12-01T00:00:00Z
+        let now = day + 5 * 3_600_000 + 30 * 60_000; // 05:30, half an hour before the night ends
+        let mut night = node("night-1", 2, &[], &[("pool", "night")]);
+        night.window = Some(Window::parse("pool=night 20:00-06:00").unwrap().at(now));
+        let day_node = node("day-1", 1, &[], &[("pool", "day")]);
+        let with_limit = |id: &str, minutes: Option<i64>, pool: &str| QueuedJob {
+            time_limit_ms: minutes.map(|m| m * 60_000),
+            node_selector: BTreeMap::from([("pool".to_string(), pool.to_string())]),
+            ..job(id, 1, 0)
+        };
+        let queue = [
+            with_limit("two-hours", Some(120), "night"),
+            with_limit("ten-minutes", Some(10), "night"),
+            with_limit("no-limit", None, "night"),
+            with_limit("daytime", Some(120), "day"),
+        ];
+        let plan = plan(&queue, &[night, day_node], &Quotas::default(), rules(4), now);
+        expect![[r#"
+            ten-minutes -> night-1 [0]
+            no-limit -> night-1 [1]
+            daytime -> day-1 [0]
+            two-hours: its time limit 2h does not fit in what is left of scheduling window pool=night 20:00-06:00 UTC (30m): it starts when the window opens at 2026-12-01T20:00:00.000Z (in 14h30m)
+        "#]]
+        .assert_eq(&render(&plan));
+        assert_eq!(
+            plan.wake_at,
+            Some(day + 20 * 3_600_000),
+            "planned again when the window opens"
         );
     }
 }

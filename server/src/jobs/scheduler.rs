@@ -53,6 +53,8 @@ struct QueueRow {
     /// JSON array of `JobSpec::after`, or null.
     after_jobs: Option<String>,
     queued_at: i64,
+    /// Read only when scheduling windows are configured.
+    time_limit_s: Option<i64>,
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
@@ -77,7 +79,8 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
         let usage = fair_share::usage(&state.db, policy.window_ms, now).await?;
         fair_share::order(&mut queue, &usage, policy, now);
     }
-    let nodes = load_nodes(state).await?;
+    let mut nodes = load_nodes(state).await?;
+    judge_windows(state, &mut nodes, now);
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
     let mut plan = plan(&queue, &nodes, &quotas, rules(state), now);
     if !plan.unmatched.is_empty() {
@@ -101,6 +104,29 @@ pub fn rules(state: &AppState) -> Rules {
     Rules {
         cpu_slots_per_node: state.config.settings.cpu_slots_per_node,
         preempt_priority: state.config.settings.preempt_priority,
+    }
+}
+
+/// Gives each node of a pool with a scheduling window where that window
+/// stands now (judged at the window clock, in real time for the plan).
+pub fn judge_windows(state: &AppState, nodes: &mut [NodeCapacity], now: i64) {
+    let windows = &state.config.scheduling_windows;
+    if windows.is_empty() {
+        return;
+    }
+    let offset = state
+        .window_clock_offset_ms
+        .load(std::sync::atomic::Ordering::Relaxed);
+    for node in nodes {
+        node.window = windows
+            .iter()
+            .find(|window| window.covers(&node.labels))
+            .map(|window| {
+                let mut state = window.at(now + offset);
+                state.open_until = state.open_until.map(|t| t - offset);
+                state.next_open -= offset;
+                state
+            });
     }
 }
 
@@ -239,14 +265,21 @@ pub async fn load_queue(
     state: &AppState,
 ) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), Error> {
     // One row holding a JSON array: the driver's per-row cost dominates at
-    // 10,000 rows, and a pass reads the whole queue.
-    let json: String = sqlx::query_scalar(
+    // 10,000 rows, and a pass reads the whole queue. Time limits are in the
+    // spec, read only when scheduling windows need them.
+    let time_limit = if state.config.scheduling_windows.is_empty() {
+        "NULL"
+    } else {
+        "json_extract(spec, '$.time_limit_s')"
+    };
+    let json: String = sqlx::query_scalar(&format!(
         "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
                                                      attempt_count, max_attempts, queued_reason,
-                                                     project, submitted_by, after_jobs, queued_at)), '[]')
+                                                     project, submitted_by, after_jobs, queued_at,
+                                                     {time_limit})), '[]')
          FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
-               ORDER BY priority DESC, queued_at, seq)",
-    )
+               ORDER BY priority DESC, queued_at, seq)"
+    ))
     .fetch_one(&state.db)
     .await?;
     let rows: Vec<QueueRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
@@ -284,6 +317,7 @@ pub async fn load_queue(
                     .collect(),
                 queued_at: row.queued_at,
                 fair_share_note: None,
+                time_limit_ms: row.time_limit_s.map(|s| s.saturating_mul(1000)),
             }
         })
         .collect();
@@ -386,6 +420,7 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
                 cpu_jobs: 0,
                 busy_gpus: BTreeSet::new(),
                 running: Vec::new(),
+                window: None,
             };
             for ActiveRow(held, job_id, attempt, priority, started_at, preempted, started) in active {
                 if held.is_empty() {

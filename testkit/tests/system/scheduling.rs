@@ -980,3 +980,57 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_witho
     assert_eq!(status, 200);
     cluster.wait_for(&low, JobStatus::Cancelled).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_window_keeps_jobs_out_until_it_opens_and_refuses_those_that_would_outlast_it() {
+    let cluster = Cluster::start_with(|config| {
+        config.scheduling_windows =
+            vec![gpuplane_server::jobs::windows::Window::parse("pool=night 20:00-06:00").unwrap()];
+    })
+    .await;
+    let _agent = cluster.agent("night-1", 1, &["--labels", "pool=night"]);
+    cluster.wait_for_nodes(1).await;
+    // The clock windows are judged by: 19:59:54 UTC.
+    const DAY: i64 = 24 * 3_600_000;
+    let set_window_clock = |hh: i64, mm: i64, ss: i64| {
+        let now = gpuplane_server::store::time::now_ms();
+        let target = now - now.rem_euclid(DAY) + ((hh * 60 + mm) * 60 + ss) * 1000;
+        cluster
+            .server
+            .state
+            .window_clock_offset_ms
+            .store(target - now, std::sync::atomic::Ordering::Relaxed);
+    };
+    set_window_clock(19, 59, 54);
+    let night_job = |name: &str, limit: &str| {
+        json!({"name": name, "command": ["true"], "resources": {"gpu": 1},
+               "node_selector": {"pool": "night"}, "time_limit_s": gpuplane_api::duration::parse_seconds(limit).unwrap()})
+    };
+    let early = cluster.submit(night_job("early", "1h")).await;
+    let waiting = cluster.wait_for_reason(&early.id, "scheduling window").await;
+    let reason = waiting.queued_reason.unwrap();
+    assert!(
+        reason.starts_with(
+            "scheduling window pool=night 20:00-06:00 UTC is closed: it starts when the window opens at "
+        ) && reason.contains(" (in ")
+            && reason.ends_with("s)"), // in real time: the window clock runs ahead
+        "{reason}"
+    );
+    // The scheduler planned to look again when the window opens: it starts by itself.
+    cluster.wait_for(&early.id, JobStatus::Succeeded).await;
+
+    // Half an hour before the window closes: an hour-long job waits for the
+    // next window, a ten-minute one starts.
+    set_window_clock(5, 30, 0);
+    let long = cluster.submit(night_job("long", "1h")).await;
+    let short = cluster.submit(night_job("short", "10m")).await;
+    cluster.wait_for(&short.id, JobStatus::Succeeded).await;
+    let long = cluster.wait_for_reason(&long.id, "does not fit").await;
+    assert!(
+        long.queued_reason.as_deref().unwrap().starts_with(
+            "its time limit 1h does not fit in what is left of scheduling window pool=night 20:00-06:00 UTC (29m"
+        ) && long.queued_reason.as_deref().unwrap().contains("): it starts when the window opens at "),
+        "{:?}",
+        long.queued_reason
+    );
+}
