@@ -230,11 +230,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
     let mut group_of: HashMap<&BTreeMap<String, String>, usize> = HashMap::new();
     // Node index -> the groups it belongs to (to update them when it is held).
     let mut groups_of_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    // Node index -> which of its running attempts are stopping (preempted).
-    let mut stopping: Vec<Vec<bool>> = nodes
-        .iter()
-        .map(|node| node.running.iter().map(|attempt| attempt.preempted).collect())
-        .collect();
+    let mut stopping = Stopping::new(nodes, rules.preempt_priority.is_some());
     let mut plan = Plan::default();
 
     for (position, job) in queue.iter().enumerate() {
@@ -413,7 +409,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
                 let names: Vec<&str> = node
                     .running
                     .iter()
-                    .zip(&stopping[i])
+                    .zip(&stopping.attempts[i])
                     .filter(|(_, stopping)| **stopping)
                     .map(|(attempt, _)| attempt.job_id.as_str())
                     .collect();
@@ -426,7 +422,7 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
             } else {
                 let mut names = Vec::new();
                 for &v in &target.victims {
-                    stopping[i][v] = true;
+                    stopping.mark(nodes, i, v);
                     let victim = &node.running[v];
                     names.push(format!("{} (priority {})", victim.job_id, victim.priority));
                     plan.preemptions.push(Preemption {
@@ -506,59 +502,105 @@ struct PreemptionTarget {
     victims: Vec<usize>,
 }
 
+/// What preemption knows of each node's running GPU attempts during a pass.
+struct Stopping {
+    /// Node index -> which of its running attempts are stopping (preempted).
+    attempts: Vec<Vec<bool>>,
+    /// Node index -> GPUs its stopping attempts will free.
+    gpus: Vec<u32>,
+    /// Node index -> its running attempts in the order preemption takes
+    /// them: lowest priority first, among equals the newest (least work lost).
+    order: Vec<Vec<usize>>,
+}
+
+impl Stopping {
+    /// Empty orders when preemption is off (nothing to sort).
+    fn new(nodes: &[NodeCapacity], preemption: bool) -> Stopping {
+        let attempts: Vec<Vec<bool>> = nodes
+            .iter()
+            .map(|node| node.running.iter().map(|attempt| attempt.preempted).collect())
+            .collect();
+        let gpus = nodes
+            .iter()
+            .map(|node| node.running.iter().filter(|a| a.preempted).map(|a| a.gpus).sum())
+            .collect();
+        let order = nodes
+            .iter()
+            .map(|node| {
+                let mut order: Vec<usize> = if preemption {
+                    (0..node.running.len()).collect()
+                } else {
+                    Vec::new()
+                };
+                order.sort_by_key(|&v| {
+                    (
+                        node.running[v].priority,
+                        std::cmp::Reverse(node.running[v].started_at),
+                    )
+                });
+                order
+            })
+            .collect();
+        Stopping {
+            attempts,
+            gpus,
+            order,
+        }
+    }
+
+    fn mark(&mut self, nodes: &[NodeCapacity], i: usize, v: usize) {
+        self.attempts[i][v] = true;
+        self.gpus[i] += nodes[i].running[v].gpus;
+    }
+}
+
 /// The unheld matching node where the job's GPUs come free by stopping the
 /// fewest running attempts of lower priority (attempts already stopping
 /// count as free): fewest new victims, then fewest GPUs taken from them,
-/// then the node's name.
+/// then the node's name (nodes come in name order).
 fn preemption_target(
     job: &QueuedJob,
     nodes: &[NodeCapacity],
     matching: &[usize],
     held: &[Option<usize>],
     free: &[Vec<u32>],
-    stopping: &[Vec<bool>],
+    stopping: &Stopping,
     now_ms: i64,
 ) -> Option<PreemptionTarget> {
     let need = job.gpus;
-    let mut best: Option<(PreemptionTarget, (usize, u32, &str))> = None;
+    let mut best: Option<(PreemptionTarget, (usize, u32))> = None;
     for &i in matching {
         let node = &nodes[i];
         if held[i].is_some() || (node.gpus.len() as u32) < need || window_refusal(node, job, now_ms).is_some()
         {
             continue;
         }
-        let mut soon = free[i].len() as u32;
-        let mut candidates = Vec::new();
-        for (v, attempt) in node.running.iter().enumerate() {
-            if stopping[i][v] {
-                soon += attempt.gpus;
-            } else if attempt.started && attempt.priority < job.priority {
-                candidates.push(v);
-            }
+        let mut soon = free[i].len() as u32 + stopping.gpus[i];
+        if soon >= need {
+            // Nothing to stop: no node can do better.
+            return Some(PreemptionTarget {
+                node: i,
+                victims: Vec::new(),
+            });
         }
         let mut victims = Vec::new();
         let mut taken = 0;
-        if soon < need {
-            // Lowest priority first; among equals the newest (least work lost).
-            candidates.sort_by_key(|&v| {
-                (
-                    node.running[v].priority,
-                    std::cmp::Reverse(node.running[v].started_at),
-                )
-            });
-            for v in candidates {
-                if soon >= need {
-                    break;
-                }
-                soon += node.running[v].gpus;
-                taken += node.running[v].gpus;
-                victims.push(v);
+        for &v in &stopping.order[i] {
+            let attempt = &node.running[v];
+            if attempt.priority >= job.priority || soon >= need {
+                break;
             }
-            if soon < need {
+            if stopping.attempts[i][v] || !attempt.started {
                 continue;
             }
+            soon += attempt.gpus;
+            taken += attempt.gpus;
+            victims.push(v);
         }
-        let key = (victims.len(), taken, node.name.as_str());
+        if soon < need {
+            continue;
+        }
+        let key = (victims.len(), taken);
         if best.as_ref().is_none_or(|(_, best_key)| key < *best_key) {
             best = Some((PreemptionTarget { node: i, victims }, key));
         }
