@@ -25,6 +25,12 @@ test('an admin pauses dispatch from the dashboard and queued jobs say why', asyn
   await expect(page.getByTestId('maintenance')).toHaveText(MAINTENANCE);
   await expect.poll(async () => (await (await request.get(url() + `/api/v1/jobs/${job.id}`, { headers })).json()).status)
     .toBe('SUCCEEDED');
+
+  // Both switches are in the audit log, as the console user's session.
+  const audit = await (await request.get(url() + '/api/v1/audit?target=cluster&limit=2', { headers })).json();
+  expect(audit.items.map((e: { action: string; token: string; detail: string }) => [e.action, e.token, e.detail]))
+    .toEqual([['maintenance.off', 'session', ''], ['maintenance.on', 'session', 'Switch firmware until 14:00']]);
+  expect(audit.items[0].address).toBe('127.0.0.1');
 });
 
 test('the dashboard shows each quota with what is in use', async ({ page, request }) => {

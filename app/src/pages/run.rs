@@ -78,6 +78,10 @@ async fn load_charts(
         .filter(|key| view.metrics.is_empty() || view.metrics.contains(key))
         .cloned()
         .collect();
+    if keys.is_empty() {
+        // An empty list would reach the server function as no `paths` at all.
+        return Ok(Vec::new());
+    }
     let paths = keys
         .iter()
         .map(|key| chart_path(&run_id, key, &view, "svg"))
