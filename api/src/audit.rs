@@ -26,6 +26,8 @@ pub enum AuditAction {
     NodeDrain,
     #[serde(rename = "node.undrain")]
     NodeUndrain,
+    #[serde(rename = "node.labels")]
+    NodeLabels,
     #[serde(rename = "quota.set")]
     QuotaSet,
     #[serde(rename = "quota.clear")]
@@ -54,6 +56,7 @@ names!("audit action", AuditAction {
     MaintenanceOff => "maintenance.off",
     NodeDrain => "node.drain",
     NodeUndrain => "node.undrain",
+    NodeLabels => "node.labels",
     QuotaSet => "quota.set",
     QuotaClear => "quota.clear",
     ProjectCreate => "project.create",

@@ -62,7 +62,12 @@ pub struct Node {
     pub name: String,
     pub hostname: String,
     pub status: NodeStatus,
+    /// What jobs' node selectors match: the agent's `--labels` with the
+    /// admins' changes on top.
     pub labels: BTreeMap<String, String>,
+    /// The admins' changes: a value sets a label, null hides the agent's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub admin_labels: BTreeMap<String, Option<String>>,
     pub gpus: Vec<Gpu>,
     pub agent_version: String,
     /// RFC 3339 time of the last heartbeat.
@@ -72,6 +77,23 @@ pub struct Node {
     pub drained_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drained_by: Option<String>,
+}
+
+/// `POST /api/v1/nodes/{name}/labels`: admins change a node's labels,
+/// kept across agent restarts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct LabelChanges {
+    /// Labels to set (over the agent's, if it has the same name).
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    /// Labels to remove, the agent's included.
+    #[serde(default)]
+    pub remove: Vec<String>,
+    /// Forget every earlier change first: back to the agent's labels.
+    #[serde(default)]
+    pub reset: bool,
 }
 
 /// `GET /api/v1/cluster`: the cluster at a glance.

@@ -6,7 +6,7 @@ use crate::client::{CliError, Client};
 use clap::Subcommand;
 use gpuplane_api::Page;
 use gpuplane_api::audit::AuditEntry;
-use gpuplane_api::node::{Maintenance, Node, NodeStatus, StartMaintenance};
+use gpuplane_api::node::{LabelChanges, Maintenance, Node, NodeStatus, StartMaintenance};
 use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
 
 #[derive(Debug, Subcommand)]
@@ -87,6 +87,32 @@ pub enum NodeCommand {
     Drain { node: String },
     /// NODE takes jobs again.
     Undrain { node: String },
+    /// Change NODE's labels without restarting its agent: `pool=night` sets
+    /// one, `tier-` removes one (the agent's too); kept across agent restarts.
+    Label {
+        node: String,
+        /// KEY=VALUE to set, KEY- to remove.
+        #[arg(value_parser = parse_label_change)]
+        changes: Vec<LabelChange>,
+        /// Forget earlier changes first: back to the agent's own labels.
+        #[arg(long)]
+        reset: bool,
+    },
+}
+
+/// One `gpuctl admin node label` argument.
+#[derive(Debug, Clone)]
+pub enum LabelChange {
+    Set(String, String),
+    Remove(String),
+}
+
+fn parse_label_change(text: &str) -> Result<LabelChange, String> {
+    match (text.split_once('='), text.strip_suffix('-')) {
+        (Some((key, value)), _) => Ok(LabelChange::Set(key.to_string(), value.to_string())),
+        (None, Some(key)) => Ok(LabelChange::Remove(key.to_string())),
+        (None, None) => Err(format!("`{text}` is neither KEY=VALUE (set) nor KEY- (remove)")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -105,12 +131,33 @@ pub enum MaintenanceCommand {
 
 pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result<(), CliError> {
     match command {
-        AdminCommand::Node(command) => {
-            let (node, action) = match &command {
-                NodeCommand::Drain { node } => (node, "drain"),
-                NodeCommand::Undrain { node } => (node, "undrain"),
+        AdminCommand::Node(NodeCommand::Label { node, changes, reset }) => {
+            let mut request = LabelChanges {
+                reset,
+                ..LabelChanges::default()
             };
-            let node: Node = client.post(&format!("nodes/{node}/{action}"), &()).await?;
+            for change in changes {
+                match change {
+                    LabelChange::Set(key, value) => {
+                        request.set.insert(key, value);
+                    }
+                    LabelChange::Remove(key) => request.remove.push(key),
+                }
+            }
+            let node: Node = client.post(&format!("nodes/{node}/labels"), &request).await?;
+            out.emit(&node, |node| {
+                let labels: Vec<String> = node.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{}  labels: {}", node.name, labels.join(", "))
+            });
+            Ok(())
+        }
+        AdminCommand::Node(NodeCommand::Drain { node }) => {
+            let node: Node = client.post(&format!("nodes/{node}/drain"), &()).await?;
+            out.emit(&node, render_node);
+            Ok(())
+        }
+        AdminCommand::Node(NodeCommand::Undrain { node }) => {
+            let node: Node = client.post(&format!("nodes/{node}/undrain"), &()).await?;
             out.emit(&node, render_node);
             Ok(())
         }

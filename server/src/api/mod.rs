@@ -62,6 +62,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(nodes::list_nodes))
         .routes(routes!(nodes::drain_node))
         .routes(routes!(nodes::undrain_node))
+        .routes(routes!(nodes::change_node_labels))
         .routes(routes!(cluster::cluster))
         .routes(routes!(
             cluster::get_maintenance,

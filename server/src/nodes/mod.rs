@@ -11,8 +11,9 @@ use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::agent::AgentHello;
+use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
-use gpuplane_api::node::{Gpu, GpuSource, Node, NodeStatus};
+use gpuplane_api::node::{Gpu, GpuSource, LabelChanges, Node, NodeStatus};
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -28,11 +29,13 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
         .bind(&hello.name)
         .fetch_optional(&mut *conn)
         .await?;
+    // The admins' label changes stay on top of what the agent says.
     let node_id: String = sqlx::query_scalar(
-        "INSERT INTO nodes (id, name, hostname, labels, agent_version, status, registered_at, last_seen_at)
-         VALUES (?, ?, ?, ?, ?, 'ONLINE', ?, ?)
+        "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5, 'ONLINE', ?6, ?7)
          ON CONFLICT (name) DO UPDATE SET
-             hostname = excluded.hostname, labels = excluded.labels,
+             hostname = excluded.hostname, agent_labels = excluded.agent_labels,
+             labels = json_patch(excluded.agent_labels, nodes.admin_labels),
              agent_version = excluded.agent_version, status = 'ONLINE',
              last_seen_at = excluded.last_seen_at
          RETURNING id",
@@ -52,6 +55,80 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
         .await?;
     write_gpus(conn, &node_id, &hello.gpus).await?;
     Ok((node_id, was_offline.as_deref() == Some("OFFLINE")))
+}
+
+/// The longest label key and value an admin may set.
+pub const MAX_LABEL_KEY: usize = 128;
+pub const MAX_LABEL_VALUE: usize = 256;
+
+/// Applies an admin's label changes to the node named `name`: kept in
+/// `admin_labels`, so agent restarts keep them; `labels` is recomputed.
+pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) -> Result<(), Error> {
+    let mut errors = Vec::new();
+    let reserved = gpuplane_api::node::NODE_NAME_LABEL;
+    let keys = changes
+        .set
+        .keys()
+        .map(|k| ("set", k))
+        .chain(changes.remove.iter().map(|k| ("remove", k)));
+    for (field, key) in keys {
+        let fine = (1..=MAX_LABEL_KEY).contains(&key.len())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
+        if !fine {
+            errors.push(FieldError {
+                field: format!("{field}.{key}"),
+                message: format!(
+                    "label names are 1-{MAX_LABEL_KEY} characters of letters, digits, '.', '_', '/' or '-'"
+                ),
+            });
+        } else if key == reserved {
+            errors.push(FieldError {
+                field: format!("{field}.{key}"),
+                message: format!("{reserved} is the node's name, set by the server"),
+            });
+        }
+    }
+    for (key, value) in &changes.set {
+        if value.len() > MAX_LABEL_VALUE || value.chars().any(char::is_control) {
+            errors.push(FieldError {
+                field: format!("set.{key}"),
+                message: format!(
+                    "label values are at most {MAX_LABEL_VALUE} characters, without control characters"
+                ),
+            });
+        }
+    }
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let current: Option<String> = sqlx::query_scalar("SELECT admin_labels FROM nodes WHERE name = ?")
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let current = current.ok_or_else(|| Error::NotFound(format!("no node {name}")))?;
+    let mut admin: BTreeMap<String, Option<String>> = if changes.reset {
+        BTreeMap::new()
+    } else {
+        serde_json::from_str(&current).unwrap_or_default()
+    };
+    for (key, value) in &changes.set {
+        admin.insert(key.clone(), Some(value.clone()));
+    }
+    for key in &changes.remove {
+        admin.insert(key.clone(), None);
+    }
+    let admin = serde_json::to_string(&admin).map_err(anyhow::Error::from)?;
+    sqlx::query("UPDATE nodes SET admin_labels = ?, labels = json_patch(agent_labels, ?) WHERE name = ?")
+        .bind(&admin)
+        .bind(&admin)
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Records a heartbeat (an agent's poll); `NotFound` when the node is unknown
@@ -142,6 +219,7 @@ struct NodeRow {
     name: String,
     hostname: String,
     labels: String,
+    admin_labels: String,
     agent_version: String,
     status: String,
     last_seen_at: i64,
@@ -167,7 +245,7 @@ struct GpuRow {
 /// Every node, by name, with its GPUs by index.
 pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
     let nodes: Vec<NodeRow> = sqlx::query_as(
-        "SELECT id, name, hostname, labels, agent_version, status, last_seen_at, drained_at, drained_by,
+        "SELECT id, name, hostname, labels, admin_labels, agent_version, status, last_seen_at, drained_at, drained_by,
                 (SELECT count(*) FROM attempts a
                  WHERE a.node_id = nodes.id AND a.status IN ('DISPATCHING', 'RUNNING')) AS active
          FROM nodes ORDER BY name",
@@ -199,6 +277,7 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
         .map(|row| Node {
             gpus: by_node.remove(&row.id).unwrap_or_default(),
             labels: serde_json::from_str(&row.labels).unwrap_or_default(),
+            admin_labels: serde_json::from_str(&row.admin_labels).unwrap_or_default(),
             status: match (row.status.as_str(), row.drained_at, row.active) {
                 ("ONLINE", None, _) => NodeStatus::Online,
                 ("ONLINE", Some(_), 0) => NodeStatus::Drained,

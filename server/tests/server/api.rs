@@ -284,6 +284,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         put    /api/v1/maintenance  bearer ["write"]
         get    /api/v1/nodes  bearer ["read"]
         post   /api/v1/nodes/{name}/drain  bearer ["write"]
+        post   /api/v1/nodes/{name}/labels  bearer ["write"]
         post   /api/v1/nodes/{name}/undrain  bearer ["write"]
         get    /api/v1/openapi.json  public
         get    /api/v1/projects  bearer ["read"]

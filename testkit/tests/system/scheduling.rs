@@ -1034,3 +1034,90 @@ async fn a_pool_window_keeps_jobs_out_until_it_opens_and_refuses_those_that_woul
         long.queued_reason
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admins_relabel_a_node_without_restarting_its_agent_and_the_change_outlives_a_restart() {
+    let cluster = Cluster::start().await;
+    let labels = ["--labels", "pool=day,tier=gold"];
+    let mut agent = cluster.agent("box", 1, &labels);
+    cluster.wait_for_nodes(1).await;
+    let editor = gpuplane_testkit::user_token(&cluster.server.state.db, "editor", Scope::Write, false).await;
+    let night = cluster
+        .submit(json!({"name": "night", "command": ["true"], "node_selector": {"pool": "night"}}))
+        .await;
+    cluster
+        .wait_for_reason(&night.id, "node_selector pool=night matches no online node")
+        .await;
+
+    // Only admins relabel, and never the node's name label.
+    let change = json!({"set": {"pool": "night"}, "remove": ["tier"]});
+    let (status, _) = cluster
+        .call(
+            reqwest::Method::POST,
+            "/nodes/box/labels",
+            Some(change.clone()),
+            &editor,
+        )
+        .await;
+    assert_eq!(status, 403);
+    let (status, body) = cluster
+        .post("/nodes/box/labels", json!({"set": {"gpuplane.node": "other"}}))
+        .await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (422, Some("set.gpuplane.node")),
+        "{body}"
+    );
+    let (status, node) = cluster.post("/nodes/box/labels", change).await;
+    assert_eq!(status, 200, "{node}");
+    assert_eq!(node["labels"], json!({"pool": "night"}));
+    assert_eq!(node["admin_labels"], json!({"pool": "night", "tier": null}));
+    // The queued job starts at once: no agent restart.
+    cluster.wait_for(&night.id, JobStatus::Succeeded).await;
+
+    // The agent restarts with its old labels: the admin's change stays.
+    agent.kill();
+    let _restarted = cluster.agent_in("box", 1, &agent.jobs_dir.clone(), &labels);
+    let labels_of_box = || async {
+        let (_, nodes) = cluster.get("/nodes").await;
+        nodes["items"][0].clone()
+    };
+    // A job runs only through the restarted agent, whose hello came first.
+    let again = cluster
+        .submit(json!({"name": "still-night", "command": ["true"], "node_selector": {"pool": "night"}}))
+        .await;
+    cluster.wait_for(&again.id, JobStatus::Succeeded).await;
+    assert_eq!(labels_of_box().await["labels"], json!({"pool": "night"}));
+
+    // gpuctl resets to the agent's own labels; the audit log has both changes.
+    let home = tempfile::tempdir().unwrap();
+    let url = &cluster.server.url;
+    let output = gpuplane_testkit::gpuctl::gpuctl(
+        home.path(),
+        &[
+            "--server",
+            url,
+            "--token",
+            &cluster.token,
+            "admin",
+            "node",
+            "label",
+            "box",
+            "--reset",
+        ],
+    );
+    assert_eq!(
+        gpuplane_testkit::gpuctl::stdout(&output),
+        "box  labels: pool=day, tier=gold\n",
+        "{}",
+        gpuplane_testkit::gpuctl::stderr(&output)
+    );
+    let (_, audit) = cluster.get("/audit?action=node.labels").await;
+    let details: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["detail"].as_str().unwrap())
+        .collect();
+    assert_eq!(details, ["reset", "pool=night tier-"]);
+}
