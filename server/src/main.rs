@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    limit_malloc_arenas();
     let cli = gpuplane_server::config::Cli::parse();
     let filter = EnvFilter::try_from_env("GPUPLANE_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,rmcp=warn"));
@@ -29,3 +30,22 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// glibc gives each thread that contends for malloc an arena of its own and
+/// keeps what was freed there. The pool's SQLite threads each build the
+/// scheduler's whole-queue reads, so with 10,000 queued jobs the server held
+/// 91 MiB of RSS for a 16 MiB heap (heaptrack); with two arenas, 53 MiB at
+/// the same speed. `MALLOC_ARENA_MAX` in the environment still wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only changes the allocator's settings, and runs
+        // before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 2);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
