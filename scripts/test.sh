@@ -31,8 +31,10 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Debian packages (Chromium, a font for PNG charts, npm, Python venv), then npm packages"
+step "install: Debian packages (Chromium, a font for PNG charts, npm, Python venv, git), then npm packages"
 missing=()
+# git: the traceability tests make real checkouts (gpuctl and the browser test).
+command -v git >/dev/null 2>&1 || missing+=(git)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ -d /usr/share/fonts/truetype/dejavu ] || missing+=(fonts-dejavu-core)
 command -v npm >/dev/null 2>&1 || missing+=(npm)

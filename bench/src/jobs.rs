@@ -55,12 +55,8 @@ pub(crate) fn release_binaries() -> anyhow::Result<Binaries> {
     Ok(binaries)
 }
 
-/// Everything a pass decides, pure: a tenth of the jobs wait for another job
-/// (dependencies), fair share orders the rest by the GPU-hours of 20
-/// projects and 100 users, then `plan` with quotas (each project 1,000 GPUs,
-/// each user 200 GPUs in 50 jobs) and preemption (jobs of priority 4 may
-/// stop the running jobs of priority 0-2).
-fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
+/// Quotas for the 20 projects and 100 users of the benchmark queue, none in use.
+fn bench_quotas(project_gpus: u32, user_gpus: u32, user_jobs: u32) -> Quotas {
     let quota = |label: String, max_gpus: u32, max_jobs: Option<u32>| Quota {
         label,
         max_gpus: Some(max_gpus),
@@ -68,14 +64,33 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
         gpus_in_use: 0,
         running_jobs: 0,
     };
-    let quotas = Quotas {
+    Quotas {
         projects: (0..20)
-            .map(|p| (format!("p{p}"), quota(format!("project p{p}"), 1000, None)))
+            .map(|p| {
+                (
+                    format!("p{p}"),
+                    quota(format!("project p{p}"), project_gpus, None),
+                )
+            })
             .collect(),
         users: (0..100)
-            .map(|u| (format!("usr_{u}"), quota(format!("user u{u}"), 200, Some(50))))
+            .map(|u| {
+                (
+                    format!("usr_{u}"),
+                    quota(format!("user u{u}"), user_gpus, Some(user_jobs)),
+                )
+            })
             .collect(),
-    };
+    }
+}
+
+/// Everything a pass decides, pure: a tenth of the jobs wait for another job
+/// (dependencies), fair share orders the rest by the GPU-hours of 20
+/// projects and 100 users, then `plan` with quotas (each project 1,000 GPUs,
+/// each user 200 GPUs in 50 jobs) and preemption (jobs of priority 4 may
+/// stop the running jobs of priority 0-2).
+fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
+    let quotas = bench_quotas(1000, 200, 50);
     let mut queue = queue.to_vec();
     for (i, job) in queue.iter_mut().enumerate().filter(|(i, _)| i % 10 == 0) {
         job.after = vec![Dependency {
@@ -193,21 +208,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.
-    let quota = |label: String, max_gpus: u32, max_jobs: Option<u32>| Quota {
-        label,
-        max_gpus: Some(max_gpus),
-        max_running_jobs: max_jobs,
-        gpus_in_use: 0,
-        running_jobs: 0,
-    };
-    let quotas = Quotas {
-        projects: (0..20)
-            .map(|p| (format!("p{p}"), quota(format!("project p{p}"), 300, None)))
-            .collect(),
-        users: (0..100)
-            .map(|u| (format!("usr_{u}"), quota(format!("user u{u}"), 40, Some(8))))
-            .collect(),
-    };
+    let quotas = bench_quotas(300, 40, 8);
     for (what, quotas) in [
         ("", Quotas::default()),
         (" with quotas on 20 projects and 100 users", quotas.clone()),
