@@ -40,6 +40,10 @@ pub enum AuditAction {
     UserCreate,
     #[serde(rename = "user.disable")]
     UserDisable,
+    #[serde(rename = "user.enable")]
+    UserEnable,
+    #[serde(rename = "user.admin")]
+    UserAdmin,
     #[serde(rename = "agent_token.create")]
     AgentTokenCreate,
     #[serde(rename = "agent_token.revoke")]
@@ -63,6 +67,8 @@ names!("audit action", AuditAction {
     ProjectMember => "project.member",
     UserCreate => "user.create",
     UserDisable => "user.disable",
+    UserEnable => "user.enable",
+    UserAdmin => "user.admin",
     AgentTokenCreate => "agent_token.create",
     AgentTokenRevoke => "agent_token.revoke",
 });

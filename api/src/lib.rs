@@ -63,6 +63,7 @@ pub mod paths;
 pub mod project;
 pub mod quota;
 pub mod spec;
+pub mod user;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):
 /// safely inside i64 and exact in the f64 of JavaScript and Python clients.

@@ -87,6 +87,14 @@ impl Client {
         self.send(self.http.put(self.url(path)).json(body)).await
     }
 
+    pub async fn patch<B: serde::Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<R, CliError> {
+        self.send(self.http.patch(self.url(path)).json(body)).await
+    }
+
     pub async fn post<B: serde::Serialize, R: DeserializeOwned>(
         &self,
         path: &str,

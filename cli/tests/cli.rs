@@ -499,3 +499,77 @@ async fn admins_set_and_clear_quotas_and_status_shows_usage_against_them() {
     assert_eq!(denied.status.code(), Some(4), "{}", stderr(&denied));
     assert!(!stdout(&as_user(&editor, &["status"])).contains("user dana"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admins_manage_users_and_agent_tokens_from_the_terminal() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
+    let editor = user_token(&server.state.db, "dana", Scope::Write, false).await;
+    let url = server.url.as_str();
+    let as_user = |token: &str, args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", token][..], args].concat(),
+        )
+    };
+
+    // The password comes from stdin, never argv; nothing is prompted.
+    let mut create = gpuplane_testkit::gpuctl::command(home.path());
+    create
+        .args(["--server", url, "--token", &admin])
+        .args(["admin", "user", "create", "erin", "--password-stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = create.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"erin's long password\n")
+        .unwrap();
+    let created = child.wait_with_output().unwrap();
+    assert!(created.status.success(), "{}", stderr(&created));
+    assert!(stdout(&created).starts_with("erin "), "{}", stdout(&created));
+    // Empty stdin is a short password: the API's message, exit 7.
+    let empty = as_user(&admin, &["admin", "user", "create", "finn", "--password-stdin"]);
+    assert_eq!(empty.status.code(), Some(7), "{}", stderr(&empty));
+    assert!(stderr(&empty).contains("password: must have at least 8 characters"));
+
+    let promoted = as_user(
+        &admin,
+        &["admin", "user", "set", "erin", "--admin", "true", "--json"],
+    );
+    assert_eq!(json(&promoted)["is_admin"], true);
+    let disabled = as_user(&admin, &["admin", "user", "set", "erin", "--disable"]);
+    assert!(
+        stdout(&disabled).contains("disabled since"),
+        "{}",
+        stdout(&disabled)
+    );
+    let listed = json(&as_user(&admin, &["admin", "user", "list", "--json"]));
+    let names: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["dana", "erin", "root"]);
+    let refused = as_user(&editor, &["admin", "user", "list"]);
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+
+    // An agent token: only the secret on stdout, so it can go to a file.
+    let token = as_user(&admin, &["admin", "agent-token", "create", "--name", "rack-2"]);
+    assert!(token.status.success(), "{}", stderr(&token));
+    let secret = stdout(&token).trim().to_string();
+    assert!(secret.starts_with("gpp_") && !secret.contains(' '), "{secret}");
+    let listed = as_user(&admin, &["admin", "agent-token", "list", "--json"]);
+    let token_id = json(&listed)["items"][0]["id"].as_str().unwrap().to_string();
+    let revoked = as_user(&admin, &["admin", "agent-token", "revoke", &token_id]);
+    assert!(stdout(&revoked).contains("revoked"), "{}", stdout(&revoked));
+    let unknown = as_user(&admin, &["admin", "agent-token", "revoke", "tok_nope"]);
+    assert_eq!(unknown.status.code(), Some(5), "{}", stderr(&unknown));
+}

@@ -3,18 +3,16 @@
 
 use crate::audit::{self, Actor};
 use crate::config::AdminCommand;
-use crate::identity::credentials::{NewToken, create_token, hash_password};
+use crate::identity::credentials::{NewToken, create_token};
+use crate::identity::users;
 use crate::store::Error;
-use crate::store::ids::new_id;
-use crate::store::time::{now_ms, rfc3339};
-use anyhow::{Context, bail};
+use crate::store::time::now_ms;
+use anyhow::{Context, anyhow, bail};
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::auth::Scope;
+use gpuplane_api::user::{AgentToken, NewAgentToken, NewUser, UserChanges};
 use sqlx::SqlitePool;
 use std::io::Read;
-
-/// The shortest password a local account accepts.
-pub const MIN_PASSWORD_LEN: usize = 8;
 
 /// Runs one admin command; returns what to print on stdout, if anything.
 pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Option<String>> {
@@ -26,7 +24,12 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
                 .context("cannot read the password from stdin")?;
             let password = input.strip_suffix('\n').unwrap_or(&input);
             let password = password.strip_suffix('\r').unwrap_or(password);
-            create_user(db, &name, password, admin).await?;
+            let new = NewUser {
+                name: name.clone(),
+                password: password.to_string(),
+                admin,
+            };
+            users::create(db, &new).await.map_err(plain)?;
             let detail = if admin { "admin" } else { "" };
             audit::record(db, &Actor::server_cli(), AuditAction::UserCreate, &name, detail).await?;
             eprintln!("created user {name}{}", if admin { " (admin)" } else { "" });
@@ -62,42 +65,33 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             Ok(Some(secret))
         }
         AdminCommand::DisableUser { name } => {
-            disable_user(db, &name).await?;
+            let changes = UserChanges {
+                disabled: Some(true),
+                ..UserChanges::default()
+            };
+            users::change(db, &name, &changes, None).await.map_err(plain)?;
             audit::record(db, &Actor::server_cli(), AuditAction::UserDisable, &name, "").await?;
             eprintln!("disabled user {name}: their sessions and tokens no longer work");
             Ok(None)
         }
         AdminCommand::CreateAgentToken { name, node } => {
-            if let Some(node) = &node
-                && !crate::api::valid_node_name(node)
-            {
-                bail!("node names are 1-128 characters of letters, digits, '.', '_' or '-'");
-            }
-            let new = NewToken {
-                user_id: None,
-                name: &name,
-                scope: Scope::Agent,
-                expires_at: None,
-                project: None,
-                node: node.as_deref(),
+            let new = NewAgentToken {
+                name: Some(name),
+                node,
             };
-            let (token_id, secret) = create_token(db, new).await?;
-            let detail = match &node {
-                Some(node) => format!("{name}, for node {node}"),
-                None => format!("{name}, for the first node it says hello as"),
-            };
+            let created = users::create_agent_token(db, &new).await.map_err(plain)?;
             audit::record(
                 db,
                 &Actor::server_cli(),
                 AuditAction::AgentTokenCreate,
-                &token_id,
-                &detail,
+                &created.token.id,
+                &agent_token_detail(&created.token),
             )
             .await?;
-            Ok(Some(secret))
+            Ok(Some(created.secret))
         }
         AdminCommand::ListAgentTokens { json } => {
-            let tokens = list_agent_tokens(db).await?;
+            let tokens = users::agent_tokens(db).await?;
             if json {
                 return Ok(Some(serde_json::to_string_pretty(&tokens)?));
             }
@@ -120,16 +114,14 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             Ok(Some(table.trim_end().to_string()))
         }
         AdminCommand::RevokeAgentToken { token_id } => {
-            let revoked = sqlx::query(
-                "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND scope = 'agent'",
-            )
-            .bind(now_ms())
-            .bind(&token_id)
-            .execute(db)
-            .await?;
-            if revoked.rows_affected() == 0 {
-                bail!("no agent token {token_id} (see `gpuplane-server admin list-agent-tokens`)");
-            }
+            users::revoke_agent_token(db, &token_id)
+                .await
+                .map_err(|error| match error {
+                    Error::NotFound(_) => {
+                        anyhow!("no agent token {token_id} (see `gpuplane-server admin list-agent-tokens`)")
+                    }
+                    other => plain(other),
+                })?;
             audit::record(
                 db,
                 &Actor::server_cli(),
@@ -144,98 +136,45 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
     }
 }
 
-/// An agent token as `admin list-agent-tokens` shows it.
-#[derive(Debug, serde::Serialize)]
-pub struct AgentTokenInfo {
-    pub id: String,
-    pub name: String,
-    /// The node it speaks for; `None` until its first hello.
-    pub node: Option<String>,
-    pub created_at: String,
-    pub last_used_at: Option<String>,
-    pub revoked_at: Option<String>,
+/// What the audit log says about a new agent token.
+pub fn agent_token_detail(token: &AgentToken) -> String {
+    match &token.node {
+        Some(node) => format!("{}, for node {node}", token.name),
+        None => format!("{}, for the first node it says hello as", token.name),
+    }
 }
 
-/// Every agent token, oldest first.
-pub async fn list_agent_tokens(db: &SqlitePool) -> anyhow::Result<Vec<AgentTokenInfo>> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        id: String,
-        name: String,
-        node_name: Option<String>,
-        created_at: i64,
-        last_used_at: Option<i64>,
-        revoked_at: Option<i64>,
+/// A store error as a message for the terminal, field names included.
+fn plain(error: Error) -> anyhow::Error {
+    match error {
+        Error::Invalid(fields) => anyhow!(
+            fields
+                .iter()
+                .map(|f| format!("{}: {}", f.field, f.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        Error::Internal(cause) => cause,
+        other => anyhow!(other.to_string()),
     }
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, name, node_name, created_at, last_used_at, revoked_at
-         FROM api_tokens WHERE scope = 'agent' ORDER BY created_at, id",
-    )
-    .fetch_all(db)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|row| AgentTokenInfo {
-            id: row.id,
-            name: row.name,
-            node: row.node_name,
-            created_at: rfc3339(row.created_at),
-            last_used_at: row.last_used_at.map(rfc3339),
-            revoked_at: row.revoked_at.map(rfc3339),
-        })
-        .collect())
+}
+
+/// Creates a local user; answers its id. Tests and benchmarks bootstrap with it.
+pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: bool) -> anyhow::Result<String> {
+    let new = NewUser {
+        name: name.to_string(),
+        password: password.to_string(),
+        admin,
+    };
+    Ok(users::create(db, &new).await.map_err(plain)?.id)
 }
 
 /// Disables a user; every check of a session or token sees it at once.
 pub async fn disable_user(db: &SqlitePool, name: &str) -> anyhow::Result<()> {
-    let updated = sqlx::query("UPDATE users SET disabled_at = coalesce(disabled_at, ?) WHERE name = ?")
-        .bind(now_ms())
-        .bind(name)
-        .execute(db)
-        .await?;
-    if updated.rows_affected() == 0 {
-        bail!("no user named `{name}`");
-    }
+    let changes = UserChanges {
+        disabled: Some(true),
+        ..UserChanges::default()
+    };
+    users::change(db, name, &changes, None).await.map_err(plain)?;
     Ok(())
-}
-
-/// Creates a local user with an argon2-hashed password.
-pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: bool) -> anyhow::Result<String> {
-    if !valid_user_name(name) {
-        bail!("user names are 1-64 characters of letters, digits, '.', '_', '-' or '@'");
-    }
-    if password.chars().count() < MIN_PASSWORD_LEN {
-        bail!("the password must have at least {MIN_PASSWORD_LEN} characters");
-    }
-    let id = new_id("usr");
-    let result = sqlx::query(
-        "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?, ?)",
-    )
-    .bind(&id)
-    .bind(name)
-    .bind(hash_password(password)?)
-    .bind(admin)
-    .bind(now_ms())
-    .execute(db)
-    .await;
-    match result.map_err(Error::from) {
-        Ok(_) => {
-            // Everyone may work in the default project.
-            sqlx::query("INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, 'editor', ?)")
-                .bind(&id)
-                .bind(now_ms())
-                .execute(db)
-                .await?;
-            Ok(id)
-        }
-        Err(Error::Conflict(_)) => bail!("a user named `{name}` already exists"),
-        Err(other) => Err(other.into()),
-    }
-}
-
-fn valid_user_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }

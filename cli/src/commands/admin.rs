@@ -1,5 +1,5 @@
 //! `gpuctl admin …`: what server admins do from a terminal: maintenance
-//! mode, draining nodes and quotas.
+//! mode, nodes, quotas, users, agent tokens and the audit log.
 
 use crate::Output;
 use crate::client::{CliError, Client};
@@ -8,6 +8,7 @@ use gpuplane_api::Page;
 use gpuplane_api::audit::AuditEntry;
 use gpuplane_api::node::{LabelChanges, Maintenance, Node, NodeStatus, StartMaintenance};
 use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
+use gpuplane_api::user::{AgentToken, CreatedAgentToken, NewAgentToken, NewUser, User, UserChanges};
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -21,6 +22,12 @@ pub enum AdminCommand {
     /// over quota wait in the queue.
     #[command(subcommand)]
     Quota(QuotaCommand),
+    /// User accounts: list, create, make admin, disable.
+    #[command(subcommand)]
+    User(UserCommand),
+    /// The tokens agents speak for their nodes with.
+    #[command(subcommand)]
+    AgentToken(AgentTokenCommand),
     /// Who did what, when and from where: admin actions and every job
     /// cancel, retry, priority change, hold and release (newest first).
     Audit {
@@ -36,6 +43,50 @@ pub enum AdminCommand {
         #[arg(long, default_value_t = 50)]
         limit: i64,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserCommand {
+    /// Every account, with its role and whether it is disabled.
+    List,
+    /// A local account; the password is read from stdin (one line), never from argv.
+    Create {
+        name: String,
+        /// A server admin.
+        #[arg(long)]
+        admin: bool,
+        /// Read the password from stdin (required: nothing is prompted).
+        #[arg(long, required = true)]
+        password_stdin: bool,
+    },
+    /// Change an account: `--admin true|false`, `--disable`, `--enable`.
+    Set {
+        name: String,
+        #[arg(long)]
+        admin: Option<bool>,
+        /// Its sessions and tokens stop working at once.
+        #[arg(long, conflicts_with = "enable")]
+        disable: bool,
+        #[arg(long)]
+        enable: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentTokenCommand {
+    /// Every agent token, oldest first.
+    List,
+    /// A new agent token: only its secret goes to stdout (shown once).
+    Create {
+        /// A name for people (default `agent`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Bind it to this node now (else its first hello binds it).
+        #[arg(long)]
+        node: Option<String>,
+    },
+    /// Revoke a token: its agent is refused from its next request on.
+    Revoke { token_id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -131,6 +182,8 @@ pub enum MaintenanceCommand {
 
 pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result<(), CliError> {
     match command {
+        AdminCommand::User(command) => users(client, command, out).await,
+        AdminCommand::AgentToken(command) => agent_tokens(client, command, out).await,
         AdminCommand::Node(NodeCommand::Label { node, changes, reset }) => {
             let mut request = LabelChanges {
                 reset,
@@ -211,6 +264,114 @@ pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result
             Ok(())
         }
     }
+}
+
+async fn users(client: &Client, command: UserCommand, out: &Output) -> Result<(), CliError> {
+    let user: User = match command {
+        UserCommand::List => {
+            let users: Page<User> = client.get("users").await?;
+            out.emit(&users, |users| {
+                users.items.iter().map(render_user).collect::<Vec<_>>().join("\n")
+            });
+            return Ok(());
+        }
+        UserCommand::Create { name, admin, .. } => {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map_err(|error| {
+                CliError::from(anyhow::anyhow!("cannot read the password from stdin: {error}"))
+            })?;
+            let password = line.trim_end_matches(['\n', '\r']).to_string();
+            client
+                .post(
+                    "users",
+                    &NewUser {
+                        name,
+                        password,
+                        admin,
+                    },
+                )
+                .await?
+        }
+        UserCommand::Set {
+            name,
+            admin,
+            disable,
+            enable,
+        } => {
+            let disabled = match (disable, enable) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            };
+            client
+                .patch(&format!("users/{name}"), &UserChanges { admin, disabled })
+                .await?
+        }
+    };
+    out.emit(&user, render_user);
+    Ok(())
+}
+
+/// `ada  server admin  active (password)  created …`.
+fn render_user(user: &User) -> String {
+    let role = if user.is_admin { "server admin" } else { "user" };
+    let state = match (&user.disabled_at, user.local) {
+        (Some(at), _) => format!("disabled since {at}"),
+        (None, true) => "active (password)".to_string(),
+        (None, false) => "active (SSO)".to_string(),
+    };
+    format!(
+        "{:<20} {role:<13} {state}  created {}",
+        user.name, user.created_at
+    )
+}
+
+async fn agent_tokens(client: &Client, command: AgentTokenCommand, out: &Output) -> Result<(), CliError> {
+    match command {
+        AgentTokenCommand::List => {
+            let tokens: Page<AgentToken> = client.get("agent-tokens").await?;
+            out.emit(&tokens, |tokens| {
+                if tokens.items.is_empty() {
+                    return "No agent tokens: create one with `gpuctl admin agent-token create`.".to_string();
+                }
+                tokens
+                    .items
+                    .iter()
+                    .map(render_agent_token)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        AgentTokenCommand::Create { name, node } => {
+            let created: CreatedAgentToken =
+                client.post("agent-tokens", &NewAgentToken { name, node }).await?;
+            // The secret alone on stdout, so it can go straight to a file.
+            out.emit(&created, |created| created.secret.clone());
+        }
+        AgentTokenCommand::Revoke { token_id } => {
+            let token: AgentToken = client
+                .post(&format!("agent-tokens/{token_id}/revoke"), &())
+                .await?;
+            out.emit(&token, render_agent_token);
+        }
+    }
+    Ok(())
+}
+
+/// `tok_…  gpu-01  node gpu-01  last used …  revoked …`.
+fn render_agent_token(token: &AgentToken) -> String {
+    format!(
+        "{}  {}  node {}  last used {}{}",
+        token.id,
+        token.name,
+        token.node.as_deref().unwrap_or("(bound at its first hello)"),
+        token.last_used_at.as_deref().unwrap_or("never"),
+        token
+            .revoked_at
+            .as_deref()
+            .map(|at| format!("  revoked {at}"))
+            .unwrap_or_default()
+    )
 }
 
 /// One line per quota: `project vision  6/8 GPUs, 2/4 jobs  (set by root at …)`.

@@ -18,6 +18,7 @@ mod projects;
 mod quotas;
 mod runs;
 mod tokens;
+mod users;
 
 use crate::api::error::ApiError;
 use crate::state::AppState;
@@ -70,6 +71,10 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             cluster::end_maintenance
         ))
         .routes(routes!(audit::list_audit))
+        .routes(routes!(users::list_users, users::create_user))
+        .routes(routes!(users::change_user))
+        .routes(routes!(users::list_agent_tokens, users::create_agent_token))
+        .routes(routes!(users::revoke_agent_token))
         .routes(routes!(quotas::list_quotas))
         .routes(routes!(quotas::set_quota, quotas::clear_quota))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
@@ -86,7 +91,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tokens::list_tokens, tokens::create_token))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(projects::list_projects, projects::create_project))
-        .routes(routes!(projects::set_member))
+        .routes(routes!(projects::list_members, projects::set_member))
         .routes(routes!(projects::set_project_primary_metric))
         .routes(routes!(runs::create_run, runs::list_runs))
         .routes(routes!(runs::set_primary_metric))

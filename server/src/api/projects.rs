@@ -181,6 +181,48 @@ fn valid_project_name(name: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '_'))
 }
 
+/// The project's members and their roles, by name (anyone who can see the project).
+#[utoipa::path(get, path = "/projects/{name}/members", tag = "projects",
+    security(("bearer" = ["read"])),
+    params(("name" = String, Path)),
+    responses((status = 200, body = Page<Membership>), AuthErrors,
+        (status = 404, body = ErrorBody)))]
+pub async fn list_members(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Page<Membership>>, ApiError> {
+    let not_found = || store::Error::NotFound(format!("no project {name}"));
+    access::require(
+        &state.db,
+        &auth.caller.principal(),
+        &name,
+        Role::Viewer,
+        not_found,
+    )
+    .await?;
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
+         WHERE m.project = ? ORDER BY u.name",
+    )
+    .bind(&name)
+    .fetch_all(&state.db)
+    .await?;
+    let items = rows
+        .into_iter()
+        .filter_map(|(user, role)| {
+            Some(Membership {
+                user,
+                role: Role::parse(&role)?,
+            })
+        })
+        .collect();
+    Ok(Json(Page {
+        items,
+        next_before: None,
+    }))
+}
+
 /// The project exists and the principal is its admin (404 for those who cannot see it).
 async fn require_admin(db: &SqlitePool, principal: &Principal, name: &str) -> Result<(), ApiError> {
     let not_found = || store::Error::NotFound(format!("no project {name}"));

@@ -13,3 +13,4 @@ pub mod sessions;
 pub mod sso;
 pub mod streams;
 pub mod tokens;
+pub mod users;

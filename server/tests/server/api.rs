@@ -254,6 +254,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
     }
     expect![[r#"
         get    /.well-known/oauth-authorization-server  public
+        get    /api/v1/agent-tokens  bearer ["read"]
+        post   /api/v1/agent-tokens  bearer ["write"]
+        post   /api/v1/agent-tokens/{token_id}/revoke  bearer ["write"]
         post   /api/v1/agent/hello  bearer ["agent"]
         post   /api/v1/agent/log-fetch/{request_id}  bearer ["agent"]
         post   /api/v1/agent/poll  bearer ["agent"]
@@ -289,6 +292,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/openapi.json  public
         get    /api/v1/projects  bearer ["read"]
         post   /api/v1/projects  bearer ["write"]
+        get    /api/v1/projects/{name}/members  bearer ["read"]
         post   /api/v1/projects/{name}/members  bearer ["write"]
         post   /api/v1/projects/{name}/primary-metric  bearer ["write"]
         get    /api/v1/quotas  bearer ["read"]
@@ -310,6 +314,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/tokens  bearer ["read"]
         post   /api/v1/tokens  bearer ["write"]
         delete /api/v1/tokens/{token_id}  bearer ["write"]
+        get    /api/v1/users  bearer ["read"]
+        post   /api/v1/users  bearer ["write"]
+        patch  /api/v1/users/{name}  bearer ["write"]
         post   /oauth/device_authorization  public
         post   /oauth/token  public
     "#]]

@@ -149,7 +149,7 @@ fn agent_tokens_are_listed_with_their_node_and_revoked() {
     let bad_node = server(dir.path(), &["admin", "create-agent-token", "--node", "a b"])
         .output()
         .unwrap();
-    assert_one_line_error(&bad_node, "node names are");
+    assert_one_line_error(&bad_node, "node: must be 1-128 characters");
 
     // The audit log has each change, by the server CLI; failures add nothing.
     let runtime = tokio::runtime::Runtime::new().unwrap();

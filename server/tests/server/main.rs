@@ -11,3 +11,4 @@ mod device;
 mod metrics;
 mod security;
 mod sessions;
+mod users;

@@ -1,0 +1,249 @@
+//! User accounts and agent tokens as server admins manage them: the API,
+//! the console (through the API) and `gpuplane-server admin` on the host all
+//! call these functions.
+
+use crate::identity::credentials::{NewToken, create_token, hash_password};
+use crate::store::Error;
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
+use gpuplane_api::auth::Scope;
+use gpuplane_api::user::{AgentToken, CreatedAgentToken, NewAgentToken, NewUser, User, UserChanges};
+use sqlx::SqlitePool;
+
+/// The shortest password a local account accepts.
+pub const MIN_PASSWORD_LEN: usize = 8;
+
+#[derive(sqlx::FromRow)]
+struct UserRow {
+    id: String,
+    name: String,
+    is_admin: bool,
+    disabled_at: Option<i64>,
+    local: bool,
+    created_at: i64,
+}
+
+const USER_COLUMNS: &str = "id, name, is_admin, disabled_at, password_hash IS NOT NULL AS local, created_at";
+
+fn user(row: UserRow) -> User {
+    User {
+        id: row.id,
+        name: row.name,
+        is_admin: row.is_admin,
+        disabled_at: row.disabled_at.map(rfc3339),
+        local: row.local,
+        created_at: rfc3339(row.created_at),
+    }
+}
+
+/// Every user, by name.
+pub async fn list(db: &SqlitePool) -> Result<Vec<User>, Error> {
+    let rows: Vec<UserRow> = sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY name"))
+        .fetch_all(db)
+        .await?;
+    Ok(rows.into_iter().map(user).collect())
+}
+
+/// The user named `name`.
+pub async fn get(db: &SqlitePool, name: &str) -> Result<User, Error> {
+    let row: Option<UserRow> = sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = ?"))
+        .bind(name)
+        .fetch_optional(db)
+        .await?;
+    row.map(user)
+        .ok_or_else(|| Error::NotFound(format!("no user named `{name}`")))
+}
+
+/// Creates a local account with an argon2-hashed password; everyone may
+/// work in the `default` project.
+pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
+    if !valid_name(&new.name) {
+        return Err(Error::field(
+            "name",
+            "must be 1-64 characters of letters, digits, '.', '_', '-' or '@'",
+        ));
+    }
+    if new.password.chars().count() < MIN_PASSWORD_LEN {
+        return Err(Error::field(
+            "password",
+            format!("must have at least {MIN_PASSWORD_LEN} characters"),
+        ));
+    }
+    let id = new_id("usr");
+    let password_hash = hash_password(&new.password)?;
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let inserted = sqlx::query(
+        "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(&new.name)
+    .bind(password_hash)
+    .bind(new.admin)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await;
+    match inserted.map_err(Error::from) {
+        Ok(_) => {}
+        Err(Error::Conflict(_)) => {
+            return Err(Error::Conflict(format!(
+                "a user named `{}` already exists",
+                new.name
+            )));
+        }
+        Err(other) => return Err(other),
+    }
+    sqlx::query(
+        "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, 'editor', ?)",
+    )
+    .bind(&id)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    get(db, &new.name).await
+}
+
+/// Changes a user's admin flag or disables (enables) them. `acting` is the
+/// admin's own user id: nobody disables themselves or drops their own admin
+/// flag, so a cluster never locks out the person at the keyboard.
+pub async fn change(
+    db: &SqlitePool,
+    name: &str,
+    changes: &UserChanges,
+    acting: Option<&str>,
+) -> Result<User, Error> {
+    let before = get(db, name).await?;
+    let themselves = acting == Some(before.id.as_str());
+    if themselves && changes.admin == Some(false) {
+        return Err(Error::Conflict(
+            "you cannot remove your own admin flag: ask another admin".into(),
+        ));
+    }
+    if themselves && changes.disabled == Some(true) {
+        return Err(Error::Conflict(
+            "you cannot disable your own account: ask another admin".into(),
+        ));
+    }
+    if let Some(admin) = changes.admin {
+        sqlx::query("UPDATE users SET is_admin = ? WHERE id = ?")
+            .bind(admin)
+            .bind(&before.id)
+            .execute(db)
+            .await?;
+    }
+    match changes.disabled {
+        Some(true) => {
+            sqlx::query("UPDATE users SET disabled_at = coalesce(disabled_at, ?) WHERE id = ?")
+                .bind(now_ms())
+                .bind(&before.id)
+                .execute(db)
+                .await?;
+        }
+        Some(false) => {
+            sqlx::query("UPDATE users SET disabled_at = NULL WHERE id = ?")
+                .bind(&before.id)
+                .execute(db)
+                .await?;
+        }
+        None => {}
+    }
+    get(db, name).await
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+}
+
+#[derive(sqlx::FromRow)]
+struct AgentTokenRow {
+    id: String,
+    name: String,
+    node_name: Option<String>,
+    created_at: i64,
+    last_used_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+fn agent_token(row: AgentTokenRow) -> AgentToken {
+    AgentToken {
+        id: row.id,
+        name: row.name,
+        node: row.node_name,
+        created_at: rfc3339(row.created_at),
+        last_used_at: row.last_used_at.map(rfc3339),
+        revoked_at: row.revoked_at.map(rfc3339),
+    }
+}
+
+const AGENT_TOKEN_COLUMNS: &str = "id, name, node_name, created_at, last_used_at, revoked_at";
+
+/// Every agent token, oldest first.
+pub async fn agent_tokens(db: &SqlitePool) -> Result<Vec<AgentToken>, Error> {
+    let rows: Vec<AgentTokenRow> = sqlx::query_as(&format!(
+        "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' ORDER BY created_at, id"
+    ))
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(agent_token).collect())
+}
+
+async fn agent_token_by_id(db: &SqlitePool, token_id: &str) -> Result<AgentToken, Error> {
+    let row: Option<AgentTokenRow> = sqlx::query_as(&format!(
+        "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' AND id = ?"
+    ))
+    .bind(token_id)
+    .fetch_optional(db)
+    .await?;
+    row.map(agent_token)
+        .ok_or_else(|| Error::NotFound(format!("no agent token {token_id}")))
+}
+
+/// A new agent token, bound to `node` now or to the first node it says hello as.
+pub async fn create_agent_token(db: &SqlitePool, new: &NewAgentToken) -> Result<CreatedAgentToken, Error> {
+    let name = new.name.as_deref().map(str::trim).unwrap_or("agent");
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(Error::field("name", "must be 1-100 characters"));
+    }
+    if let Some(node) = &new.node
+        && !crate::api::valid_node_name(node)
+    {
+        return Err(Error::field(
+            "node",
+            "must be 1-128 characters of letters, digits, '.', '_' or '-'",
+        ));
+    }
+    let (id, secret) = create_token(
+        db,
+        NewToken {
+            user_id: None,
+            name,
+            scope: Scope::Agent,
+            expires_at: None,
+            project: None,
+            node: new.node.as_deref(),
+        },
+    )
+    .await?;
+    Ok(CreatedAgentToken {
+        token: agent_token_by_id(db, &id).await?,
+        secret,
+    })
+}
+
+/// Revokes an agent token: its agent is refused from its next request on.
+pub async fn revoke_agent_token(db: &SqlitePool, token_id: &str) -> Result<AgentToken, Error> {
+    let revoked = sqlx::query(
+        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND scope = 'agent'",
+    )
+    .bind(now_ms())
+    .bind(token_id)
+    .execute(db)
+    .await?;
+    if revoked.rows_affected() == 0 {
+        return Err(Error::NotFound(format!("no agent token {token_id}")));
+    }
+    agent_token_by_id(db, token_id).await
+}
