@@ -368,6 +368,9 @@ pub struct Job {
     pub failure_detail: Option<String>,
     /// Why it is waiting, while QUEUED.
     pub queued_reason: Option<String>,
+    /// Held in the queue (not scheduled until released), while QUEUED.
+    #[serde(default)]
+    pub held: bool,
     pub run_id: String,
     /// Its run's primary metric and best value (what `sort=primary_metric` orders by).
     #[serde(default)]

@@ -20,6 +20,11 @@ pub fn job(job_id: &str) -> String {
     format!("{PREFIX}/jobs/{job_id}")
 }
 
+/// `action` is `cancel`, `retry`, `priority`, `hold` or `release`.
+pub fn job_action(job_id: &str, action: &str) -> String {
+    format!("{PREFIX}/jobs/{job_id}/{action}")
+}
+
 /// The server's kept lines of a job (`?stream=&n=&attempt=`).
 pub fn job_logs(job_id: &str) -> String {
     format!("{PREFIX}/jobs/{job_id}/logs")
@@ -65,6 +70,52 @@ pub fn events() -> String {
 
 pub fn events_stream() -> String {
     format!("{PREFIX}/events/stream")
+}
+
+pub fn maintenance() -> String {
+    format!("{PREFIX}/maintenance")
+}
+
+/// `action` is `drain`, `undrain` or `labels`.
+pub fn node_action(node: &str, action: &str) -> String {
+    format!("{PREFIX}/nodes/{node}/{action}")
+}
+
+pub fn projects() -> String {
+    format!("{PREFIX}/projects")
+}
+
+pub fn project_members(project: &str) -> String {
+    format!("{PREFIX}/projects/{project}/members")
+}
+
+pub fn quotas() -> String {
+    format!("{PREFIX}/quotas")
+}
+
+/// `kind` is `project` or `user`.
+pub fn quota(kind: &str, name: &str) -> String {
+    format!("{PREFIX}/quotas/{kind}/{name}")
+}
+
+pub fn users() -> String {
+    format!("{PREFIX}/users")
+}
+
+pub fn user(name: &str) -> String {
+    format!("{PREFIX}/users/{name}")
+}
+
+pub fn agent_tokens() -> String {
+    format!("{PREFIX}/agent-tokens")
+}
+
+pub fn agent_token_revoke(token_id: &str) -> String {
+    format!("{PREFIX}/agent-tokens/{token_id}/revoke")
+}
+
+pub fn audit() -> String {
+    format!("{PREFIX}/audit")
 }
 
 pub fn openapi() -> String {

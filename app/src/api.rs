@@ -190,14 +190,17 @@ pub async fn create_assistant_token(scope: String, project: String) -> Result<As
     })
 }
 
-/// Turns maintenance mode on (a message) or off (an empty one): server admins.
-#[server(prefix = "/console/fn", endpoint = "set_maintenance")]
-pub async fn set_maintenance(message: String) -> Result<(), ServerFnError> {
+/// A change made through the public API as the signed-in user: `method`
+/// (POST, PUT, PATCH or DELETE) on `path` (under `/api/v1/`) with a JSON
+/// `body` (may be empty). Answers the API's JSON; an error carries the
+/// API's message with its field details. The API's own checks apply:
+/// projects' roles, admin-only routes, the audit log.
+#[server(prefix = "/console/fn", endpoint = "api_send")]
+pub async fn api_send(method: String, path: String, body: String) -> Result<String, ServerFnError> {
     let user = require_user().await?;
-    let message = Some(message.trim().to_string()).filter(|m| !m.is_empty());
     let address = client_address().await;
     crate::backend::use_backend()?
-        .set_maintenance(user, message, address)
+        .api_send(user, method, path, body, address)
         .await
         .map_err(ServerFnError::new)
 }

@@ -38,14 +38,18 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         request: CreateToken,
     ) -> BoxFuture<'_, Result<CreatedToken, String>>;
     fn revoke_token(&self, user: SessionUser, token_id: String) -> BoxFuture<'_, Result<(), String>>;
-    /// Turns maintenance mode on with `message`, or off with `None` (server
-    /// admins), from the client at `address` (for the audit log).
-    fn set_maintenance(
+    /// Sends `method path` with a JSON `body` to the public API as this
+    /// user, with their own rights (what a `write` token of theirs could
+    /// do), from the client at `address` (for the audit log): the console
+    /// changes things exactly as the API does. Answers the response body.
+    fn api_send(
         &self,
         user: SessionUser,
-        message: Option<String>,
+        method: String,
+        path: String,
+        body: String,
         address: String,
-    ) -> BoxFuture<'_, Result<(), String>>;
+    ) -> BoxFuture<'_, Result<String, String>>;
     /// The body of `GET path` on the public API (`/api/v1/...`), read as
     /// this user with a read scope: pages show what the API shows. An answer
     /// longer than `max_bytes` is an error.

@@ -38,6 +38,16 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[derive(Clone, Copy)]
 pub struct CurrentUser(pub Resource<Result<Option<SessionUser>, ServerFnError>>);
 
+impl CurrentUser {
+    /// Whether the user (once loaded) is a server admin; tracked.
+    pub fn is_admin(&self) -> bool {
+        self.0
+            .get()
+            .and_then(|user| user.ok().flatten())
+            .is_some_and(|user| user.is_admin)
+    }
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
@@ -62,6 +72,11 @@ pub fn App() -> impl IntoView {
                     <A href="/nodes">"Nodes"</A>
                     <A href="/events">"Events"</A>
                     <A href="/tokens">"Tokens"</A>
+                    <Suspense fallback=|| ()>
+                        {move || {
+                            user.is_admin().then(|| view! { <A href="/admin">"Admin"</A> })
+                        }}
+                    </Suspense>
                     <a href=gpuplane_api::paths::openapi()>"API"</a>
                 </nav>
                 <Suspense fallback=|| ()>
@@ -89,6 +104,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/events") ssr=SsrMode::Async view=|| view! { <Protected><pages::Events /></Protected> } />
                     <Route path=path!("/tokens") ssr=SsrMode::Async view=|| view! { <Protected><pages::Tokens /></Protected> } />
                     <Route path=path!("/device") ssr=SsrMode::Async view=|| view! { <Protected><pages::Device /></Protected> } />
+                    <Route path=path!("/admin") ssr=SsrMode::Async view=|| view! { <Protected><pages::Admin /></Protected> } />
+                    <Route path=path!("/admin/audit") ssr=SsrMode::Async view=|| view! { <Protected><pages::Audit /></Protected> } />
                 </Routes>
             </main>
             <footer class="footer">"GPUPlane " {gpuplane_api::VERSION}</footer>

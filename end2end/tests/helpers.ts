@@ -5,11 +5,14 @@ import { ADMIN_USER, ADMIN_PASSWORD } from '../global-setup';
 export const url = () => process.env.GPUPLANE_URL!;
 
 /** Signs in through the login form (a plain POST: works with or without JavaScript). */
-export async function signIn(page: Page, next = '/') {
+export async function signIn(page: Page, next = '/', user = ADMIN_USER, password = ADMIN_PASSWORD) {
   await page.goto(url() + next);
   await expect(page).toHaveURL(/\/login\?next=/);
-  await page.getByLabel('User name').fill(ADMIN_USER);
-  await page.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await page.getByLabel('User name').fill(user);
+  await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
-  await expect(page.getByTestId('signed-in-as')).toHaveText(ADMIN_USER);
+  await expect(page.getByTestId('signed-in-as')).toHaveText(user);
 }
+
+/** The admin's bearer token header, for setting up and checking through the API. */
+export const asAdmin = () => ({ authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` });

@@ -29,7 +29,7 @@ test('an admin pauses dispatch from the dashboard and queued jobs say why', asyn
   // Both switches are in the audit log, as the console user's session.
   const audit = await (await request.get(url() + '/api/v1/audit?target=cluster&limit=2', { headers })).json();
   expect(audit.items.map((e: { action: string; token: string; detail: string }) => [e.action, e.token, e.detail]))
-    .toEqual([['maintenance.off', 'session', ''], ['maintenance.on', 'session', 'Switch firmware until 14:00']]);
+    .toEqual([['maintenance.off', 'console', ''], ['maintenance.on', 'console', 'Switch firmware until 14:00']]);
   expect(audit.items[0].address).toBe('127.0.0.1');
 });
 

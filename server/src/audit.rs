@@ -38,16 +38,6 @@ impl Actor {
         }
     }
 
-    /// A signed-in console user.
-    pub fn console(user_id: &str, user_name: &str, address: Option<IpAddr>) -> Actor {
-        Actor {
-            name: user_name.to_string(),
-            user_id: Some(user_id.to_string()),
-            token: Some("session".to_string()),
-            address,
-        }
-    }
-
     /// `gpuplane-server admin …` on the server's host (whoever can read the data dir).
     pub fn server_cli() -> Actor {
         Actor {

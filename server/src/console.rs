@@ -2,16 +2,17 @@
 //! static files beside them, and the backend their server functions call.
 
 use crate::api::error::ApiError;
-use crate::audit::Actor;
 use crate::identity::access::Principal;
+use crate::identity::auth::ConsoleAction;
 use crate::identity::{device_login, tokens};
 use crate::state::AppState;
 use app::backend::{Backend, BoxFuture, ConsoleBackend};
 use app::{App, shell};
 use axum::Router;
-use axum::http::{HeaderValue, header};
-use gpuplane_api::audit::AuditAction;
-use gpuplane_api::auth::{CreateToken, CreatedToken, DeviceRequest, Scope, SessionUser, TokenInfo};
+use axum::http::{HeaderValue, Method, header};
+use gpuplane_api::auth::{
+    ClientAddress, CreateToken, CreatedToken, DeviceRequest, Scope, SessionUser, TokenInfo,
+};
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_route_list};
 use std::sync::Arc;
@@ -90,13 +91,50 @@ struct ServerBackend {
     api: Router,
 }
 
+impl ServerBackend {
+    /// Runs one request through the API, bounded in bytes and time; the
+    /// body of a success, or the API's error message.
+    async fn call(
+        &self,
+        request: axum::http::Request<axum::body::Body>,
+        path: &str,
+        max_bytes: usize,
+    ) -> Result<String, String> {
+        use tower::ServiceExt;
+        let read = async {
+            let response = match self.api.clone().oneshot(request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            let status = response.status();
+            axum::body::to_bytes(response.into_body(), max_bytes)
+                .await
+                .map(|body| (status, body))
+                .map_err(|_| {
+                    format!("the answer to {path} is larger than a page may read ({max_bytes} bytes)")
+                })
+        };
+        let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, read)
+            .await
+            .map_err(|_| format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}"))??;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if status.is_success() {
+            Ok(text)
+        } else {
+            Err(error_message(status, &text))
+        }
+    }
+}
+
+/// The largest body a console change may send (a job spec with its environment).
+const MAX_SEND_BYTES: usize = 1024 * 1024;
+
 /// How long one read made for a page may take.
 const PAGE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The API paths a page may read, judged on the path as the router will see
-/// it: nothing outside `/api/v1/`, no `..`, no fragment, no streams (they
-/// never end). Answers are bounded in bytes and time by the caller.
-fn readable_by_pages(path: &str) -> Option<axum::http::Uri> {
+/// A path on the API as the router will see it: nothing outside
+/// `/api/v1/`, no `..`, no fragment, no scheme or host.
+fn api_path(path: &str) -> Option<axum::http::Uri> {
     if path.contains('#') || path.contains('\\') {
         return None;
     }
@@ -105,11 +143,14 @@ fn readable_by_pages(path: &str) -> Option<axum::http::Uri> {
         return None;
     }
     let route = uri.path();
-    let readable = route.starts_with("/api/v1/")
-        && !route.contains("..")
-        && !route.contains("//")
-        && !route.ends_with("/stream");
-    readable.then_some(uri)
+    let inside = route.starts_with("/api/v1/") && !route.contains("..") && !route.contains("//");
+    inside.then_some(uri)
+}
+
+/// The API paths a page may read: [`api_path`]s that are not streams
+/// (they never end). Answers are bounded in bytes and time by the caller.
+fn readable_by_pages(path: &str) -> Option<axum::http::Uri> {
+    api_path(path).filter(|uri| !uri.path().ends_with("/stream"))
 }
 
 fn principal(user: &SessionUser) -> Principal {
@@ -170,35 +211,6 @@ impl ConsoleBackend for ServerBackend {
         self.state.config.sso.as_ref().map(|sso| sso.display_name.clone())
     }
 
-    fn set_maintenance(
-        &self,
-        user: SessionUser,
-        notice: Option<String>,
-        address: String,
-    ) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            if !user.is_admin {
-                return Err("maintenance mode is for server admins".to_string());
-            }
-            let db = &self.state.db;
-            let (action, detail) = match &notice {
-                Some(notice) => (AuditAction::MaintenanceOn, notice.clone()),
-                None => (AuditAction::MaintenanceOff, String::new()),
-            };
-            match notice {
-                Some(notice) => crate::jobs::maintenance::start(db, Some(&user.name), &notice).await,
-                None => crate::jobs::maintenance::end(db).await,
-            }
-            .map_err(message)?;
-            let actor = Actor::console(&user.id, &user.name, address.parse().ok());
-            crate::audit::record(db, &actor, action, "cluster", &detail)
-                .await
-                .map_err(message)?;
-            self.state.jobs_changed();
-            Ok(())
-        })
-    }
-
     fn public_url(&self) -> String {
         self.state.config.public_url()
     }
@@ -255,7 +267,6 @@ impl ConsoleBackend for ServerBackend {
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<String, String>> {
         Box::pin(async move {
-            use tower::ServiceExt;
             let Some(uri) = readable_by_pages(&path) else {
                 return Err(format!("the console does not read {path}"));
             };
@@ -263,28 +274,44 @@ impl ConsoleBackend for ServerBackend {
                 .body(axum::body::Body::empty())
                 .map_err(|error| format!("bad path {path}: {error}"))?;
             request.extensions_mut().insert(user);
-            let read = async {
-                let response = match self.api.clone().oneshot(request).await {
-                    Ok(response) => response,
-                    Err(never) => match never {},
-                };
-                let status = response.status();
-                axum::body::to_bytes(response.into_body(), max_bytes)
-                    .await
-                    .map(|body| (status, body))
-                    .map_err(|_| {
-                        format!("the answer to {path} is larger than a page may read ({max_bytes} bytes)")
-                    })
+            self.call(request, &path, max_bytes).await
+        })
+    }
+
+    fn api_send(
+        &self,
+        user: SessionUser,
+        method: String,
+        path: String,
+        body: String,
+        address: String,
+    ) -> BoxFuture<'_, Result<String, String>> {
+        Box::pin(async move {
+            let method = match method.to_ascii_uppercase().as_str() {
+                "POST" => Method::POST,
+                "PUT" => Method::PUT,
+                "PATCH" => Method::PATCH,
+                "DELETE" => Method::DELETE,
+                other => return Err(format!("the console does not send {other} requests")),
             };
-            let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, read)
-                .await
-                .map_err(|_| format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}"))??;
-            let text = String::from_utf8_lossy(&body).into_owned();
-            if status.is_success() {
-                Ok(text)
-            } else {
-                Err(error_message(status, &text))
+            let Some(uri) = api_path(&path) else {
+                return Err(format!("the console does not send to {path}"));
+            };
+            if body.len() > MAX_SEND_BYTES {
+                return Err(format!("a console change is at most {MAX_SEND_BYTES} bytes"));
             }
+            let mut request = axum::http::Request::builder().method(method).uri(uri);
+            if !body.is_empty() {
+                request = request.header(header::CONTENT_TYPE, "application/json");
+            }
+            let mut request = request
+                .body(axum::body::Body::from(body))
+                .map_err(|error| format!("bad path {path}: {error}"))?;
+            if let Ok(address) = address.parse() {
+                request.extensions_mut().insert(ClientAddress(address));
+            }
+            request.extensions_mut().insert(ConsoleAction(user));
+            self.call(request, &path, app::backend::MAX_READ_BYTES).await
         })
     }
 

@@ -2,7 +2,8 @@
 //! state, running jobs, recent critical events.
 
 use crate::CurrentUser;
-use crate::api::{SetMaintenance, fetch};
+use crate::api::fetch;
+use crate::view::actions::{Changes, Outcome, send};
 use crate::view::live::{self, Next};
 use crate::view::loaded;
 use crate::view::query::api;
@@ -13,7 +14,6 @@ use gpuplane_api::job::Job;
 use gpuplane_api::node::{ClusterSummary, Node};
 use gpuplane_api::paths;
 use gpuplane_api::quota::Quota;
-use leptos::form::ActionForm;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
@@ -30,7 +30,7 @@ pub fn Dashboard() -> impl IntoView {
         },
         |_| {},
     );
-    let maintenance = ServerAction::<SetMaintenance>::new();
+    let maintenance = Changes::new();
     let cluster = Resource::new(
         move || (tick.get(), maintenance.version().get()),
         |_| fetch::<ClusterSummary>(paths::cluster()),
@@ -57,7 +57,7 @@ pub fn Dashboard() -> impl IntoView {
                 let paused = c.dispatch_paused.then_some("Maintenance: nothing new starts, running jobs continue. ");
                 view! { <p class="notice warn" role="status" data-testid="maintenance">{paused}{notice}</p> }
             })}
-            <MaintenanceSwitch paused=c.dispatch_paused action=maintenance />
+            <MaintenanceSwitch paused=c.dispatch_paused changes=maintenance />
             <section class="cards" data-testid="cluster">
                 <div class="metric-card"><div class="metric-key">"Nodes online"</div>
                     <div class="metric-value">{c.nodes_online}</div>
@@ -120,32 +120,32 @@ fn QuotasTable(quotas: Vec<Quota>) -> impl IntoView {
 
 /// Maintenance mode on or off, for server admins only.
 #[component]
-fn MaintenanceSwitch(paused: bool, action: ServerAction<SetMaintenance>) -> impl IntoView {
+fn MaintenanceSwitch(paused: bool, changes: Changes) -> impl IntoView {
     let user = expect_context::<CurrentUser>();
-    let is_admin = move || {
-        user.0
-            .get()
-            .and_then(|user| user.ok().flatten())
-            .is_some_and(|user| user.is_admin)
+    let is_admin = move || user.is_admin();
+    let message = RwSignal::new(String::new());
+    let switch = move |event: leptos::ev::SubmitEvent| {
+        event.prevent_default();
+        if paused {
+            send(changes, "DELETE", paths::maintenance(), None);
+        } else {
+            let body = serde_json::json!({"message": message.get_untracked().trim()});
+            send(changes, "PUT", paths::maintenance(), Some(body));
+        }
     };
     view! {
         <Show when=is_admin>
-            <ActionForm action=action attr:class="inline-form" attr:data-testid="maintenance-switch">
+            <form class="inline-form" data-testid="maintenance-switch" on:submit=switch>
                 {if paused {
-                    view! {
-                        <input type="hidden" name="message" value="" />
-                        <button type="submit">"End maintenance: dispatch again"</button>
-                    }.into_any()
+                    view! { <button type="submit">"End maintenance: dispatch again"</button> }.into_any()
                 } else {
                     view! {
-                        <label>"Maintenance message" <input name="message" required placeholder="Driver upgrade until 12:00 UTC" /></label>
+                        <label>"Maintenance message" <input name="message" required placeholder="Driver upgrade until 12:00 UTC" bind:value=message /></label>
                         <button type="submit" class="secondary">"Pause dispatch for maintenance"</button>
                     }.into_any()
                 }}
-            </ActionForm>
-            {move || action.value().get().and_then(|result| result.err()).map(|error| {
-                view! { <p class="error">{crate::view::error_text(&error)}</p> }
-            })}
+            </form>
+            <Outcome changes=changes done="" />
         </Show>
     }
 }

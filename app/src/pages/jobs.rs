@@ -2,6 +2,7 @@
 //! reason, events, logs).
 
 use crate::api::fetch;
+use crate::view::actions::{Changes, Outcome, key_values, send};
 use crate::view::format::{self, status_badge};
 use crate::view::loaded;
 use crate::view::logs::{LogViewer, LogsOf};
@@ -10,7 +11,9 @@ use crate::view::tables::{EventsTable, JobsTable};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
+use gpuplane_api::job::JobStatus;
 use gpuplane_api::paths;
+use gpuplane_api::project::{Project, Role};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
@@ -89,13 +92,34 @@ pub fn Jobs() -> impl IntoView {
 pub fn JobDetail() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("job_id").unwrap_or_default();
-    let job = Resource::new(id, |id| fetch::<Job>(paths::job(&id)));
-    let events = Resource::new(id, |id| {
-        fetch::<Page<Event>>(api(&paths::events(), &[("job_id", &id), ("limit", "50")]))
-    });
+    let changes = Changes::new();
+    let job = Resource::new(
+        move || (id(), changes.version().get()),
+        |(id, _)| fetch::<Job>(paths::job(&id)),
+    );
+    let events = Resource::new(
+        move || (id(), changes.version().get()),
+        |(id, _)| fetch::<Page<Event>>(api(&paths::events(), &[("job_id", &id), ("limit", "50")])),
+    );
+    let projects = Resource::new(|| (), |_| fetch::<Page<Project>>(paths::projects()));
     view! {
         <Title text="Job" />
-        {loaded(job, move |job: Job| view! { <JobView job=job /> })}
+        {loaded(job, move |job: Job| {
+            let project = job.project.clone();
+            let may_change = move || {
+                projects.get().and_then(Result::ok).is_some_and(|page| {
+                    page.items.iter().any(|p| p.name == project && p.role >= Role::Editor)
+                })
+            };
+            view! {
+                <JobView job=job.clone() />
+                <Transition fallback=|| ()>
+                    <Show when=may_change.clone()>
+                        <JobActions job=job.clone() changes=changes />
+                    </Show>
+                </Transition>
+            }
+        })}
         <h2>"Logs"</h2>
         <LogViewer of=LogsOf::Job(params.read_untracked().get("job_id").unwrap_or_default()) />
         <section class="card">
@@ -196,5 +220,174 @@ fn JobView(job: Job) -> impl IntoView {
                 }.into_any()
             }}
         </section>
+    }
+}
+
+/// What an editor of the job's project may do with it: cancel (after a
+/// confirmation), change the priority, hold or release while it is queued,
+/// retry with changes once it ended, and submit an edited copy.
+#[component]
+fn JobActions(job: Job, changes: Changes) -> impl IntoView {
+    let id = job.id.clone();
+    let status = job.status;
+    let active = matches!(
+        status,
+        JobStatus::Queued | JobStatus::Dispatching | JobStatus::Running
+    );
+    let retryable = matches!(status, JobStatus::Failed | JobStatus::Cancelled | JobStatus::Lost);
+    let confirming = RwSignal::new(false);
+    let priority = RwSignal::new(job.priority.to_string());
+    let set = RwSignal::new(String::new());
+    let force = RwSignal::new(false);
+    let problem = RwSignal::new(None::<String>);
+    let path = move |action: &str| paths::job_action(&id, action);
+    let cancel = {
+        let path = path.clone();
+        move |_| {
+            confirming.set(false);
+            send(
+                changes,
+                "POST",
+                path("cancel"),
+                Some(serde_json::json!({"confirm": true})),
+            );
+        }
+    };
+    let set_priority = {
+        let path = path.clone();
+        move |event: leptos::ev::SubmitEvent| {
+            event.prevent_default();
+            match priority.get_untracked().trim().parse::<i64>() {
+                Ok(value) => {
+                    problem.set(None);
+                    send(
+                        changes,
+                        "POST",
+                        path("priority"),
+                        Some(serde_json::json!({"priority": value})),
+                    );
+                }
+                Err(_) => problem.set(Some("priority: give a whole number (higher runs first)".into())),
+            }
+        }
+    };
+    let hold = {
+        let path = path.clone();
+        let action = if job.held { "release" } else { "hold" };
+        move |_| send(changes, "POST", path(action), None)
+    };
+    let retry = {
+        let path = path.clone();
+        move |event: leptos::ev::SubmitEvent| {
+            event.prevent_default();
+            match key_values(&set.get_untracked()) {
+                Ok(set) => {
+                    problem.set(None);
+                    let body = serde_json::json!({"set": set, "force": force.get_untracked()});
+                    send(changes, "POST", path("retry"), Some(body));
+                }
+                Err(error) => problem.set(Some(format!("changes: {error}"))),
+            }
+        }
+    };
+    let name = job.name.clone();
+    view! {
+        <section class="card" data-testid="job-actions">
+            <h2>"Actions"</h2>
+            <div class="inline-form">
+                {active.then(|| view! {
+                    <button type="button" class="danger" data-testid="cancel" on:click=move |_| confirming.set(true)>"Cancel job…"</button>
+                })}
+                {(status == JobStatus::Queued).then(|| view! {
+                    <button type="button" class="secondary" data-testid="hold" on:click=hold>
+                        {if job.held { "Release" } else { "Hold in queue" }}
+                    </button>
+                })}
+            </div>
+            <Show when=move || confirming.get()>
+                <div class="notice warn" data-testid="cancel-confirm">
+                    <p>"Cancel " <strong>{name.clone()}</strong> "? A running attempt gets SIGTERM, then SIGKILL after the grace period."</p>
+                    <button type="button" class="danger" data-testid="confirm-cancel" on:click=cancel.clone()>"Yes, cancel it"</button>
+                    " "
+                    <button type="button" class="secondary" on:click=move |_| confirming.set(false)>"Keep it"</button>
+                </div>
+            </Show>
+            {(status == JobStatus::Queued).then(|| view! {
+                <form class="inline-form" data-testid="priority-form" on:submit=set_priority>
+                    <label>"Priority (higher runs first)"
+                        <input name="priority" inputmode="numeric" bind:value=priority />
+                    </label>
+                    <button type="submit">"Set priority"</button>
+                </form>
+            })}
+            {retryable.then(|| view! {
+                <form data-testid="retry-form" on:submit=retry>
+                    <label>"Changes for the retry, one KEY=VALUE per line (as gpuctl job retry --set): "
+                        "env.BATCH_SIZE=16, resources.gpu=2, priority=5, time_limit_s=2h, command=python train.py --resume"
+                        <textarea name="set" rows="3" bind:value=set></textarea>
+                    </label>
+                    <label class="check">
+                        <input type="checkbox" name="force" bind:checked=force />
+                        " Retry even if it ran out of memory and nothing changed"
+                    </label>
+                    <button type="submit" data-testid="retry">"Retry"</button>
+                </form>
+            })}
+            {move || problem.get().map(|text| view! { <p class="error" role="alert">{text}</p> })}
+            <Outcome changes=changes done="Done." />
+            <ResubmitCopy job=job.clone() />
+        </section>
+    }
+}
+
+/// An edited copy of the job's spec, submitted as a new job; the page then
+/// goes to it. Secret variables are not shown, so they are not copied.
+#[component]
+fn ResubmitCopy(job: Job) -> impl IntoView {
+    let copy = Changes::new();
+    let open = RwSignal::new(false);
+    let mut spec = job.spec.clone();
+    spec.secret_env.clear();
+    let text = RwSignal::new(serde_json::to_string_pretty(&spec).unwrap_or_default());
+    let problem = RwSignal::new(None::<String>);
+    let submit = move |event: leptos::ev::SubmitEvent| {
+        event.prevent_default();
+        match serde_json::from_str::<serde_json::Value>(&text.get_untracked()) {
+            Ok(spec) => {
+                problem.set(None);
+                send(copy, "POST", paths::jobs(), Some(spec));
+            }
+            Err(error) => problem.set(Some(format!("the spec is not JSON: {error}"))),
+        }
+    };
+    let navigate = leptos_router::hooks::use_navigate();
+    Effect::new(move |_| {
+        if let Some(Ok(body)) = copy.value().get()
+            && let Ok(created) = serde_json::from_str::<Job>(&body)
+        {
+            navigate(&format!("/jobs/{}", created.id), Default::default());
+        }
+    });
+    let secrets = (!job.secret_env.is_empty()).then(|| {
+        format!(
+            "Secret variables are not copied: add them to secret_env again ({}).",
+            job.secret_env.join(", ")
+        )
+    });
+    view! {
+        <button type="button" class="secondary" data-testid="resubmit" on:click=move |_| open.update(|o| *o = !*o)>
+            "Submit a copy with edits…"
+        </button>
+        <Show when=move || open.get()>
+            <form data-testid="resubmit-form" on:submit=submit>
+                <label>"Job spec (JSON, as the API takes it)"
+                    <textarea name="spec" rows="16" class="mono" bind:value=text></textarea>
+                </label>
+                {secrets.clone().map(|text| view! { <p class="muted">{text}</p> })}
+                <button type="submit">"Submit copy"</button>
+            </form>
+            {move || problem.get().map(|text| view! { <p class="error" role="alert">{text}</p> })}
+            <Outcome changes=copy done="Submitted: opening the new job…" />
+        </Show>
     }
 }

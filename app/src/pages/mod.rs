@@ -1,5 +1,6 @@
 //! One module per console page.
 
+mod admin;
 mod dashboard;
 pub(crate) mod device;
 mod jobs;
@@ -9,6 +10,7 @@ mod not_found;
 mod run;
 mod tokens;
 
+pub use admin::{Admin, Audit};
 pub use dashboard::Dashboard;
 pub use device::Device;
 pub use jobs::{JobDetail, Jobs};

@@ -1,6 +1,7 @@
 //! Pieces shared by pages: formatting, ANSI text, the log viewer, tables,
 //! live updates, links that keep the view in the URL, and `loaded`.
 
+pub mod actions;
 pub mod ansi;
 pub mod format;
 pub mod live;

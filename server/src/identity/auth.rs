@@ -1,7 +1,8 @@
 //! Who is calling: bearer tokens (RFC 6750) looked up by their hash, or a
 //! signed-in console session. Handlers declare the scope they need in their signature with [`Authed`].
 //! Without a bearer token, a signed-in console session may GET what a `read`
-//! token of its user could.
+//! token of its user could; the console's server functions act with the
+//! user's own rights through [`ConsoleAction`].
 
 use crate::api::error::ApiError;
 use crate::identity::access::{Caller, SESSION_TOKEN_ID};
@@ -86,7 +87,6 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
     })
 }
 
-/// The bearer token of a request, if it has one.
 /// A console session reads the API like a `read` token of its user: only
 /// GET and HEAD, so a cookie never changes anything (the console changes
 /// things through its CSRF-checked server functions).
@@ -95,10 +95,30 @@ fn session_reader(parts: &Parts) -> Option<Caller> {
         return None;
     }
     let user = parts.extensions.get::<SessionUser>()?;
-    Some(Caller {
+    Some(session_caller(user, "console session", Scope::Read))
+}
+
+/// A console server function acting for its signed-in user. Only the
+/// console backend puts this in a request's extensions, in process, after
+/// the server function passed the session cookie and the Origin check; a
+/// request from the network can never carry it.
+#[derive(Debug, Clone)]
+pub struct ConsoleAction(pub SessionUser);
+
+/// The console changes things with the rights of its user: what a `write`
+/// token of theirs could do, and no more (projects' roles and admin checks
+/// still apply in each handler).
+fn console_actor(parts: &Parts) -> Option<Caller> {
+    let ConsoleAction(user) = parts.extensions.get::<ConsoleAction>()?;
+    Some(session_caller(user, "console", Scope::Write))
+}
+
+/// A signed-in console user as a caller with `scope`.
+fn session_caller(user: &SessionUser, token_name: &str, scope: Scope) -> Caller {
+    Caller {
         token_id: SESSION_TOKEN_ID.into(),
-        token_name: "console session".into(),
-        scope: Scope::Read,
+        token_name: token_name.into(),
+        scope,
         expires_at: None,
         user_id: Some(user.id.clone()),
         user_name: Some(user.name.clone()),
@@ -107,9 +127,10 @@ fn session_reader(parts: &Parts) -> Option<Caller> {
         run_id: None,
         node: None,
         address: None,
-    })
+    }
 }
 
+/// The bearer token of a request, if it has one.
 fn bearer_token(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
@@ -177,7 +198,9 @@ impl<A: Access> FromRequestParts<AppState> for Authed<A> {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let mut caller = match bearer_token(parts) {
             Some(token) => authenticate(&state.db, token).await?,
-            None => session_reader(parts).ok_or(ApiError::Unauthorized)?,
+            None => console_actor(parts)
+                .or_else(|| session_reader(parts))
+                .ok_or(ApiError::Unauthorized)?,
         };
         caller.address = parts
             .extensions

@@ -145,6 +145,7 @@ struct JobRow {
     failure_reason: Option<String>,
     failure_detail: Option<String>,
     queued_reason: Option<String>,
+    held: bool,
     run_id: String,
     priority: i64,
     max_attempts: i64,
@@ -185,7 +186,7 @@ fn jobs_from() -> String {
 }
 
 const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,
-    j.queued_reason, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at";
+    j.queued_reason, j.held_at IS NOT NULL AS held, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at";
 
 /// One job the principal may see, checked for at least `needed`; a job of
 /// another project is "not found", exactly like one that does not exist.
@@ -336,6 +337,7 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
         } else {
             None
         },
+        held: status == JobStatus::Queued && row.held,
         run_id: row.run_id,
         priority: row.priority,
         resources: Resources {

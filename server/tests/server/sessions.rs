@@ -385,3 +385,107 @@ async fn pages_read_the_api_through_one_server_function_and_nothing_else() {
     assert!(!too_many.status().is_success());
     assert!(too_many.text().await.unwrap().contains("at most 64 paths"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_changes_things_through_the_api_with_its_users_rights() {
+    let console = Console::start(|_| {}).await;
+    let cookie = console.signed_in().await;
+    let send = |method: &str, path: &str, body: &str, cookie: Option<&str>, origin: bool| {
+        let mut request = console.http.post(console.url("/console/fn/api_send")).form(&[
+            ("method", method),
+            ("path", path),
+            ("body", body),
+        ]);
+        if origin {
+            request = request.header("origin", &console.server.url);
+        }
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.send()
+    };
+    // ada (an editor of `default`) submits and cancels a job.
+    let submitted = send(
+        "POST",
+        "/api/v1/jobs",
+        r#"{"name": "from-console", "command": ["sleep", "60"]}"#,
+        Some(&cookie),
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(submitted.status(), StatusCode::OK);
+    let body: String = submitted.json().await.unwrap();
+    let job: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let job_id = job["id"].as_str().unwrap();
+    assert_eq!(job["submitted_by"], "ada");
+    let cancel = format!("/api/v1/jobs/{job_id}/cancel");
+    // The API's own checks and messages: a cancel needs its confirmation.
+    let unconfirmed = send("POST", &cancel, "{}", Some(&cookie), true).await.unwrap();
+    assert!(
+        unconfirmed
+            .text()
+            .await
+            .unwrap()
+            .contains("confirm: must be true")
+    );
+    let cancelled = send("POST", &cancel, r#"{"confirm": true}"#, Some(&cookie), true)
+        .await
+        .unwrap();
+    assert_eq!(cancelled.status(), StatusCode::OK);
+    // Admin routes stay admin routes.
+    let refused = send(
+        "PUT",
+        "/api/v1/maintenance",
+        r#"{"message": "mine"}"#,
+        Some(&cookie),
+        true,
+    )
+    .await
+    .unwrap();
+    assert!(refused.text().await.unwrap().contains("for server admins"));
+
+    // Nothing outside the API, no reads, no other origin, no session: nothing.
+    for (method, path, expected) in [
+        ("GET", "/api/v1/jobs", "does not send GET"),
+        ("POST", "/login", "does not send to"),
+        ("POST", "/api/v1/../tokens", "does not send to"),
+        ("POST", "http://evil.example/api/v1/jobs", "does not send to"),
+    ] {
+        let response = send(method, path, "{}", Some(&cookie), true).await.unwrap();
+        assert!(!response.status().is_success(), "{method} {path}");
+        assert!(
+            response.text().await.unwrap().contains(expected),
+            "{method} {path}"
+        );
+    }
+    let cross_site = send("POST", &cancel, r#"{"confirm": true}"#, Some(&cookie), false)
+        .await
+        .unwrap();
+    assert_eq!(cross_site.status(), StatusCode::FORBIDDEN);
+    let anonymous = send("POST", &cancel, r#"{"confirm": true}"#, None, true)
+        .await
+        .unwrap();
+    assert!(anonymous.text().await.unwrap().contains("not signed in"));
+
+    // The audit log names ada, the console and her address.
+    let entries = gpuplane_server::audit::list(
+        &console.server.state.db,
+        &gpuplane_server::audit::Filter::default(),
+        10,
+        None,
+    )
+    .await
+    .unwrap();
+    let cancel_entry = entries.items.iter().find(|e| e.target == job_id).unwrap();
+    assert_eq!(
+        (
+            cancel_entry.actor.as_str(),
+            cancel_entry.action.as_str(),
+            cancel_entry.token.as_deref(),
+            cancel_entry.address.as_deref()
+        ),
+        ("ada", "job.cancel", Some("console"), Some("127.0.0.1"))
+    );
+    assert_eq!(entries.items.len(), 1, "refused changes leave nothing");
+}

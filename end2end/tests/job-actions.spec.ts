@@ -1,0 +1,137 @@
+// Job actions in the console: an editor of the job's project cancels (after
+// a confirmation), retries with changes, changes the priority, holds and
+// releases, and submits an edited copy; the OOM advice comes back on an
+// unchanged retry; a viewer sees no buttons. Every change is audited as the
+// editor's, through the console.
+import { test, expect, APIRequestContext, Page } from '@playwright/test';
+import { asAdmin, signIn, url } from './helpers';
+
+const PROJECT = 'e2e-actions';
+const EDITOR = 'e2e-editor';
+const VIEWER = 'e2e-viewer';
+const PASSWORD = 'e2e-password-5678';
+
+test.beforeAll(async ({ request }) => {
+  for (const name of [EDITOR, VIEWER]) {
+    const created = await request.post(url() + '/api/v1/users', { headers: asAdmin(), data: { name, password: PASSWORD } });
+    expect([201, 409], await created.text()).toContain(created.status());
+  }
+  const project = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: PROJECT } });
+  expect([201, 409], await project.text()).toContain(project.status());
+  for (const [user, role] of [[EDITOR, 'editor'], [VIEWER, 'viewer']]) {
+    const member = await request.post(url() + `/api/v1/projects/${PROJECT}/members`, { headers: asAdmin(), data: { user, role } });
+    expect(member.status(), await member.text()).toBe(200);
+  }
+});
+
+async function submit(request: APIRequestContext, spec: object) {
+  const submitted = await request.post(url() + '/api/v1/jobs', { headers: asAdmin(), data: { project: PROJECT, ...spec } });
+  expect(submitted.status(), await submitted.text()).toBe(201);
+  return (await submitted.json()).id as string;
+}
+
+async function job(request: APIRequestContext, id: string) {
+  return (await request.get(url() + `/api/v1/jobs/${id}`, { headers: asAdmin() })).json();
+}
+
+async function cancel(request: APIRequestContext, id: string) {
+  await request.post(url() + `/api/v1/jobs/${id}/cancel`, { headers: asAdmin(), data: { confirm: true } });
+}
+
+async function openAs(page: Page, id: string, user: string) {
+  await signIn(page, `/jobs/${id}`, user, PASSWORD);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+  await expect(page.getByTestId('attempts').or(page.getByText('Not dispatched yet.'))).toBeVisible();
+}
+
+test('an editor cancels and retries from the console; a viewer sees no buttons', async ({ page, browser, request }) => {
+  const id = await submit(request, { name: 'console-cancel', command: ['sleep', '300'] });
+  try {
+    await expect.poll(async () => (await job(request, id)).status).toBe('RUNNING');
+
+    const viewer = await (await browser.newContext()).newPage();
+    await openAs(viewer, id, VIEWER);
+    await expect(viewer.getByTestId('status').first()).toHaveText('RUNNING');
+    await expect(viewer.getByTestId('job-actions')).toHaveCount(0);
+    await viewer.goto(url() + '/admin');
+    await expect(viewer.getByTestId('admins-only')).toHaveText('This page is for server admins.');
+    await expect(viewer.getByRole('link', { name: 'Admin' })).toHaveCount(0);
+
+    await openAs(page, id, EDITOR);
+    const actions = page.getByTestId('job-actions');
+    await actions.getByRole('button', { name: 'Cancel job…' }).click();
+    await expect(page.getByTestId('cancel-confirm')).toContainText('Cancel console-cancel?');
+    await page.getByRole('button', { name: 'Yes, cancel it' }).click();
+    await expect.poll(async () => (await job(request, id)).status).toBe('CANCELLED');
+    await page.reload();
+    await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+    await expect(page.getByTestId('status').first()).toHaveText('CANCELLED');
+
+    await page.getByLabel(/Changes for the retry/).fill('env.E2E_RETRY=1\n');
+    await page.getByRole('button', { name: 'Retry', exact: true }).click();
+    await expect(page.getByTestId('change-done')).toBeVisible();
+    await expect(page.getByTestId('status').first()).not.toHaveText('CANCELLED');
+    const retried = await job(request, id);
+    expect(retried.spec.env.E2E_RETRY).toBe('1');
+    expect(['QUEUED', 'DISPATCHING', 'RUNNING']).toContain(retried.status);
+    await page.screenshot({ path: 'artifacts/job-actions.png', fullPage: true });
+
+    const audit = await (await request.get(url() + `/api/v1/audit?target=${id}`, { headers: asAdmin() })).json();
+    expect(audit.items.map((e: { actor: string; action: string; token: string; detail: string }) => [e.actor, e.action, e.token, e.detail]))
+      .toEqual([[EDITOR, 'job.retry', 'console', 'env.E2E_RETRY=1'], [EDITOR, 'job.cancel', 'console', 'was RUNNING']]);
+  } finally {
+    await cancel(request, id);
+  }
+});
+
+test('an editor reorders, holds and releases a queued job and submits an edited copy', async ({ page, request }) => {
+  // A selector no node matches keeps it queued.
+  const id = await submit(request, { name: 'console-queue', command: ['true'], node_selector: { pool: 'nowhere' } });
+  try {
+    await openAs(page, id, EDITOR);
+    await page.getByLabel('Priority (higher runs first)').fill('7');
+    await page.getByRole('button', { name: 'Set priority' }).click();
+    await expect.poll(async () => (await job(request, id)).priority).toBe(7);
+
+    await page.getByRole('button', { name: 'Hold in queue' }).click();
+    await expect(page.getByTestId('queued-reason')).toContainText(`held by ${EDITOR}`);
+    await page.getByRole('button', { name: 'Release' }).click();
+    await expect(page.getByTestId('queued-reason')).not.toContainText('held by');
+    expect((await job(request, id)).held).toBe(false);
+
+    await page.getByRole('button', { name: 'Submit a copy with edits…' }).click();
+    const editor = page.getByLabel('Job spec (JSON, as the API takes it)');
+    const spec = JSON.parse(await editor.inputValue());
+    expect(spec.name).toBe('console-queue');
+    spec.name = 'console-copy';
+    spec.node_selector = {};
+    await editor.fill(JSON.stringify(spec, null, 2));
+    await page.getByRole('button', { name: 'Submit copy' }).click();
+    await expect(page).not.toHaveURL(new RegExp(id));
+    await expect(page.locator('h1')).toContainText('console-copy');
+    const copy = page.url().split('/jobs/')[1];
+    await expect.poll(async () => (await job(request, copy)).status).toBe('SUCCEEDED');
+    expect((await job(request, copy)).submitted_by).toBe(EDITOR);
+  } finally {
+    await cancel(request, id);
+  }
+});
+
+test('retrying an out-of-memory failure unchanged shows the advice; forcing it retries', async ({ page, request }) => {
+  const id = await submit(request, {
+    name: 'console-oom',
+    command: ['sh', '-c', "echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1"],
+    max_attempts: 1,
+  });
+  await expect.poll(async () => (await job(request, id)).failure_reason).toBe('OOM');
+  await openAs(page, id, EDITOR);
+  await page.getByRole('button', { name: 'Retry', exact: true }).click();
+  await expect(page.getByTestId('change-error')).toContainText('ran out of memory');
+  await expect(page.getByTestId('change-error')).toContainText('env.BATCH_SIZE=16');
+  expect((await job(request, id)).status).toBe('FAILED');
+
+  await page.getByLabel(/Retry even if it ran out of memory/).check();
+  await page.getByRole('button', { name: 'Retry', exact: true }).click();
+  await expect(page.getByTestId('change-done')).toBeVisible();
+  await expect.poll(async () => (await job(request, id)).attempts.length).toBe(2);
+});
