@@ -266,10 +266,7 @@ pub async fn load_queue(
 ) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), Error> {
     // One row holding a JSON array: the driver's per-row cost dominates at
     // 10,000 rows, and a pass reads the whole queue. Time limits are in the
-    // spec, read only when scheduling windows need them. The inner query
-    // names its columns and the queue's index: left to itself, SQLite sorts
-    // whole rows (specs included) in a temporary tree, which costs more
-    // than the rest of the load.
+    // spec, read only when scheduling windows need them.
     let time_limit = if state.config.scheduling_windows.is_empty() {
         "NULL"
     } else {
@@ -279,12 +276,8 @@ pub async fn load_queue(
         "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
                                                      attempt_count, max_attempts, queued_reason,
                                                      project, submitted_by, after_jobs, queued_at,
-                                                     time_limit_s)), '[]')
-         FROM (SELECT id, gpus, priority, node_selector, not_before, attempt_count, max_attempts,
-                      queued_reason, project, submitted_by, after_jobs, queued_at,
-                      {time_limit} AS time_limit_s
-               FROM jobs INDEXED BY jobs_queued
-               WHERE status = 'QUEUED' AND held_at IS NULL
+                                                     {time_limit})), '[]')
+         FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
                ORDER BY priority DESC, queued_at, seq)"
     ))
     .fetch_one(&state.db)
