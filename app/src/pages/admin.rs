@@ -37,19 +37,57 @@ fn AdminsOnly(children: ChildrenFn) -> impl IntoView {
     }
 }
 
+/// One section's data: what it shows, loaded again after each of its changes.
+type Loaded<T> = Resource<Result<Page<T>, ServerFnError>>;
+
+/// The sections' resources are made here, at the top of the page, not
+/// inside `AdminsOnly`'s `Suspense` (see ARCHITECTURE.md: hydration matches
+/// resources by the order they are made).
 #[component]
 pub fn Admin() -> impl IntoView {
+    let query = use_query_map();
+    let chosen = Signal::derive(move || query.read().get("project").unwrap_or_else(|| "default".into()));
+    let users_changed = Changes::new();
+    let users = Resource::new(
+        move || users_changed.version().get(),
+        |_| fetch::<Page<User>>(paths::users()),
+    );
+    let projects_changed = Changes::new();
+    let projects = Resource::new(
+        move || projects_changed.version().get(),
+        |_| fetch::<Page<Project>>(paths::projects()),
+    );
+    let members = Resource::new(
+        move || (chosen.get(), projects_changed.version().get()),
+        |(project, _)| fetch::<Page<Membership>>(paths::project_members(&project)),
+    );
+    let quotas_changed = Changes::new();
+    let quotas = Resource::new(
+        move || quotas_changed.version().get(),
+        |_| fetch::<Page<Quota>>(paths::quotas()),
+    );
+    let nodes_changed = Changes::new();
+    let nodes = Resource::new(
+        move || nodes_changed.version().get(),
+        |_| fetch::<Page<Node>>(paths::nodes()),
+    );
+    let tokens_changed = Changes::new();
+    let token_created = Changes::new();
+    let tokens = Resource::new(
+        move || (tokens_changed.version().get(), token_created.version().get()),
+        |_| fetch::<Page<AgentToken>>(paths::agent_tokens()),
+    );
     view! {
         <Title text="Admin" />
         <h1>"Admin"</h1>
         <p class="muted">"Every change here is in the " <a href="/admin/audit">"audit log"</a>
             ". Maintenance mode is switched on the " <a href="/">"dashboard"</a> "."</p>
         <AdminsOnly>
-            <Users />
-            <Projects />
-            <Quotas />
-            <NodeControls />
-            <AgentTokens />
+            <Users users=users changes=users_changed />
+            <Projects projects=projects members=members chosen=chosen changes=projects_changed />
+            <Quotas quotas=quotas changes=quotas_changed />
+            <NodeControls nodes=nodes changes=nodes_changed />
+            <AgentTokens tokens=tokens changes=tokens_changed created=token_created />
         </AdminsOnly>
     }
 }
@@ -60,12 +98,7 @@ fn text(signal: RwSignal<String>) -> String {
 }
 
 #[component]
-fn Users() -> impl IntoView {
-    let changes = Changes::new();
-    let users = Resource::new(
-        move || changes.version().get(),
-        |_| fetch::<Page<User>>(paths::users()),
-    );
+fn Users(users: Loaded<User>, changes: Changes) -> impl IntoView {
     let name = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let admin = RwSignal::new(false);
@@ -136,18 +169,13 @@ fn Users() -> impl IntoView {
 }
 
 #[component]
-fn Projects() -> impl IntoView {
-    let changes = Changes::new();
+fn Projects(
+    projects: Loaded<Project>,
+    members: Loaded<Membership>,
+    chosen: Signal<String>,
+    changes: Changes,
+) -> impl IntoView {
     let query = use_query_map();
-    let chosen = move || query.read().get("project").unwrap_or_else(|| "default".into());
-    let projects = Resource::new(
-        move || changes.version().get(),
-        |_| fetch::<Page<Project>>(paths::projects()),
-    );
-    let members = Resource::new(
-        move || (chosen(), changes.version().get()),
-        |(project, _)| fetch::<Page<Membership>>(paths::project_members(&project)),
-    );
     let new_project = RwSignal::new(String::new());
     let member = RwSignal::new(String::new());
     let role = RwSignal::new("editor".to_string());
@@ -163,7 +191,12 @@ fn Projects() -> impl IntoView {
     let add_member = move |event: leptos::ev::SubmitEvent| {
         event.prevent_default();
         let body = json!({"user": text(member), "role": role.get_untracked()});
-        send(changes, "POST", paths::project_members(&chosen()), Some(body));
+        send(
+            changes,
+            "POST",
+            paths::project_members(&chosen.get_untracked()),
+            Some(body),
+        );
     };
     view! {
         <section class="card" data-testid="projects">
@@ -199,12 +232,7 @@ fn Projects() -> impl IntoView {
 }
 
 #[component]
-fn Quotas() -> impl IntoView {
-    let changes = Changes::new();
-    let quotas = Resource::new(
-        move || changes.version().get(),
-        |_| fetch::<Page<Quota>>(paths::quotas()),
-    );
+fn Quotas(quotas: Loaded<Quota>, changes: Changes) -> impl IntoView {
     let kind = RwSignal::new("project".to_string());
     let name = RwSignal::new(String::new());
     let gpus = RwSignal::new(String::new());
@@ -272,12 +300,7 @@ fn Quotas() -> impl IntoView {
 }
 
 #[component]
-fn NodeControls() -> impl IntoView {
-    let changes = Changes::new();
-    let nodes = Resource::new(
-        move || changes.version().get(),
-        |_| fetch::<Page<Node>>(paths::nodes()),
-    );
+fn NodeControls(nodes: Loaded<Node>, changes: Changes) -> impl IntoView {
     view! {
         <section class="card" data-testid="admin-nodes">
             <h2>"Nodes"</h2>
@@ -353,14 +376,9 @@ fn NodeRow(node: Node, changes: Changes) -> impl IntoView {
     }
 }
 
+/// `changes` revokes; `created` makes a token, whose secret is shown once.
 #[component]
-fn AgentTokens() -> impl IntoView {
-    let changes = Changes::new();
-    let created = Changes::new();
-    let tokens = Resource::new(
-        move || (changes.version().get(), created.version().get()),
-        |_| fetch::<Page<AgentToken>>(paths::agent_tokens()),
-    );
+fn AgentTokens(tokens: Loaded<AgentToken>, changes: Changes, created: Changes) -> impl IntoView {
     let name = RwSignal::new(String::new());
     let node = RwSignal::new(String::new());
     let create = move |event: leptos::ev::SubmitEvent| {
