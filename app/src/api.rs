@@ -202,7 +202,17 @@ pub async fn api_send(method: String, path: String, body: String) -> Result<Stri
     crate::backend::use_backend()?
         .api_send(user, method, path, body, address)
         .await
-        .map_err(ServerFnError::new)
+        .map_err(|refused| {
+            // The API's status (422, 403, 409, …): a refused change is the
+            // user's to fix, not a server error in the log.
+            if let (Some(response), Ok(status)) = (
+                use_context::<leptos_axum::ResponseOptions>(),
+                http::StatusCode::from_u16(refused.status),
+            ) {
+                response.set_status(status);
+            }
+            ServerFnError::new(refused.message)
+        })
 }
 
 /// Revokes one of the signed-in user's tokens.

@@ -49,7 +49,7 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         path: String,
         body: String,
         address: String,
-    ) -> BoxFuture<'_, Result<String, String>>;
+    ) -> BoxFuture<'_, Result<String, Refused>>;
     /// The body of `GET path` on the public API (`/api/v1/...`), read as
     /// this user with a read scope: pages show what the API shows. An answer
     /// longer than `max_bytes` is an error.
@@ -59,6 +59,14 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         path: String,
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<String, String>>;
+}
+
+/// Why a change was not made: the HTTP status the API (or the console)
+/// answered, and its message with field details.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub status: u16,
+    pub message: String,
 }
 
 /// The most bytes one console read returns, one path or many together.

@@ -6,7 +6,7 @@ use crate::identity::access::Principal;
 use crate::identity::auth::ConsoleAction;
 use crate::identity::{device_login, tokens};
 use crate::state::AppState;
-use app::backend::{Backend, BoxFuture, ConsoleBackend};
+use app::backend::{Backend, BoxFuture, ConsoleBackend, Refused};
 use app::{App, shell};
 use axum::Router;
 use axum::http::{HeaderValue, Method, header};
@@ -93,14 +93,15 @@ struct ServerBackend {
 
 impl ServerBackend {
     /// Runs one request through the API, bounded in bytes and time; the
-    /// body of a success, or the API's error message.
+    /// body of a success, or the API's status and error message.
     async fn call(
         &self,
         request: axum::http::Request<axum::body::Body>,
         path: &str,
         max_bytes: usize,
-    ) -> Result<String, String> {
+    ) -> Result<String, Refused> {
         use tower::ServiceExt;
+        let failed = |message: String| Refused { status: 500, message };
         let read = async {
             let response = match self.api.clone().oneshot(request).await {
                 Ok(response) => response,
@@ -111,17 +112,22 @@ impl ServerBackend {
                 .await
                 .map(|body| (status, body))
                 .map_err(|_| {
-                    format!("the answer to {path} is larger than a page may read ({max_bytes} bytes)")
+                    failed(format!(
+                        "the answer to {path} is larger than a page may read ({max_bytes} bytes)"
+                    ))
                 })
         };
         let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, read)
             .await
-            .map_err(|_| format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}"))??;
+            .map_err(|_| failed(format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}")))??;
         let text = String::from_utf8_lossy(&body).into_owned();
         if status.is_success() {
             Ok(text)
         } else {
-            Err(error_message(status, &text))
+            Err(Refused {
+                status: status.as_u16(),
+                message: error_message(status, &text),
+            })
         }
     }
 }
@@ -274,7 +280,9 @@ impl ConsoleBackend for ServerBackend {
                 .body(axum::body::Body::empty())
                 .map_err(|error| format!("bad path {path}: {error}"))?;
             request.extensions_mut().insert(user);
-            self.call(request, &path, max_bytes).await
+            self.call(request, &path, max_bytes)
+                .await
+                .map_err(|refused| refused.message)
         })
     }
 
@@ -285,20 +293,23 @@ impl ConsoleBackend for ServerBackend {
         path: String,
         body: String,
         address: String,
-    ) -> BoxFuture<'_, Result<String, String>> {
+    ) -> BoxFuture<'_, Result<String, Refused>> {
         Box::pin(async move {
+            let refuse = |message: String| Refused { status: 400, message };
             let method = match method.to_ascii_uppercase().as_str() {
                 "POST" => Method::POST,
                 "PUT" => Method::PUT,
                 "PATCH" => Method::PATCH,
                 "DELETE" => Method::DELETE,
-                other => return Err(format!("the console does not send {other} requests")),
+                other => return Err(refuse(format!("the console does not send {other} requests"))),
             };
             let Some(uri) = api_path(&path) else {
-                return Err(format!("the console does not send to {path}"));
+                return Err(refuse(format!("the console does not send to {path}")));
             };
             if body.len() > MAX_SEND_BYTES {
-                return Err(format!("a console change is at most {MAX_SEND_BYTES} bytes"));
+                return Err(refuse(format!(
+                    "a console change is at most {MAX_SEND_BYTES} bytes"
+                )));
             }
             let mut request = axum::http::Request::builder().method(method).uri(uri);
             if !body.is_empty() {
@@ -306,7 +317,7 @@ impl ConsoleBackend for ServerBackend {
             }
             let mut request = request
                 .body(axum::body::Body::from(body))
-                .map_err(|error| format!("bad path {path}: {error}"))?;
+                .map_err(|error| refuse(format!("bad path {path}: {error}")))?;
             if let Ok(address) = address.parse() {
                 request.extensions_mut().insert(ClientAddress(address));
             }

@@ -422,6 +422,7 @@ async fn the_console_changes_things_through_the_api_with_its_users_rights() {
     let cancel = format!("/api/v1/jobs/{job_id}/cancel");
     // The API's own checks and messages: a cancel needs its confirmation.
     let unconfirmed = send("POST", &cancel, "{}", Some(&cookie), true).await.unwrap();
+    assert_eq!(unconfirmed.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert!(
         unconfirmed
             .text()
@@ -443,6 +444,7 @@ async fn the_console_changes_things_through_the_api_with_its_users_rights() {
     )
     .await
     .unwrap();
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     assert!(refused.text().await.unwrap().contains("for server admins"));
 
     // Nothing outside the API, no reads, no other origin, no session: nothing.
@@ -453,7 +455,7 @@ async fn the_console_changes_things_through_the_api_with_its_users_rights() {
         ("POST", "http://evil.example/api/v1/jobs", "does not send to"),
     ] {
         let response = send(method, path, "{}", Some(&cookie), true).await.unwrap();
-        assert!(!response.status().is_success(), "{method} {path}");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{method} {path}");
         assert!(
             response.text().await.unwrap().contains(expected),
             "{method} {path}"
