@@ -191,6 +191,10 @@ pub struct JobSpec {
     /// shown beside the commit each attempt ran, with a warning when they differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitSource>,
+    /// Tags for the job's run (`baseline`, `lr-sweep`): shown on the run and
+    /// filtered on in run lists.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// Where a job was submitted from: a git checkout on the submitting machine.
@@ -265,6 +269,7 @@ impl std::fmt::Debug for JobSpec {
             watch_dirs,
             allow_interactive,
             git,
+            tags,
         } = self;
         let secret_names: Vec<&String> = secret_env.keys().collect();
         f.debug_struct("JobSpec")
@@ -287,6 +292,7 @@ impl std::fmt::Debug for JobSpec {
             .field("watch_dirs", watch_dirs)
             .field("allow_interactive", allow_interactive)
             .field("git", git)
+            .field("tags", tags)
             .finish()
     }
 }
@@ -326,6 +332,7 @@ impl JobSpec {
             watch_dirs: Vec::new(),
             allow_interactive: false,
             git: None,
+            tags: Vec::new(),
         }
     }
 }

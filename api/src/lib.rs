@@ -53,6 +53,7 @@ pub mod duration;
 pub mod error;
 pub mod evaluation;
 pub mod event;
+pub mod experiment;
 pub mod health;
 pub mod job;
 pub mod log;

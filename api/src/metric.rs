@@ -184,6 +184,15 @@ pub struct Run {
     /// The metric that ranks this run: its own, else its project's default.
     pub primary_metric: Option<PrimaryMetric>,
     pub created_at: String,
+    /// Hyperparameters as flat keys (`model.depth`): numbers, strings, booleans, null.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub config: BTreeMap<String, serde_json::Value>,
+    /// Sorted; the job's tags for a job's run.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub notes: String,
 }
 
 /// Whether a larger or a smaller value of a primary metric is better.
@@ -253,13 +262,21 @@ pub struct Checkpoint {
 }
 
 /// `POST /api/v1/runs`: a run made by the SDK outside the platform.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct NewRun {
     #[serde(default = "default_project")]
     pub project: String,
     pub name: String,
+    /// Flat config keys, as `POST /runs/{id}/config` takes them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub config: BTreeMap<String, serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub notes: String,
 }
 
 fn default_project() -> String {

@@ -193,6 +193,9 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
             ),
         );
     }
+    for error in crate::experiment::check_tags("tags", &spec.tags) {
+        bad("tags", error.message);
+    }
     for (key, value) in &spec.node_selector {
         if key.is_empty() {
             bad("node_selector", format!("has an empty key (value `{value}`)"));

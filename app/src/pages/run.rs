@@ -290,8 +290,26 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                 {source.map(|source| view! { <dt>"Submitted from"</dt><dd data-testid="git-source">{source}</dd> })}
                 <dt>"Created"</dt><dd>{format::time(&run.created_at)}</dd>
                 <dt>"Run id"</dt><dd>{run.id.clone()}</dd>
+                {(!run.tags.is_empty()).then(|| view! {
+                    <dt>"Tags"</dt>
+                    <dd data-testid="run-tags">{run.tags.iter().map(|tag| view! {
+                        <span class="badge">{tag.clone()}</span> " "
+                    }).collect_view()}</dd>
+                })}
             </dl>
+            {(!run.notes.is_empty()).then(|| view! { <p class="notes" data-testid="run-notes">{run.notes.clone()}</p> })}
         </section>
+        {(!run.config.is_empty()).then(|| view! {
+            <section class="card">
+                <h2>"Config"</h2>
+                <div class="table-scroll"><table data-testid="run-config">
+                    <thead><tr><th>"Key"</th><th>"Value"</th></tr></thead>
+                    <tbody>{run.config.iter().map(|(key, value)| view! {
+                        <tr><td class="mono">{key.clone()}</td><td class="mono">{gpuplane_api::experiment::show_value(value)}</td></tr>
+                    }).collect_view()}</tbody>
+                </table></div>
+            </section>
+        })}
         {(!run.latest.is_empty()).then(|| view! {
             <section class="cards" data-testid="latest">
                 {run.latest.iter().map(|(key, latest)| view! {

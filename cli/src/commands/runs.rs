@@ -278,6 +278,23 @@ fn render(view: &RunView) -> String {
             run.id
         ),
     };
+    if !run.tags.is_empty() {
+        let _ = writeln!(text, "tags  {}", run.tags.join(", "));
+    }
+    if !run.notes.is_empty() {
+        let _ = writeln!(text, "notes  {}", run.notes);
+    }
+    if !run.config.is_empty() {
+        let width = run.config.keys().map(String::len).max().unwrap_or(0);
+        let _ = writeln!(text, "config");
+        for (key, value) in &run.config {
+            let _ = writeln!(
+                text,
+                "  {key:<width$}  {}",
+                gpuplane_api::experiment::show_value(value)
+            );
+        }
+    }
     if run.latest.is_empty() {
         let _ = writeln!(
             text,

@@ -57,6 +57,12 @@ class Client:
     def create_run(self, project, name):
         return self.request("POST", "/runs", {"project": project, "name": name})["id"]
 
+    def update_config(self, run_id, config):
+        return self.request("POST", f"/runs/{run_id}/config", {"config": config})
+
+    def change_run(self, run_id, changes):
+        return self.request("PATCH", f"/runs/{run_id}", changes)
+
     def send_batch(self, run_id, batch):
         return self.request("POST", f"/runs/{run_id}/metrics", batch)
 

@@ -18,6 +18,76 @@ FLUSH_SECONDS = 1.0
 RETRY_SECONDS = 5.0
 
 
+MAX_CONFIG_KEYS = 1000
+MAX_CONFIG_KEY_LEN = 200
+MAX_CONFIG_TEXT_LEN = 4096
+MAX_TAGS = 64
+MAX_NOTES_LEN = 20_000
+
+
+def flatten_config(values, prefix=""):
+    """``{"model": {"depth": 12}}`` as ``{"model.depth": 12}``; values checked.
+
+    Values are numbers, strings, booleans or None; NaN and infinities become
+    the strings "NaN", "Infinity", "-Infinity". Anything else raises TypeError,
+    and keys or texts over the server's limits raise ValueError, at once.
+    """
+    flat = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten_config(value, prefix=f"{name}."))
+            continue
+        if not name or len(name) > MAX_CONFIG_KEY_LEN:
+            raise ValueError(f"gpuplane: config key {name!r}: keys are 1-{MAX_CONFIG_KEY_LEN} characters")
+        if value is None or isinstance(value, (bool, int, str)):
+            if isinstance(value, str) and len(value) > MAX_CONFIG_TEXT_LEN:
+                raise ValueError(f"gpuplane: config {name}: text values are at most {MAX_CONFIG_TEXT_LEN} characters")
+            flat[name] = value
+        elif isinstance(value, float):
+            flat[name] = value if math.isfinite(value) else encode_value(value)
+        elif hasattr(value, "item") and callable(value.item):
+            # numpy and torch scalars
+            flat.update(flatten_config({name: value.item()}))
+        else:
+            raise TypeError(
+                f"gpuplane: config {name}={value!r}: values are numbers, strings, booleans or None "
+                "(write lists as text, nest dicts for dotted keys)"
+            )
+    if len(flat) > MAX_CONFIG_KEYS:
+        raise ValueError(f"gpuplane: at most {MAX_CONFIG_KEYS} config keys per run")
+    return flat
+
+
+class Config:
+    """A run's config: ``run.config.update({...})``, ``run.config["lr"]``."""
+
+    def __init__(self, run):
+        self._run = run
+        self._values = {}
+
+    def update(self, values=None, **more):
+        """Sets keys (nested dicts become dotted keys); sent in order with the metrics."""
+        flat = flatten_config({**(values or {}), **more})
+        if len(set(self._values) | set(flat)) > MAX_CONFIG_KEYS:
+            raise ValueError(f"gpuplane: at most {MAX_CONFIG_KEYS} config keys per run")
+        self._values.update(flat)
+        if flat:
+            self._run._send_later("config", {"config": flat})
+
+    def __getitem__(self, key):
+        return self._values[key]
+
+    def __contains__(self, key):
+        return key in self._values
+
+    def as_dict(self):
+        return dict(self._values)
+
+    def __repr__(self):
+        return f"Config({self._values!r})"
+
+
 class Run:
     """A run being logged to. Create it with :func:`init`."""
 
@@ -39,6 +109,7 @@ class Run:
         self.replayed = ReplayResult()
         self._wake = threading.Event()
         self._idle = threading.Event()
+        self.config = Config(self)
         # Create the run now when the server answers, so its id and URL are known
         # at once; otherwise it is created (or spooled) when data is sent.
         if self._client is not None and self.run_id is None:
@@ -76,6 +147,30 @@ class Run:
             self._idle.clear()
             self._queue.put(points)
 
+    def set_tags(self, tags):
+        """Replaces the run's tags (short words: letters, digits, ``. _ - : /``)."""
+        tags = [str(tag) for tag in tags]
+        if len(tags) > MAX_TAGS:
+            raise ValueError(f"gpuplane: at most {MAX_TAGS} tags")
+        self._send_later("details", {"changes": {"tags": tags}})
+
+    def add_tags(self, *tags):
+        """Adds tags to the ones the run has (a job's tags included)."""
+        self._send_later("details", {"changes": {"add_tags": [str(tag) for tag in tags]}})
+
+    def set_notes(self, notes):
+        """Replaces the run's notes."""
+        notes = str(notes)
+        if len(notes) > MAX_NOTES_LEN:
+            raise ValueError(f"gpuplane: notes are at most {MAX_NOTES_LEN} characters")
+        self._send_later("details", {"changes": {"notes": notes}})
+
+    def _send_later(self, kind, body):
+        if self._finished:
+            raise RuntimeError("this run is finished")
+        self._idle.clear()
+        self._queue.put((kind, body))
+
     def flush(self, timeout=30.0):
         """Waits until everything logged so far was sent or spooled."""
         self._queue.put("flush")
@@ -109,6 +204,8 @@ class Run:
                 if len(self._pending) < BATCH_POINTS and time.monotonic() < deadline:
                     continue
             self._send_pending()
+            if isinstance(item, tuple):
+                self._send_details(*item)
             deadline = time.monotonic() + FLUSH_SECONDS
             if item == "finish":
                 self._finish_remote()
@@ -162,6 +259,22 @@ class Run:
                     continue
             self._spool.append({"type": "batch", **batch})
 
+    def _send_details(self, kind, body):
+        """Config (``config``) or tags and notes (``details``): sent, or spooled in order."""
+        if self._online():
+            try:
+                if kind == "config":
+                    self._client.update_config(self.run_id, body["config"])
+                else:
+                    self._client.change_run(self.run_id, body["changes"])
+                return
+            except Unreachable:
+                self._retry_at = time.monotonic() + RETRY_SECONDS
+            except Refused as error:
+                warnings.warn(f"gpuplane: the server refused the run's {kind} ({error})")
+                return
+        self._spool.append({"type": kind, **body})
+
     def _finish_remote(self):
         if self._online() and self.run_id:
             try:
@@ -173,18 +286,30 @@ class Run:
             self._spool.append({"type": "finish"})
 
 
-def init(project=None, name=None, server=None, token=None):
+def init(project=None, name=None, server=None, token=None, config=None, tags=None, notes=None):
     """The run to log to.
 
     Inside a GPUPlane job this is the job's run (``GPUCTL_RUN_ID``, with the
     job's ``GPUCTL_SERVER`` and ``GPUCTL_TOKEN``). Elsewhere a new run is made
     in ``project`` (default ``default``) named ``name``; without a server or
     token everything goes to the spool until one is available.
+
+    ``config`` (hyperparameters; nested dicts become dotted keys), ``tags``
+    (added to the job's own) and ``notes`` are recorded on the run; a bad
+    value raises at once, before anything is sent.
     """
     server = server or os.environ.get("GPUCTL_SERVER")
     token = token or os.environ.get("GPUCTL_TOKEN")
     run_id = os.environ.get("GPUCTL_RUN_ID") if project is None and name is None else None
-    return Run(server, token, run_id=run_id, project=project or "default", name=name or os.environ.get("GPUCTL_JOB_ID"))
+    flat = flatten_config(config or {})
+    run = Run(server, token, run_id=run_id, project=project or "default", name=name or os.environ.get("GPUCTL_JOB_ID"))
+    if flat:
+        run.config.update(flat)
+    if tags:
+        run.add_tags(*tags)
+    if notes is not None:
+        run.set_notes(notes)
+    return run
 
 
 def write_eval_result(metrics, path=None):

@@ -107,6 +107,16 @@ def replay_file(client, path, result):
                     return False
                 except Refused as error:
                     warnings.warn(f"gpuplane: the server refused a spooled batch ({error}); dropping it")
+            elif kind in ("config", "details") and run_id is not None:
+                try:
+                    if kind == "config":
+                        client.update_config(run_id, record["config"])
+                    else:
+                        client.change_run(run_id, record["changes"])
+                except Unreachable:
+                    return False
+                except Refused as error:
+                    warnings.warn(f"gpuplane: the server refused spooled run {kind} ({error}); dropping it")
             elif kind == "finish" and run_id is not None:
                 try:
                     client.finish_run(run_id)

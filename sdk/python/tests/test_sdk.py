@@ -158,3 +158,54 @@ def test_an_evaluation_job_reports_write_eval_result_to_the_run(server, tmp_path
     assert done["metrics"] == {"accuracy": 0.75, "loss": "Infinity"}
     assert series(server, train["run_id"], "eval/accuracy") == [(40, 0.75)]
     assert series(server, train["run_id"], "eval/loss") == [(40, "Infinity")]
+
+
+def test_config_tags_and_notes_are_recorded_flat_and_checked_at_once(server):
+    run = gpuplane.init(
+        project="default",
+        name="with-config",
+        server=server.url,
+        token=server.token,
+        config={"lr": 1e-3, "optimizer": "adam", "amp": True, "seed": None, "model": {"depth": 12, "act": "gelu"}},
+        tags=["baseline", "sweep:lr"],
+        notes="first try",
+    )
+    run.config.update({"batch_size": 64}, warmup=float("nan"))
+    assert run.config["model.depth"] == 12
+    run.log({"train/loss": 0.5}, step=1)
+    run.finish()
+    summary = server.get(f"/runs/{run.run_id}")
+    assert summary["config"] == {
+        "amp": True, "batch_size": 64, "lr": 0.001, "model.act": "gelu", "model.depth": 12,
+        "optimizer": "adam", "seed": None, "warmup": "NaN",
+    }
+    assert summary["tags"] == ["baseline", "sweep:lr"]
+    assert summary["notes"] == "first try"
+    # The list filters on them.
+    found = server.get("/runs?config.lr=%3E0.0001&config.optimizer=adam&tag=baseline")["items"]
+    assert [r["id"] for r in found] == [run.run_id]
+    assert server.get("/runs?config.lr=%3E0.01")["items"] == []
+    # Bad values are refused before anything is sent.
+    for bad in ({"layers": [1, 2]}, {"x" * 201: 1}, {"text": "y" * 5000}):
+        try:
+            gpuplane.init(project="default", name="bad", server=server.url, token=server.token, config=bad)
+        except (TypeError, ValueError) as error:
+            assert "gpuplane: config" in str(error)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+
+def test_config_logged_while_the_server_is_down_is_replayed_in_order(stopped_server):
+    run = gpuplane.init(project="default", name="offline-config", server=stopped_server.url, token=stopped_server.token,
+                        config={"lr": 0.1}, tags=["offline"])
+    run.log({"train/loss": 1.0}, step=0)
+    run.config.update({"lr": 0.05})
+    run.set_notes("lowered the learning rate at step 1")
+    run.finish()
+    stopped_server.start()
+    result = gpuplane.sync(server=stopped_server.url, token=stopped_server.token)
+    summary = stopped_server.get(f"/runs/{result.run_ids[run.local_id]}")
+    assert summary["config"] == {"lr": 0.05}, "the later update wins, as it was logged"
+    assert summary["tags"] == ["offline"]
+    assert summary["notes"] == "lowered the learning rate at step 1"
+    assert summary["latest"]["train/loss"]["count"] == 1

@@ -9,12 +9,13 @@ use crate::runs;
 use crate::runs::primary;
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::Stream;
 use gpuplane_api::Page;
-use gpuplane_api::error::ErrorBody;
+use gpuplane_api::error::{ErrorBody, FieldError};
+use gpuplane_api::experiment::{ConfigFilter, ConfigUpdate, RunChanges};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run, SetPrimaryMetric};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
@@ -41,11 +42,16 @@ pub async fn create_run(
     Ok((StatusCode::CREATED, Json(runs::get(&state.db, &run_id).await?)))
 }
 
+/// Also `config.KEY=VALUE` filters: `config.lr=>0.001`, `config.optimizer=adam`,
+/// with `=`, `!=`, `<`, `<=`, `>`, `>=` (ordering compares numbers).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     project: Option<String>,
+    /// Only runs with this tag.
+    tag: Option<String>,
+    /// Only runs whose name, notes or tags contain this text (any case).
+    q: Option<String>,
     /// `newest` (default) or `primary_metric`: best value first, the top `limit` only.
     sort: Option<String>,
     /// Page size, 1–500 (default 50).
@@ -64,16 +70,51 @@ pub async fn list_runs(
     auth: Authed<Read>,
     State(state): State<AppState>,
     ApiQuery(query): ApiQuery<ListQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<Page<Run>>, ApiError> {
     let mut errors = Vec::new();
     let limit = page_limit(query.limit, &mut errors);
     let before = cursor(query.before, &mut errors);
     let sort = sort_order(query.sort.as_deref(), &mut errors);
+    let mut config = Vec::new();
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match key.strip_prefix("config.") {
+            Some(name) => match ConfigFilter::parse(name, &value) {
+                Ok(filter) => config.push(filter),
+                Err(message) => errors.push(FieldError {
+                    field: key.to_string(),
+                    message,
+                }),
+            },
+            None if LIST_PARAMETERS.contains(&key.as_ref()) => {}
+            None => errors.push(FieldError {
+                field: key.to_string(),
+                message: format!(
+                    "unknown parameter; use {} or config.KEY",
+                    LIST_PARAMETERS.join(", ")
+                ),
+            }),
+        }
+    }
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
+    let filters = runs::details::Filters {
+        tag: query.tag.filter(|tag| !tag.is_empty()),
+        text: query.q.filter(|text| !text.trim().is_empty()),
+        config,
+    };
     let visible = access::visible_projects(&state.db, &auth.caller.principal()).await?;
-    let page = runs::list(&state.db, &visible, query.project.as_deref(), sort, limit, before).await?;
+    let page = runs::list(
+        &state.db,
+        &visible,
+        query.project.as_deref(),
+        &filters,
+        sort,
+        limit,
+        before,
+    )
+    .await?;
     Ok(Json(page))
 }
 
@@ -178,6 +219,51 @@ pub async fn list_checkpoints(
         items: runs::checkpoints(&state.db, &run_id).await?,
         next_before: None,
     }))
+}
+
+/// The list parameters besides `config.KEY`.
+const LIST_PARAMETERS: [&str; 6] = ["project", "tag", "q", "sort", "limit", "before"];
+
+/// Sets config keys of a run (`gpuplane.init(config=…)`, `run.config.update(…)`);
+/// other keys stay. A job's sdk token reaches only its job's run.
+#[utoipa::path(post, path = "/runs/{run_id}/config", tag = "runs",
+    security(("bearer" = ["sdk", "write"])),
+    params(("run_id" = String, Path)),
+    request_body = ConfigUpdate,
+    responses((status = 200, body = Run), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn update_config(
+    auth: Authed<Ingest>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiJson(update): ApiJson<ConfigUpdate>,
+) -> Result<Json<Run>, ApiError> {
+    runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    runs::details::update_config(&mut tx, &run_id, &update.config).await?;
+    tx.commit().await?;
+    Ok(Json(runs::get(&state.db, &run_id).await?))
+}
+
+/// Changes a run's tags (replace, add, remove) and notes (editors, or the
+/// job's own sdk token).
+#[utoipa::path(patch, path = "/runs/{run_id}", tag = "runs",
+    security(("bearer" = ["sdk", "write"])),
+    params(("run_id" = String, Path)),
+    request_body = RunChanges,
+    responses((status = 200, body = Run), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn change_run(
+    auth: Authed<Ingest>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiJson(changes): ApiJson<RunChanges>,
+) -> Result<Json<Run>, ApiError> {
+    runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    runs::details::change(&mut tx, &run_id, &changes).await?;
+    tx.commit().await?;
+    Ok(Json(runs::get(&state.db, &run_id).await?))
 }
 
 /// Marks an SDK run finished (`run.finish()`).

@@ -123,12 +123,13 @@ pub async fn insert(
     .bind(after)
     .execute(&mut *conn)
     .await?;
-    sqlx::query("INSERT INTO runs (id, job_id, project, name, created_at) VALUES (?, ?, ?, ?, ?)")
+    sqlx::query("INSERT INTO runs (id, job_id, project, name, created_at, tags) VALUES (?, ?, ?, ?, ?, ?)")
         .bind(&run_id)
         .bind(&job_id)
         .bind(&spec.project)
         .bind(&spec.name)
         .bind(now)
+        .bind(crate::runs::details::tags_json(&spec.tags))
         .execute(&mut *conn)
         .await?;
     Ok(job_id)

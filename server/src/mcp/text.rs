@@ -80,6 +80,20 @@ pub fn summary(tool: &str, body: &Value) -> String {
                     .unwrap_or_else(|| "no value yet".into());
                 let _ = writeln!(text, "primary metric {} ({}): {best}", primary.key, primary.goal);
             }
+            if !run.tags.is_empty() {
+                let _ = writeln!(text, "tags: {}", run.tags.join(", "));
+            }
+            if !run.config.is_empty() {
+                let config: Vec<String> = run
+                    .config
+                    .iter()
+                    .map(|(key, value)| format!("{key}={}", gpuplane_api::experiment::show_value(value)))
+                    .collect();
+                let _ = writeln!(text, "config: {}", config.join(", "));
+            }
+            if !run.notes.is_empty() {
+                let _ = writeln!(text, "notes: {}", run.notes);
+            }
             for (key, latest) in &run.latest {
                 let flag = if latest.non_finite { "  <- NOT FINITE" } else { "" };
                 let _ = writeln!(

@@ -3,6 +3,7 @@
 //! sdk token reaches only its job's run.
 
 pub mod checkpoints;
+pub mod details;
 pub mod evaluations;
 pub mod primary;
 
@@ -14,6 +15,7 @@ use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
+use gpuplane_api::experiment::RunChanges;
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;
 use sqlx::SqlitePool;
@@ -28,6 +30,8 @@ struct RunRow {
     created_at: i64,
     finished_at: Option<i64>,
     job_status: Option<String>,
+    tags: String,
+    notes: String,
     #[sqlx(flatten)]
     primary: primary::Columns,
 }
@@ -36,7 +40,7 @@ struct RunRow {
 fn select_runs() -> String {
     format!(
         "SELECT r.rowid AS seq, r.id, r.job_id, r.project, r.name, r.created_at, r.finished_at, j.status AS job_status,
-                {}
+                r.tags, r.notes, {}
          FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}",
         primary::COLUMNS,
         primary::JOIN
@@ -121,6 +125,7 @@ pub async fn list(
     db: &SqlitePool,
     visible: &Visible,
     project: Option<&str>,
+    filters: &details::Filters,
     sort: Sort,
     limit: i64,
     before: Option<i64>,
@@ -129,18 +134,19 @@ pub async fn list(
         Sort::Newest => "r.rowid DESC".to_string(),
         Sort::PrimaryMetric => primary::best_first("r.rowid"),
     };
-    let rows: Vec<RunRow> = sqlx::query_as(&format!(
+    let sql = format!(
         "{} WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.rowid < ?2)
-           AND (?4 IS NULL OR r.project IN (SELECT value FROM json_each(?4)))
+           AND (?4 IS NULL OR r.project IN (SELECT value FROM json_each(?4))) {}
          ORDER BY {order} LIMIT ?3",
-        select_runs()
-    ))
-    .bind(project)
-    .bind(before.filter(|_| sort == Sort::Newest))
-    .bind(limit + 1)
-    .bind(visible.as_json())
-    .fetch_all(db)
-    .await?;
+        select_runs(),
+        filters.sql(5),
+    );
+    let query = sqlx::query_as(&sql)
+        .bind(project)
+        .bind(before.filter(|_| sort == Sort::Newest))
+        .bind(limit + 1)
+        .bind(visible.as_json());
+    let rows: Vec<RunRow> = filters.bind(query).fetch_all(db).await?;
     let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
     let next_before = next_before.filter(|_| sort == Sort::Newest);
     let mut items = Vec::with_capacity(rows.len());
@@ -158,6 +164,9 @@ async fn run_from_row(db: &SqlitePool, row: RunRow) -> Result<Run, Error> {
     };
     Ok(Run {
         latest: metrics::latest(db, &row.id).await?,
+        config: details::config(db, &row.id).await?,
+        tags: serde_json::from_str(&row.tags).unwrap_or_default(),
+        notes: row.notes,
         primary_metric: row.primary.metric(),
         id: row.id,
         job_id: row.job_id,
@@ -188,7 +197,15 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
         return Err(not_found());
     }
     access::require(db, principal, &new.project, Role::Editor, not_found).await?;
+    // Every bad field at once, before anything is written.
+    let mut errors = gpuplane_api::experiment::check_config(&new.config);
+    errors.extend(gpuplane_api::experiment::check_tags("tags", &new.tags));
+    errors.extend(gpuplane_api::experiment::check_notes(&new.notes));
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
     let id = new_id("run");
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     sqlx::query(
         "INSERT INTO runs (id, job_id, project, name, created_at, created_by) VALUES (?, NULL, ?, ?, ?, ?)",
     )
@@ -197,8 +214,16 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
     .bind(new.name.trim())
     .bind(now_ms())
     .bind(&principal.user_id)
-    .execute(db)
+    .execute(&mut *tx)
     .await?;
+    details::update_config(&mut tx, &id, &new.config).await?;
+    let changes = RunChanges {
+        tags: Some(new.tags.clone()),
+        notes: Some(new.notes.clone()),
+        ..RunChanges::default()
+    };
+    details::change(&mut tx, &id, &changes).await?;
+    tx.commit().await?;
     Ok(id)
 }
 

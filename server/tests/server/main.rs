@@ -8,6 +8,7 @@ mod audit;
 mod binary;
 mod charts;
 mod device;
+mod experiments;
 mod metrics;
 mod security;
 mod sessions;

@@ -1,0 +1,255 @@
+//! What people record about a run besides its metrics: its config
+//! (hyperparameters, flat `key: value`), tags and notes. One set of limits
+//! and messages for the server, the CLI and the SDK's checks.
+
+use crate::error::FieldError;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The most config keys one run keeps.
+pub const MAX_CONFIG_KEYS: usize = 1000;
+/// The longest config key (nested keys are joined with dots).
+pub const MAX_CONFIG_KEY_LEN: usize = 200;
+/// The longest text value in a config.
+pub const MAX_CONFIG_TEXT_LEN: usize = 4096;
+/// The most tags on one run.
+pub const MAX_TAGS: usize = 64;
+/// The longest tag.
+pub const MAX_TAG_LEN: usize = 64;
+/// The longest notes.
+pub const MAX_NOTES_LEN: usize = 20_000;
+
+/// `POST /api/v1/runs/{id}/config`: keys to set (others stay).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ConfigUpdate {
+    /// Flat keys (`model.depth`); values are numbers, strings, booleans or null.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub config: BTreeMap<String, Value>,
+}
+
+/// `PATCH /api/v1/runs/{id}`: what to change; absent fields stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RunChanges {
+    /// Replaces the tags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+    /// Tags to add to the ones it has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_tags: Vec<String>,
+    /// Tags to remove.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remove_tags: Vec<String>,
+    /// Replaces the notes (Markdown is shown as text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+}
+
+fn bad(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Every problem of a config update, each under `config.KEY`.
+pub fn check_config(config: &BTreeMap<String, Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if config.len() > MAX_CONFIG_KEYS {
+        errors.push(bad("config", format!("at most {MAX_CONFIG_KEYS} keys per run")));
+    }
+    for (key, value) in config {
+        let field = format!("config.{key}");
+        if key.is_empty() || key.chars().count() > MAX_CONFIG_KEY_LEN {
+            errors.push(bad(&field, format!("keys are 1-{MAX_CONFIG_KEY_LEN} characters")));
+        } else if key.chars().any(char::is_control) || key.starts_with('.') || key.ends_with('.') {
+            errors.push(bad(
+                &field,
+                "keys are printable and do not start or end with a dot (nested keys are joined with dots)",
+            ));
+        }
+        match value {
+            Value::Null | Value::Bool(_) | Value::Number(_) => {}
+            Value::String(text) if text.chars().count() <= MAX_CONFIG_TEXT_LEN => {}
+            Value::String(_) => errors.push(bad(&field, format!("text values are at most {MAX_CONFIG_TEXT_LEN} characters"))),
+            Value::Array(_) | Value::Object(_) => errors.push(bad(
+                &field,
+                "values are numbers, strings, booleans or null; flatten nested objects into dotted keys and write lists as text",
+            )),
+        }
+    }
+    errors
+}
+
+/// Tags are short words: letters, digits and `. _ - : /`.
+pub fn check_tag(tag: &str) -> Result<(), String> {
+    let valid = !tag.is_empty()
+        && tag.chars().count() <= MAX_TAG_LEN
+        && tag
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{tag}`: tags are 1-{MAX_TAG_LEN} letters, digits, '.', '_', '-', ':' or '/'"
+        ))
+    }
+}
+
+/// Every problem of a list of tags, under `field`.
+pub fn check_tags(field: &str, tags: &[String]) -> Vec<FieldError> {
+    let mut errors: Vec<FieldError> = tags
+        .iter()
+        .filter_map(|tag| check_tag(tag).err())
+        .map(|message| bad(field, message))
+        .collect();
+    if tags.len() > MAX_TAGS {
+        errors.push(bad(field, format!("at most {MAX_TAGS} tags")));
+    }
+    errors
+}
+
+/// The notes' problem, if any.
+pub fn check_notes(notes: &str) -> Vec<FieldError> {
+    if notes.chars().count() > MAX_NOTES_LEN {
+        vec![bad("notes", format!("at most {MAX_NOTES_LEN} characters"))]
+    } else {
+        Vec::new()
+    }
+}
+
+/// A config value as people read it: `0.001`, `adam`, `true`, `null`.
+pub fn show_value(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// One `config.KEY` filter of a run list: `config.lr=>0.001`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigFilter {
+    pub key: String,
+    pub op: Comparison,
+    /// The value compared with: a number when it reads as one.
+    pub value: Value,
+}
+
+/// How a config filter compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comparison {
+    Equal,
+    NotEqual,
+    Less,
+    LessOrEqual,
+    Greater,
+    GreaterOrEqual,
+}
+
+impl Comparison {
+    pub fn sql(self) -> &'static str {
+        match self {
+            Comparison::Equal => "=",
+            Comparison::NotEqual => "!=",
+            Comparison::Less => "<",
+            Comparison::LessOrEqual => "<=",
+            Comparison::Greater => ">",
+            Comparison::GreaterOrEqual => ">=",
+        }
+    }
+}
+
+impl ConfigFilter {
+    /// `key` and the query value: `>0.001`, `>=3`, `<1e-3`, `!=adam`, `adam`, `true`.
+    /// Ordering needs a number.
+    pub fn parse(key: &str, text: &str) -> Result<ConfigFilter, String> {
+        let (op, rest) = [
+            (">=", Comparison::GreaterOrEqual),
+            ("<=", Comparison::LessOrEqual),
+            ("!=", Comparison::NotEqual),
+            (">", Comparison::Greater),
+            ("<", Comparison::Less),
+            ("=", Comparison::Equal),
+        ]
+        .into_iter()
+        .find_map(|(prefix, op)| text.strip_prefix(prefix).map(|rest| (op, rest)))
+        .unwrap_or((Comparison::Equal, text));
+        let rest = rest.trim();
+        let value = match rest {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            "null" => Value::Null,
+            _ => match rest.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+                Some(number) => Value::Number(number),
+                None => Value::String(rest.to_string()),
+            },
+        };
+        let ordered = !matches!(op, Comparison::Equal | Comparison::NotEqual);
+        if ordered && !value.is_number() {
+            return Err(format!("`{text}`: <, <=, > and >= compare numbers"));
+        }
+        if key.is_empty() {
+            return Err("name a config key: config.KEY=VALUE".into());
+        }
+        Ok(ConfigFilter {
+            key: key.to_string(),
+            op,
+            value,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn configs_take_flat_scalars_and_name_each_bad_key() {
+        let config: BTreeMap<String, Value> = serde_json::from_value(json!({
+            "lr": 0.001, "optimizer": "adam", "amp": true, "seed": null, "model.depth": 12,
+            "layers": [1, 2], "model": {"depth": 3}, ".x": 1, "": 2,
+        }))
+        .unwrap();
+        let fields: Vec<String> = check_config(&config).into_iter().map(|e| e.field).collect();
+        assert_eq!(fields, ["config.", "config..x", "config.layers", "config.model"]);
+    }
+
+    #[test]
+    fn tags_are_short_words() {
+        assert!(
+            check_tags(
+                "tags",
+                &["baseline".into(), "lr:1e-3".into(), "ablation/no-aug".into()]
+            )
+            .is_empty()
+        );
+        let errors = check_tags("tags", &["has space".into(), String::new(), "x".repeat(65)]);
+        assert_eq!(errors.len(), 3);
+        assert!(errors[0].message.contains("`has space`"));
+    }
+
+    #[test]
+    fn filters_read_an_operator_and_a_typed_value() {
+        let filter = ConfigFilter::parse("lr", ">0.001").unwrap();
+        assert_eq!((filter.op, filter.value), (Comparison::Greater, json!(0.001)));
+        let filter = ConfigFilter::parse("optimizer", "adam").unwrap();
+        assert_eq!((filter.op, filter.value), (Comparison::Equal, json!("adam")));
+        let filter = ConfigFilter::parse("amp", "!=true").unwrap();
+        assert_eq!((filter.op, filter.value), (Comparison::NotEqual, json!(true)));
+        assert_eq!(
+            ConfigFilter::parse("depth", ">=12").unwrap().op,
+            Comparison::GreaterOrEqual
+        );
+        assert!(
+            ConfigFilter::parse("optimizer", ">adam")
+                .unwrap_err()
+                .contains("compare numbers")
+        );
+    }
+}

@@ -1,0 +1,206 @@
+//! A run's config, tags and notes: stored, read back and filtered on
+//! (`GET /runs?tag=&q=&config.KEY=>VALUE`). The limits are the shared
+//! ones in `gpuplane_api::experiment`.
+
+use crate::store::Error;
+use gpuplane_api::experiment::{self, Comparison, ConfigFilter, RunChanges};
+use serde_json::Value;
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Tags as stored: a sorted JSON array without repeats.
+pub fn tags_json(tags: &[String]) -> String {
+    let sorted: BTreeSet<&String> = tags.iter().collect();
+    serde_json::to_string(&sorted).unwrap_or_else(|_| "[]".into())
+}
+
+/// Sets config keys (others stay), after checking every key and value.
+pub async fn update_config(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    config: &BTreeMap<String, Value>,
+) -> Result<(), Error> {
+    let errors = experiment::check_config(config);
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    for (key, value) in config {
+        let stored = sqlx::query(
+            "INSERT INTO run_config (run_id, key, value, json) VALUES (?, ?, ?, ?)
+             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, json = excluded.json",
+        )
+        .bind(run_id)
+        .bind(key);
+        bind_value(stored, value)
+            .bind(value.to_string())
+            .execute(&mut *conn)
+            .await?;
+    }
+    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM run_config WHERE run_id = ?")
+        .bind(run_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    if keys as usize > experiment::MAX_CONFIG_KEYS {
+        return Err(Error::field(
+            "config",
+            format!("a run keeps at most {} config keys", experiment::MAX_CONFIG_KEYS),
+        ));
+    }
+    Ok(())
+}
+
+type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
+
+/// Binds a config value as SQLite compares it: numbers as numbers, booleans as 0/1.
+fn bind_value<'q>(query: Query<'q>, value: &Value) -> Query<'q> {
+    match value {
+        Value::Null => query.bind(None::<String>),
+        Value::Bool(flag) => query.bind(i64::from(*flag)),
+        Value::Number(number) => match number.as_i64() {
+            Some(whole) => query.bind(whole),
+            None => query.bind(number.as_f64()),
+        },
+        Value::String(text) => query.bind(text.clone()),
+        other => query.bind(other.to_string()),
+    }
+}
+
+/// Changes tags and notes; answers nothing when nothing was asked.
+pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChanges) -> Result<(), Error> {
+    let mut errors = Vec::new();
+    if let Some(tags) = &changes.tags {
+        errors.extend(experiment::check_tags("tags", tags));
+    }
+    errors.extend(experiment::check_tags("add_tags", &changes.add_tags));
+    if let Some(notes) = &changes.notes {
+        errors.extend(experiment::check_notes(notes));
+    }
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    let current: String = sqlx::query_scalar("SELECT tags FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let mut tags: BTreeSet<String> = match &changes.tags {
+        Some(replaced) => replaced.iter().cloned().collect(),
+        None => serde_json::from_str(&current).unwrap_or_default(),
+    };
+    tags.extend(changes.add_tags.iter().cloned());
+    for tag in &changes.remove_tags {
+        tags.remove(tag);
+    }
+    if tags.len() > experiment::MAX_TAGS {
+        return Err(Error::field(
+            "tags",
+            format!("at most {} tags", experiment::MAX_TAGS),
+        ));
+    }
+    let tags: Vec<String> = tags.into_iter().collect();
+    sqlx::query("UPDATE runs SET tags = ?, notes = coalesce(?, notes) WHERE id = ?")
+        .bind(tags_json(&tags))
+        .bind(&changes.notes)
+        .bind(run_id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// A run's config, by key.
+pub async fn config(db: &SqlitePool, run_id: &str) -> Result<BTreeMap<String, Value>, Error> {
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT key, json FROM run_config WHERE run_id = ? ORDER BY key")
+            .bind(run_id)
+            .fetch_all(db)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(key, json)| (key, serde_json::from_str(&json).unwrap_or(Value::Null)))
+        .collect())
+}
+
+/// The SQL condition (over runs `r`) and its values for the list filters:
+/// a tag, text in the name, notes or tags, and config comparisons.
+pub struct Filters {
+    pub tag: Option<String>,
+    pub text: Option<String>,
+    pub config: Vec<ConfigFilter>,
+}
+
+impl Filters {
+    /// `AND …` clauses with numbered placeholders from `?{first}` on, in
+    /// the order [`Filters::bind`] fills them (sqlx numbers bare `?`s from 1,
+    /// whatever numbered ones come before them).
+    pub fn sql(&self, first: usize) -> String {
+        let mut next = first;
+        let mut number = || {
+            next += 1;
+            next - 1
+        };
+        let mut sql = String::new();
+        if self.tag.is_some() {
+            let tag = number();
+            sql.push_str(&format!(
+                " AND EXISTS (SELECT 1 FROM json_each(r.tags) t WHERE t.value = ?{tag})"
+            ));
+        }
+        if self.text.is_some() {
+            let text = number();
+            sql.push_str(&format!(
+                " AND (instr(lower(r.name), ?{text}) > 0 OR instr(lower(r.notes), ?{text}) > 0
+                       OR instr(lower(r.tags), ?{text}) > 0)"
+            ));
+        }
+        for filter in &self.config {
+            let key = number();
+            let op = filter.op.sql();
+            let clause = match (&filter.value, filter.op) {
+                (Value::Null, Comparison::Equal) => format!(
+                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ?{key} AND c.value IS NULL)"
+                ),
+                (Value::Null, _) => format!(
+                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ?{key} AND c.value IS NOT NULL)"
+                ),
+                // A number compares with numbers only, a text with texts, a boolean with booleans.
+                (value, _) => {
+                    let kind = match value {
+                        Value::Number(_) => "typeof(c.value) IN ('integer', 'real')",
+                        Value::Bool(_) => "c.json IN ('true', 'false')",
+                        _ => "typeof(c.value) = 'text'",
+                    };
+                    let compared = number();
+                    format!(
+                        " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ?{key}
+                                      AND {kind} AND c.value {op} ?{compared})"
+                    )
+                }
+            };
+            sql.push_str(&clause);
+        }
+        sql
+    }
+
+    /// Binds the values of [`Filters::sql`]'s placeholders.
+    pub fn bind<'q, O>(
+        &'q self,
+        mut query: sqlx::query::QueryAs<'q, Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> sqlx::query::QueryAs<'q, Sqlite, O, sqlx::sqlite::SqliteArguments<'q>> {
+        if let Some(tag) = &self.tag {
+            query = query.bind(tag);
+        }
+        if let Some(text) = &self.text {
+            query = query.bind(text.to_lowercase());
+        }
+        for filter in &self.config {
+            query = query.bind(&filter.key);
+            query = match &filter.value {
+                Value::Null => query,
+                Value::Bool(flag) => query.bind(i64::from(*flag)),
+                Value::Number(number) => query.bind(number.as_f64()),
+                Value::String(text) => query.bind(text),
+                other => query.bind(other.to_string()),
+            };
+        }
+        query
+    }
+}
