@@ -25,4 +25,38 @@ test('the run page shows the config, tags and notes', async ({ page, request }) 
   await expect(config.getByRole('row', { name: 'model.depth 12' })).toBeVisible();
   await expect(config.getByRole('row', { name: 'optimizer adam' })).toBeVisible();
   await page.screenshot({ path: 'artifacts/run-config.png', fullPage: true });
+
+  // An editor (the admin here) changes the tags and notes from the page.
+  await page.getByRole('button', { name: 'Edit tags and notes…' }).click();
+  const form = page.getByTestId('run-details-form');
+  await expect(form.getByLabel('Tags (separated by spaces)')).toHaveValue('baseline sweep:lr');
+  await form.getByLabel('Tags (separated by spaces)').fill('baseline best');
+  await form.getByLabel('Notes').fill('warmup 500 wins');
+  await form.getByRole('button', { name: 'Save' }).click();
+  await expect(page.getByTestId('run-tags')).toHaveText('baseline best');
+  await expect(page.getByTestId('run-notes')).toHaveText('warmup 500 wins');
+  const saved = await (await request.get(url() + `/api/v1/runs/${run.id}`, { headers: asAdmin() })).json();
+  expect([saved.tags, saved.notes]).toEqual([['baseline', 'best'], 'warmup 500 wins']);
+  // The list finds it by tag and by a config comparison.
+  const found = await (await request.get(url() + '/api/v1/runs?tag=best&config.lr=%3E%3D0.001', { headers: asAdmin() })).json();
+  expect(found.items.map((r: { id: string }) => r.id)).toEqual([run.id]);
+});
+
+test('a viewer of the project gets no edit button', async ({ browser, request }) => {
+  const viewer = 'e2e-run-viewer';
+  const password = 'e2e-password-3456';
+  const made = await request.post(url() + '/api/v1/users', { headers: asAdmin(), data: { name: viewer, password } });
+  expect(made.status(), await made.text()).toBe(201);
+  const project = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: 'e2e-runs' } });
+  expect(project.status()).toBe(201);
+  const member = await request.post(url() + '/api/v1/projects/e2e-runs/members', { headers: asAdmin(), data: { user: viewer, role: 'viewer' } });
+  expect(member.status()).toBe(200);
+  const created = await request.post(url() + '/api/v1/runs', {
+    headers: asAdmin(), data: { project: 'e2e-runs', name: 'look-only', tags: ['shared'] } });
+  const run = await created.json();
+  const page = await (await browser.newContext()).newPage();
+  await signIn(page, `/runs/${run.id}`, viewer, password);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+  await expect(page.getByTestId('run-tags')).toHaveText('shared');
+  await expect(page.getByRole('button', { name: 'Edit tags and notes…' })).toHaveCount(0);
 });

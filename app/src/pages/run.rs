@@ -3,6 +3,7 @@
 //! URL query, so a copied link opens the same view.
 
 use crate::api::{api_get_many, fetch};
+use crate::view::actions::{Changes, Outcome, send};
 use crate::view::error_text;
 use crate::view::format::{self, status_badge};
 use crate::view::live::{self, Next};
@@ -17,6 +18,7 @@ use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::metric::{Checkpoint, Run};
 use gpuplane_api::paths;
+use gpuplane_api::project::{Project, Role};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_location, use_params_map, use_query_map};
@@ -99,9 +101,10 @@ pub fn RunPage() -> impl IntoView {
     let param = move |key: &str| query.read().get(key).unwrap_or_default();
     // Bumped by the live stream while the run is going.
     let tick = RwSignal::new(0u64);
+    let changes = Changes::new();
     let summary = Resource::new(
-        move || (id.get(), tick.get()),
-        |(id, _)| async move {
+        move || (id.get(), tick.get(), changes.version().get()),
+        |(id, _, _)| async move {
             let run = fetch::<Run>(paths::run(&id)).await?;
             let job = match &run.job_id {
                 Some(job_id) => Some(fetch::<Job>(paths::job(job_id)).await?),
@@ -110,6 +113,7 @@ pub fn RunPage() -> impl IntoView {
             Ok::<_, ServerFnError>((run, job))
         },
     );
+    let projects = Resource::new(|| (), |_| fetch::<Page<Project>>(paths::projects()));
     let view_state = Memo::new(move |_| ChartView {
         metrics: query.read().get_all("metric").unwrap_or_default(),
         x: param("x"),
@@ -147,6 +151,18 @@ pub fn RunPage() -> impl IntoView {
     view! {
         <Title text="Run" />
         {loaded(summary, move |(run, job): (Run, Option<Job>)| view! { <Summary run=run job=job /> })}
+        // Outside `loaded`: the live stream reloads the summary, and an open
+        // form must survive that.
+        <Transition fallback=|| ()>
+            <Show when=move || {
+                let project = summary.get().and_then(Result::ok).map(|(run, _)| run.project);
+                let projects = projects.get().and_then(Result::ok);
+                matches!((project, projects), (Some(project), Some(page))
+                    if page.items.iter().any(|p| p.name == project && p.role >= Role::Editor))
+            }>
+                <RunDetailsForm summary=summary changes=changes />
+            </Show>
+        </Transition>
         <span class="muted" data-testid="run-live" role="status">{move || live_state.get()}</span>
         <section class="card">
             <h2>"Charts"</h2>
@@ -500,5 +516,50 @@ fn DiagnosisView(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
                 }}
             })}
         </section>
+    }
+}
+
+/// The run page's summary: the run and its job.
+type SummaryResource = Resource<Result<(Run, Option<Job>), ServerFnError>>;
+
+/// Tags and notes, for editors of the run's project; filled from the run
+/// when opened.
+#[component]
+fn RunDetailsForm(summary: SummaryResource, changes: Changes) -> impl IntoView {
+    let tags = RwSignal::new(String::new());
+    let notes = RwSignal::new(String::new());
+    let open = RwSignal::new(false);
+    let current = move || summary.get_untracked().and_then(Result::ok).map(|(run, _)| run);
+    let toggle = move |_| {
+        if let Some(run) = current() {
+            tags.set(run.tags.join(" "));
+            notes.set(run.notes);
+        }
+        open.update(|o| *o = !*o);
+    };
+    let save = move |event: leptos::ev::SubmitEvent| {
+        event.prevent_default();
+        let Some(run) = current() else { return };
+        let tags: Vec<String> = tags
+            .get_untracked()
+            .split([' ', ','])
+            .filter(|tag| !tag.is_empty())
+            .map(str::to_string)
+            .collect();
+        let body = serde_json::json!({"tags": tags, "notes": notes.get_untracked()});
+        send(changes, "PATCH", paths::run(&run.id), Some(body));
+    };
+    view! {
+        <button type="button" class="secondary" data-testid="edit-run-details" on:click=toggle>
+            "Edit tags and notes…"
+        </button>
+        <Show when=move || open.get()>
+            <form class="card" data-testid="run-details-form" on:submit=save>
+                <label>"Tags (separated by spaces)" <input name="tags" bind:value=tags /></label>
+                <label>"Notes" <textarea name="notes" rows="4" bind:value=notes></textarea></label>
+                <button type="submit">"Save"</button>
+                <Outcome changes=changes done="Saved." />
+            </form>
+        </Show>
     }
 }
