@@ -320,6 +320,7 @@ fn describe(item: &ReportItem) -> String {
             format!("{} TensorBoard metric points (batch {batch_id})", points.len())
         }
         ReportItem::Checkpoint { path, .. } => format!("the checkpoint record of {path}"),
+        ReportItem::Config { config, .. } => format!("{} TensorBoard hyperparameters", config.len()),
         ReportItem::Started { .. } => "its start".into(),
         ReportItem::DispatchFailed { .. } => "its dispatch failure".into(),
         ReportItem::Exited { .. } => "its exit".into(),

@@ -4,10 +4,13 @@
 //! PyTorch) and a scalar `TensorProto` under the `scalars` plugin (TF2,
 //! whose plugin metadata appears only in a tag's first event).
 //!
+//! Hyperparameters come from the `hparams` plugin's session start info
+//! (what `add_hparams` and Keras' HParams callback write).
+//!
 //! A record cut off at the end of a growing file is left for the next read;
 //! a corrupt record stops the file there, every point before it kept.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
@@ -40,6 +43,8 @@ pub struct EventFile {
 #[derive(Debug, Default)]
 pub struct Found {
     pub scalars: Vec<Scalar>,
+    /// Hyperparameters of the `hparams` plugin: numbers, strings, booleans.
+    pub hparams: BTreeMap<String, serde_json::Value>,
     /// The offset just after the last complete record read.
     pub end: u64,
 }
@@ -65,8 +70,8 @@ impl EventFile {
     /// Like [`read`](Self::read), but not past `limit` (a byte offset).
     pub fn read_until(&mut self, limit: u64) -> std::io::Result<Found> {
         let mut found = Found {
-            scalars: Vec::new(),
             end: self.offset,
+            ..Found::default()
         };
         if self.corrupt.is_some() {
             return Ok(found);
@@ -84,7 +89,7 @@ impl EventFile {
         while let Some(record) = next_record(&bytes[at..]) {
             match record {
                 Ok((data, size)) => {
-                    self.event(data, &mut found.scalars);
+                    self.event(data, &mut found);
                     at += size;
                 }
                 Err(reason) => {
@@ -101,7 +106,7 @@ impl EventFile {
         Ok(found)
     }
 
-    fn event(&mut self, data: &[u8], out: &mut Vec<Scalar>) {
+    fn event(&mut self, data: &[u8], found: &mut Found) {
         let event = Fields::new(data);
         let (mut wall_time, mut step, mut summary) = (0.0, 0i64, None);
         for (field, value) in event {
@@ -115,10 +120,13 @@ impl EventFile {
         let Some(summary) = summary else { return };
         let values = Fields::new(summary);
         for (field, value) in values {
-            if let (1, Wire::Bytes(value)) = (field, value)
-                && let Some((tag, value)) = self.scalar(value)
-            {
-                out.push(Scalar {
+            let (1, Wire::Bytes(value)) = (field, value) else {
+                continue;
+            };
+            if let Some(hparams) = session_hparams(value) {
+                found.hparams.extend(hparams);
+            } else if let Some((tag, value)) = self.scalar(value) {
+                found.scalars.push(Scalar {
                     tag,
                     step,
                     wall_time,
@@ -161,18 +169,85 @@ impl EventFile {
 }
 
 fn plugin_name(metadata: &[u8]) -> Option<&[u8]> {
-    let fields = Fields::new(metadata);
-    for (field, value) in fields {
+    plugin_data(metadata).map(|(name, _)| name)
+}
+
+/// A `SummaryMetadata`'s plugin name and content.
+fn plugin_data(metadata: &[u8]) -> Option<(&[u8], &[u8])> {
+    for (field, value) in Fields::new(metadata) {
         if let (1, Wire::Bytes(plugin_data)) = (field, value) {
-            let inner = Fields::new(plugin_data);
-            for (field, value) in inner {
-                if let (1, Wire::Bytes(name)) = (field, value) {
-                    return Some(name);
+            let (mut name, mut content) = (None, &[][..]);
+            for (field, value) in Fields::new(plugin_data) {
+                match (field, value) {
+                    (1, Wire::Bytes(bytes)) => name = Some(bytes),
+                    (2, Wire::Bytes(bytes)) => content = bytes,
+                    _ => {}
                 }
             }
+            return name.map(|name| (name, content));
         }
     }
     None
+}
+
+/// The hyperparameters of a `Summary.Value` holding the `hparams` plugin's
+/// session start info (`HParamsPluginData.session_start_info.hparams`, a
+/// map of `google.protobuf.Value`); `None` for any other value.
+fn session_hparams(value: &[u8]) -> Option<BTreeMap<String, serde_json::Value>> {
+    let metadata = Fields::new(value).find_map(|(field, value)| match (field, value) {
+        (9, Wire::Bytes(metadata)) => Some(metadata),
+        _ => None,
+    })?;
+    let (name, content) = plugin_data(metadata)?;
+    if name != b"hparams" {
+        return None;
+    }
+    let start = Fields::new(content).find_map(|(field, value)| match (field, value) {
+        (3, Wire::Bytes(start)) => Some(start),
+        _ => None,
+    })?;
+    let mut hparams = BTreeMap::new();
+    for (field, value) in Fields::new(start) {
+        let (1, Wire::Bytes(entry)) = (field, value) else {
+            continue;
+        };
+        let (mut key, mut parsed) = (None, serde_json::Value::Null);
+        for (field, value) in Fields::new(entry) {
+            match (field, value) {
+                (1, Wire::Bytes(bytes)) => key = Some(String::from_utf8_lossy(bytes).into_owned()),
+                (2, Wire::Bytes(bytes)) => parsed = protobuf_value(bytes),
+                _ => {}
+            }
+        }
+        if let Some(key) = key {
+            hparams.insert(key, parsed);
+        }
+    }
+    Some(hparams)
+}
+
+/// A `google.protobuf.Value` that is null, a number, a string or a boolean
+/// (a struct or list becomes its absence: null). Non-finite numbers become
+/// their names, as config values are JSON.
+fn protobuf_value(bytes: &[u8]) -> serde_json::Value {
+    use serde_json::Value;
+    let Some((field, value)) = Fields::new(bytes).next() else {
+        return Value::Null;
+    };
+    match (field, value) {
+        (2, Wire::Fixed64(bits)) => {
+            let number = f64::from_bits(bits);
+            match serde_json::Number::from_f64(number) {
+                // Whole numbers stay whole: `depth = 12`, not 12.0.
+                Some(_) if number.fract() == 0.0 && number.abs() < 9e15 => Value::from(number as i64),
+                Some(finite) => Value::Number(finite),
+                None => Value::String(gpuplane_api::metric::Value(number).describe()),
+            }
+        }
+        (3, Wire::Bytes(text)) => Value::String(String::from_utf8_lossy(text).into_owned()),
+        (4, Wire::Varint(flag)) => Value::Bool(flag != 0),
+        _ => Value::Null,
+    }
 }
 
 /// The value of a scalar (shape `[]` or all-ones) `TensorProto`.
@@ -454,6 +529,17 @@ mod tests {
             "nothing after the corruption"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn hyperparameters_come_from_the_hparams_plugin() {
+        let mut file = EventFile::new(&fixture("tb-hparams").join("events.out.tfevents.hparams"), 0);
+        let found = file.read().unwrap();
+        let expected = serde_json::json!({"amp": true, "depth": 12, "lr": 0.001, "optimizer": "adam"});
+        assert_eq!(serde_json::to_value(&found.hparams).unwrap(), expected);
+        // The scalar beside them is read as usual; the plugin's own records are not scalars.
+        let tags: Vec<&str> = found.scalars.iter().map(|s| s.tag.as_str()).collect();
+        assert_eq!(tags, ["eval/accuracy"]);
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl Watcher {
         }
         let start = tracked.reader.offset;
         let limit = tracked.in_flight.map_or(u64::MAX, |(end, _)| end);
-        let found = match tracked.reader.read_until(limit) {
+        let mut found = match tracked.reader.read_until(limit) {
             Ok(found) => found,
             Err(_) => return false, // deleted or unreadable: try again next scan
         };
@@ -170,6 +170,14 @@ impl Watcher {
         }
         if found.end == start {
             return changed;
+        }
+        if !found.hparams.is_empty() {
+            // Setting the same keys again changes nothing: a re-read after a restart is harmless.
+            reporter.push(ReportItem::Config {
+                job_id: job_id.clone(),
+                attempt,
+                config: std::mem::take(&mut found.hparams),
+            });
         }
         if found.scalars.is_empty() {
             // Records without scalars (the file version, images, …): just move on.

@@ -199,6 +199,14 @@ pub enum ReportItem {
         /// The training step, when the file name tells it (`step_1200.pt`).
         step: Option<i64>,
     },
+    /// Hyperparameters read from the attempt's TensorBoard files (the
+    /// `hparams` plugin), set on the job's run's config.
+    Config {
+        job_id: String,
+        attempt: i64,
+        #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+        config: std::collections::BTreeMap<String, serde_json::Value>,
+    },
     /// Something the user should know (a corrupt event file, say).
     Notice {
         job_id: String,
@@ -225,6 +233,7 @@ impl ReportItem {
             | ReportItem::Exited { job_id, attempt, .. }
             | ReportItem::Points { job_id, attempt, .. }
             | ReportItem::Checkpoint { job_id, attempt, .. }
+            | ReportItem::Config { job_id, attempt, .. }
             | ReportItem::Notice { job_id, attempt, .. }
             | ReportItem::Disk { job_id, attempt, .. } => (job_id, *attempt),
         }

@@ -109,6 +109,9 @@ pub struct SubmitArgs {
     /// TensorBoard / checkpoint directory to watch (repeatable).
     #[arg(long = "watch")]
     watch: Vec<String>,
+    /// A tag for the job's run, e.g. `baseline` (repeatable).
+    #[arg(long = "tag")]
+    tag: Vec<String>,
     /// process (default) or docker.
     #[arg(long, value_parser = parse_runner)]
     runner: Option<Runner>,
@@ -295,6 +298,7 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     spec.secret_env.extend(args.secret_env);
     spec.node_selector.extend(args.selector);
     spec.watch_dirs.extend(args.watch);
+    spec.tags.extend(args.tag);
     if let Some(runner) = args.runner {
         spec.runner = runner;
     }

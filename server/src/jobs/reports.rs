@@ -7,7 +7,7 @@ use crate::events;
 use crate::jobs::failure::{self, Exit, Outcome};
 use crate::jobs::lifecycle::{self, AttemptEnd, JobLinks};
 use crate::logs;
-use crate::runs::{checkpoints, evaluations};
+use crate::runs::{checkpoints, details, evaluations};
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::time::now_ms;
@@ -160,6 +160,36 @@ async fn apply_item(
             let run_id = run_of(conn, job_id).await?;
             checkpoints::record(conn, &run_id, node.node_id, path, *size, *modified, *step).await?;
             Ok(false)
+        }
+        ReportItem::Config { config, .. } => {
+            let run_id = run_of(conn, job_id).await?;
+            match details::update_config(conn, &run_id, config).await {
+                Ok(()) => Ok(false),
+                // A bad key from a training script's files must not block the
+                // agent's reports: the rest of the report goes on, and the user is told.
+                Err(Error::Invalid(errors)) => {
+                    let links = JobLinks::of(conn, job_id, node.node_id).await?;
+                    let refused: Vec<String> = errors
+                        .iter()
+                        .map(|e| format!("{}: {}", e.field, e.message))
+                        .collect();
+                    let message = format!(
+                        "hyperparameters from TensorBoard not recorded: {}",
+                        refused.join("; ")
+                    );
+                    events::record(
+                        conn,
+                        now_ms(),
+                        Severity::Warning,
+                        EventKind::TensorboardCorrupt,
+                        links.as_links(),
+                        &message,
+                    )
+                    .await?;
+                    Ok(true)
+                }
+                Err(other) => Err(other),
+            }
         }
         ReportItem::Notice { kind, message, .. } => {
             let links = JobLinks::of(conn, job_id, node.node_id).await?;

@@ -347,6 +347,8 @@ async fn evaluate_a_checkpoint_and_read_the_result() {
         &work,
         "--watch",
         "ckpt",
+        "--tag",
+        "trained",
         "--",
         "sh",
         "-c",
@@ -355,6 +357,8 @@ async fn evaluate_a_checkpoint_and_read_the_result() {
     let run_id = trained["run_id"].as_str().unwrap().to_string();
     env.wait_status(trained["id"].as_str().unwrap(), "SUCCEEDED")
         .await;
+    let shown = text(&env.run(&["run", "show", &run_id]).stdout);
+    assert!(shown.contains("\ntags  trained\n"), "{shown}");
     let path = env.work.join("ckpt/step_300.pt").display().to_string();
 
     let created = env.run(&[

@@ -1,5 +1,6 @@
 //! TensorBoard files written into a job's watch dir reach the run as
-//! metrics (both scalar forms, NaN and ±Inf kept), checkpoints are recorded
+//! metrics (both scalar forms, NaN and ±Inf kept) and hyperparameters (the
+//! `hparams` plugin) as its config, checkpoints are recorded
 //! (a path two runs wrote is shared), and an agent killed while a file
 //! grows resends without storing a point twice.
 
@@ -70,6 +71,37 @@ async fn event_files_in_watch_dirs_become_metrics_with_non_finite_values_kept() 
         "{}",
         events[0].message
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tensorboard_hyperparameters_become_the_runs_config_beside_the_sdks() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("hparams");
+    let script = format!(
+        "mkdir -p tb && cp {} tb/",
+        fixture("tb-hparams/events.out.tfevents.hparams")
+    );
+    let job = cluster
+        .submit(json!({
+            "name": "hparams", "working_dir": work, "watch_dirs": ["tb"], "command": sh(&script),
+            "tags": ["tb"],
+        }))
+        .await;
+    let done = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let (_, run) = cluster.get(&format!("/runs/{}", done.run_id)).await;
+    assert_eq!(
+        run["config"],
+        json!({"amp": true, "depth": 12, "lr": 0.001, "optimizer": "adam"}),
+        "{run}"
+    );
+    assert_eq!(run["tags"], json!(["tb"]));
+    assert_eq!(series(&cluster, &done.run_id, "eval/accuracy").await.len(), 1);
+    let (_, found) = cluster
+        .get("/runs?config.optimizer=adam&config.depth=%3E%3D12&tag=tb")
+        .await;
+    assert_eq!(found["items"][0]["id"], done.run_id.as_str(), "{found}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
