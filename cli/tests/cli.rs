@@ -573,3 +573,72 @@ async fn admins_manage_users_and_agent_tokens_from_the_terminal() {
     let unknown = as_user(&admin, &["admin", "agent-token", "revoke", "tok_nope"]);
     assert_eq!(unknown.status.code(), Some(5), "{}", stderr(&unknown));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_list_filters_on_config_and_shows_chosen_columns_or_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let token = user_token(&server.state.db, "ada", Scope::Write, false).await;
+    let http = reqwest::Client::new();
+    for (name, lr, optimizer) in [("small", 0.0001, "adam"), ("big", 0.01, "sgd, momentum")] {
+        let created = http
+            .post(format!("{}/api/v1/runs", server.url))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({
+                "name": name, "config": {"lr": lr, "optimizer": optimizer}, "tags": ["sweep"],
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 201);
+    }
+    let url = server.url.as_str();
+    let list = |args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", &token, "run", "list"][..], args].concat(),
+        )
+    };
+    let table = list(&[
+        "--where",
+        "config.lr > 1e-3",
+        "--columns",
+        "config.lr,config.optimizer,train/loss",
+    ]);
+    assert!(table.status.success(), "{}", stderr(&table));
+    let lines: Vec<String> = stdout(&table)
+        .lines()
+        .map(|line| line.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "NAME STATUS CONFIG.LR CONFIG.OPTIMIZER TRAIN/LOSS",
+            "big RUNNING 0.01 sgd, momentum -"
+        ]
+    );
+    let csv = list(&[
+        "--tag",
+        "sweep",
+        "--columns",
+        "config.lr,config.optimizer",
+        "--csv",
+    ]);
+    let text = stdout(&csv);
+    let rows: Vec<&str> = text.split("\r\n").collect();
+    assert_eq!(rows[0], "run,name,project,status,tags,config.lr,config.optimizer");
+    assert!(
+        rows[1].ends_with(",big,default,RUNNING,sweep,0.01,\"sgd, momentum\""),
+        "{text}"
+    );
+    assert!(
+        rows[2].ends_with(",small,default,RUNNING,sweep,0.0001,adam"),
+        "{text}"
+    );
+    assert_eq!(rows.len(), 4, "a line ending after the last row: {text:?}");
+    let bad = list(&["--where", "eval/acc > 0.9"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    let bad = list(&["--where", "config.optimizer > adam"]);
+    assert!(stderr(&bad).contains("compare numbers"), "{}", stderr(&bad));
+}

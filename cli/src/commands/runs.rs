@@ -18,7 +18,8 @@ use std::fmt::Write;
 pub enum RunCommand {
     /// Status, latest metrics, checkpoints and recent events of a run.
     Show { run_id: String },
-    /// Runs, newest first or best primary metric first (`--sort primary_metric`).
+    /// Runs, newest first or best primary metric first (`--sort primary_metric`),
+    /// filtered by tag, text and config, with chosen columns or as CSV.
     List {
         #[arg(long)]
         project: Option<String>,
@@ -27,6 +28,23 @@ pub enum RunCommand {
         sort: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: i64,
+        /// Only runs with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// Only runs whose name, notes or tags contain TEXT (any case).
+        #[arg(long)]
+        search: Option<String>,
+        /// A config condition, e.g. 'config.lr > 1e-3' or 'config.optimizer = adam'
+        /// (=, !=, <, <=, >, >=; repeatable, all must hold).
+        #[arg(long = "where", value_parser = parse_condition)]
+        conditions: Vec<(String, String)>,
+        /// Columns after the run: config.KEY or a metric key (its latest
+        /// value), comma-separated: --columns config.lr,eval/accuracy
+        #[arg(long, value_delimiter = ',')]
+        columns: Vec<String>,
+        /// Comma-separated values with a header line (for spreadsheets).
+        #[arg(long)]
+        csv: bool,
     },
     /// Set the metric that ranks the run (e.g. eval/accuracy --goal max).
     SetPrimary {
@@ -64,16 +82,35 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
             };
             out.emit(&view, render);
         }
-        RunCommand::List { project, sort, limit } => {
-            let mut path = format!("runs?limit={limit}");
-            if let Some(project) = project {
-                path.push_str(&format!("&project={project}"));
+        RunCommand::List {
+            project,
+            sort,
+            limit,
+            tag,
+            search,
+            conditions,
+            columns,
+            csv,
+        } => {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query.append_pair("limit", &limit.to_string());
+            for (key, value) in [("project", project), ("sort", sort), ("tag", tag), ("q", search)] {
+                if let Some(value) = value {
+                    query.append_pair(key, &value);
+                }
             }
-            if let Some(sort) = sort {
-                path.push_str(&format!("&sort={sort}"));
+            for (key, condition) in &conditions {
+                query.append_pair(key, condition);
             }
-            let page: Page<Run> = client.get(&path).await?;
-            out.emit(&page, |page| render_list(&page.items));
+            let page: Page<Run> = client.get(&format!("runs?{}", query.finish())).await?;
+            if csv && !out.json {
+                // Exactly the CSV, line endings included (no trimming).
+                print!("{}", render_csv(&page.items, &columns));
+            } else if columns.is_empty() {
+                out.emit(&page, |page| render_list(&page.items));
+            } else {
+                out.emit(&page, |page| render_columns(&page.items, &columns));
+            }
         }
         RunCommand::SetPrimary { run_id, key, goal } => {
             let run_id = resolve(client, run_id).await?;
@@ -159,6 +196,102 @@ fn render_list(runs: &[Run]) -> String {
             run.project,
             best_text(run.primary_metric.as_ref())
         );
+    }
+    text
+}
+
+/// `config.lr > 1e-3` as the query pair `("config.lr", ">1e-3")`.
+fn parse_condition(text: &str) -> Result<(String, String), String> {
+    let operators = [">=", "<=", "!=", ">", "<", "="];
+    let (at, op) = operators
+        .iter()
+        .filter_map(|op| text.find(op).map(|at| (at, *op)))
+        .min_by_key(|(at, op)| (*at, std::cmp::Reverse(op.len())))
+        .ok_or_else(|| format!("`{text}`: write KEY OP VALUE, e.g. 'config.lr > 1e-3'"))?;
+    let key = text[..at].trim();
+    let value = text[at + op.len()..].trim();
+    if !key.starts_with("config.") || key.len() == "config.".len() {
+        return Err(format!(
+            "`{text}`: conditions are on config keys: config.KEY OP VALUE"
+        ));
+    }
+    let op = if op == "=" { "" } else { op };
+    gpuplane_api::experiment::ConfigFilter::parse(&key["config.".len()..], &format!("{op}{value}"))?;
+    Ok((key.to_string(), format!("{op}{value}")))
+}
+
+/// A run's value in a chosen column: a config value, else a metric's latest value.
+fn cell(run: &Run, column: &str) -> String {
+    if let Some(key) = column.strip_prefix("config.")
+        && let Some(value) = run.config.get(key)
+    {
+        return gpuplane_api::experiment::show_value(value);
+    }
+    match run.latest.get(column) {
+        Some(latest) => latest.value.describe(),
+        None => "-".into(),
+    }
+}
+
+fn render_columns(runs: &[Run], columns: &[String]) -> String {
+    if runs.is_empty() {
+        return "No runs.\n".into();
+    }
+    let mut rows = vec![
+        ["RUN", "NAME", "STATUS"]
+            .into_iter()
+            .map(str::to_string)
+            .chain(columns.iter().map(|c| c.to_uppercase()))
+            .collect::<Vec<_>>(),
+    ];
+    for run in runs {
+        let mut row = vec![
+            run.id.clone(),
+            run.name.chars().take(24).collect(),
+            run.status.clone(),
+        ];
+        row.extend(columns.iter().map(|column| cell(run, column)));
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|row| row[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        let _ = writeln!(text, "{}", cells.join("  ").trim_end());
+    }
+    text
+}
+
+/// RFC 4180: a header, then one line per run; fields with commas, quotes or
+/// line breaks quoted.
+fn render_csv(runs: &[Run], columns: &[String]) -> String {
+    let field = |text: &str| {
+        if text.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", text.replace('"', "\"\""))
+        } else {
+            text.to_string()
+        }
+    };
+    let mut header = vec!["run", "name", "project", "status", "tags"];
+    header.extend(columns.iter().map(String::as_str));
+    let mut text = header.iter().map(|h| field(h)).collect::<Vec<_>>().join(",") + "\r\n";
+    for run in runs {
+        let mut row = vec![
+            run.id.clone(),
+            run.name.clone(),
+            run.project.clone(),
+            run.status.clone(),
+            run.tags.join(" "),
+        ];
+        row.extend(columns.iter().map(|column| cell(run, column)));
+        text.push_str(&row.iter().map(|cell| field(cell)).collect::<Vec<_>>().join(","));
+        text.push_str("\r\n");
     }
     text
 }
@@ -356,4 +489,40 @@ fn render(view: &RunView) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_read_as_the_api_filters_them() {
+        assert_eq!(
+            parse_condition("config.lr > 1e-3").unwrap(),
+            ("config.lr".into(), ">1e-3".into())
+        );
+        assert_eq!(
+            parse_condition("config.lr>=0.1").unwrap(),
+            ("config.lr".into(), ">=0.1".into())
+        );
+        assert_eq!(
+            parse_condition("config.opt = adam").unwrap(),
+            ("config.opt".into(), "adam".into())
+        );
+        assert_eq!(
+            parse_condition("config.opt != sgd").unwrap(),
+            ("config.opt".into(), "!=sgd".into())
+        );
+        assert!(
+            parse_condition("eval/acc > 0.9")
+                .unwrap_err()
+                .contains("config keys")
+        );
+        assert!(
+            parse_condition("config.opt > adam")
+                .unwrap_err()
+                .contains("compare numbers")
+        );
+        assert!(parse_condition("config.lr").unwrap_err().contains("KEY OP VALUE"));
+    }
 }
