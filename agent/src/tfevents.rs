@@ -123,21 +123,22 @@ impl EventFile {
             let (1, Wire::Bytes(value)) = (field, value) else {
                 continue;
             };
-            if let Some(hparams) = session_hparams(value) {
-                found.hparams.extend(hparams);
-            } else if let Some((tag, value)) = self.scalar(value) {
-                found.scalars.push(Scalar {
+            match self.summary_value(value) {
+                Some(Kept::Scalar(tag, value)) => found.scalars.push(Scalar {
                     tag,
                     step,
                     wall_time,
                     value,
-                });
+                }),
+                Some(Kept::Hparams(hparams)) => found.hparams.extend(hparams),
+                None => {}
             }
         }
     }
 
-    /// A `Summary.Value` as `(tag, value)` when it is a scalar.
-    fn scalar(&mut self, data: &[u8]) -> Option<(String, f64)> {
+    /// A `Summary.Value` when it is a scalar or the `hparams` plugin's
+    /// session start info; its fields are read once.
+    fn summary_value(&mut self, data: &[u8]) -> Option<Kept> {
         let fields = Fields::new(data);
         let (mut tag, mut simple, mut tensor, mut plugin) = (None, None, None, None);
         for (field, value) in fields {
@@ -145,15 +146,18 @@ impl EventFile {
                 (1, Wire::Bytes(bytes)) => tag = Some(bytes),
                 (2, Wire::Fixed32(bits)) => simple = Some(f32::from_bits(bits) as f64),
                 (8, Wire::Bytes(bytes)) => tensor = Some(bytes),
-                (9, Wire::Bytes(metadata)) => plugin = plugin_name(metadata),
+                (9, Wire::Bytes(metadata)) => plugin = plugin_data(metadata),
                 _ => {}
             }
         }
+        if let Some((b"hparams", content)) = plugin {
+            return session_hparams(content).map(Kept::Hparams);
+        }
         let tag = String::from_utf8_lossy(tag?).into_owned();
         if let Some(value) = simple {
-            return Some((tag, value));
+            return Some(Kept::Scalar(tag, value));
         }
-        let is_scalar = match plugin {
+        let is_scalar = match plugin.map(|(name, _)| name) {
             Some(name) => {
                 let scalars = name == b"scalars";
                 self.scalar_tags.insert(tag.clone(), scalars);
@@ -164,12 +168,14 @@ impl EventFile {
         if !is_scalar {
             return None;
         }
-        tensor_scalar(tensor?).map(|value| (tag, value))
+        tensor_scalar(tensor?).map(|value| Kept::Scalar(tag, value))
     }
 }
 
-fn plugin_name(metadata: &[u8]) -> Option<&[u8]> {
-    plugin_data(metadata).map(|(name, _)| name)
+/// What one `Summary.Value` held that the reader keeps.
+enum Kept {
+    Scalar(String, f64),
+    Hparams(BTreeMap<String, serde_json::Value>),
 }
 
 /// A `SummaryMetadata`'s plugin name and content.
@@ -190,18 +196,10 @@ fn plugin_data(metadata: &[u8]) -> Option<(&[u8], &[u8])> {
     None
 }
 
-/// The hyperparameters of a `Summary.Value` holding the `hparams` plugin's
-/// session start info (`HParamsPluginData.session_start_info.hparams`, a
-/// map of `google.protobuf.Value`); `None` for any other value.
-fn session_hparams(value: &[u8]) -> Option<BTreeMap<String, serde_json::Value>> {
-    let metadata = Fields::new(value).find_map(|(field, value)| match (field, value) {
-        (9, Wire::Bytes(metadata)) => Some(metadata),
-        _ => None,
-    })?;
-    let (name, content) = plugin_data(metadata)?;
-    if name != b"hparams" {
-        return None;
-    }
+/// The hyperparameters in the `hparams` plugin's content when it is the
+/// session start info (`HParamsPluginData.session_start_info.hparams`, a map
+/// of `google.protobuf.Value`); `None` for its other records.
+fn session_hparams(content: &[u8]) -> Option<BTreeMap<String, serde_json::Value>> {
     let start = Fields::new(content).find_map(|(field, value)| match (field, value) {
         (3, Wire::Bytes(start)) => Some(start),
         _ => None,
