@@ -124,29 +124,18 @@ pub async fn change(
             "you cannot disable your own account: ask another admin".into(),
         ));
     }
-    if let Some(admin) = changes.admin {
-        sqlx::query("UPDATE users SET is_admin = ? WHERE id = ?")
-            .bind(admin)
-            .bind(&before.id)
-            .execute(db)
-            .await?;
-    }
-    match changes.disabled {
-        Some(true) => {
-            sqlx::query("UPDATE users SET disabled_at = coalesce(disabled_at, ?) WHERE id = ?")
-                .bind(now_ms())
-                .bind(&before.id)
-                .execute(db)
-                .await?;
-        }
-        Some(false) => {
-            sqlx::query("UPDATE users SET disabled_at = NULL WHERE id = ?")
-                .bind(&before.id)
-                .execute(db)
-                .await?;
-        }
-        None => {}
-    }
+    // One statement: both changes land, or neither.
+    sqlx::query(
+        "UPDATE users SET is_admin = coalesce(?1, is_admin),
+                disabled_at = CASE ?2 WHEN 1 THEN coalesce(disabled_at, ?3) WHEN 0 THEN NULL ELSE disabled_at END
+         WHERE id = ?4",
+    )
+    .bind(changes.admin)
+    .bind(changes.disabled)
+    .bind(now_ms())
+    .bind(&before.id)
+    .execute(db)
+    .await?;
     get(db, name).await
 }
 
