@@ -3,6 +3,7 @@
 //! and messages for the server, the CLI and the SDK's checks.
 
 use crate::error::FieldError;
+use crate::metric::Run;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -204,6 +205,164 @@ impl ConfigFilter {
     }
 }
 
+/// `config.lr > 1e-3` (as `gpuctl run list --where` and the console's
+/// filter field write it) as the `GET /runs` query pair `("config.lr", ">1e-3")`.
+pub fn parse_condition(text: &str) -> Result<(String, String), String> {
+    let operators = [">=", "<=", "!=", ">", "<", "="];
+    let (at, op) = operators
+        .iter()
+        .filter_map(|op| text.find(op).map(|at| (at, *op)))
+        .min_by_key(|(at, op)| (*at, std::cmp::Reverse(op.len())))
+        .ok_or_else(|| format!("`{text}`: write KEY OP VALUE, e.g. 'config.lr > 1e-3'"))?;
+    let key = text[..at].trim();
+    let value = text[at + op.len()..].trim();
+    let Some(name) = key.strip_prefix("config.").filter(|name| !name.is_empty()) else {
+        return Err(format!(
+            "`{text}`: conditions are on config keys: config.KEY OP VALUE"
+        ));
+    };
+    let op = if op == "=" { "" } else { op };
+    ConfigFilter::parse(name, &format!("{op}{value}"))?;
+    Ok((key.to_string(), format!("{op}{value}")))
+}
+
+/// A column of the runs table (the console's, `gpuctl run list --columns`)
+/// and what `GET /runs?sort=` orders by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RunColumn {
+    Name,
+    Status,
+    Created,
+    /// Seconds from the first start to the end (or now).
+    Duration,
+    Tags,
+    /// The best value of the run's primary metric.
+    Primary,
+    Config(String),
+    /// A metric's latest value.
+    Metric(String),
+}
+
+const BUILT_IN_COLUMNS: [&str; 6] = ["name", "status", "created", "duration", "tags", "primary"];
+
+impl RunColumn {
+    /// `name`, `status`, `created`, `duration`, `tags`, `primary`,
+    /// `config.KEY`, or a metric key (`metric.KEY` when it reads like one of the others).
+    pub fn parse(text: &str) -> Result<RunColumn, String> {
+        let text = text.trim();
+        let column = match text {
+            "name" => RunColumn::Name,
+            "status" => RunColumn::Status,
+            "created" => RunColumn::Created,
+            "duration" => RunColumn::Duration,
+            "tags" => RunColumn::Tags,
+            "primary" => RunColumn::Primary,
+            _ => match (text.strip_prefix("config."), text.strip_prefix("metric.")) {
+                (Some(key), _) => RunColumn::Config(key.to_string()),
+                (_, Some(key)) => RunColumn::Metric(key.to_string()),
+                _ => RunColumn::Metric(text.to_string()),
+            },
+        };
+        match &column {
+            RunColumn::Config(key) | RunColumn::Metric(key) if key.is_empty() => Err(format!(
+                "`{text}` is not a column: use {}, config.KEY or a metric key",
+                BUILT_IN_COLUMNS.join(", ")
+            )),
+            _ => Ok(column),
+        }
+    }
+
+    /// How URLs and `--columns` write it; [`RunColumn::parse`] reads it back.
+    pub fn id(&self) -> String {
+        match self {
+            RunColumn::Name => "name".into(),
+            RunColumn::Status => "status".into(),
+            RunColumn::Created => "created".into(),
+            RunColumn::Duration => "duration".into(),
+            RunColumn::Tags => "tags".into(),
+            RunColumn::Primary => "primary".into(),
+            RunColumn::Config(key) => format!("config.{key}"),
+            RunColumn::Metric(key)
+                if BUILT_IN_COLUMNS.contains(&key.as_str())
+                    || key.starts_with("config.")
+                    || key.starts_with("metric.") =>
+            {
+                format!("metric.{key}")
+            }
+            RunColumn::Metric(key) => key.clone(),
+        }
+    }
+
+    /// A run's value in this column, as text.
+    pub fn cell(&self, run: &Run) -> String {
+        let missing = || "-".to_string();
+        match self {
+            RunColumn::Name => run.name.clone(),
+            RunColumn::Status => run.status.clone(),
+            RunColumn::Created => run.created_at.clone(),
+            RunColumn::Duration => run
+                .duration_s
+                .map_or_else(missing, crate::duration::format_seconds),
+            RunColumn::Tags => run.tags.join(" "),
+            RunColumn::Primary => run
+                .primary_metric
+                .as_ref()
+                .and_then(|primary| primary.best.as_ref())
+                .map_or_else(missing, |best| best.value.describe()),
+            RunColumn::Config(key) => run.config.get(key).map_or_else(missing, show_value),
+            RunColumn::Metric(key) => run
+                .latest
+                .get(key)
+                .map_or_else(missing, |latest| latest.value.describe()),
+        }
+    }
+}
+
+/// The order of a run list: a column, ascending unless written with a
+/// leading `-`. Runs without a value come last either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSort {
+    pub column: RunColumn,
+    pub descending: bool,
+}
+
+impl RunSort {
+    /// Newest first, the default.
+    pub fn newest() -> RunSort {
+        RunSort {
+            column: RunColumn::Created,
+            descending: true,
+        }
+    }
+
+    /// `newest`, `primary_metric` (best first), or a column with an optional
+    /// leading `-`: `-config.lr`, `eval/accuracy`, `duration`.
+    pub fn parse(text: &str) -> Result<RunSort, String> {
+        match text.trim() {
+            "" | "newest" => Ok(RunSort::newest()),
+            "primary_metric" => Ok(RunSort {
+                column: RunColumn::Primary,
+                descending: true,
+            }),
+            text => {
+                let (descending, column) = match text.strip_prefix('-') {
+                    Some(column) => (true, column),
+                    None => (false, text),
+                };
+                Ok(RunSort {
+                    column: RunColumn::parse(column)?,
+                    descending,
+                })
+            }
+        }
+    }
+
+    /// How `?sort=` writes it.
+    pub fn param(&self) -> String {
+        format!("{}{}", if self.descending { "-" } else { "" }, self.column.id())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +410,53 @@ mod tests {
                 .unwrap_err()
                 .contains("compare numbers")
         );
+    }
+
+    #[test]
+    fn columns_and_sorts_read_back_what_they_write() {
+        for text in [
+            "name",
+            "duration",
+            "config.lr",
+            "eval/accuracy",
+            "metric.status",
+            "metric.config.x",
+        ] {
+            assert_eq!(RunColumn::parse(text).unwrap().id(), text);
+        }
+        assert_eq!(
+            RunColumn::parse("metric.loss").unwrap(),
+            RunColumn::Metric("loss".into())
+        );
+        assert!(RunColumn::parse("config.").is_err());
+        let sort = RunSort::parse("-config.lr").unwrap();
+        assert_eq!(
+            (sort.column.clone(), sort.descending),
+            (RunColumn::Config("lr".into()), true)
+        );
+        assert_eq!(sort.param(), "-config.lr");
+        assert_eq!(RunSort::parse("newest").unwrap(), RunSort::newest());
+        assert_eq!(RunSort::parse("primary_metric").unwrap().param(), "-primary");
+    }
+
+    #[test]
+    fn conditions_become_query_pairs() {
+        assert_eq!(
+            parse_condition("config.lr > 1e-3").unwrap(),
+            ("config.lr".into(), ">1e-3".into())
+        );
+        assert_eq!(
+            parse_condition("config.opt=adam").unwrap(),
+            ("config.opt".into(), "adam".into())
+        );
+        assert_eq!(parse_condition("config.depth>=12").unwrap().1, ">=12");
+        assert_eq!(parse_condition("config.opt != sgd").unwrap().1, "!=sgd");
+        assert!(parse_condition("lr > 1").unwrap_err().contains("config keys"));
+        assert!(
+            parse_condition("config.opt > adam")
+                .unwrap_err()
+                .contains("compare numbers")
+        );
+        assert!(parse_condition("config.lr").unwrap_err().contains("KEY OP VALUE"));
     }
 }

@@ -193,6 +193,10 @@ pub struct Run {
     pub tags: Vec<String>,
     #[serde(default)]
     pub notes: String,
+    /// Seconds from its first start (a job's first attempt, an SDK run's
+    /// creation) to its end, or to now while it goes; null before it starts.
+    #[serde(default)]
+    pub duration_s: Option<i64>,
 }
 
 /// Whether a larger or a smaller value of a primary metric is better.

@@ -39,6 +39,16 @@ pub fn job_logs_full(job_id: &str) -> String {
     format!("{PREFIX}/jobs/{job_id}/logs/full")
 }
 
+/// The run list (`?sort=&tag=&q=&config.KEY=`).
+pub fn runs() -> String {
+    format!("{PREFIX}/runs")
+}
+
+/// A scatter plot of runs (`?x=&y=` and the list's filters).
+pub fn runs_scatter() -> String {
+    format!("{PREFIX}/runs/scatter.svg")
+}
+
 pub fn run(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}")
 }
@@ -54,6 +64,11 @@ pub fn run_chart(run_id: &str, format: &str) -> String {
 
 pub fn run_checkpoints(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/checkpoints")
+}
+
+/// Why a failed run failed, and what to do.
+pub fn run_failure(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/failure")
 }
 
 pub fn run_diagnosis(run_id: &str) -> String {

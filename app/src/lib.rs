@@ -69,6 +69,7 @@ pub fn App() -> impl IntoView {
                 <nav aria-label="Main">
                     <A href="/">"Dashboard"</A>
                     <A href="/jobs">"Jobs"</A>
+                    <A href="/runs">"Runs"</A>
                     <A href="/nodes">"Nodes"</A>
                     <A href="/events">"Events"</A>
                     <A href="/tokens">"Tokens"</A>
@@ -99,6 +100,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/login") view=pages::Login />
                     <Route path=path!("/jobs") ssr=SsrMode::Async view=|| view! { <Protected><pages::Jobs /></Protected> } />
                     <Route path=path!("/jobs/:job_id") ssr=SsrMode::Async view=|| view! { <Protected><pages::JobDetail /></Protected> } />
+                    <Route path=path!("/runs") ssr=SsrMode::Async view=|| view! { <Protected><pages::Runs /></Protected> } />
                     <Route path=path!("/runs/:run_id") ssr=SsrMode::Async view=|| view! { <Protected><pages::RunPage /></Protected> } />
                     <Route path=path!("/nodes") ssr=SsrMode::Async view=|| view! { <Protected><pages::Nodes /></Protected> } />
                     <Route path=path!("/events") ssr=SsrMode::Async view=|| view! { <Protected><pages::Events /></Protected> } />
@@ -124,6 +126,7 @@ pub fn App() -> impl IntoView {
 fn Protected(children: Children) -> impl IntoView {
     let user = expect_context::<CurrentUser>();
     let location = use_location();
+    let query = leptos_router::hooks::use_query_map();
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || {
@@ -131,11 +134,9 @@ fn Protected(children: Children) -> impl IntoView {
                 match signed_in {
                     Some(true) => None,
                     Some(false) => {
-                        let search = location.search.get_untracked();
-                        let here = match search.trim_start_matches('?') {
-                            "" => location.pathname.get_untracked(),
-                            query => format!("{}?{query}", location.pathname.get_untracked()),
-                        };
+                        // Rebuilt from the parsed query, every value percent-encoded again:
+                        // a value with a space or `&` comes back whole after sign-in.
+                        let here = view::query::link(&location.pathname.get_untracked(), &query.get_untracked(), &[]);
                         let target = format!("/login?next={}", encode(&here));
                         redirect_to(&target);
                         Some(view! { <p>"Sign in to see this page: " <a href=target>"sign in"</a></p> }.into_any())

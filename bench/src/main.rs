@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|runs|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -8,6 +8,7 @@
 mod console;
 mod jobs;
 mod metrics;
+mod runs;
 
 /// Parses a whole event file with the agent's reader (CRC checked on every
 /// record), best of five, and prints scalars per second.
@@ -43,6 +44,7 @@ fn main() -> anyhow::Result<()> {
         "jobs" => runtime.block_on(jobs::run()),
         "metrics" => runtime.block_on(metrics::run()),
         "console" => runtime.block_on(console::run()),
+        "runs" => runtime.block_on(runs::run()),
         "tfevents" => {
             let path = std::env::args()
                 .nth(2)
@@ -52,8 +54,9 @@ fn main() -> anyhow::Result<()> {
         "all" => runtime.block_on(async {
             jobs::run().await?;
             metrics::run().await?;
-            console::run().await
+            console::run().await?;
+            runs::run().await
         }),
-        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs, metrics, console or all"),
+        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs, metrics, console, runs or all"),
     }
 }

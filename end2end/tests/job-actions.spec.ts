@@ -124,7 +124,20 @@ test('retrying an out-of-memory failure unchanged shows the advice; forcing it r
     max_attempts: 1,
   });
   await expect.poll(async () => (await job(request, id)).failure_reason).toBe('OOM');
-  await openAs(page, id, EDITOR);
+  // The run page says it failed at the top, with the first thing to try.
+  const runId = (await job(request, id)).run_id;
+  await signIn(page, `/runs/${runId}`, EDITOR, PASSWORD);
+  const banner = page.getByTestId('failure-banner');
+  await expect(banner).toContainText('Failed:');
+  await expect(banner).toContainText('out of memory');
+  await expect(banner).toContainText('First thing to try:');
+  await expect(page.getByTestId('run-gpus')).toHaveText('none');
+  await page.screenshot({ path: 'artifacts/run-failed.png', fullPage: true });
+  await banner.getByRole('link').click();
+  await expect(page).toHaveURL(/tab=diagnosis/);
+  await expect(page.getByTestId('diagnosis')).toContainText('What to do');
+  await page.goto(url() + `/jobs/${id}`);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
   await page.getByRole('button', { name: 'Retry', exact: true }).click();
   await expect(page.getByTestId('change-error')).toContainText('ran out of memory');
   await expect(page.getByTestId('change-error')).toContainText('env.BATCH_SIZE=16');

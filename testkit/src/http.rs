@@ -87,6 +87,21 @@ impl TestServer {
         self.call("GET", path, token, None).await
     }
 
+    /// A GET that must answer 200: its body as text (an SVG, a CSV).
+    pub async fn get_text(&self, path: &str, token: &str) -> String {
+        let response = self
+            .http
+            .get(self.api_url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status();
+        let text = response.text().await.expect("a text body");
+        assert_eq!(status, StatusCode::OK, "GET {path}: {text}");
+        text
+    }
+
     pub async fn post(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
         self.call("POST", path, token, Some(body)).await
     }

@@ -1,14 +1,16 @@
 //! The sign-in page: a plain form (works without JavaScript) posting to `/login`.
 
+use crate::view::query::raw_param;
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_query_map;
+use leptos_router::hooks::{use_location, use_query_map};
 
 #[component]
 pub fn Login() -> impl IntoView {
     let query = use_query_map();
     let sso = Resource::new_blocking(|| (), |_| crate::api::sso_name());
-    let next = move || query.read().get("next").unwrap_or_else(|| "/".to_string());
+    let location = use_location();
+    let next = move || raw_param(&location.search.get(), "next").unwrap_or_else(|| "/".to_string());
     let message = move || {
         let query = query.read();
         match query.get("error").as_deref() {

@@ -8,6 +8,7 @@ mod login;
 mod nodes;
 mod not_found;
 mod run;
+mod runs;
 mod tokens;
 
 pub use admin::{Admin, Audit};
@@ -18,4 +19,5 @@ pub use login::Login;
 pub use nodes::{Events, Nodes};
 pub use not_found::NotFound;
 pub use run::RunPage;
+pub use runs::Runs;
 pub use tokens::Tokens;

@@ -12,7 +12,7 @@ use crate::view::logs::{HiddenParams, LogViewer, LogsOf};
 use crate::view::query::{api, link};
 use crate::view::tables::EventsTable;
 use gpuplane_api::Page;
-use gpuplane_api::diagnosis::{Diagnosis, Evidence};
+use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::evaluation::Evaluation;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
@@ -113,6 +113,19 @@ pub fn RunPage() -> impl IntoView {
             Ok::<_, ServerFnError>((run, job))
         },
     );
+    // A failed run's explanation, for the banner above the charts.
+    let failure = Resource::new(
+        move || (id.get(), tick.get()),
+        |(id, _)| async move {
+            let run = fetch::<Run>(paths::run(&id)).await?;
+            if !matches!(run.status.as_str(), "FAILED" | "LOST") {
+                return Ok(None);
+            }
+            fetch::<FailureExplanation>(paths::run_failure(&id))
+                .await
+                .map(Some)
+        },
+    );
     let projects = Resource::new(|| (), |_| fetch::<Page<Project>>(paths::projects()));
     let view_state = Memo::new(move |_| ChartView {
         metrics: query.read().get_all("metric").unwrap_or_default(),
@@ -151,6 +164,20 @@ pub fn RunPage() -> impl IntoView {
     view! {
         <Title text="Run" />
         {loaded(summary, move |(run, job): (Run, Option<Job>)| view! { <Summary run=run job=job /> })}
+        <Transition fallback=|| ()>
+            {move || failure.get().map(|found| match found {
+                Ok(Some(failure)) => view! {
+                    <section class="card failure" data-testid="failure-banner" role="alert">
+                        <h2>"Failed: " {failure.summary}</h2>
+                        {failure.actions.first().cloned().map(|action| view! { <p>"First thing to try: " {action}</p> })}
+                        <a href=move || link(&location.pathname.get(), &query.read(), &[("tab", Some("diagnosis"))])>
+                            "The evidence, likely causes and what else to try"</a>
+                    </section>
+                }.into_any(),
+                Ok(None) => ().into_any(),
+                Err(error) => view! { <p class="error" role="alert">{error_text(&error)}</p> }.into_any(),
+            })}
+        </Transition>
         // Outside `loaded`: the live stream reloads the summary, and an open
         // form must survive that.
         <Transition fallback=|| ()>
@@ -228,6 +255,9 @@ pub fn RunPage() -> impl IntoView {
                 })}
             </Transition>
         </section>
+        <Show when=move || !view_state.read().compare.trim().is_empty()>
+            <ConfigDiff run_id=id view=view_state />
+        </Show>
         <nav class="tabs" aria-label="Run sections">
             {TABS.map(|(name, label)| view! {
                 <a href=move || link(&location.pathname.get(), &query.read(), &[("tab", Some(name))])
@@ -292,7 +322,7 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                 {job.as_ref().map(|job| view! { <dt>"Job"</dt><dd><a href=format!("/jobs/{}", job.id)>{job.id.clone()}</a></dd> })}
                 <dt>"Duration"</dt><dd>{duration.unwrap_or_else(|| "not started".into())}</dd>
                 <dt>"Node"</dt><dd>{attempt.as_ref().map(|a| a.node.clone()).unwrap_or_else(|| "–".into())}</dd>
-                <dt>"GPUs"</dt><dd>{attempt.as_ref().map(|a| a.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")).filter(|g| !g.is_empty()).unwrap_or_else(|| "none".into())}</dd>
+                <dt>"GPUs"</dt><dd data-testid="run-gpus">{attempt.as_ref().map_or_else(|| "none".to_string(), |a| gpus_text(&a.gpus))}</dd>
                 <dt>"Primary metric"</dt>
                 <dd data-testid="primary-metric">{match primary {
                     None => "not set (gpuctl run set-primary RUN KEY --goal max|min)".to_string(),
@@ -339,6 +369,16 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                 }).collect_view()}
             </section>
         })}
+    }
+}
+
+/// `1 (GPU 0)`, `2 (GPUs 0, 1)`, or `none`.
+fn gpus_text(gpus: &[u32]) -> String {
+    let indices: Vec<String> = gpus.iter().map(u32::to_string).collect();
+    match gpus.len() {
+        0 => "none".into(),
+        1 => format!("1 (GPU {})", indices[0]),
+        count => format!("{count} (GPUs {})", indices.join(", ")),
     }
 }
 
@@ -561,5 +601,78 @@ fn RunDetailsForm(summary: SummaryResource, changes: Changes) -> impl IntoView {
                 <Outcome changes=changes done="Saved." />
             </form>
         </Show>
+    }
+}
+
+/// The config of this run beside the runs it is compared with: the keys
+/// whose values differ (every key with `diff=all`), a column per run.
+#[component]
+fn ConfigDiff(run_id: Memo<String>, view: Memo<ChartView>) -> impl IntoView {
+    let query = use_query_map();
+    let location = use_location();
+    let runs = Resource::new(
+        move || (run_id.get(), view.read().compare.clone()),
+        |(id, compare)| async move {
+            let mut ids = vec![id];
+            for other in compare.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+                if !ids.iter().any(|known| known == other) {
+                    ids.push(other.to_string());
+                }
+            }
+            let answers = api_get_many(ids.iter().map(|id| paths::run(id)).collect()).await?;
+            let mut runs = Vec::new();
+            for (id, answer) in ids.iter().zip(answers) {
+                let body = answer.map_err(|error| ServerFnError::new(format!("{id}: {error}")))?;
+                let run: Run = serde_json::from_str(&body)
+                    .map_err(|error| ServerFnError::new(format!("{id}: unexpected answer: {error}")))?;
+                runs.push(run);
+            }
+            Ok::<_, ServerFnError>(runs)
+        },
+    );
+    view! {
+        <section class="card" data-testid="config-diff">
+            <h2>"Config diff"</h2>
+            {loaded(runs, move |runs: Vec<Run>| {
+                let all = query.read().get("diff").as_deref() == Some("all");
+                let keys: std::collections::BTreeSet<String> =
+                    runs.iter().flat_map(|run| run.config.keys().cloned()).collect();
+                let rows: Vec<(String, Vec<Option<serde_json::Value>>, bool)> = keys
+                    .into_iter()
+                    .map(|key| {
+                        let values: Vec<Option<serde_json::Value>> =
+                            runs.iter().map(|run| run.config.get(&key).cloned()).collect();
+                        let differs = values.iter().any(|value| *value != values[0]);
+                        (key, values, differs)
+                    })
+                    .collect();
+                let differing = rows.iter().filter(|(_, _, differs)| *differs).count();
+                let total = rows.len();
+                let toggle = if all {
+                    link(&location.pathname.get_untracked(), &query.read_untracked(), &[("diff", None)])
+                } else {
+                    link(&location.pathname.get_untracked(), &query.read_untracked(), &[("diff", Some("all"))])
+                };
+                view! {
+                    <p class="muted" data-testid="diff-count">
+                        {format!("{differing} of {total} keys differ. ")}
+                        <a href=toggle>{if all { "Show only differences" } else { "Show every key" }}</a>
+                    </p>
+                    <div class="table-scroll"><table data-testid="config-diff-table">
+                        <thead><tr><th>"Key"</th>{runs.iter().map(|run| view! {
+                            <th><a href=format!("/runs/{}", run.id)>{run.name.clone()}</a></th>
+                        }).collect_view()}</tr></thead>
+                        <tbody>{rows.into_iter().filter(|(_, _, differs)| all || *differs).map(|(key, values, differs)| view! {
+                            <tr class:differs=differs data-key=key.clone()>
+                                <td class="mono">{key.clone()}</td>
+                                {values.into_iter().map(|value| view! {
+                                    <td class="mono">{value.as_ref().map_or_else(|| "–".to_string(), gpuplane_api::experiment::show_value)}</td>
+                                }).collect_view()}
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table></div>
+                }
+            })}
+        </section>
     }
 }

@@ -41,3 +41,13 @@ pub fn api(path: &str, params: &[(&str, &str)]) -> String {
         format!("{path}?{}", query.join("&"))
     }
 }
+
+/// The value of `key` in a raw query string (`?a=1&b=2`), decoded once.
+/// `use_query_map` decodes values twice (leptos_router 0.8 percent-decodes
+/// what the URL parser already decoded), so a `next` holding `%20` would
+/// come back with a space; read such values here.
+pub fn raw_param(search: &str, key: &str) -> Option<String> {
+    form_urlencoded::parse(search.trim_start_matches('?').as_bytes())
+        .find(|(name, _)| name == key)
+        .map(|(_, value)| value.into_owned())
+}

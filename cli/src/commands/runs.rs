@@ -5,10 +5,11 @@
 
 use crate::Output;
 use crate::client::{CliError, Client};
-use crate::commands::{parse_goal, parse_sort};
+use crate::commands::parse_goal;
 use gpuplane_api::Page;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::event::Event;
+use gpuplane_api::experiment::{self, RunColumn, RunSort};
 use gpuplane_api::job::Job;
 use gpuplane_api::metric::{Checkpoint, Goal, PrimaryMetric, Run, SetPrimaryMetric};
 use serde::Serialize;
@@ -18,13 +19,15 @@ use std::fmt::Write;
 pub enum RunCommand {
     /// Status, latest metrics, checkpoints and recent events of a run.
     Show { run_id: String },
-    /// Runs, newest first or best primary metric first (`--sort primary_metric`),
-    /// filtered by tag, text and config, with chosen columns or as CSV.
+    /// Runs, newest first, best primary metric first (`--sort primary_metric`)
+    /// or by any column, filtered by tag, text and config, with chosen
+    /// columns or as CSV.
     List {
         #[arg(long)]
         project: Option<String>,
-        /// newest (default) or primary_metric.
-        #[arg(long, value_parser = parse_sort)]
+        /// newest (default), primary_metric (best first), or a column such as
+        /// config.lr or eval/accuracy, with a leading - for descending: --sort=-config.lr
+        #[arg(long, value_parser = parse_run_sort, allow_hyphen_values = true)]
         sort: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: i64,
@@ -36,12 +39,13 @@ pub enum RunCommand {
         search: Option<String>,
         /// A config condition, e.g. 'config.lr > 1e-3' or 'config.optimizer = adam'
         /// (=, !=, <, <=, >, >=; repeatable, all must hold).
-        #[arg(long = "where", value_parser = parse_condition)]
+        #[arg(long = "where", value_parser = experiment::parse_condition)]
         conditions: Vec<(String, String)>,
-        /// Columns after the run: config.KEY or a metric key (its latest
-        /// value), comma-separated: --columns config.lr,eval/accuracy
-        #[arg(long, value_delimiter = ',')]
-        columns: Vec<String>,
+        /// Columns after the run: config.KEY, a metric key (its latest
+        /// value), primary, duration, tags, created; comma-separated:
+        /// --columns config.lr,eval/accuracy
+        #[arg(long, value_delimiter = ',', value_parser = RunColumn::parse)]
+        columns: Vec<RunColumn>,
         /// Comma-separated values with a header line (for spreadsheets).
         #[arg(long)]
         csv: bool,
@@ -200,40 +204,15 @@ fn render_list(runs: &[Run]) -> String {
     text
 }
 
-/// `config.lr > 1e-3` as the query pair `("config.lr", ">1e-3")`.
-fn parse_condition(text: &str) -> Result<(String, String), String> {
-    let operators = [">=", "<=", "!=", ">", "<", "="];
-    let (at, op) = operators
-        .iter()
-        .filter_map(|op| text.find(op).map(|at| (at, *op)))
-        .min_by_key(|(at, op)| (*at, std::cmp::Reverse(op.len())))
-        .ok_or_else(|| format!("`{text}`: write KEY OP VALUE, e.g. 'config.lr > 1e-3'"))?;
-    let key = text[..at].trim();
-    let value = text[at + op.len()..].trim();
-    if !key.starts_with("config.") || key.len() == "config.".len() {
-        return Err(format!(
-            "`{text}`: conditions are on config keys: config.KEY OP VALUE"
-        ));
-    }
-    let op = if op == "=" { "" } else { op };
-    gpuplane_api::experiment::ConfigFilter::parse(&key["config.".len()..], &format!("{op}{value}"))?;
-    Ok((key.to_string(), format!("{op}{value}")))
-}
-
-/// A run's value in a chosen column: a config value, else a metric's latest value.
-fn cell(run: &Run, column: &str) -> String {
-    if let Some(key) = column.strip_prefix("config.")
-        && let Some(value) = run.config.get(key)
-    {
-        return gpuplane_api::experiment::show_value(value);
-    }
-    match run.latest.get(column) {
-        Some(latest) => latest.value.describe(),
-        None => "-".into(),
+/// A run list's order as `?sort=` takes it; `primary` is best first, as before.
+fn parse_run_sort(text: &str) -> Result<String, String> {
+    match text {
+        "primary" | "primary-metric" => Ok("primary_metric".into()),
+        other => RunSort::parse(other).map(|sort| sort.param()),
     }
 }
 
-fn render_columns(runs: &[Run], columns: &[String]) -> String {
+fn render_columns(runs: &[Run], columns: &[RunColumn]) -> String {
     if runs.is_empty() {
         return "No runs.\n".into();
     }
@@ -241,7 +220,7 @@ fn render_columns(runs: &[Run], columns: &[String]) -> String {
         ["RUN", "NAME", "STATUS"]
             .into_iter()
             .map(str::to_string)
-            .chain(columns.iter().map(|c| c.to_uppercase()))
+            .chain(columns.iter().map(|c| c.id().to_uppercase()))
             .collect::<Vec<_>>(),
     ];
     for run in runs {
@@ -250,7 +229,7 @@ fn render_columns(runs: &[Run], columns: &[String]) -> String {
             run.name.chars().take(24).collect(),
             run.status.clone(),
         ];
-        row.extend(columns.iter().map(|column| cell(run, column)));
+        row.extend(columns.iter().map(|column| column.cell(run)));
         rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
@@ -270,7 +249,7 @@ fn render_columns(runs: &[Run], columns: &[String]) -> String {
 
 /// RFC 4180: a header, then one line per run; fields with commas, quotes or
 /// line breaks quoted.
-fn render_csv(runs: &[Run], columns: &[String]) -> String {
+fn render_csv(runs: &[Run], columns: &[RunColumn]) -> String {
     let field = |text: &str| {
         if text.contains([',', '"', '\n', '\r']) {
             format!("\"{}\"", text.replace('"', "\"\""))
@@ -278,8 +257,10 @@ fn render_csv(runs: &[Run], columns: &[String]) -> String {
             text.to_string()
         }
     };
-    let mut header = vec!["run", "name", "project", "status", "tags"];
-    header.extend(columns.iter().map(String::as_str));
+    let mut header: Vec<String> = ["run", "name", "project", "status", "tags"]
+        .map(String::from)
+        .into();
+    header.extend(columns.iter().map(RunColumn::id));
     let mut text = header.iter().map(|h| field(h)).collect::<Vec<_>>().join(",") + "\r\n";
     for run in runs {
         let mut row = vec![
@@ -289,7 +270,7 @@ fn render_csv(runs: &[Run], columns: &[String]) -> String {
             run.status.clone(),
             run.tags.join(" "),
         ];
-        row.extend(columns.iter().map(|column| cell(run, column)));
+        row.extend(columns.iter().map(|column| column.cell(run)));
         text.push_str(&row.iter().map(|cell| field(cell)).collect::<Vec<_>>().join(","));
         text.push_str("\r\n");
     }
@@ -496,33 +477,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn conditions_read_as_the_api_filters_them() {
-        assert_eq!(
-            parse_condition("config.lr > 1e-3").unwrap(),
-            ("config.lr".into(), ">1e-3".into())
-        );
-        assert_eq!(
-            parse_condition("config.lr>=0.1").unwrap(),
-            ("config.lr".into(), ">=0.1".into())
-        );
-        assert_eq!(
-            parse_condition("config.opt = adam").unwrap(),
-            ("config.opt".into(), "adam".into())
-        );
-        assert_eq!(
-            parse_condition("config.opt != sgd").unwrap(),
-            ("config.opt".into(), "!=sgd".into())
-        );
-        assert!(
-            parse_condition("eval/acc > 0.9")
-                .unwrap_err()
-                .contains("config keys")
-        );
-        assert!(
-            parse_condition("config.opt > adam")
-                .unwrap_err()
-                .contains("compare numbers")
-        );
-        assert!(parse_condition("config.lr").unwrap_err().contains("KEY OP VALUE"));
+    fn run_sorts_keep_primary_as_best_first() {
+        assert_eq!(parse_run_sort("primary").unwrap(), "primary_metric");
+        assert_eq!(parse_run_sort("-config.lr").unwrap(), "-config.lr");
+        assert_eq!(parse_run_sort("newest").unwrap(), "-created");
+        assert!(parse_run_sort("config.").is_err());
     }
 }

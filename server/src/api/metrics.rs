@@ -163,6 +163,41 @@ fn axis_and_range(x: Option<&str>, from: Option<f64>, to: Option<f64>, errors: &
     }
 }
 
+/// An image's size in pixels, `default` when not given: width 200–4000,
+/// height 120–3000.
+pub(crate) fn image_size(
+    width: Option<u32>,
+    height: Option<u32>,
+    default: (u32, u32),
+    errors: &mut Vec<FieldError>,
+) -> (u32, u32) {
+    let (width, height) = (width.unwrap_or(default.0), height.unwrap_or(default.1));
+    for (field, value, range) in [("width", width, 200..=4000), ("height", height, 120..=3000)] {
+        if !range.contains(&value) {
+            errors.push(FieldError {
+                field: field.into(),
+                message: format!("must be between {} and {}", range.start(), range.end()),
+            });
+        }
+    }
+    (width, height)
+}
+
+/// Whether an axis is logarithmic: `linear` (the default) or `log`.
+pub(crate) fn log_scale(field: &str, scale: Option<&str>, errors: &mut Vec<FieldError>) -> bool {
+    match scale {
+        None | Some("linear") => false,
+        Some("log") => true,
+        Some(other) => {
+            errors.push(FieldError {
+                field: field.into(),
+                message: format!("`{other}` is not a scale: use linear or log"),
+            });
+            false
+        }
+    }
+}
+
 /// Most runs one chart compares.
 const MAX_COMPARED: usize = 8;
 
@@ -252,16 +287,7 @@ async fn draw_chart(
             message: "must be between 0 and 0.99".into(),
         });
     }
-    let width = query.width.unwrap_or(800);
-    let height = query.height.unwrap_or(320);
-    for (field, value, range) in [("width", width, 200..=4000), ("height", height, 120..=3000)] {
-        if !range.contains(&value) {
-            errors.push(FieldError {
-                field: field.into(),
-                message: format!("must be between {} and {}", range.start(), range.end()),
-            });
-        }
-    }
+    let (width, height) = image_size(query.width, query.height, (800, 320), &mut errors);
     let mut run_ids = vec![run_id];
     for other in query
         .compare

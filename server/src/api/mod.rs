@@ -94,6 +94,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(projects::list_members, projects::set_member))
         .routes(routes!(projects::set_project_primary_metric))
         .routes(routes!(runs::create_run, runs::list_runs))
+        .routes(routes!(runs::scatter_svg))
         .routes(routes!(runs::set_primary_metric))
         .routes(routes!(runs::get_run, runs::change_run))
         .routes(routes!(runs::update_config))

@@ -2,9 +2,11 @@
 //! primary metric. Metric ingest, queries and charts are in `metrics.rs`.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
+use crate::api::metrics::{image_size, log_scale};
 use crate::identity::access;
 use crate::identity::auth::{Authed, Ingest, Read, Write};
-use crate::paging::{cursor, page_limit, sort_order};
+use crate::metrics::chart;
+use crate::paging::{cursor, page_limit};
 use crate::runs;
 use crate::runs::primary;
 use crate::state::AppState;
@@ -15,10 +17,11 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use futures_util::Stream;
 use gpuplane_api::Page;
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::experiment::{ConfigFilter, ConfigUpdate, RunChanges};
+use gpuplane_api::experiment::{ConfigFilter, ConfigUpdate, RunChanges, RunColumn, RunSort};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run, SetPrimaryMetric};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -52,11 +55,14 @@ pub struct ListQuery {
     tag: Option<String>,
     /// Only runs whose name, notes or tags contain this text (any case).
     q: Option<String>,
-    /// `newest` (default) or `primary_metric`: best value first, the top `limit` only.
+    /// `newest` (default), `primary_metric` (best value first), or a column,
+    /// descending with a leading `-`: `name`, `status`, `created`, `duration`,
+    /// `tags`, `primary`, `config.KEY`, or a metric key (its latest value).
+    /// Runs without a value come last.
     sort: Option<String>,
     /// Page size, 1–500 (default 50).
     limit: Option<i64>,
-    /// `next_before` of the previous page.
+    /// `next_before` of the previous page (an opaque cursor).
     before: Option<i64>,
 }
 
@@ -75,42 +81,30 @@ pub async fn list_runs(
     let mut errors = Vec::new();
     let limit = page_limit(query.limit, &mut errors);
     let before = cursor(query.before, &mut errors);
-    let sort = sort_order(query.sort.as_deref(), &mut errors);
-    let mut config = Vec::new();
-    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
-        match key.strip_prefix("config.") {
-            Some(name) => match ConfigFilter::parse(name, &value) {
-                Ok(filter) => config.push(filter),
-                Err(message) => errors.push(FieldError {
-                    field: key.to_string(),
-                    message,
-                }),
-            },
-            None if LIST_PARAMETERS.contains(&key.as_ref()) => {}
-            None => errors.push(FieldError {
-                field: key.to_string(),
-                message: format!(
-                    "unknown parameter; use {} or config.KEY",
-                    LIST_PARAMETERS.join(", ")
-                ),
-            }),
-        }
-    }
+    let sort = RunSort::parse(query.sort.as_deref().unwrap_or_default()).unwrap_or_else(|message| {
+        errors.push(FieldError {
+            field: "sort".into(),
+            message,
+        });
+        RunSort::newest()
+    });
+    let filters = list_filters(
+        raw.as_deref(),
+        &LIST_PARAMETERS,
+        query.tag.clone(),
+        query.q.clone(),
+        &mut errors,
+    );
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
-    let filters = runs::details::Filters {
-        tag: query.tag.filter(|tag| !tag.is_empty()),
-        text: query.q.filter(|text| !text.trim().is_empty()),
-        config,
-    };
     let visible = access::visible_projects(&state.db, &auth.caller.principal()).await?;
     let page = runs::list(
         &state.db,
         &visible,
         query.project.as_deref(),
         &filters,
-        sort,
+        &sort,
         limit,
         before,
     )
@@ -223,6 +217,150 @@ pub async fn list_checkpoints(
 
 /// The list parameters besides `config.KEY`.
 const LIST_PARAMETERS: [&str; 6] = ["project", "tag", "q", "sort", "limit", "before"];
+
+/// The filters of a run list or plot: `tag`, `q` and every `config.KEY`
+/// parameter; any parameter not in `known` is an error.
+fn list_filters(
+    raw: Option<&str>,
+    known: &[&str],
+    tag: Option<String>,
+    text: Option<String>,
+    errors: &mut Vec<FieldError>,
+) -> runs::details::Filters {
+    let mut config = Vec::new();
+    for (key, value) in form_urlencoded::parse(raw.unwrap_or_default().as_bytes()) {
+        match key.strip_prefix("config.") {
+            Some(name) => match ConfigFilter::parse(name, &value) {
+                Ok(filter) => config.push(filter),
+                Err(message) => errors.push(FieldError {
+                    field: key.to_string(),
+                    message,
+                }),
+            },
+            None if known.contains(&key.as_ref()) => {}
+            None => errors.push(FieldError {
+                field: key.to_string(),
+                message: format!("unknown parameter; use {} or config.KEY", known.join(", ")),
+            }),
+        }
+    }
+    runs::details::Filters {
+        tag: tag.filter(|tag| !tag.is_empty()),
+        text: text.filter(|text| !text.trim().is_empty()),
+        config,
+    }
+}
+
+/// The runs a scatter plot shows (the list's filters) and its axes.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ScatterQuery {
+    project: Option<String>,
+    tag: Option<String>,
+    q: Option<String>,
+    /// The horizontal axis: `config.KEY`, a metric key (its latest value), `primary` or `duration`.
+    x: String,
+    /// The vertical axis, as `x`.
+    y: String,
+    /// `linear` (default) or `log`.
+    x_scale: Option<String>,
+    y_scale: Option<String>,
+    /// Size in pixels: width 200–4000 (default 720), height 120–3000 (default 440).
+    width: Option<u32>,
+    height: Option<u32>,
+}
+
+const SCATTER_PARAMETERS: [&str; 9] = [
+    "project", "tag", "q", "x", "y", "x_scale", "y_scale", "width", "height",
+];
+
+/// One dot per run that passes the filters and has a number on both axes
+/// (and a positive one on a log axis); the caption counts the runs left out.
+#[utoipa::path(get, path = "/runs/scatter.svg", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(ScatterQuery),
+    responses((status = 200, description = "The plot", content_type = "image/svg+xml"),
+        AuthErrors, (status = 422, body = ErrorBody)))]
+pub async fn scatter_svg(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<ScatterQuery>,
+    RawQuery(raw): RawQuery,
+) -> Result<([(axum::http::header::HeaderName, &'static str); 2], String), ApiError> {
+    let mut errors = Vec::new();
+    let mut axis = |field: &str, text: &str| match RunColumn::parse(text) {
+        Ok(RunColumn::Name | RunColumn::Status | RunColumn::Tags | RunColumn::Created) => {
+            errors.push(FieldError {
+                field: field.into(),
+                message: "plot config.KEY, a metric key, primary or duration".into(),
+            });
+            None
+        }
+        Ok(column) => Some(column),
+        Err(message) => {
+            errors.push(FieldError {
+                field: field.into(),
+                message,
+            });
+            None
+        }
+    };
+    let (x, y) = (axis("x", &query.x), axis("y", &query.y));
+    let x_log = log_scale("x_scale", query.x_scale.as_deref(), &mut errors);
+    let y_log = log_scale("y_scale", query.y_scale.as_deref(), &mut errors);
+    let (width, height) = image_size(query.width, query.height, (720, 440), &mut errors);
+    let filters = list_filters(
+        raw.as_deref(),
+        &SCATTER_PARAMETERS,
+        query.tag.clone(),
+        query.q.clone(),
+        &mut errors,
+    );
+    let (Some(x), Some(y)) = (x, y) else {
+        return Err(ApiError::Validation(errors));
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    let visible = access::visible_projects(&state.db, &auth.caller.principal()).await?;
+    let project = query.project.as_deref();
+    let xs = runs::column_numbers(&state.db, &visible, project, &filters, &x).await?;
+    let ys: HashMap<i64, Option<f64>> = runs::column_numbers(&state.db, &visible, project, &filters, &y)
+        .await?
+        .into_iter()
+        .collect();
+    // A log axis shows positive numbers only.
+    let usable = |value: Option<f64>, log: bool| value.filter(|v| !log || *v > 0.0);
+    let points: Vec<(f64, f64)> = xs
+        .iter()
+        .filter_map(|(seq, x_value)| {
+            let y_value = ys.get(seq).copied().flatten();
+            Some((usable(*x_value, x_log)?, usable(y_value, y_log)?))
+        })
+        .collect();
+    let left_out = xs.len() - points.len();
+    let mut title = format!("{} by {} ({} runs", y.id(), x.id(), points.len());
+    if left_out > 0 {
+        title.push_str(&format!(", {left_out} without numbers left out"));
+    }
+    title.push(')');
+    let options = chart::ScatterOptions {
+        title,
+        x_desc: x.id(),
+        y_desc: y.id(),
+        x_log,
+        y_log,
+        width,
+        height,
+    };
+    Ok((
+        [
+            (axum::http::header::CONTENT_TYPE, "image/svg+xml"),
+            (axum::http::header::CACHE_CONTROL, "private, no-store"),
+        ],
+        chart::scatter_svg(&points, &options),
+    ))
+}
 
 /// Sets config keys of a run (`gpuplane.init(config=…)`, `run.config.update(…)`);
 /// other keys stay. A job's sdk token reaches only its job's run.

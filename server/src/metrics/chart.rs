@@ -163,54 +163,60 @@ fn bounds(lines: &[Vec<Sample>]) -> ((f64, f64), (f64, f64)) {
             }
         }
     }
-    let widen = |(lo, hi): (f64, f64)| {
-        if !lo.is_finite() {
-            (0.0, 1.0)
-        } else if hi - lo < f64::EPSILON * lo.abs().max(1.0) {
-            let pad = (lo.abs() * 0.1).max(0.5);
-            (lo - pad, hi + pad)
-        } else {
-            let pad = (hi - lo) * 0.05;
-            (lo - pad, hi + pad)
-        }
-    };
     let x = if x.0.is_finite() && x.1 > x.0 { x } else { widen(x) };
     (x, widen(y))
 }
 
-/// A chart drawn by [`svg`] as a PNG image. Text uses the system's fonts
-/// (DejaVu, Liberation, ...), read once.
-pub fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
-    use resvg::{tiny_skia, usvg};
-    static FONTS: std::sync::OnceLock<std::sync::Arc<usvg::fontdb::Database>> = std::sync::OnceLock::new();
-    let fonts = FONTS.get_or_init(|| {
-        let mut fonts = usvg::fontdb::Database::new();
+/// A range with a margin of 5 %; a flat one widened around its value, an
+/// empty one (infinite bounds) made `0..1`.
+fn widen((lo, hi): (f64, f64)) -> (f64, f64) {
+    if !lo.is_finite() {
+        (0.0, 1.0)
+    } else if hi - lo < f64::EPSILON * lo.abs().max(1.0) {
+        let pad = (lo.abs() * 0.1).max(0.5);
+        (lo - pad, hi + pad)
+    } else {
+        let pad = (hi - lo) * 0.05;
+        (lo - pad, hi + pad)
+    }
+}
+
+/// The smallest and largest of some values, widened.
+fn span(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    widen(values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    }))
+}
+
+/// The font chart text is drawn with in PNGs: DejaVu Sans cut down to
+/// Latin, punctuation, arrows and a few symbols (25 KiB, licence beside it),
+/// built into the binary so a GPU host without any font still gets text.
+const CHART_FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans-subset.ttf");
+
+/// The fonts PNGs are drawn with: the built-in one as `sans-serif`, then
+/// (when asked) the system's, for characters it lacks (CJK run names…).
+fn font_database(system: bool) -> resvg::usvg::fontdb::Database {
+    let mut fonts = resvg::usvg::fontdb::Database::new();
+    fonts.load_font_data(CHART_FONT.to_vec());
+    if system {
         fonts.load_system_fonts();
-        // The charts ask for "sans-serif": point it at a family this host has.
-        let installed = [
-            "DejaVu Sans",
-            "Liberation Sans",
-            "Noto Sans",
-            "FreeSans",
-            "Arial",
-            "Helvetica",
-        ]
-        .into_iter()
-        .find(|family| {
-            fonts
-                .faces()
-                .any(|face| face.families.iter().any(|(name, _)| name == family))
-        });
-        match installed {
-            Some(family) => fonts.set_sans_serif_family(family),
-            None => tracing::warn!(
-                "no usual sans-serif font: PNG charts may have no text (install fonts-dejavu-core)"
-            ),
-        }
-        std::sync::Arc::new(fonts)
-    });
+    }
+    fonts.set_sans_serif_family("DejaVu Sans");
+    fonts
+}
+
+/// A chart drawn by [`svg`] as a PNG image, its text in the built-in font.
+pub fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
+    static FONTS: std::sync::OnceLock<std::sync::Arc<resvg::usvg::fontdb::Database>> =
+        std::sync::OnceLock::new();
+    let fonts = FONTS.get_or_init(|| std::sync::Arc::new(font_database(true)));
+    render_png(svg, fonts.clone())
+}
+
+fn render_png(svg: &str, fonts: std::sync::Arc<resvg::usvg::fontdb::Database>) -> anyhow::Result<Vec<u8>> {
+    use resvg::{tiny_skia, usvg};
     let options = usvg::Options {
-        fontdb: fonts.clone(),
+        fontdb: fonts,
         ..usvg::Options::default()
     };
     let tree = usvg::Tree::from_str(svg, &options)?;
@@ -387,6 +393,116 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
     Ok(())
 }
 
+/// A scatter plot of runs: one dot per run, a config value or metric on
+/// each axis, either axis on a log scale.
+pub struct ScatterOptions {
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub x_log: bool,
+    pub y_log: bool,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// A number as a tick label: short, in e-notation when very large or small.
+pub fn short_number(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude == 0.0 {
+        "0".into()
+    } else if (1e-3..1e5).contains(&magnitude) {
+        let text = format!("{value:.4}");
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        let text = format!("{value:.2e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let mantissa = mantissa.trim_end_matches('0').trim_end_matches('.');
+        format!("{mantissa}e{exponent}")
+    }
+}
+
+/// How many ticks an axis asks for: on a log axis one per decade (so they
+/// fall on powers of ten), at most `most`.
+fn label_count(from: f64, to: f64, log: bool, most: usize) -> usize {
+    if log {
+        ((to.floor() - from.ceil()) as usize + 1).clamp(2, most)
+    } else {
+        most
+    }
+}
+
+/// The plot as an SVG document; `points` are finite (and positive on a log axis).
+pub fn scatter_svg(points: &[(f64, f64)], options: &ScatterOptions) -> String {
+    let mut out = String::new();
+    if let Err(error) = draw_scatter(&mut out, points, options) {
+        tracing::error!(%error, "scatter drawing failed");
+    }
+    out
+}
+
+fn draw_scatter(
+    out: &mut String,
+    points: &[(f64, f64)],
+    options: &ScatterOptions,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::with_string(out, (options.width, options.height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    // A log axis plots log10 of the value and labels its ticks with the value.
+    let place = |value: f64, log: bool| if log { value.log10() } else { value };
+    let placed: Vec<(f64, f64)> = points
+        .iter()
+        .map(|&(x, y)| (place(x, options.x_log), place(y, options.y_log)))
+        .collect();
+    let (x0, x1) = span(placed.iter().map(|p| p.0));
+    let (y0, y1) = span(placed.iter().map(|p| p.1));
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&options.title, ("sans-serif", 19))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x0..x1, y0..y1)?;
+    let x_label = |x: &f64| short_number(if options.x_log { 10f64.powf(*x) } else { *x });
+    let y_label = |y: &f64| short_number(if options.y_log { 10f64.powf(*y) } else { *y });
+    let log_note = |desc: &str, log: bool| {
+        if log {
+            format!("{desc} (log scale)")
+        } else {
+            desc.to_string()
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_desc(log_note(&options.x_desc, options.x_log))
+        .y_desc(log_note(&options.y_desc, options.y_log))
+        .max_light_lines(0)
+        .bold_line_style(RGBColor(222, 226, 230))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
+        .x_labels(label_count(x0, x1, options.x_log, 8))
+        .y_labels(label_count(y0, y1, options.y_log, 6))
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .draw()?;
+    if placed.is_empty() {
+        root.draw(&Text::new(
+            "no run has numbers for both axes",
+            (
+                (options.width / 2).saturating_sub(110) as i32,
+                (options.height / 2) as i32,
+            ),
+            ("sans-serif", 15).into_font().color(&RGBColor(110, 118, 128)),
+        ))?;
+    }
+    let colour = PALETTE[0];
+    chart.draw_series(
+        placed
+            .iter()
+            .map(|&point| Circle::new(point, 4, colour.mix(0.7).filled())),
+    )?;
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,5 +615,73 @@ mod tests {
         let svg = svg(&lines, &options());
         assert!(!svg.contains("<script>"), "{svg}");
         assert!(svg.contains("b&amp;c"), "{svg}");
+    }
+
+    #[test]
+    fn tick_numbers_stay_short() {
+        assert_eq!(short_number(0.001), "0.001");
+        assert_eq!(short_number(0.0001), "1e-4");
+        assert_eq!(short_number(0.00031622776), "3.16e-4");
+        assert_eq!(short_number(12.5), "12.5");
+        assert_eq!(short_number(250000.0), "2.5e5");
+        assert_eq!(short_number(0.0), "0");
+    }
+
+    #[test]
+    fn scatter_plots_draw_a_dot_per_run_on_log_axes() {
+        let points = [(1e-4, 0.6), (1e-3, 0.8), (1e-2, 0.7)];
+        let options = ScatterOptions {
+            title: "eval/accuracy by config.lr".into(),
+            x_desc: "config.lr".into(),
+            y_desc: "eval/accuracy".into(),
+            x_log: true,
+            y_log: false,
+            width: 640,
+            height: 400,
+        };
+        let svg = scatter_svg(&points, &options);
+        assert_eq!(svg.matches("<circle").count(), 3, "{svg}");
+        assert!(svg.contains("config.lr (log scale)"));
+        for tick in ["1e-4", "0.001", "0.01"] {
+            assert!(svg.contains(&format!("\n{tick}\n")), "{tick}: {svg}");
+        }
+        assert!(!svg.contains("3.16e-4"), "ticks fall on powers of ten: {svg}");
+    }
+
+    #[test]
+    fn pngs_have_text_without_any_system_font() {
+        let svg = svg(
+            &[Line {
+                label: "run".into(),
+                series: points(&[3.0, 2.0, 1.0]),
+            }],
+            &options(),
+        );
+        let no_text = without_text(&svg);
+        assert!(no_text.len() < svg.len(), "the chart has text to strip");
+        let fonts = std::sync::Arc::new(font_database(false));
+        assert_eq!(fonts.len(), 1, "only the built-in font");
+        let with_text = render_png(&svg, fonts.clone()).unwrap();
+        let without = render_png(&no_text, fonts).unwrap();
+        assert_ne!(with_text, without, "the text drew pixels");
+        // What a host without fonts drew before the font was built in: no text at all.
+        let empty = std::sync::Arc::new(resvg::usvg::fontdb::Database::new());
+        assert_eq!(
+            render_png(&svg, empty.clone()).unwrap(),
+            render_png(&no_text, empty).unwrap()
+        );
+    }
+
+    /// The SVG with every `<text>…</text>` element removed.
+    fn without_text(svg: &str) -> String {
+        let mut out = String::new();
+        let mut rest = svg;
+        while let Some(start) = rest.find("<text") {
+            out.push_str(&rest[..start]);
+            let end = rest[start..].find("</text>").expect("closed") + start + "</text>".len();
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        out
     }
 }

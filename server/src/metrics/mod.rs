@@ -17,7 +17,7 @@ use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::metric::{Batch, Bucket, IngestResult, Latest, Point, Series, SeriesPoint, Value};
 use sqlx::{SqliteConnection, SqlitePool};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The most points one batch may carry.
 pub const MAX_BATCH_POINTS: usize = 100_000;
@@ -280,28 +280,31 @@ async fn update_series(
     Ok(())
 }
 
-/// The latest point of every key of a run.
-pub async fn latest(db: &SqlitePool, run_id: &str) -> Result<BTreeMap<String, Latest>, Error> {
-    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT key, points, non_finite, latest_step, latest_bits FROM metric_series WHERE run_id = ? ORDER BY key",
+/// The latest point of every key of each of these runs (one query for a page of runs).
+pub async fn latest_of_runs(
+    db: &SqlitePool,
+    run_ids: &[&str],
+) -> Result<HashMap<String, BTreeMap<String, Latest>>, Error> {
+    let rows: Vec<(String, String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT run_id, key, points, non_finite, latest_step, latest_bits FROM metric_series
+         WHERE run_id IN (SELECT value FROM json_each(?))",
     )
-    .bind(run_id)
+    .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
     .fetch_all(db)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(key, count, non_finite, step, bits)| {
-            let value = f64::from_bits(bits as u64);
-            let latest = Latest {
-                step,
-                value: Value(value),
-                non_finite: !value.is_finite(),
-                count: count as u64,
-                non_finite_count: non_finite as u64,
-            };
-            (key, latest)
-        })
-        .collect())
+    let mut by_run: HashMap<String, BTreeMap<String, Latest>> = HashMap::new();
+    for (run_id, key, count, non_finite, step, bits) in rows {
+        let value = f64::from_bits(bits as u64);
+        let latest = Latest {
+            step,
+            value: Value(value),
+            non_finite: !value.is_finite(),
+            count: count as u64,
+            non_finite_count: non_finite as u64,
+        };
+        by_run.entry(run_id).or_default().insert(key, latest);
+    }
+    Ok(by_run)
 }
 
 /// The x axis of a query.

@@ -6,7 +6,7 @@ use crate::store::Error;
 use gpuplane_api::experiment::{self, Comparison, ConfigFilter, RunChanges};
 use serde_json::Value;
 use sqlx::{Sqlite, SqliteConnection, SqlitePool};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Tags as stored: a sorted JSON array without repeats.
 pub fn tags_json(tags: &[String]) -> String {
@@ -106,16 +106,22 @@ pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChan
     Ok(())
 }
 
-/// A run's config, by key.
-pub async fn config(db: &SqlitePool, run_id: &str) -> Result<BTreeMap<String, Value>, Error> {
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT key, json FROM run_config WHERE run_id = ? ORDER BY key")
-            .bind(run_id)
-            .fetch_all(db)
-            .await?;
+/// The config of each of these runs, by key: one row per run, its config
+/// gathered into one JSON object by SQLite (rows cost more than bytes here).
+pub async fn configs(
+    db: &SqlitePool,
+    run_ids: &[&str],
+) -> Result<HashMap<String, BTreeMap<String, Value>>, Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT run_id, json_group_object(key, json(json)) FROM run_config
+         WHERE run_id IN (SELECT value FROM json_each(?)) GROUP BY run_id",
+    )
+    .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
+    .fetch_all(db)
+    .await?;
     Ok(rows
         .into_iter()
-        .map(|(key, json)| (key, serde_json::from_str(&json).unwrap_or(Value::Null)))
+        .map(|(run_id, object)| (run_id, serde_json::from_str(&object).unwrap_or_default()))
         .collect())
 }
 
@@ -140,9 +146,9 @@ impl Filters {
         let mut sql = String::new();
         if self.tag.is_some() {
             let tag = number();
-            sql.push_str(&format!(
-                " AND EXISTS (SELECT 1 FROM json_each(r.tags) t WHERE t.value = ?{tag})"
-            ));
+            // Tags are plain words (no quotes or backslashes), so the quoted
+            // tag appears in the stored JSON array exactly when it is an element.
+            sql.push_str(&format!(" AND instr(r.tags, ?{tag}) > 0"));
         }
         if self.text.is_some() {
             let text = number();
@@ -186,7 +192,7 @@ impl Filters {
         mut query: sqlx::query::QueryAs<'q, Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>,
     ) -> sqlx::query::QueryAs<'q, Sqlite, O, sqlx::sqlite::SqliteArguments<'q>> {
         if let Some(tag) = &self.tag {
-            query = query.bind(tag);
+            query = query.bind(serde_json::to_string(tag).unwrap_or_default());
         }
         if let Some(text) = &self.text {
             query = query.bind(text.to_lowercase());

@@ -10,12 +10,11 @@ pub mod primary;
 use crate::identity::access::Caller;
 use crate::identity::access::{self, Principal, Visible};
 use crate::metrics;
-use crate::paging::Sort;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
-use gpuplane_api::experiment::RunChanges;
+use gpuplane_api::experiment::{RunChanges, RunColumn, RunSort};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;
 use sqlx::SqlitePool;
@@ -28,20 +27,38 @@ struct RunRow {
     project: String,
     name: String,
     created_at: i64,
-    finished_at: Option<i64>,
-    job_status: Option<String>,
+    status: String,
+    duration_ms: Option<i64>,
     tags: String,
     notes: String,
     #[sqlx(flatten)]
     primary: primary::Columns,
 }
 
+/// Now, in epoch milliseconds, inside SQL.
+const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/// A run's status over runs `r` and jobs `j`: its job's, else `RUNNING`
+/// until an SDK run finishes, then `FINISHED`.
+const STATUS: &str = "coalesce(j.status, CASE WHEN r.finished_at IS NULL THEN 'RUNNING' ELSE 'FINISHED' END)";
+
+/// Milliseconds from a run's first start (its job's first attempt, an SDK
+/// run's creation) to its end, or to now while it goes; NULL before it starts.
+fn duration_ms() -> String {
+    format!(
+        "CASE WHEN r.job_id IS NULL THEN coalesce(r.finished_at, {NOW_MS}) - r.created_at
+              ELSE (SELECT max(coalesce(a.ended_at, {NOW_MS})) - min(a.started_at) FROM attempts a
+                    WHERE a.job_id = r.job_id AND a.started_at IS NOT NULL) END"
+    )
+}
+
 /// The columns of [`RunRow`], from runs `r`, jobs `j` and [`primary::JOIN`].
 fn select_runs() -> String {
     format!(
-        "SELECT r.rowid AS seq, r.id, r.job_id, r.project, r.name, r.created_at, r.finished_at, j.status AS job_status,
-                r.tags, r.notes, {}
+        "SELECT r.rowid AS seq, r.id, r.job_id, r.project, r.name, r.created_at, {STATUS} AS status,
+                {} AS duration_ms, r.tags, r.notes, {}
          FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}",
+        duration_ms(),
         primary::COLUMNS,
         primary::JOIN
     )
@@ -93,7 +110,8 @@ pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
 }
 
 pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, Error> {
-    let mut run = run_from_row(db, row(db, run_id).await?).await?;
+    let mut runs = runs_from_rows(db, vec![row(db, run_id).await?]).await?;
+    let mut run = runs.remove(0);
     if let Some(primary) = &mut run.primary_metric {
         let mut listed = checkpoints::of_run(db, run_id).await?;
         primary::mark_checkpoints(db, run_id, primary, &mut listed).await?;
@@ -119,62 +137,205 @@ pub async fn checkpoints(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint
     Ok(listed)
 }
 
-/// Runs of the visible projects, newest first or best primary metric first
-/// (then only the top `limit`, without further pages).
+/// Runs of the visible projects that pass the filters, in `sort` order.
+/// Newest first pages by rowid (`before` is the last rowid seen); any other
+/// order sorts every matching run by its column, runs without a value last
+/// and newest first among equals, and `before` is where the next page starts.
 pub async fn list(
     db: &SqlitePool,
     visible: &Visible,
     project: Option<&str>,
     filters: &details::Filters,
-    sort: Sort,
+    sort: &RunSort,
     limit: i64,
     before: Option<i64>,
 ) -> Result<Page<Run>, Error> {
-    let order = match sort {
-        Sort::Newest => "r.rowid DESC".to_string(),
-        Sort::PrimaryMetric => primary::best_first("r.rowid"),
-    };
-    let sql = format!(
-        "{} WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.rowid < ?2)
-           AND (?4 IS NULL OR r.project IN (SELECT value FROM json_each(?4))) {}
-         ORDER BY {order} LIMIT ?3",
-        select_runs(),
-        filters.sql(5),
-    );
-    let query = sqlx::query_as(&sql)
-        .bind(project)
-        .bind(before.filter(|_| sort == Sort::Newest))
-        .bind(limit + 1)
-        .bind(visible.as_json());
-    let rows: Vec<RunRow> = filters.bind(query).fetch_all(db).await?;
-    let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
-    let next_before = next_before.filter(|_| sort == Sort::Newest);
-    let mut items = Vec::with_capacity(rows.len());
-    for row in rows {
-        items.push(run_from_row(db, row).await?);
+    if *sort == RunSort::newest() {
+        let sql = format!(
+            "{} WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.rowid < ?2)
+               AND (?4 IS NULL OR r.project IN (SELECT value FROM json_each(?4))) {}
+             ORDER BY r.rowid DESC LIMIT ?3",
+            select_runs(),
+            filters.sql(5),
+        );
+        let query = sqlx::query_as(&sql)
+            .bind(project)
+            .bind(before)
+            .bind(limit + 1)
+            .bind(visible.as_json());
+        let rows: Vec<RunRow> = filters.bind(query).fetch_all(db).await?;
+        let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
+        let items = runs_from_rows(db, rows).await?;
+        return Ok(Page { items, next_before });
     }
-    Ok(Page { items, next_before })
+    // The page's rowids in order (one more: is there a next page?), then their rows.
+    let order_by = sort_key(&sort.column);
+    let join = join_for(&sort.column, 5);
+    let key = column_key(&sort.column);
+    let direction = if sort.descending { "DESC" } else { "ASC" };
+    let sql = format!(
+        "SELECT r.rowid FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {join}
+         WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.project IN (SELECT value FROM json_each(?2))) {}
+         ORDER BY {order_by} {direction} NULLS LAST, r.rowid DESC LIMIT ?3 OFFSET ?4",
+        filters.sql(if key.is_some() { 6 } else { 5 }),
+    );
+    let offset = before.unwrap_or(0).max(0);
+    let mut query = sqlx::query_as(&sql)
+        .bind(project)
+        .bind(visible.as_json())
+        .bind(limit + 1)
+        .bind(offset);
+    if let Some(key) = key {
+        query = query.bind(key);
+    }
+    let found: Vec<(i64,)> = filters.bind(query).fetch_all(db).await?;
+    let mut page: Vec<i64> = found.into_iter().map(|(seq,)| seq).collect();
+    let more = page.len() as i64 > limit;
+    page.truncate(limit as usize);
+    let sql = format!(
+        "{} WHERE r.rowid IN (SELECT value FROM json_each(?1))",
+        select_runs()
+    );
+    let mut rows: Vec<RunRow> = sqlx::query_as(&sql)
+        .bind(serde_json::to_string(&page).unwrap_or_else(|_| "[]".into()))
+        .fetch_all(db)
+        .await?;
+    rows.sort_by_key(|row| page.iter().position(|seq| *seq == row.seq));
+    Ok(Page {
+        items: runs_from_rows(db, rows).await?,
+        next_before: more.then_some(offset + limit),
+    })
 }
 
-async fn run_from_row(db: &SqlitePool, row: RunRow) -> Result<Run, Error> {
-    let status = match (&row.job_status, row.finished_at) {
-        (Some(status), _) => status.clone(),
-        (None, Some(_)) => "FINISHED".into(),
-        (None, None) => "RUNNING".into(),
+/// The key a config or metric column names.
+fn column_key(column: &RunColumn) -> Option<&str> {
+    match column {
+        RunColumn::Config(key) | RunColumn::Metric(key) => Some(key),
+        _ => None,
+    }
+}
+
+/// The join a column reads through, the key bound as `?{key}`: a config
+/// value `c`, a metric's series `m`, or the primary metric's [`primary::JOIN`].
+fn join_for(column: &RunColumn, key: usize) -> String {
+    match column {
+        RunColumn::Config(_) => format!("LEFT JOIN run_config c ON c.run_id = r.id AND c.key = ?{key}"),
+        RunColumn::Metric(_) => format!("LEFT JOIN metric_series m ON m.run_id = r.id AND m.key = ?{key}"),
+        RunColumn::Primary => primary::JOIN.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// What runs sort by in a column (over runs `r`, jobs `j` and
+/// [`join_for`]): SQLite orders numbers before texts, and NULL (no value,
+/// or a NaN) goes last.
+fn sort_key(column: &RunColumn) -> String {
+    match column {
+        RunColumn::Name => "lower(r.name)".into(),
+        RunColumn::Status => STATUS.into(),
+        RunColumn::Created => "r.created_at".into(),
+        RunColumn::Duration => duration_ms(),
+        RunColumn::Tags => "nullif(r.tags, '[]')".into(),
+        RunColumn::Primary => primary::SCORE.into(),
+        RunColumn::Config(_) => "c.value".into(),
+        RunColumn::Metric(_) => ordered_bits("m.latest_bits"),
+    }
+}
+
+/// An f64's bits (as SQLite's signed integer) as an integer that sorts
+/// like the number: negative numbers have every bit but the sign flipped
+/// (x XOR MAX, written with `|`, `&` and `~`). NaN gives NULL.
+fn ordered_bits(bits: &str) -> String {
+    const EXPONENT: i64 = 0x7FF0_0000_0000_0000;
+    const FRACTION: i64 = 0x000F_FFFF_FFFF_FFFF;
+    let max = i64::MAX;
+    format!(
+        "CASE WHEN ({bits} & {EXPONENT}) = {EXPONENT} AND ({bits} & {FRACTION}) != 0 THEN NULL
+              WHEN {bits} >= 0 THEN {bits}
+              ELSE ({bits} | {max}) & ~({bits} & {max}) END"
+    )
+}
+
+/// What [`column_numbers`] reads of a run.
+#[derive(sqlx::FromRow)]
+struct PlotRow {
+    seq: i64,
+    number: Option<f64>,
+    /// A metric's latest value, as its bits.
+    bits: Option<i64>,
+}
+
+/// The number each matching run has in `column` (`None`: no finite number),
+/// for plots: a numeric config value, a metric's latest value, the primary
+/// metric's best value, the duration in seconds.
+pub async fn column_numbers(
+    db: &SqlitePool,
+    visible: &Visible,
+    project: Option<&str>,
+    filters: &details::Filters,
+    column: &RunColumn,
+) -> Result<Vec<(i64, Option<f64>)>, Error> {
+    let (number, bits) = match column {
+        RunColumn::Duration => (format!("({}) / 1000.0", duration_ms()), "NULL"),
+        RunColumn::Primary => (
+            "CASE (CASE WHEN r.primary_key IS NOT NULL THEN r.primary_goal ELSE pp.primary_goal END)
+             WHEN 'max' THEN ps.max_value WHEN 'min' THEN ps.min_value END"
+                .to_string(),
+            "NULL",
+        ),
+        RunColumn::Config(_) => (
+            "CASE WHEN typeof(c.value) IN ('integer', 'real') THEN c.value END".to_string(),
+            "NULL",
+        ),
+        RunColumn::Metric(_) => ("NULL".to_string(), "m.latest_bits"),
+        _ => ("NULL".to_string(), "NULL"),
     };
-    Ok(Run {
-        latest: metrics::latest(db, &row.id).await?,
-        config: details::config(db, &row.id).await?,
-        tags: serde_json::from_str(&row.tags).unwrap_or_default(),
-        notes: row.notes,
-        primary_metric: row.primary.metric(),
-        id: row.id,
-        job_id: row.job_id,
-        project: row.project,
-        name: row.name,
-        status,
-        created_at: rfc3339(row.created_at),
-    })
+    let key = column_key(column);
+    let sql = format!(
+        "SELECT r.rowid AS seq, CAST({number} AS REAL) AS number, {bits} AS bits
+         FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}
+         WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.project IN (SELECT value FROM json_each(?2))) {}",
+        join_for(column, 3),
+        filters.sql(if key.is_some() { 4 } else { 3 }),
+    );
+    let mut query = sqlx::query_as(&sql).bind(project).bind(visible.as_json());
+    if let Some(key) = key {
+        query = query.bind(key);
+    }
+    let rows: Vec<PlotRow> = filters.bind(query).fetch_all(db).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let number = row
+                .number
+                .or_else(|| row.bits.map(|bits| f64::from_bits(bits as u64)));
+            (row.seq, number.filter(|n| n.is_finite()))
+        })
+        .collect())
+}
+
+/// Runs from their rows, with their config and latest metrics read for all at once.
+async fn runs_from_rows(db: &SqlitePool, rows: Vec<RunRow>) -> Result<Vec<Run>, Error> {
+    let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
+    let mut latest = metrics::latest_of_runs(db, &ids).await?;
+    let mut config = details::configs(db, &ids).await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| Run {
+            latest: latest.remove(&row.id).unwrap_or_default(),
+            config: config.remove(&row.id).unwrap_or_default(),
+            tags: serde_json::from_str(&row.tags).unwrap_or_default(),
+            notes: row.notes,
+            primary_metric: row.primary.metric(),
+            duration_s: row.duration_ms.map(|ms| ms.max(0) / 1000),
+            id: row.id,
+            job_id: row.job_id,
+            project: row.project,
+            name: row.name,
+            status: row.status,
+            created_at: rfc3339(row.created_at),
+        })
+        .collect())
 }
 
 /// A run made by the SDK outside jobs, in a project where the caller is an editor.

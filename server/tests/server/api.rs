@@ -300,6 +300,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         put    /api/v1/quotas/{kind}/{name}  bearer ["write"]
         get    /api/v1/runs  bearer ["read"]
         post   /api/v1/runs  bearer ["sdk", "write"]
+        get    /api/v1/runs/scatter.svg  bearer ["read"]
         get    /api/v1/runs/{run_id}  bearer ["read"]
         patch  /api/v1/runs/{run_id}  bearer ["sdk", "write"]
         get    /api/v1/runs/{run_id}/chart.png  bearer ["read"]

@@ -127,6 +127,126 @@ async fn runs_keep_config_tags_and_notes_and_lists_filter_on_them() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn run_lists_sort_by_any_column_missing_values_last_and_page_through_every_match() {
+    let f = TestServer::start().await;
+    let ada = user_token(f.db(), "ada", Scope::Write, false).await;
+    // name, config, latest eval/acc (None: no points; "NaN": a non-finite latest value)
+    let runs = [
+        ("a", json!({"lr": 0.01, "opt": "sgd"}), Some(json!(0.7))),
+        ("b", json!({"lr": 0.001}), Some(json!("NaN"))),
+        ("c", json!({"lr": "auto"}), Some(json!(0.9))),
+        ("d", json!({}), None),
+        ("e", json!({"lr": 0.1, "opt": "adam"}), Some(json!(0.8))),
+        ("f", json!({"lr": 3}), Some(json!(0.6))),
+    ];
+    for (name, config, accuracy) in runs {
+        let (status, run) = f
+            .call(
+                "POST",
+                "/runs",
+                &ada,
+                Some(json!({"name": name, "config": config, "tags": ["sweep"]})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        if let Some(value) = accuracy {
+            let id = run["id"].as_str().unwrap();
+            let batch = json!({"batch_id": "b1", "points": [
+                {"key": "eval/acc", "step": 1, "wall_time": 1764460800.0, "value": value}]});
+            let (status, body) = f
+                .call("POST", &format!("/runs/{id}/metrics"), &ada, Some(batch))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+    }
+    // A run in a project ada cannot see: in no list order and no plot of hers.
+    let root = user_token(f.db(), "root", Scope::Write, true).await;
+    let (status, _) = f
+        .call("POST", "/projects", &root, Some(json!({"name": "hidden"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let body = json!({"project": "hidden", "name": "h", "config": {"lr": 0.05}});
+    let (status, _) = f.call("POST", "/runs", &root, Some(body)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, all) = f.get("/runs?sort=config.lr", &root).await;
+    assert_eq!(
+        ids(&all),
+        ["b", "a", "h", "e", "f", "c", "d"],
+        "an admin sees every project"
+    );
+    for (sort, expected) in [
+        // Numbers, then texts, then runs without the key (newest first among equals).
+        ("config.lr", vec!["b", "a", "e", "f", "c", "d"]),
+        ("-config.lr", vec!["c", "f", "e", "a", "b", "d"]),
+        ("config.opt", vec!["e", "a", "f", "d", "c", "b"]),
+        // A NaN latest value sorts with the missing ones.
+        ("eval/acc", vec!["f", "a", "e", "c", "d", "b"]),
+        ("-metric.eval/acc", vec!["c", "e", "a", "f", "d", "b"]),
+        ("-name", vec!["f", "e", "d", "c", "b", "a"]),
+        ("newest", vec!["f", "e", "d", "c", "b", "a"]),
+        ("created", vec!["a", "b", "c", "d", "e", "f"]),
+    ] {
+        let (status, page) = f.get(&format!("/runs?sort={sort}"), &ada).await;
+        assert_eq!(status, StatusCode::OK, "{sort}: {page}");
+        assert_eq!(ids(&page), expected, "sort={sort}");
+        // Two at a time, the cursor walks the same order.
+        let mut walked = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let (_, page) = f.get(&format!("/runs?sort={sort}&limit=2{cursor}"), &ada).await;
+            walked.extend(ids(&page).into_iter().map(String::from));
+            match page["next_before"].as_i64() {
+                Some(next) => cursor = format!("&before={next}"),
+                None => break,
+            }
+        }
+        assert_eq!(walked, expected, "pages of sort={sort}");
+    }
+    // Sorting composes with filters.
+    let (_, page) = f.get("/runs?sort=-config.lr&config.lr=%3C1", &ada).await;
+    assert_eq!(ids(&page), ["e", "a", "b"]);
+    // Every run shows how long it has gone (an SDK run: since it was made).
+    assert!(
+        page["items"][0]["duration_s"].as_i64().is_some_and(|s| s >= 0),
+        "{page}"
+    );
+    let (status, body) = f.get("/runs?sort=config.", &ada).await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("sort")),
+        "{body}"
+    );
+
+    // The scatter plot: a dot per run with numbers on both axes (a, e, f),
+    // the others counted; the same filters as the list.
+    let svg = f
+        .get_text("/runs/scatter.svg?x=config.lr&y=eval/acc&x_scale=log", &ada)
+        .await;
+    assert_eq!(svg.matches("<circle").count(), 3, "{svg}");
+    assert!(
+        svg.contains("eval/acc by config.lr (3 runs, 3 without numbers left out)"),
+        "{svg}"
+    );
+    assert!(svg.contains("config.lr (log scale)"), "{svg}");
+    let svg = f
+        .get_text("/runs/scatter.svg?x=config.lr&y=eval/acc&config.lr=%3C1", &ada)
+        .await;
+    assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
+    for (query, field) in [
+        ("x=name&y=eval/acc", "x"),
+        ("x=config.lr&y=eval/acc&y_scale=cubic", "y_scale"),
+        ("x=config.lr&y=eval/acc&colour=red", "colour"),
+    ] {
+        let (status, body) = f.get(&format!("/runs/scatter.svg?{query}"), &ada).await;
+        assert_eq!(
+            (status, body["error"]["details"][0]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "{query}: {body}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn jobs_tag_their_runs_and_only_editors_and_the_jobs_token_change_them() {
     let f = TestServer::start().await;
     let db = f.db().clone();

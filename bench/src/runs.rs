@@ -1,0 +1,138 @@
+//! The runs table: 10,000 runs with 50 config keys and 3 metrics each,
+//! listed a page at a time filtered and sorted the ways the console does,
+//! timed as the server's own work (`runs::list`) and as a whole HTTP request.
+
+use crate::jobs::percentile;
+use gpuplane_api::auth::Scope;
+use gpuplane_api::experiment::{ConfigFilter, RunSort};
+use gpuplane_api::metric::{Batch, NewRun, Point, Value};
+use gpuplane_server::identity::access::{Principal, Visible};
+use gpuplane_server::runs::{self, details::Filters};
+use gpuplane_testkit::{start_server, user_token};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+const RUNS: usize = 10_000;
+const CONFIG_KEYS: usize = 50;
+const PAGE: i64 = 50;
+
+pub async fn run() -> anyhow::Result<()> {
+    println!(
+        "== runs table benchmarks ({} cores)",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    );
+    let dir = tempfile::tempdir()?;
+    let server = start_server(dir.path()).await;
+    let db = server.state.db.clone();
+    let token = user_token(&db, "bench", Scope::Write, true).await;
+    let user = gpuplane_server::admin::create_user(&db, "seeder", "bench-password", true).await?;
+    let principal = Principal {
+        user_id: Some(user),
+        user_name: Some("seeder".into()),
+        is_admin: true,
+        project: None,
+    };
+    let started = Instant::now();
+    for i in 0..RUNS {
+        let mut config = BTreeMap::new();
+        for k in 0..CONFIG_KEYS {
+            let value = match k % 3 {
+                0 => serde_json::json!(((i * 7 + k) % 1000) as f64 * 1e-5),
+                1 => serde_json::json!((i + k) % 64),
+                _ => serde_json::json!(["adam", "sgd", "lion"][(i + k) % 3]),
+            };
+            config.insert(format!("group{}.key{k}", k % 5), value);
+        }
+        let new = NewRun {
+            project: "default".into(),
+            name: format!("sweep-{i:05}"),
+            config,
+            tags: vec![["sweep-a", "sweep-b"][i % 2].to_string()],
+            notes: String::new(),
+        };
+        let run_id = runs::create(&db, &principal, &new).await?;
+        let points = ["train/loss", "eval/accuracy", "eval/loss"]
+            .iter()
+            .enumerate()
+            .map(|(k, key)| Point {
+                key: key.to_string(),
+                step: 100,
+                wall_time: 1_764_460_800.0,
+                value: Value(((i * 13 + k * 7) % 997) as f64 / 997.0),
+            })
+            .collect();
+        let batch = Batch {
+            batch_id: "seed".into(),
+            points,
+        };
+        let mut conn = db.acquire().await?;
+        gpuplane_server::metrics::ingest(&mut conn, &run_id, &batch, "loss").await?;
+    }
+    println!(
+        "runs: seeded {RUNS} runs x {CONFIG_KEYS} config keys + 3 metrics in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let filter = |key: &str, text: &str| ConfigFilter::parse(key, text).expect("a valid filter");
+    let cases = [
+        ("newest first, no filter", "newest", None, vec![], "sort=newest"),
+        (
+            "sorted by a config value",
+            "-config.group3.key13",
+            None,
+            vec![],
+            "sort=-config.group3.key13",
+        ),
+        (
+            "sorted by a metric's latest value",
+            "-eval/accuracy",
+            None,
+            vec![],
+            "sort=-eval/accuracy",
+        ),
+        (
+            "filtered by tag and 2 config values, sorted by a metric",
+            "eval/loss",
+            Some("sweep-a"),
+            vec![filter("group0.key0", ">0.002"), filter("group2.key2", "sgd")],
+            "sort=eval/loss&tag=sweep-a&config.group0.key0=%3E0.002&config.group2.key2=sgd",
+        ),
+    ];
+    let http = reqwest::Client::new();
+    for (what, sort, tag, config, query) in cases {
+        let sort = RunSort::parse(sort).map_err(anyhow::Error::msg)?;
+        let filters = Filters {
+            tag: tag.map(String::from),
+            text: None,
+            config,
+        };
+        let mut server_ms = Vec::new();
+        let mut shown = 0;
+        for _ in 0..20 {
+            let started = Instant::now();
+            let page = runs::list(&db, &Visible::All, None, &filters, &sort, PAGE, None).await?;
+            server_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+            shown = page.items.len();
+        }
+        server_ms.sort_by(f64::total_cmp);
+        let mut http_ms = Vec::new();
+        for _ in 0..20 {
+            let started = Instant::now();
+            let response = http
+                .get(format!("{}/api/v1/runs?limit={PAGE}&{query}", server.url))
+                .bearer_auth(&token)
+                .send()
+                .await?;
+            anyhow::ensure!(response.status().is_success(), "{query}: {}", response.status());
+            response.bytes().await?;
+            http_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        http_ms.sort_by(f64::total_cmp);
+        println!(
+            "runs: a page of {shown} of {RUNS} runs, {what}: server p50 {:.1} ms (max {:.1}), HTTP p50 {:.1} ms",
+            percentile(&server_ms, 0.5),
+            server_ms[server_ms.len() - 1],
+            percentile(&http_ms, 0.5),
+        );
+    }
+    server.stop().await
+}
