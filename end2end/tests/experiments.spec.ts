@@ -60,3 +60,32 @@ test('a viewer of the project gets no edit button', async ({ browser, request })
   await expect(page.getByTestId('run-tags')).toHaveText('shared');
   await expect(page.getByRole('button', { name: 'Edit tags and notes…' })).toHaveCount(0);
 });
+
+test('charts read at a legible size and switch to a log scale from the URL', async ({ page, request }) => {
+  const created = await request.post(url() + '/api/v1/runs', { headers: asAdmin(), data: { name: 'decades' } });
+  const run = await created.json();
+  const points = Array.from({ length: 60 }, (_, step) => (
+    { key: 'train/loss', step, wall_time: 1764460800 + step, value: 500 * 0.7 ** step }));
+  const logged = await request.post(url() + `/api/v1/runs/${run.id}/metrics`, { headers: asAdmin(), data: { batch_id: 'b1', points } });
+  expect(logged.status(), await logged.text()).toBe(200);
+
+  await page.setViewportSize({ width: 1400, height: 900 });
+  await signIn(page, `/runs/${run.id}`);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+  const chart = page.locator('figure.chart[data-key="train/loss"] svg');
+  await expect(chart).toBeVisible();
+  // The size an axis label is shown at: its font size times the chart's scale on screen.
+  const shownPx = await chart.evaluate((svg: SVGSVGElement) => {
+    const label = [...svg.querySelectorAll('text')].find((t) => t.textContent?.trim() === 'step')!;
+    return parseFloat(label.getAttribute('font-size')!) * svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+  });
+  expect(shownPx).toBeGreaterThanOrEqual(11);
+
+  const form = page.getByTestId('chart-view');
+  await form.getByLabel('Y axis').selectOption('log');
+  await form.getByRole('button', { name: 'Apply' }).click();
+  await expect(page).toHaveURL(/y_scale=log/);
+  await expect(chart).toContainText('train/loss (log scale)');
+  await expect(chart).toContainText('0.01');
+  await page.screenshot({ path: 'artifacts/run-log-scale.png', fullPage: true });
+});

@@ -40,7 +40,15 @@ struct ChartView {
     from: String,
     to: String,
     compare: String,
+    y_scale: String,
+    y_min: String,
+    y_max: String,
 }
+
+/// Charts are drawn at about the width the page shows them (two to a row
+/// on a wide screen), so their 16 px text reads at about that size.
+const CHART_WIDTH: &str = "640";
+const CHART_HEIGHT: &str = "320";
 
 /// The namespace a metric's chart is grouped under.
 fn group_of(key: &str) -> &'static str {
@@ -64,6 +72,11 @@ fn chart_path(run_id: &str, key: &str, view: &ChartView, format: &str) -> String
             ("from", &view.from),
             ("to", &view.to),
             ("compare", &view.compare),
+            ("y_scale", &view.y_scale),
+            ("y_min", &view.y_min),
+            ("y_max", &view.y_max),
+            ("width", CHART_WIDTH),
+            ("height", CHART_HEIGHT),
         ],
     )
 }
@@ -134,6 +147,9 @@ pub fn RunPage() -> impl IntoView {
         from: param("from"),
         to: param("to"),
         compare: param("compare"),
+        y_scale: param("y_scale"),
+        y_min: param("y_min"),
+        y_max: param("y_max"),
     });
     let charts = Resource::new(
         move || (id.get(), view_state.get(), tick.get()),
@@ -194,7 +210,7 @@ pub fn RunPage() -> impl IntoView {
         <section class="card">
             <h2>"Charts"</h2>
             <form method="get" class="inline-form" data-testid="chart-view">
-                <HiddenParams except=&["x", "smooth", "from", "to", "compare", "metric"] />
+                <HiddenParams except=&["x", "smooth", "from", "to", "compare", "metric", "y_scale", "y_min", "y_max"] />
                 <fieldset class="metric-picker">
                     <legend>"Metrics (none ticked: all)"</legend>
                     <Transition fallback=|| ()>
@@ -213,12 +229,20 @@ pub fn RunPage() -> impl IntoView {
                         <option value="time" selected=move || param("x") == "time">"wall time"</option>
                     </select>
                 </label>
+                <label>"Y axis"
+                    <select name="y_scale">
+                        <option value="" selected=move || param("y_scale") != "log">"linear"</option>
+                        <option value="log" selected=move || param("y_scale") == "log">"log"</option>
+                    </select>
+                </label>
+                <label>"Y min" <input name="y_min" inputmode="decimal" size="6" prop:value=move || param("y_min") placeholder="auto" /></label>
+                <label>"Y max" <input name="y_max" inputmode="decimal" size="6" prop:value=move || param("y_max") placeholder="auto" /></label>
                 <label>"Smoothing (0–0.99)" <input name="smooth" type="number" min="0" max="0.99" step="0.05" prop:value=move || param("smooth") /></label>
                 <label>"From" <input name="from" inputmode="decimal" prop:value=move || param("from") placeholder="start" /></label>
                 <label>"To" <input name="to" inputmode="decimal" prop:value=move || param("to") placeholder="end" /></label>
                 <label>"Compare with runs" <input name="compare" prop:value=move || param("compare") placeholder="run ids, comma-separated" /></label>
                 <button type="submit">"Apply"</button>
-                <a href=move || link(&location.pathname.get(), &query.read(), &[("from", None), ("to", None)])>"Whole range"</a>
+                <a href=move || link(&location.pathname.get(), &query.read(), &[("from", None), ("to", None), ("y_min", None), ("y_max", None)])>"Whole range"</a>
             </form>
             <CopyLink />
             <Transition fallback=|| view! { <p class="muted">"Drawing charts…"</p> }>

@@ -216,6 +216,11 @@ pub struct ChartQuery {
     smooth: Option<f64>,
     /// Other runs to draw on the same chart, comma-separated ids.
     compare: Option<String>,
+    /// `linear` (default) or `log`: values at or below zero are then not drawn.
+    y_scale: Option<String>,
+    /// The y range shown (either end optional; values outside are not drawn).
+    y_min: Option<f64>,
+    y_max: Option<f64>,
     /// Size in pixels: width 200–4000 (default 800), height 120–3000 (default 320).
     width: Option<u32>,
     height: Option<u32>,
@@ -288,6 +293,28 @@ async fn draw_chart(
         });
     }
     let (width, height) = image_size(query.width, query.height, (800, 320), &mut errors);
+    let y_log = log_scale("y_scale", query.y_scale.as_deref(), &mut errors);
+    for (field, value) in [("y_min", query.y_min), ("y_max", query.y_max)] {
+        match value {
+            Some(v) if !v.is_finite() => errors.push(FieldError {
+                field: field.into(),
+                message: "must be a finite number".into(),
+            }),
+            Some(v) if y_log && v <= 0.0 => errors.push(FieldError {
+                field: field.into(),
+                message: "must be above 0 on a log scale".into(),
+            }),
+            _ => {}
+        }
+    }
+    if let (Some(lo), Some(hi)) = (query.y_min, query.y_max)
+        && lo >= hi
+    {
+        errors.push(FieldError {
+            field: "y_min".into(),
+            message: "must be below `y_max`".into(),
+        });
+    }
     let mut run_ids = vec![run_id];
     for other in query
         .compare
@@ -322,12 +349,16 @@ async fn draw_chart(
         lines.push(chart::Line {
             label: runs::label(&state.db, id).await?,
             series: metrics::query(&state.db, id, &metric_query).await?,
+            first_non_finite_step: metrics::first_non_finite_step(&state.db, id, &query.key).await?,
         });
     }
     let options = chart::ChartOptions {
         title: query.key,
         axis,
         smoothing,
+        y_log,
+        y_min: query.y_min,
+        y_max: query.y_max,
         width,
         height,
     };

@@ -10,6 +10,9 @@ use plotters::prelude::*;
 pub struct Line {
     pub label: String,
     pub series: Series,
+    /// The step of the series' first non-finite value (exact, from ingest),
+    /// so a labelled stretch of buckets can say where it starts.
+    pub first_non_finite_step: Option<i64>,
 }
 
 pub struct ChartOptions {
@@ -17,6 +20,12 @@ pub struct ChartOptions {
     pub axis: Axis,
     /// Exponential moving average weight, 0 (none) to below 1.
     pub smoothing: f64,
+    /// A logarithmic y axis: values at or below zero are not drawn (and counted in the title).
+    pub y_log: bool,
+    /// The y range shown, each end optional (else fitted to the values);
+    /// values outside it are not drawn.
+    pub y_min: Option<f64>,
+    pub y_max: Option<f64>,
     pub width: u32,
     pub height: u32,
 }
@@ -31,6 +40,9 @@ const PALETTE: [RGBColor; 6] = [
     RGBColor(200, 60, 130),
 ];
 const NON_FINITE: RGBColor = RGBColor(214, 40, 40);
+/// Axis and marker text size (px in the SVG); the console shows charts
+/// near their drawn width, so this is about the size it reads at.
+const LABEL_PX: u32 = 16;
 /// Labels of non-finite markers closer than this (pixels) to a labelled one are left out.
 const LABEL_GAP_PX: f64 = 70.0;
 
@@ -43,8 +55,10 @@ struct Sample {
     x_from: f64,
     y: f64,
     range: Option<(f64, f64)>,
-    /// Non-finite values here: the one value (a point), or a count (a bucket).
+    /// Non-finite values here: the one value's name (a point, or a bucket
+    /// with one), or a count.
     non_finite: Option<String>,
+    non_finite_count: u64,
 }
 
 fn value_name(value: f64) -> &'static str {
@@ -71,6 +85,7 @@ fn samples(series: &Series, axis: Axis) -> Vec<Sample> {
             y: value,
             range: None,
             non_finite: (!value.is_finite()).then(|| value_name(value).to_string()),
+            non_finite_count: u64::from(!value.is_finite()),
         });
     }
     for bucket in series.buckets.iter().flatten() {
@@ -90,6 +105,7 @@ fn samples(series: &Series, axis: Axis) -> Vec<Sample> {
             y: last,
             range: bucket.min.zip(bucket.max).map(|(lo, hi)| (lo.0, hi.0)),
             non_finite,
+            non_finite_count: bucket.non_finite,
         });
     }
     out
@@ -111,6 +127,56 @@ fn smooth(samples: &[Sample], weight: f64) -> Vec<f64> {
             average / (1.0 - weight.powi(seen))
         })
         .collect()
+}
+
+/// Runs of consecutive samples holding non-finite values.
+fn non_finite_stretches(samples: &[Sample]) -> Vec<&[Sample]> {
+    let mut stretches = Vec::new();
+    let mut start = None;
+    for (index, sample) in samples.iter().enumerate() {
+        match (sample.non_finite_count > 0, start) {
+            (true, None) => start = Some(index),
+            (false, Some(from)) => {
+                stretches.push(&samples[from..index]);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = start {
+        stretches.push(&samples[from..]);
+    }
+    stretches
+}
+
+/// What a stretch of non-finite values is labelled: `NaN at step 20` for
+/// one value, else its count and where it starts: the exact first step when
+/// the series' first non-finite value falls in it, else its span of steps.
+fn stretch_label(stretch: &[Sample], axis: Axis, first_non_finite_step: Option<i64>) -> String {
+    let total: u64 = stretch.iter().map(|s| s.non_finite_count).sum();
+    let (first, last) = (&stretch[0], &stretch[stretch.len() - 1]);
+    let single = stretch.len() == 1 && total == 1;
+    let name = first.non_finite.clone().unwrap_or_default();
+    match axis {
+        Axis::Time if single => name,
+        Axis::Time => format!("{total} non-finite"),
+        Axis::Step if single && first.x_from == first.x => format!("{name} at step {}", first.x),
+        Axis::Step => {
+            let exact = first_non_finite_step
+                .map(|step| step as f64)
+                .filter(|step| (first.x_from..=last.x).contains(step));
+            let what = if single {
+                name
+            } else {
+                format!("{total} non-finite")
+            };
+            match exact {
+                Some(step) if total == 1 => format!("{what} at step {step}"),
+                Some(step) => format!("{what} from step {step}"),
+                None => format!("{what} in steps {}–{}", first.x_from, last.x),
+            }
+        }
+    }
 }
 
 /// Runs of consecutive finite values: a non-finite value breaks the line.
@@ -270,12 +336,51 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
     } else {
         "step"
     };
-    let ((x0, x1), (y0, y1)) = bounds(&all);
+    // A log axis plots log10 of the values; what it cannot show (zero and
+    // below) breaks the line like a gap, without a non-finite marker.
+    let mut not_shown = 0;
+    if options.y_log {
+        for sample in all.iter_mut().flatten() {
+            if sample.y.is_finite() && sample.y <= 0.0 {
+                not_shown += 1;
+            }
+            sample.y = if sample.y.is_finite() && sample.y <= 0.0 {
+                f64::NAN
+            } else {
+                sample.y.log10()
+            };
+            sample.range = sample
+                .range
+                .filter(|(lo, _)| *lo > 0.0)
+                .map(|(lo, hi)| (lo.log10(), hi.log10()));
+        }
+    }
+    let place = |value: f64| if options.y_log { value.log10() } else { value };
+    let ((x0, x1), (fitted_y0, fitted_y1)) = bounds(&all);
+    let y0 = options.y_min.map_or(fitted_y0, place);
+    let y1 = options.y_max.map_or(fitted_y1, place);
+    // Values outside a chosen range are not drawn (a gap, not a false value at the edge).
+    if options.y_min.is_some() || options.y_max.is_some() {
+        for sample in all.iter_mut().flatten() {
+            if sample.y.is_finite() && !(y0..=y1).contains(&sample.y) {
+                sample.y = f64::NAN;
+            }
+            sample.range = sample.range.map(|(lo, hi)| (lo.clamp(y0, y1), hi.clamp(y0, y1)));
+        }
+    }
+    let mut title = options.title.clone();
+    if options.y_log {
+        title.push_str(" (log scale");
+        if not_shown > 0 {
+            title.push_str(&format!("; {not_shown} at or below 0 not shown"));
+        }
+        title.push(')');
+    }
     let mut chart = ChartBuilder::on(&root)
-        .caption(&options.title, ("sans-serif", 19))
+        .caption(&title, ("sans-serif", 20))
         .margin(10)
-        .x_label_area_size(32)
-        .y_label_area_size(64)
+        .x_label_area_size(36)
+        .y_label_area_size(72)
         .build_cartesian_2d(x0..x1, y0..y1)?;
     let x_desc = match options.axis {
         Axis::Step => "step".to_string(),
@@ -283,20 +388,22 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
     };
     let step_label = |x: &f64| format!("{}", x.round() as i64);
     let time_label = |x: &f64| format!("{}", (x * 100.0).round() / 100.0);
+    let y_label = |y: &f64| short_number(if options.y_log { 10f64.powf(*y) } else { *y });
     chart
         .configure_mesh()
         .x_desc(x_desc)
         .max_light_lines(0)
         .bold_line_style(RGBColor(222, 226, 230))
-        .label_style(("sans-serif", 14))
-        .axis_desc_style(("sans-serif", 14))
+        .label_style(("sans-serif", LABEL_PX))
+        .axis_desc_style(("sans-serif", LABEL_PX))
         .x_labels(8)
-        .y_labels(6)
+        .y_labels(label_count(y0, y1, options.y_log, 6))
         .x_label_formatter(if options.axis == Axis::Step {
             &step_label
         } else {
             &time_label
         })
+        .y_label_formatter(&y_label)
         .draw()?;
     if all.iter().all(Vec::is_empty) {
         root.draw(&Text::new(
@@ -348,37 +455,40 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
                 .label(line.label.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(2)));
         }
-        // Non-finite values: a red marker at the top (NaN, +Inf) or bottom (-Inf), labelled.
+        // Non-finite values: a red marker at the top (NaN, +Inf) or bottom
+        // (-Inf); each stretch of them labelled once, with its count.
         let mut last_label = f64::NEG_INFINITY;
-        for sample in samples {
-            let Some(name) = &sample.non_finite else { continue };
-            let y = if sample.y == f64::NEG_INFINITY { y0 } else { y1 };
-            chart.draw_series(std::iter::once(TriangleMarker::new(
-                (sample.x, y),
-                6,
-                NON_FINITE.filled(),
-            )))?;
-            if (sample.x - last_label) / x_per_px >= LABEL_GAP_PX {
-                let at = match options.axis {
-                    Axis::Step if sample.x_from < sample.x => {
-                        format!("{name} in steps {}–{}", sample.x_from, sample.x)
-                    }
-                    Axis::Step => format!("{name} at step {}", sample.x),
-                    Axis::Time => name.clone(),
-                };
-                let dy = if sample.y == f64::NEG_INFINITY { -18 } else { 8 };
-                // Near the right edge the label goes to the left of its marker.
-                let dx = if (x1 - sample.x) / x_per_px < 130.0 {
-                    -(8 * at.len() as i32)
-                } else {
-                    6
-                };
-                chart.draw_series(std::iter::once(
-                    EmptyElement::at((sample.x, y))
-                        + Text::new(at, (dx, dy), ("sans-serif", 14).into_font().color(&NON_FINITE)),
-                ))?;
-                last_label = sample.x;
+        for stretch in non_finite_stretches(samples) {
+            for sample in stretch {
+                let y = if sample.y == f64::NEG_INFINITY { y0 } else { y1 };
+                chart.draw_series(std::iter::once(TriangleMarker::new(
+                    (sample.x, y),
+                    6,
+                    NON_FINITE.filled(),
+                )))?;
             }
+            let first = &stretch[0];
+            if (first.x - last_label) / x_per_px < LABEL_GAP_PX {
+                continue;
+            }
+            let at = stretch_label(stretch, options.axis, line.first_non_finite_step);
+            let y = if first.y == f64::NEG_INFINITY { y0 } else { y1 };
+            let dy = if first.y == f64::NEG_INFINITY { -18 } else { 8 };
+            // Near the right edge the label goes to the left of its marker.
+            let dx = if (x1 - first.x) / x_per_px < 130.0 {
+                -(8 * at.chars().count() as i32)
+            } else {
+                6
+            };
+            chart.draw_series(std::iter::once(
+                EmptyElement::at((first.x, y))
+                    + Text::new(
+                        at,
+                        (dx, dy),
+                        ("sans-serif", LABEL_PX).into_font().color(&NON_FINITE),
+                    ),
+            ))?;
+            last_label = first.x;
         }
     }
     if lines.len() > 1 {
@@ -456,7 +566,7 @@ fn draw_scatter(
     let (x0, x1) = span(placed.iter().map(|p| p.0));
     let (y0, y1) = span(placed.iter().map(|p| p.1));
     let mut chart = ChartBuilder::on(&root)
-        .caption(&options.title, ("sans-serif", 19))
+        .caption(&options.title, ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(72)
@@ -476,8 +586,8 @@ fn draw_scatter(
         .y_desc(log_note(&options.y_desc, options.y_log))
         .max_light_lines(0)
         .bold_line_style(RGBColor(222, 226, 230))
-        .label_style(("sans-serif", 14))
-        .axis_desc_style(("sans-serif", 14))
+        .label_style(("sans-serif", LABEL_PX))
+        .axis_desc_style(("sans-serif", LABEL_PX))
         .x_labels(label_count(x0, x1, options.x_log, 8))
         .y_labels(label_count(y0, y1, options.y_log, 6))
         .x_label_formatter(&x_label)
@@ -531,21 +641,117 @@ mod tests {
             title: "train/loss".into(),
             axis: Axis::Step,
             smoothing: 0.0,
+            y_log: false,
+            y_min: None,
+            y_max: None,
             width: 640,
             height: 320,
         }
     }
 
+    fn line(label: &str, series: Series) -> Line {
+        Line {
+            label: label.into(),
+            series,
+            first_non_finite_step: None,
+        }
+    }
+
+    /// The texts of an SVG's `<text>` elements.
+    fn texts(svg: &str) -> Vec<String> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|rest| {
+                let body = &rest[rest.find('>')? + 1..rest.find("</text>")?];
+                Some(body.trim().to_string())
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_nan_breaks_the_line_and_is_labelled() {
-        let series = points(&[1.0, 0.9, f64::NAN, 0.8, 0.7]);
+    fn a_log_scale_spans_decades_and_leaves_out_what_it_cannot_show() {
+        let series = points(&[500.0, 40.0, 3.0, 0.2, 0.01, 0.0001, 0.0]);
+        let options = ChartOptions {
+            y_log: true,
+            ..options()
+        };
+        let svg = svg(&[line("run", series)], &options);
+        let texts = texts(&svg);
+        assert!(
+            texts.contains(&"train/loss (log scale; 1 at or below 0 not shown)".to_string()),
+            "{texts:?}"
+        );
+        for tick in ["1e-4", "0.01", "1", "100"] {
+            assert!(texts.contains(&tick.to_string()), "{tick} in {texts:?}");
+        }
+    }
+
+    #[test]
+    fn a_chosen_y_range_leaves_out_values_beyond_it() {
+        let options = ChartOptions {
+            y_max: Some(0.85),
+            ..options()
+        };
+        let svg = svg(&[line("run", points(&[1.0, 0.9, 0.8, 0.7, 0.75]))], &options);
+        let drawn = r##"stroke="#2F6FED" stroke-width="2""##;
+        assert_eq!(svg.matches(drawn).count(), 1, "only 0.8, 0.7, 0.75: {svg}");
+        let y_ticks: Vec<f64> = texts(&svg)
+            .iter()
+            .filter(|t| t.contains('.'))
+            .filter_map(|t| t.parse().ok())
+            .collect();
+        assert!(
+            !y_ticks.is_empty() && y_ticks.iter().all(|y| *y <= 0.85),
+            "{y_ticks:?}"
+        );
+    }
+
+    #[test]
+    fn a_stretch_of_non_finite_buckets_is_labelled_once_with_its_total_and_first_step() {
+        let bucket = |from: i64, to: i64, non_finite: u64| gpuplane_api::metric::Bucket {
+            step_from: from,
+            step_to: to,
+            time_from: from as f64,
+            time_to: to as f64,
+            min: Some(Value(0.5)),
+            max: Some(Value(0.6)),
+            last: Value(if non_finite > 0 { f64::NAN } else { 0.5 }),
+            count: (to - from + 1) as u64,
+            non_finite,
+        };
+        // 8-step buckets; NaN/+Inf values from step 2901: 3 in the bucket
+        // 2896–2903, then 8 in each of the next 11.
+        let mut all: Vec<_> = (0..400).map(|b| bucket(b * 8, b * 8 + 7, 0)).collect();
+        all[362] = bucket(2896, 2903, 3);
+        for made in &mut all[363..374] {
+            *made = bucket(made.step_from, made.step_to, 8);
+        }
+        let total: u64 = all.iter().map(|b| b.non_finite).sum();
+        assert_eq!(total, 3 + 11 * 8);
+        let series = Series {
+            key: "train/loss".into(),
+            points: None,
+            buckets: Some(all),
+        };
         let svg = svg(
             &[Line {
                 label: "run".into(),
                 series,
+                first_non_finite_step: Some(2901),
             }],
             &options(),
         );
+        let labels: Vec<String> = texts(&svg)
+            .into_iter()
+            .filter(|t| t.contains("non-finite"))
+            .collect();
+        assert_eq!(labels, [format!("{total} non-finite from step 2901")]);
+    }
+
+    #[test]
+    fn a_nan_breaks_the_line_and_is_labelled() {
+        let series = points(&[1.0, 0.9, f64::NAN, 0.8, 0.7]);
+        let svg = svg(&[line("run", series)], &options());
         assert!(svg.starts_with("<svg"), "{svg}");
         assert!(svg.contains("NaN at step 2"), "{svg}");
         let line = r##"stroke="#2F6FED" stroke-width="2""##;
@@ -555,13 +761,7 @@ mod tests {
     #[test]
     fn infinities_are_named_by_sign() {
         let series = points(&[1.0, f64::INFINITY, 0.5, f64::NEG_INFINITY]);
-        let svg = svg(
-            &[Line {
-                label: "run".into(),
-                series,
-            }],
-            &options(),
-        );
+        let svg = svg(&[line("run", series)], &options());
         assert!(
             svg.contains("+Inf at step 1") && svg.contains("-Inf at step 3"),
             "{svg}"
@@ -579,6 +779,7 @@ mod tests {
                 y,
                 range: None,
                 non_finite: None,
+                non_finite_count: 0,
             })
             .collect();
         let smoothed = smooth(&samples, 0.9);
@@ -589,29 +790,14 @@ mod tests {
 
     #[test]
     fn an_empty_range_says_so() {
-        let svg = svg(
-            &[Line {
-                label: "run".into(),
-                series: points(&[]),
-            }],
-            &options(),
-        );
+        let svg = svg(&[line("run", points(&[]))], &options());
         assert!(svg.contains("no points in this range"), "{svg}");
     }
 
     #[test]
     fn labels_are_escaped() {
         let series = points(&[1.0, 2.0]);
-        let lines = [
-            Line {
-                label: "<script>a</script>".into(),
-                series: series.clone(),
-            },
-            Line {
-                label: "b&c".into(),
-                series,
-            },
-        ];
+        let lines = [line("<script>a</script>", series.clone()), line("b&c", series)];
         let svg = svg(&lines, &options());
         assert!(!svg.contains("<script>"), "{svg}");
         assert!(svg.contains("b&amp;c"), "{svg}");
@@ -650,13 +836,7 @@ mod tests {
 
     #[test]
     fn pngs_have_text_without_any_system_font() {
-        let svg = svg(
-            &[Line {
-                label: "run".into(),
-                series: points(&[3.0, 2.0, 1.0]),
-            }],
-            &options(),
-        );
+        let svg = svg(&[line("run", points(&[3.0, 2.0, 1.0]))], &options());
         let no_text = without_text(&svg);
         assert!(no_text.len() < svg.len(), "the chart has text to strip");
         let fonts = std::sync::Arc::new(font_database(false));

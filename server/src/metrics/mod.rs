@@ -307,6 +307,17 @@ pub async fn latest_of_runs(
     Ok(by_run)
 }
 
+/// The step of a series' first non-finite value, if it has one.
+pub async fn first_non_finite_step(db: &SqlitePool, run_id: &str, key: &str) -> Result<Option<i64>, Error> {
+    let step: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT first_non_finite_step FROM metric_series WHERE run_id = ? AND key = ?")
+            .bind(run_id)
+            .bind(key)
+            .fetch_optional(db)
+            .await?;
+    Ok(step.flatten())
+}
+
 /// The x axis of a query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Axis {

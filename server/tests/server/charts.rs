@@ -140,8 +140,8 @@ async fn a_downsampled_chart_still_marks_a_lone_nan() {
     let (status, _, svg) = f.chart(&run, "key=train/loss&width=200").await;
     assert_eq!(status, StatusCode::OK);
     assert!(
-        svg.contains("1 non-finite in steps 3300–3349"),
-        "the bucket holding step 3333 is marked: {svg}"
+        svg.contains("1 non-finite at step 3333"),
+        "the bucket holding step 3333 is marked, with the exact step: {svg}"
     );
 }
 
@@ -257,4 +257,29 @@ async fn the_same_chart_comes_as_png() {
         .await
         .unwrap();
     assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loss_falling_over_decades_reads_on_a_log_scale_and_bad_ranges_are_refused() {
+    let f = Fixture::new().await;
+    let values: Vec<Value> = (0..60).map(|step| json!(500.0 * 0.7f64.powi(step))).collect();
+    let run = f.run("decades", &values).await;
+    let (status, _, svg) = f.chart(&run, "key=train/loss&y_scale=log").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(svg.contains("train/loss (log scale)"), "{svg}");
+    for tick in ["\n0.01\n", "\n1\n", "\n100\n"] {
+        assert!(svg.contains(tick), "a tick per decade, {tick:?}: {svg}");
+    }
+    let (status, _, svg) = f.chart(&run, "key=train/loss&y_min=1&y_max=10").await;
+    assert_eq!(status, StatusCode::OK, "{svg}");
+    for (query, field) in [
+        ("y_scale=cubic", "y_scale"),
+        ("y_scale=log&y_min=0", "y_min"),
+        ("y_min=2&y_max=1", "y_min"),
+    ] {
+        let (status, _, body) = f.chart(&run, &format!("key=train/loss&{query}")).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{query}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["details"][0]["field"], field, "{query}");
+    }
 }
