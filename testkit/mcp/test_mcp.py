@@ -82,7 +82,7 @@ def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode)
             tools = (await client.list_tools()).tools
             names = {tool.name for tool in tools}
             expected = {
-                "list_jobs", "get_job", "submit_job", "cancel_job", "retry_job", "tail_logs", "get_run",
+                "list_jobs", "get_job", "submit_job", "cancel_job", "retry_job", "tail_logs", "list_runs", "get_run",
                 "query_metric", "explain_failure", "diagnose_run", "list_events", "node_status",
                 "cluster_status", "create_evaluation", "list_evaluations", "set_primary_metric",
                 "set_job_priority", "hold_job", "release_job",
@@ -118,6 +118,12 @@ def test_a_job_submitted_by_an_assistant_runs_on_the_agent_and_its_logs_come_bac
             error, listed, text = await call(client, "list_jobs", {"status": "SUCCEEDED", "q": f"mcp-hello-{transport}"})
             assert [item["id"] for item in listed["items"]] == [job["id"]]
             assert job["id"] in text
+            error, runs, text = await call(client, "list_runs", {"q": f"mcp-hello-{transport}", "sort": "-duration"})
+            assert not error, text
+            assert [item["id"] for item in runs["items"]] == [job["run_id"]]
+            assert job["run_id"] in text and "SUCCEEDED" in text
+            error, body, text = await call(client, "list_runs", {"sort": "config."})
+            assert error and body["status"] == 422 and "sort" in text
             error, status, text = await call(client, "cluster_status", {})
             assert status["nodes_online"] == 1 and status["gpus_total"] == 2
             error, nodes, text = await call(client, "node_status", {})

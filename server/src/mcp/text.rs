@@ -67,6 +67,33 @@ pub fn summary(tool: &str, body: &Value) -> String {
             }
             text
         }),
+        "list_runs" => read(body, |page: Page<Run>| {
+            list(&page, "runs", |run| {
+                let primary = run
+                    .primary_metric
+                    .as_ref()
+                    .and_then(|p| Some(format!("  {} best {}", p.key, p.best.as_ref()?.value.describe())))
+                    .unwrap_or_default();
+                let config: Vec<String> = run
+                    .config
+                    .iter()
+                    .take(8)
+                    .map(|(key, value)| format!("{key}={}", gpuplane_api::experiment::show_value(value)))
+                    .collect();
+                format!(
+                    "{}  {}  {}  project {}{primary}{}",
+                    run.id,
+                    run.status,
+                    run.name,
+                    run.project,
+                    if config.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  config {}", config.join(" "))
+                    }
+                )
+            })
+        }),
         "get_run" => read(body, |run: Run| {
             let mut text = format!(
                 "run {} ({}) of project {}: {}\n",

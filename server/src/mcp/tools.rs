@@ -162,6 +162,18 @@ pub const TOOLS: &[ToolDef] = &[
         joined: None,
     },
     ToolDef {
+        name: "list_runs",
+        method: "GET",
+        path: "/runs",
+        effect: Effect::Reads,
+        description: "Runs (of jobs and SDK scripts) with their config, tags, latest metrics and primary \
+            metric: filter by project, tag or text (q); sort by any column, descending with a leading `-`: \
+            `-eval/accuracy` (a metric's latest value), `config.lr`, `-primary` (best first), `duration`, \
+            `newest` (default). Runs without a value come last. Answers a page (`items`, `next_before`).",
+        defaults: &[("limit", 20)],
+        joined: None,
+    },
+    ToolDef {
         name: "get_run",
         method: "GET",
         path: "/runs/{run_id}",
