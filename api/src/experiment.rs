@@ -48,6 +48,10 @@ pub struct RunChanges {
     /// Replaces the notes (Markdown is shown as text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
+    /// `false` reopens a finished SDK run (`gpuplane.init(resume=…)`),
+    /// `true` finishes it; a job's run follows its job (422).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<bool>,
 }
 
 fn bad(field: impl Into<String>, message: impl Into<String>) -> FieldError {

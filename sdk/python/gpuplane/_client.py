@@ -57,6 +57,9 @@ class Client:
     def create_run(self, project, name):
         return self.request("POST", "/runs", {"project": project, "name": name})["id"]
 
+    def get_run(self, run_id):
+        return self.request("GET", f"/runs/{run_id}")
+
     def update_config(self, run_id, config):
         return self.request("POST", f"/runs/{run_id}/config", {"config": config})
 

@@ -91,7 +91,7 @@ class Config:
 class Run:
     """A run being logged to. Create it with :func:`init`."""
 
-    def __init__(self, server, token, run_id=None, project="default", name=None):
+    def __init__(self, server, token, run_id=None, project="default", name=None, resume=False):
         self.server = server
         self.token = token
         self.run_id = run_id
@@ -110,6 +110,8 @@ class Run:
         self._wake = threading.Event()
         self._idle = threading.Event()
         self.config = Config(self)
+        if resume and self._client is not None:
+            self._resume()
         # Create the run now when the server answers, so its id and URL are known
         # at once; otherwise it is created (or spooled) when data is sent.
         if self._client is not None and self.run_id is None:
@@ -124,6 +126,23 @@ class Run:
         self._thread = threading.Thread(target=self._loop, name="gpuplane-sender", daemon=True)
         self._thread.start()
         atexit.register(self.finish)
+
+    def _resume(self):
+        """Checks that this token can write the run, goes on after its highest
+        step, and reopens it if it had finished. Offline, the data is spooled
+        for the run and the check waits for the replay."""
+        try:
+            run = Client(self.server, self.token, timeout=3.0).get_run(self.run_id)
+        except Unreachable:
+            return
+        except Refused as error:
+            raise ValueError(f"gpuplane: cannot resume run {self.run_id}: {error}") from None
+        self.project, self.name = run["project"], run["name"]
+        steps = [latest["step"] for latest in run.get("latest", {}).values()]
+        if steps:
+            self._step = max(steps)
+        if run.get("status") == "FINISHED":
+            self._client.change_run(self.run_id, {"finished": False})
 
     # Public API -------------------------------------------------------
 
@@ -286,7 +305,7 @@ class Run:
             self._spool.append({"type": "finish"})
 
 
-def init(project=None, name=None, server=None, token=None, config=None, tags=None, notes=None):
+def init(project=None, name=None, server=None, token=None, config=None, tags=None, notes=None, resume=None):
     """The run to log to.
 
     Inside a GPUPlane job this is the job's run (``GPUCTL_RUN_ID``, with the
@@ -297,12 +316,17 @@ def init(project=None, name=None, server=None, token=None, config=None, tags=Non
     ``config`` (hyperparameters; nested dicts become dotted keys), ``tags``
     (added to the job's own) and ``notes`` are recorded on the run; a bad
     value raises at once, before anything is sent.
+
+    ``resume`` (a run id) goes on logging to that run, after a crash or from
+    another machine: steps continue after its highest one, a finished run is
+    reopened, and a run this token cannot write raises ``ValueError``.
     """
     server = server or os.environ.get("GPUCTL_SERVER")
     token = token or os.environ.get("GPUCTL_TOKEN")
     run_id = os.environ.get("GPUCTL_RUN_ID") if project is None and name is None else None
     flat = flatten_config(config or {})
-    run = Run(server, token, run_id=run_id, project=project or "default", name=name or os.environ.get("GPUCTL_JOB_ID"))
+    run = Run(server, token, run_id=resume or run_id, project=project or "default",
+              name=name or os.environ.get("GPUCTL_JOB_ID"), resume=bool(resume))
     if flat:
         run.config.update(flat)
     if tags:

@@ -209,3 +209,29 @@ def test_config_logged_while_the_server_is_down_is_replayed_in_order(stopped_ser
     assert summary["tags"] == ["offline"]
     assert summary["notes"] == "lowered the learning rate at step 1"
     assert summary["latest"]["train/loss"]["count"] == 1
+
+
+def test_resume_goes_on_after_the_highest_step_and_reopens_a_finished_run(server):
+    first = gpuplane.init(project="default", name="long-job", server=server.url, token=server.token)
+    for step in range(5):
+        first.log({"train/loss": 1.0 / (step + 1)}, step=step)
+    first.finish()
+    assert server.get(f"/runs/{first.run_id}")["status"] == "FINISHED"
+
+    # The machine rebooted: the script starts again and resumes the same run.
+    again = gpuplane.init(server=server.url, token=server.token, resume=first.run_id)
+    assert (again.run_id, again.name) == (first.run_id, "long-job")
+    assert server.get(f"/runs/{first.run_id}")["status"] == "RUNNING", "reopened"
+    again.log({"train/loss": 0.1})
+    again.finish()
+    run = server.get(f"/runs/{first.run_id}")
+    assert run["status"] == "FINISHED"
+    assert run["latest"]["train/loss"]["step"] == 5, "the step after the highest one"
+    assert run["latest"]["train/loss"]["count"] == 6
+
+    try:
+        gpuplane.init(server=server.url, token=server.token, resume="run_does_not_exist")
+    except ValueError as error:
+        assert "cannot resume run run_does_not_exist" in str(error) and "404" in str(error)
+    else:
+        raise AssertionError("resuming a missing run must raise")

@@ -383,8 +383,8 @@ pub async fn update_config(
     Ok(Json(runs::get(&state.db, &run_id).await?))
 }
 
-/// Changes a run's tags (replace, add, remove) and notes (editors, or the
-/// job's own sdk token).
+/// Changes a run's tags (replace, add, remove) and notes, or reopens a
+/// finished SDK run (editors, or the job's own sdk token).
 #[utoipa::path(patch, path = "/runs/{run_id}", tag = "runs",
     security(("bearer" = ["sdk", "write"])),
     params(("run_id" = String, Path)),
@@ -400,6 +400,9 @@ pub async fn change_run(
     runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
     runs::details::change(&mut tx, &run_id, &changes).await?;
+    if let Some(finished) = changes.finished {
+        runs::set_finished(&mut tx, &run_id, finished).await?;
+    }
     tx.commit().await?;
     Ok(Json(runs::get(&state.db, &run_id).await?))
 }

@@ -17,7 +17,7 @@ use gpuplane_api::Page;
 use gpuplane_api::experiment::{RunChanges, RunColumn, RunSort};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;
-use sqlx::SqlitePool;
+use sqlx::{SqliteConnection, SqlitePool};
 
 #[derive(sqlx::FromRow)]
 struct RunRow {
@@ -395,5 +395,29 @@ pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), Error> {
         .bind(run_id)
         .execute(db)
         .await?;
+    Ok(())
+}
+
+/// Finishes an SDK run, or reopens it (`finished: false`, when a script
+/// resumes it). A job's run follows its job: 422 on `finished`.
+pub async fn set_finished(conn: &mut SqliteConnection, run_id: &str, finished: bool) -> Result<(), Error> {
+    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if job.flatten().is_some() {
+        return Err(Error::field(
+            "finished",
+            "a job's run follows its job: cancel or retry the job instead",
+        ));
+    }
+    sqlx::query(
+        "UPDATE runs SET finished_at = CASE WHEN ?1 THEN coalesce(finished_at, ?2) END WHERE id = ?3",
+    )
+    .bind(finished)
+    .bind(now_ms())
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }

@@ -341,4 +341,20 @@ async fn jobs_tag_their_runs_and_only_editors_and_the_jobs_token_change_them() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (_, run) = f.get(&format!("/runs/{run_id}"), &vic).await;
     assert_eq!((&run["config"], &run["notes"]), (&json!({"lr": 0.1}), &json!("")));
+    // A job's run follows its job: not even an admin reopens or finishes it by hand.
+    let (status, body) = f
+        .call(
+            "PATCH",
+            &format!("/runs/{run_id}"),
+            &root,
+            Some(json!({"finished": false, "notes": "reopen"})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("finished")),
+        "{body}"
+    );
+    let (_, run) = f.get(&format!("/runs/{run_id}"), &vic).await;
+    assert_eq!(run["notes"], json!(""), "nothing of a refused change is kept");
 }
