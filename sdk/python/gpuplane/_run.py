@@ -142,7 +142,10 @@ class Run:
         if steps:
             self._step = max(steps)
         if run.get("status") == "FINISHED":
-            self._client.change_run(self.run_id, {"finished": False})
+            try:
+                self._client.change_run(self.run_id, {"finished": False})
+            except (Unreachable, Refused) as error:
+                warnings.warn(f"gpuplane: run {self.run_id} could not be reopened ({error}); it stays FINISHED")
 
     # Public API -------------------------------------------------------
 
