@@ -108,16 +108,46 @@ pub struct Point {
 pub struct Batch {
     /// Chosen by the client; a batch id seen before for the run adds nothing.
     pub batch_id: String,
+    #[serde(default)]
     pub points: Vec<Point>,
+    /// Texts logged at a step (generated samples, prompts), stored with the
+    /// points under the same batch id.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub texts: Vec<Text>,
+}
+
+/// A text logged at a step: a generated sample, a prompt, a remark. Shown in a
+/// table on the run page, newest step first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct Text {
+    /// e.g. `samples/generation`; the same rules as a metric key.
+    pub key: String,
+    pub step: i64,
+    /// Seconds since the epoch.
+    pub wall_time: f64,
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestResult {
-    /// Points stored by this request (0 for a duplicate).
+    /// Points and texts stored by this request (0 for a duplicate).
     pub accepted: u64,
     /// The batch id had been acknowledged before.
     pub duplicate: bool,
+}
+
+/// `GET /api/v1/runs/{run_id}/texts`: a page of a run's texts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TextPage {
+    pub items: Vec<Text>,
+    /// Pass as `before` to get the next page; `null` on the last page.
+    pub next_before: Option<i64>,
+    /// Every key the run logged texts under, sorted.
+    pub keys: Vec<String>,
 }
 
 /// A point in a query answer.

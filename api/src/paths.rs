@@ -62,6 +62,11 @@ pub fn run_chart(run_id: &str, format: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/chart.{format}")
 }
 
+/// A run's texts (`?key=&limit=&before=`).
+pub fn run_texts(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/texts")
+}
+
 pub fn run_checkpoints(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/checkpoints")
 }

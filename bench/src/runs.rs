@@ -64,6 +64,7 @@ pub async fn run() -> anyhow::Result<()> {
         let batch = Batch {
             batch_id: "seed".into(),
             points,
+            texts: Vec::new(),
         };
         let mut conn = db.acquire().await?;
         gpuplane_server::metrics::ingest(&mut conn, &run_id, &batch, "loss").await?;

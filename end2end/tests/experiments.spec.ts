@@ -89,3 +89,28 @@ test('charts read at a legible size and switch to a log scale from the URL', asy
   await expect(chart).toContainText('0.01');
   await page.screenshot({ path: 'artifacts/run-log-scale.png', fullPage: true });
 });
+
+test('the Texts tab lists logged samples newest step first, by key', async ({ page, request }) => {
+  const created = await request.post(url() + '/api/v1/runs', { headers: asAdmin(), data: { name: 'with-texts' } });
+  expect(created.status()).toBe(201);
+  const run = await created.json();
+  const texts = [0, 1, 2].map((step) => ({ key: 'samples/generation', step, wall_time: 1764460800 + step, text: `<b>sample ${step}</b>\nline two` }));
+  texts.push({ key: 'prompts', step: 0, wall_time: 1764460800, text: 'Once upon a time' });
+  const logged = await request.post(url() + `/api/v1/runs/${run.id}/metrics`, { headers: asAdmin(), data: { batch_id: 't1', texts } });
+  expect(logged.status(), await logged.text()).toBe(200);
+
+  await signIn(page, `/runs/${run.id}`);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+  await page.getByRole('link', { name: 'Texts', exact: true }).click();
+  await expect(page).toHaveURL(/tab=texts/);
+  const table = page.getByTestId('texts');
+  await expect(table.getByRole('row')).toHaveCount(5);
+  // Shown as text, never as markup.
+  await expect(table.getByRole('row').nth(1)).toContainText('<b>sample 2</b>');
+  await expect(table.locator('b')).toHaveCount(0);
+  await page.getByRole('link', { name: 'prompts', exact: true }).click();
+  await expect(page).toHaveURL(/text_key=prompts/);
+  await expect(table.getByRole('row')).toHaveCount(2);
+  await expect(table.getByRole('row').nth(1)).toContainText('Once upon a time');
+  await expect(table.getByRole('row').nth(1)).toContainText('2025-11-30 00:00:00');
+});

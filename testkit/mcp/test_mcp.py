@@ -25,9 +25,9 @@ TRANSPORTS = ["http", "stdio"]
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     """One server with one agent (two simulated GPUs) for the whole module."""
-    data_dir = tempfile.mkdtemp(prefix="gpuplane-mcp-")
+    data_dir = str(tmp_path_factory.mktemp("server"))
     server = Server(data_dir, free_port())
     server.start()
     server.start_agent(Path(data_dir) / "jobs", gpus=2)
@@ -40,7 +40,7 @@ def connect(server, token, transport, mode="auto"):
     if transport == "stdio":
         env = {
             "PATH": os.environ["PATH"],
-            "HOME": tempfile.mkdtemp(prefix="gpuctl-home-"),
+            "HOME": tempfile.mkdtemp(prefix="gpuctl-home-", dir=server.data_dir),
             "GPUCTL_SERVER": server.url,
             "GPUCTL_TOKEN": token,
         }

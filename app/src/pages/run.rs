@@ -16,16 +16,17 @@ use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::evaluation::Evaluation;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
-use gpuplane_api::metric::{Checkpoint, Run};
+use gpuplane_api::metric::{Checkpoint, Run, TextPage};
 use gpuplane_api::paths;
 use gpuplane_api::project::{Project, Role};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_location, use_params_map, use_query_map};
 
-const TABS: [(&str, &str); 5] = [
+const TABS: [(&str, &str); 6] = [
     ("logs", "Logs"),
     ("events", "Events"),
+    ("texts", "Texts"),
     ("checkpoints", "Checkpoints"),
     ("evaluations", "Evaluations"),
     ("diagnosis", "Diagnosis"),
@@ -115,29 +116,9 @@ pub fn RunPage() -> impl IntoView {
     // Bumped by the live stream while the run is going.
     let tick = RwSignal::new(0u64);
     let changes = Changes::new();
-    let summary = Resource::new(
+    let summary: SummaryResource = Resource::new(
         move || (id.get(), tick.get(), changes.version().get()),
-        |(id, _, _)| async move {
-            let run = fetch::<Run>(paths::run(&id)).await?;
-            let job = match &run.job_id {
-                Some(job_id) => Some(fetch::<Job>(paths::job(job_id)).await?),
-                None => None,
-            };
-            Ok::<_, ServerFnError>((run, job))
-        },
-    );
-    // A failed run's explanation, for the banner above the charts.
-    let failure = Resource::new(
-        move || (id.get(), tick.get()),
-        |(id, _)| async move {
-            let run = fetch::<Run>(paths::run(&id)).await?;
-            if !matches!(run.status.as_str(), "FAILED" | "LOST") {
-                return Ok(None);
-            }
-            fetch::<FailureExplanation>(paths::run_failure(&id))
-                .await
-                .map(Some)
-        },
+        |(id, _, _)| load_summary(id),
     );
     let projects = Resource::new(|| (), |_| fetch::<Page<Project>>(paths::projects()));
     let view_state = Memo::new(move |_| ChartView {
@@ -156,7 +137,10 @@ pub fn RunPage() -> impl IntoView {
         |(id, view, _)| load_charts(id, view),
     );
     let live_url = Memo::new(move |_| {
-        let status = summary.get().and_then(Result::ok).map(|(run, _)| run.status)?;
+        let status = summary
+            .get()
+            .and_then(Result::ok)
+            .map(|summary| summary.run.status)?;
         matches!(status.as_str(), "QUEUED" | "DISPATCHING" | "RUNNING").then(|| paths::run_stream(&id.get()))
     });
     let live_state = RwSignal::new(None::<&'static str>);
@@ -179,9 +163,9 @@ pub fn RunPage() -> impl IntoView {
     };
     view! {
         <Title text="Run" />
-        {loaded(summary, move |(run, job): (Run, Option<Job>)| view! { <Summary run=run job=job /> })}
+        {loaded(summary, move |summary: RunSummary| view! { <Summary run=summary.run job=summary.job /> })}
         <Transition fallback=|| ()>
-            {move || failure.get().map(|found| match found {
+            {move || summary.get().map(|found| match found.map(|summary| summary.failure) {
                 Ok(Some(failure)) => view! {
                     <section class="card failure" data-testid="failure-banner" role="alert">
                         <h2>"Failed: " {failure.summary}</h2>
@@ -190,15 +174,15 @@ pub fn RunPage() -> impl IntoView {
                             "The evidence, likely causes and what else to try"</a>
                     </section>
                 }.into_any(),
-                Ok(None) => ().into_any(),
-                Err(error) => view! { <p class="error" role="alert">{error_text(&error)}</p> }.into_any(),
+                // `loaded` above shows an error.
+                Ok(None) | Err(_) => ().into_any(),
             })}
         </Transition>
         // Outside `loaded`: the live stream reloads the summary, and an open
         // form must survive that.
         <Transition fallback=|| ()>
             <Show when=move || {
-                let project = summary.get().and_then(Result::ok).map(|(run, _)| run.project);
+                let project = summary.get().and_then(Result::ok).map(|summary| summary.run.project);
                 let projects = projects.get().and_then(Result::ok);
                 matches!((project, projects), (Some(project), Some(page))
                     if page.items.iter().any(|p| p.name == project && p.role >= Role::Editor))
@@ -214,9 +198,9 @@ pub fn RunPage() -> impl IntoView {
                 <fieldset class="metric-picker">
                     <legend>"Metrics (none ticked: all)"</legend>
                     <Transition fallback=|| ()>
-                        {move || summary.get().and_then(Result::ok).map(|(run, _)| {
+                        {move || summary.get().and_then(Result::ok).map(|summary| {
                             let chosen = view_state.read_untracked().metrics.clone();
-                            run.latest.into_keys().map(|key| {
+                            summary.run.latest.into_keys().map(|key| {
                                 let checked = chosen.contains(&key);
                                 view! { <label class="check"><input type="checkbox" name="metric" value=key.clone() checked=checked />{key}</label> }
                             }).collect_view()
@@ -293,6 +277,7 @@ pub fn RunPage() -> impl IntoView {
             match tab().as_str() {
                 "events" => view! { <RunEvents run_id=id tick=tick /> }.into_any(),
                 "checkpoints" => view! { <Checkpoints run_id=id tick=tick /> }.into_any(),
+                "texts" => view! { <Texts run_id=id tick=tick /> }.into_any(),
                 "evaluations" => view! { <Evaluations run_id=id tick=tick /> }.into_any(),
                 "diagnosis" => view! { <DiagnosisView run_id=id tick=tick /> }.into_any(),
                 _ => view! { <LogViewer of=LogsOf::Run(id) /> }.into_any(),
@@ -495,6 +480,77 @@ fn Checkpoints(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     }
 }
 
+/// The texts the run logged (`run.log_text`), highest step first; one key
+/// (`text_key=`) or all, a page at a time (`text_before=`).
+#[component]
+fn Texts(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
+    let query = use_query_map();
+    let location = use_location();
+    let texts = Resource::new(
+        move || {
+            let query = query.read();
+            (
+                run_id.clone(),
+                query.get("text_key"),
+                query.get("text_before"),
+                tick.get(),
+            )
+        },
+        |(id, key, before, _)| {
+            let params = [
+                ("key", key.unwrap_or_default()),
+                ("before", before.unwrap_or_default()),
+            ];
+            let params: Vec<(&str, &str)> = params
+                .iter()
+                .map(|(name, value)| (*name, value.as_str()))
+                .collect();
+            fetch::<TextPage>(api(&paths::run_texts(&id), &params))
+        },
+    );
+    let link_to = move |changes: &[(&'static str, Option<String>)]| {
+        let changes: Vec<(&str, Option<&str>)> = changes
+            .iter()
+            .map(|(name, value)| (*name, value.as_deref()))
+            .collect();
+        link(&location.pathname.get(), &query.read(), &changes)
+    };
+    view! {
+        <section class="card">
+            {loaded(texts, move |page: TextPage| {
+                if page.keys.is_empty() {
+                    return view! { <p class="empty">"No texts yet: log samples with run.log_text(\"samples/generation\", text)."</p> }.into_any();
+                }
+                let chosen = query.read().get("text_key");
+                view! {
+                    <nav class="chips" aria-label="Text keys">
+                        <a href=link_to(&[("text_key", None), ("text_before", None)])
+                            aria-current=chosen.is_none().then_some("page")>"all"</a>
+                        {page.keys.into_iter().map(|key| {
+                            let current = (chosen.as_deref() == Some(key.as_str())).then_some("page");
+                            view! { <a href=link_to(&[("text_key", Some(key.clone())), ("text_before", None)]) aria-current=current>{key.clone()}</a> }
+                        }).collect_view()}
+                    </nav>
+                    <div class="table-scroll"><table data-testid="texts">
+                        <thead><tr><th>"Step"</th><th>"Key"</th><th>"Text"</th><th>"Logged"</th></tr></thead>
+                        <tbody>{page.items.into_iter().map(|t| view! {
+                            <tr>
+                                <td>{t.step}</td>
+                                <td class="mono">{t.key}</td>
+                                <td class="text-cell">{t.text}</td>
+                                <td>{format::epoch_time(t.wall_time)}</td>
+                            </tr>
+                        }).collect_view()}</tbody>
+                    </table></div>
+                    {page.next_before.map(|next| view! {
+                        <a href=link_to(&[("text_before", Some(next.to_string()))])>"Older texts"</a>
+                    })}
+                }.into_any()
+            })}
+        </section>
+    }
+}
+
 #[component]
 fn Evaluations(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     let evaluations = Resource::new(
@@ -583,8 +639,31 @@ fn DiagnosisView(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
     }
 }
 
-/// The run page's summary: the run and its job.
-type SummaryResource = Resource<Result<(Run, Option<Job>), ServerFnError>>;
+/// What the top of the run page shows: the run, its job, and why a failed
+/// run failed. One resource, so a live update reads the run once.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct RunSummary {
+    run: Run,
+    job: Option<Job>,
+    failure: Option<FailureExplanation>,
+}
+
+type SummaryResource = Resource<Result<RunSummary, ServerFnError>>;
+
+async fn load_summary(id: String) -> Result<RunSummary, ServerFnError> {
+    let run = fetch::<Run>(paths::run(&id)).await?;
+    let job = match &run.job_id {
+        Some(job_id) => Some(fetch::<Job>(paths::job(job_id)).await?),
+        None => None,
+    };
+    // The banner is a shortcut to the diagnosis tab, which shows any error;
+    // a run reopened meanwhile (409) just has none.
+    let failure = match run.status.as_str() {
+        "FAILED" | "LOST" => fetch::<FailureExplanation>(paths::run_failure(&id)).await.ok(),
+        _ => None,
+    };
+    Ok(RunSummary { run, job, failure })
+}
 
 /// Tags and notes, for editors of the run's project; filled from the run
 /// when opened.
@@ -593,7 +672,12 @@ fn RunDetailsForm(summary: SummaryResource, changes: Changes) -> impl IntoView {
     let tags = RwSignal::new(String::new());
     let notes = RwSignal::new(String::new());
     let open = RwSignal::new(false);
-    let current = move || summary.get_untracked().and_then(Result::ok).map(|(run, _)| run);
+    let current = move || {
+        summary
+            .get_untracked()
+            .and_then(Result::ok)
+            .map(|summary| summary.run)
+    };
     let toggle = move |_| {
         if let Some(run) = current() {
             tags.set(run.tags.join(" "));

@@ -23,6 +23,31 @@ pub fn epoch_seconds(rfc3339: &str) -> Option<i64> {
     Some(days * 86_400 + hour * 3600 + minute * 60 + second)
 }
 
+/// Seconds since the Unix epoch (an SDK's wall time) as `2026-11-30 05:24:13` UTC.
+pub fn epoch_time(seconds: f64) -> String {
+    if !seconds.is_finite() {
+        return "–".into();
+    }
+    let seconds = seconds.floor() as i64;
+    let (days, clock) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    // The civil date of a day number (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
+        clock / 3600,
+        clock % 3600 / 60,
+        clock % 60
+    )
+}
+
 /// `1h 02m`, `3m 07s`, `12s`.
 pub fn duration(seconds: i64) -> String {
     let seconds = seconds.max(0);
@@ -65,6 +90,10 @@ mod tests {
         assert_eq!(time("2026-11-30T05:24:13.123Z"), "2026-11-30 05:24:13");
         assert_eq!(epoch_seconds("1970-01-02T00:00:01Z"), Some(86_401));
         assert_eq!(epoch_seconds("2026-11-30T00:00:00Z"), Some(1_795_996_800));
+        assert_eq!(epoch_time(1_795_996_800.5 + 5053.0), "2026-11-30 01:24:13");
+        assert_eq!(epoch_time(86_401.0), "1970-01-02 00:00:01");
+        assert_eq!(epoch_time(951_782_400.0), "2000-02-29 00:00:00");
+        assert_eq!(epoch_time(f64::NAN), "–");
     }
 
     #[test]

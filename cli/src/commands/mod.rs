@@ -10,6 +10,7 @@ pub mod mcp;
 pub mod projects;
 pub mod runs;
 pub mod status;
+pub mod sync;
 pub mod validate;
 
 /// `max` or `min`, for `--goal`.

@@ -14,6 +14,11 @@ from ._client import Client, Refused, Unreachable, encode_value
 from ._spool import ReplayResult, SpoolFile, replay_all
 
 BATCH_POINTS = 5000
+# A batch carries at most this many texts and text bytes (the server takes
+# 1,000 texts and 8 MiB per batch, 64 KiB per text).
+BATCH_TEXTS = 500
+BATCH_TEXT_BYTES = 4 * 1024 * 1024
+MAX_TEXT_BYTES = 64 * 1024
 FLUSH_SECONDS = 1.0
 RETRY_SECONDS = 5.0
 
@@ -169,6 +174,20 @@ class Run:
             self._idle.clear()
             self._queue.put(points)
 
+    def log_text(self, key, text, step=None, wall_time=None):
+        """Records a text (a generated sample, a prompt) under ``key`` at ``step``
+        (default: the step last logged). The run page lists them in a table."""
+        if self._finished:
+            raise RuntimeError("this run is finished")
+        text = str(text)
+        if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+            raise ValueError(f"gpuplane: text {key}: at most {MAX_TEXT_BYTES // 1024} KiB")
+        if step is None:
+            step = max(getattr(self, "_step", 0), 0)
+        now = time.time() if wall_time is None else float(wall_time)
+        self._idle.clear()
+        self._queue.put([{"key": str(key), "step": int(step), "wall_time": now, "text": text}])
+
     def set_tags(self, tags):
         """Replaces the run's tags (short words: letters, digits, ``. _ - : /``)."""
         tags = [str(tag) for tag in tags]
@@ -266,10 +285,28 @@ class Run:
             self._client = None
             return False
 
+    def _next_batch(self):
+        """Takes the next batch off the pending points and texts, in order."""
+        points, texts, text_bytes, taken = [], [], 0, 0
+        for item in self._pending:
+            if len(points) + len(texts) >= BATCH_POINTS or len(texts) >= BATCH_TEXTS or text_bytes >= BATCH_TEXT_BYTES:
+                break
+            if "text" in item:
+                texts.append(item)
+                text_bytes += len(item["text"].encode("utf-8"))
+            else:
+                points.append(item)
+            taken += 1
+        self._pending = self._pending[taken:]
+        batch = {"batch_id": uuid.uuid4().hex, "points": points}
+        if texts:
+            batch["texts"] = texts
+        return batch
+
     def _send_pending(self):
         while self._pending:
-            points, self._pending = self._pending[:BATCH_POINTS], self._pending[BATCH_POINTS:]
-            batch = {"batch_id": uuid.uuid4().hex, "points": points}
+            batch = self._next_batch()
+            points = batch["points"] + batch.get("texts", [])
             if self._online():
                 try:
                     self._client.send_batch(self.run_id, batch)
@@ -277,7 +314,7 @@ class Run:
                 except Unreachable:
                     self._retry_at = time.monotonic() + RETRY_SECONDS
                 except Refused as error:
-                    warnings.warn(f"gpuplane: the server refused {len(points)} points ({error}); dropped")
+                    warnings.warn(f"gpuplane: the server refused {len(points)} points and texts ({error}); dropped")
                     continue
             self._spool.append({"type": "batch", **batch})
 

@@ -2,7 +2,7 @@
 
 A file starts with a ``run`` line (the run's id, or, for a run created while
 offline, the project and name to create it with) followed by ``batch``
-lines. Replaying sends the lines in order and deletes the file once every
+lines (points and texts). Replaying sends the lines in order and deletes the file once every
 batch was acknowledged. A partial last line (a crash while writing) is
 skipped and counted; it never stops the rest.
 """
@@ -45,6 +45,7 @@ class SpoolFile:
 class ReplayResult:
     def __init__(self):
         self.sent = 0
+        self.texts = 0
         self.skipped = 0
         self.files = 0
         self.run_ids = {}
@@ -101,8 +102,12 @@ def replay_file(client, path, result):
                 run_id = record["run_id"]
             elif kind == "batch" and run_id is not None:
                 try:
-                    client.send_batch(run_id, {"batch_id": record["batch_id"], "points": record["points"]})
-                    result.sent += len(record["points"])
+                    batch = {"batch_id": record["batch_id"], "points": record.get("points", [])}
+                    if record.get("texts"):
+                        batch["texts"] = record["texts"]
+                    client.send_batch(run_id, batch)
+                    result.sent += len(batch["points"])
+                    result.texts += len(record.get("texts", []))
                 except Unreachable:
                     return False
                 except Refused as error:
@@ -148,7 +153,8 @@ def replay_all(client, result=None, only=None):
 
 
 def sync(server=None, token=None):
-    """Replays every spooled run now; returns how many points were sent."""
+    """Replays every spooled run now (``gpuctl sync`` does the same from a
+    shell); the result counts the points (``sent``) and texts sent."""
     from ._client import Client
 
     server = server or os.environ.get("GPUCTL_SERVER")

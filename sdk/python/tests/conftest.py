@@ -1,7 +1,6 @@
 """Fixtures for the SDK tests: a real server from the test kit."""
 
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,8 @@ def spool(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def server(spool):
-    data_dir = tempfile.mkdtemp(prefix="gpuplane-sdk-")
+def server(spool, tmp_path):
+    data_dir = str(tmp_path / "server")
     server = Server(data_dir, free_port())
     server.start()
     yield server
@@ -30,9 +29,9 @@ def server(spool):
 
 
 @pytest.fixture
-def stopped_server(spool):
+def stopped_server(spool, tmp_path):
     """A server that is not running yet (its port and token are known)."""
-    data_dir = tempfile.mkdtemp(prefix="gpuplane-sdk-")
+    data_dir = str(tmp_path / "server")
     server = Server(data_dir, free_port())
     yield server
     server.stop()

@@ -235,3 +235,69 @@ def test_resume_goes_on_after_the_highest_step_and_reopens_a_finished_run(server
         assert "cannot resume run run_does_not_exist" in str(error) and "404" in str(error)
     else:
         raise AssertionError("resuming a missing run must raise")
+
+
+def test_texts_are_logged_per_step_and_listed_newest_step_first(server):
+    run = gpuplane.init(project="default", name="texts", server=server.url, token=server.token)
+    for step in range(3):
+        run.log({"train/loss": 1.0 / (step + 1)}, step=step)
+        run.log_text("samples/generation", f"sample at step {step}\nsecond line")
+    run.log_text("prompts", "Once upon a time", step=0)
+    try:
+        run.log_text("samples/generation", "x" * (64 * 1024 + 1))
+        raise AssertionError("an oversized text must be refused at once")
+    except ValueError as error:
+        assert "64 KiB" in str(error)
+    run.finish()
+    page = server.get(f"/runs/{run.run_id}/texts")
+    assert page["keys"] == ["prompts", "samples/generation"]
+    assert [(t["step"], t["key"]) for t in page["items"]] == [
+        (2, "samples/generation"),
+        (1, "samples/generation"),
+        (0, "prompts"),
+        (0, "samples/generation"),
+    ]
+    assert page["items"][0]["text"] == "sample at step 2\nsecond line"
+    only = server.get(f"/runs/{run.run_id}/texts?key=prompts")
+    assert [t["text"] for t in only["items"]] == ["Once upon a time"]
+    first = server.get(f"/runs/{run.run_id}/texts?limit=3")
+    assert len(first["items"]) == 3 and first["next_before"] is not None
+    rest = server.get(f"/runs/{run.run_id}/texts?limit=3&before={first['next_before']}")
+    assert [t["step"] for t in rest["items"]] == [0] and rest["next_before"] is None
+
+
+def test_gpuctl_sync_replays_what_the_sdk_spooled_offline(stopped_server):
+    import subprocess
+
+    from gpuplane_testkit import GPUCTL_BIN
+
+    run = gpuplane.init(project="default", name="offline-cli", server=stopped_server.url, token=stopped_server.token,
+                        config={"lr": 0.01}, tags=["offline"])
+    for step in range(500):
+        run.log({"train/loss": float(step)}, step=step)
+    run.log_text("samples", "spooled text", step=499)
+    run.finish()
+    assert len(os.listdir(spool_dir())) == 1
+    env = {**os.environ, "GPUCTL_SERVER": stopped_server.url, "GPUCTL_TOKEN": stopped_server.token}
+
+    down = subprocess.run([GPUCTL_BIN, "sync"], env=env, capture_output=True, text=True)
+    assert down.returncode == 8, down.stderr
+    assert "stay in the spool" in down.stderr
+    assert len(os.listdir(spool_dir())) == 1
+
+    stopped_server.start()
+    done = subprocess.run([GPUCTL_BIN, "--json", "sync"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["files"], report["points"], report["texts"], report["skipped_lines"]) == (1, 500, 1, 0)
+    assert len(report["runs_created"]) == 1
+    run_id = report["runs_created"][0]
+    assert os.listdir(spool_dir()) == []
+    assert series(stopped_server, run_id, "train/loss") == [(s, float(s)) for s in range(500)]
+    summary = stopped_server.get(f"/runs/{run_id}")
+    assert summary["status"] == "FINISHED" and summary["name"] == "offline-cli"
+    assert summary["config"] == {"lr": 0.01} and summary["tags"] == ["offline"]
+    assert stopped_server.get(f"/runs/{run_id}/texts")["items"][0]["text"] == "spooled text"
+
+    again = subprocess.run([GPUCTL_BIN, "sync"], env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "replayed 0 spool file(s)" in again.stdout

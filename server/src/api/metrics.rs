@@ -3,7 +3,8 @@
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors, parse_json};
 use crate::identity::auth::{Authed, Ingest, Read};
-use crate::metrics::{self, Axis, Query, chart};
+use crate::metrics::{self, Axis, Query, chart, texts};
+use crate::paging;
 use crate::runs;
 use crate::state::AppState;
 use axum::Json;
@@ -11,7 +12,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::metric::{Batch, IngestResult, Series};
+use gpuplane_api::metric::{Batch, IngestResult, Series, TextPage};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 
@@ -138,6 +139,46 @@ pub async fn query_metrics(
         to: query.to,
     };
     Ok(Json(metrics::query(&state.db, &run_id, &query).await?))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct TextQuery {
+    /// Only this key's texts.
+    key: Option<String>,
+    /// Page size (1–500, default 50).
+    limit: Option<i64>,
+    /// The `next_before` of the previous page.
+    before: Option<i64>,
+}
+
+/// A run's texts (generated samples, prompts), highest step first.
+#[utoipa::path(get, path = "/runs/{run_id}/texts", tag = "runs",
+    security(("bearer" = ["read"])),
+    params(("run_id" = String, Path), TextQuery),
+    responses((status = 200, body = TextPage), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn list_texts(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    ApiQuery(query): ApiQuery<TextQuery>,
+) -> Result<Json<TextPage>, ApiError> {
+    let mut errors = Vec::new();
+    let limit = paging::page_limit(query.limit, &mut errors);
+    let before = paging::cursor(query.before, &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Validation(errors));
+    }
+    runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
+    let (items, next_before) = texts::list(&state.db, &run_id, query.key.as_deref(), before, limit).await?;
+    let keys = texts::keys(&state.db, &run_id).await?;
+    Ok(Json(TextPage {
+        items,
+        next_before,
+        keys,
+    }))
 }
 
 /// `x` must be `step` or `time`, and `from` not after `to`.

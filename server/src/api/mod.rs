@@ -101,6 +101,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(metrics::query_metrics))
         .routes(routes!(metrics::chart_svg))
         .routes(routes!(metrics::chart_png))
+        .routes(routes!(metrics::list_texts))
         .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
         .routes(routes!(runs::list_checkpoints))

@@ -455,6 +455,7 @@ async fn points_read(
     let batch = Batch {
         batch_id: batch_id.to_string(),
         points: points.to_vec(),
+        texts: Vec::new(),
     };
     if let Err(error) = crate::metrics::validate(&batch) {
         tracing::warn!(job_id, %error, "TensorBoard points refused");

@@ -6,6 +6,7 @@
 pub mod chart;
 pub mod chunk;
 pub mod compact;
+pub mod texts;
 
 use crate::events::{self, Links};
 use crate::store::Error;
@@ -39,26 +40,33 @@ pub fn validate(batch: &Batch) -> Result<(), Error> {
         });
     }
     for (at, point) in batch.points.iter().enumerate() {
-        if point.key.is_empty() || point.key.len() > MAX_KEY_LEN || point.key.chars().any(char::is_control) {
-            errors.push(FieldError {
-                field: format!("points[{at}].key"),
-                message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
-            });
-        }
-        if !point.wall_time.is_finite() {
-            errors.push(FieldError {
-                field: format!("points[{at}].wall_time"),
-                message: "must be a finite number of seconds since the epoch".into(),
-            });
-        }
+        check_key_and_time(&format!("points[{at}]"), &point.key, point.wall_time, &mut errors);
         if errors.len() >= 20 {
             break;
         }
     }
+    texts::validate(&batch.texts, &mut errors);
     if errors.is_empty() {
         Ok(())
     } else {
         Err(Error::Invalid(errors))
+    }
+}
+
+/// A point's or text's key (1-[`MAX_KEY_LEN`] characters, no control
+/// characters) and wall time (finite); `at` names it (`points[3]`).
+fn check_key_and_time(at: &str, key: &str, wall_time: f64, errors: &mut Vec<FieldError>) {
+    if key.is_empty() || key.len() > MAX_KEY_LEN || key.chars().any(char::is_control) {
+        errors.push(FieldError {
+            field: format!("{at}.key"),
+            message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
+        });
+    }
+    if !wall_time.is_finite() {
+        errors.push(FieldError {
+            field: format!("{at}.wall_time"),
+            message: "must be a finite number of seconds since the epoch".into(),
+        });
     }
 }
 
@@ -133,8 +141,9 @@ pub async fn ingest(
         insert_chunks(conn, run_id, key, &points).await?;
         update_series(conn, run_id, key, &points, loss_pattern, now).await?;
     }
+    texts::insert(conn, run_id, &batch.texts).await?;
     Ok(IngestResult {
-        accepted: batch.points.len() as u64,
+        accepted: (batch.points.len() + batch.texts.len()) as u64,
         duplicate: false,
     })
 }

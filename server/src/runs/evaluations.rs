@@ -210,6 +210,7 @@ pub async fn accept(
                 value: *value,
             })
             .collect(),
+        texts: Vec::new(),
     };
     if let Err(Error::Invalid(errors)) = metrics::validate(&batch) {
         let problems: Vec<String> = errors

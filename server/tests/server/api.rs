@@ -314,6 +314,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         post   /api/v1/runs/{run_id}/metrics  bearer ["sdk", "write"]
         post   /api/v1/runs/{run_id}/primary-metric  bearer ["write"]
         get    /api/v1/runs/{run_id}/stream  bearer ["read"]
+        get    /api/v1/runs/{run_id}/texts  bearer ["read"]
         get    /api/v1/tokens  bearer ["read"]
         post   /api/v1/tokens  bearer ["write"]
         delete /api/v1/tokens/{token_id}  bearer ["write"]

@@ -229,6 +229,130 @@ async fn downsampling_keeps_spikes_counts_and_non_finite_points() {
     assert_eq!(count, total as u64);
 }
 
+fn text(key: &str, step: i64, text: &str) -> Value {
+    json!({"key": key, "step": step, "wall_time": 1.7e9, "text": text})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn texts_ride_in_batches_once_and_bad_ones_are_refused_clearly() {
+    let f = Fixture::new().await;
+    let run = f.run("texts").await;
+    let batch = json!({"batch_id": "b1",
+        "points": [point("train/loss", 1, json!(1.0))],
+        "texts": [text("samples", 1, "first"), text("samples", 2, "second"), text("prompts", 1, "a prompt")]});
+    assert_eq!(
+        f.ingest(&run, batch.clone()).await.1,
+        json!({"accepted": 4, "duplicate": false})
+    );
+    assert_eq!(
+        f.ingest(&run, batch).await.1,
+        json!({"accepted": 0, "duplicate": true})
+    );
+    // A batch of texts only.
+    let only = json!({"batch_id": "b2", "texts": [text("samples", 3, "third")]});
+    assert_eq!(
+        f.ingest(&run, only).await.1,
+        json!({"accepted": 1, "duplicate": false})
+    );
+
+    let page = f.get(&format!("/runs/{run}/texts")).await;
+    assert_eq!(page["keys"], json!(["prompts", "samples"]));
+    let listed: Vec<(i64, &str)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["step"].as_i64().unwrap(), t["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        [(3, "third"), (2, "second"), (1, "a prompt"), (1, "first")]
+    );
+    let samples = f.get(&format!("/runs/{run}/texts?key=samples&limit=2")).await;
+    assert_eq!(samples["items"].as_array().unwrap().len(), 2);
+    let rest = f
+        .get(&format!(
+            "/runs/{run}/texts?key=samples&limit=2&before={}",
+            samples["next_before"]
+        ))
+        .await;
+    assert_eq!(rest["items"][0]["text"], "first");
+    assert_eq!(rest["next_before"], Value::Null);
+
+    let long = "x".repeat(64 * 1024 + 1);
+    let many: Vec<Value> = (0..1001).map(|i| text("samples", i, "t")).collect();
+    let cases = [
+        (
+            json!({"batch_id": "x", "texts": [text("", 1, "t")]}),
+            "texts[0].key",
+        ),
+        (
+            json!({"batch_id": "x", "texts": [text("k", 1, &long)]}),
+            "texts[0].text",
+        ),
+        (json!({"batch_id": "x", "texts": many}), "texts"),
+        (
+            json!({"batch_id": "x", "texts": [{"key": "k", "step": 1, "wall_time": 1.0}]}),
+            "texts[0]",
+        ),
+        (
+            json!({"batch_id": "x", "points": [point("train/loss", 9, json!(1.0))], "texts": [text("k\n", 1, "t")]}),
+            "texts[0].key",
+        ),
+    ];
+    for (batch, field) in cases {
+        let (status, body) = f.ingest(&run, batch.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(body["error"]["details"][0]["field"], field, "{body}");
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM run_texts")
+        .fetch_one(f.server.db())
+        .await
+        .unwrap();
+    assert_eq!(rows, 4, "refused batches wrote no text");
+    assert_eq!(
+        f.get(&format!("/runs/{run}")).await["latest"]["train/loss"]["count"],
+        1
+    );
+
+    let (status, body) = f
+        .send("GET", &format!("/runs/{run}/texts?limit=0"), &f.token, None)
+        .await;
+    assert_eq!(
+        (status, &body["error"]["details"][0]["field"]),
+        (StatusCode::UNPROCESSABLE_ENTITY, &json!("limit"))
+    );
+    let (status, _) = f.send("GET", "/runs/run_nonexistent/texts", &f.token, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A run of a project the caller is not in reads as missing.
+    let root = user_token(f.server.db(), "root", Scope::Write, true).await;
+    let (status, _) = f
+        .send(
+            "POST",
+            "/projects",
+            &root,
+            Some(json!({"name": "hidden"}).to_string()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, hidden) = f
+        .send(
+            "POST",
+            "/runs",
+            &root,
+            Some(json!({"project": "hidden", "name": "h"}).to_string()),
+        )
+        .await;
+    let (status, _) = f
+        .send(
+            "GET",
+            &format!("/runs/{}/texts", hidden["id"].as_str().unwrap()),
+            &f.token,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_batches_are_refused_clearly_and_write_nothing() {
     let f = Fixture::new().await;

@@ -1,0 +1,97 @@
+//! Texts a run logs at a step (generated samples, prompts): checked and
+//! stored with a metric batch, in its transaction, and listed newest step
+//! first for the run page's table.
+
+use crate::store::Error;
+use gpuplane_api::error::FieldError;
+use gpuplane_api::metric::Text;
+use sqlx::{SqliteConnection, SqlitePool};
+
+/// The most texts one batch may carry, and the longest text.
+pub const MAX_BATCH_TEXTS: usize = 1_000;
+pub const MAX_TEXT_BYTES: usize = 64 * 1024;
+
+/// Adds one error per bad text field to `errors` (at most 20 in all).
+pub fn validate(texts: &[Text], errors: &mut Vec<FieldError>) {
+    if texts.len() > MAX_BATCH_TEXTS {
+        errors.push(FieldError {
+            field: "texts".into(),
+            message: format!("at most {MAX_BATCH_TEXTS} texts per batch; send several batches"),
+        });
+    }
+    for (at, text) in texts.iter().enumerate() {
+        if errors.len() >= 20 {
+            break;
+        }
+        super::check_key_and_time(&format!("texts[{at}]"), &text.key, text.wall_time, errors);
+        if text.text.len() > MAX_TEXT_BYTES {
+            errors.push(FieldError {
+                field: format!("texts[{at}].text"),
+                message: format!("at most {} KiB", MAX_TEXT_BYTES / 1024),
+            });
+        }
+    }
+}
+
+/// Stores a validated batch's texts in the caller's transaction.
+pub async fn insert(conn: &mut SqliteConnection, run_id: &str, texts: &[Text]) -> Result<(), Error> {
+    for text in texts {
+        sqlx::query("INSERT INTO run_texts (run_id, key, step, wall_time, text) VALUES (?, ?, ?, ?, ?)")
+            .bind(run_id)
+            .bind(&text.key)
+            .bind(text.step)
+            .bind(text.wall_time)
+            .bind(&text.text)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A page of a run's texts (one key, or all), highest step first; among
+/// texts at one step the latest logged first. `before` is the cursor the
+/// previous page returned.
+pub async fn list(
+    db: &SqlitePool,
+    run_id: &str,
+    key: Option<&str>,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<(Vec<Text>, Option<i64>), Error> {
+    // The cursor is an offset into this order: texts arrive out of step
+    // order, so no one column keys it.
+    let offset = before.unwrap_or(0);
+    let rows: Vec<(String, i64, f64, String)> = sqlx::query_as(
+        "SELECT key, step, wall_time, text FROM run_texts
+         WHERE run_id = ?1 AND (?2 IS NULL OR key = ?2)
+         ORDER BY step DESC, id DESC LIMIT ?3 OFFSET ?4",
+    )
+    .bind(run_id)
+    .bind(key)
+    .bind(limit + 1)
+    .bind(offset)
+    .fetch_all(db)
+    .await?;
+    let more = rows.len() as i64 > limit;
+    let texts = rows
+        .into_iter()
+        .take(limit as usize)
+        .map(|(key, step, wall_time, text)| Text {
+            key,
+            step,
+            wall_time,
+            text,
+        })
+        .collect();
+    Ok((texts, more.then_some(offset + limit)))
+}
+
+/// The keys a run logged texts under, sorted.
+pub async fn keys(db: &SqlitePool, run_id: &str) -> Result<Vec<String>, Error> {
+    Ok(
+        sqlx::query_scalar("SELECT DISTINCT key FROM run_texts WHERE run_id = ? ORDER BY key")
+            .bind(run_id)
+            .fetch_all(db)
+            .await?,
+    )
+}
