@@ -70,6 +70,8 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
   const agent = spawn(
     agentBin,
     ['--server', url, '--token', agentToken, '--name', NODE, '--fake-gpus', '2',
+     // Telemetry every half second (sent every 2.5 s), so a short job has a System tab.
+     '--telemetry-interval', '0.5',
      '--jobs-dir', mkdtempSync(path.join(tmpdir(), 'gpuplane-e2e-jobs-'))],
     { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, GPUPLANE_LOG: 'warn' } },
   );

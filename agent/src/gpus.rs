@@ -5,8 +5,9 @@
 //! runs on hosts without a driver. Every reading NVML cannot give becomes `None`.
 
 use gpuplane_api::node::{Gpu, GpuSource};
+use gpuplane_api::telemetry::GpuSample;
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
+use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 
 /// Memory a simulated GPU claims to have (an 80 GB card).
 const SIMULATED_MEMORY_MIB: u64 = 81_920;
@@ -72,6 +73,69 @@ impl GpuProbe {
             GpuProbe::None => Vec::new(),
         }
     }
+}
+
+/// What a simulated GPU reads: it follows the CPU of the job that holds
+/// it (a job that computes reads busy, one that sleeps reads idle), so
+/// telemetry and the idle-GPU rule can be tried without a GPU.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SimulatedLoad {
+    pub cpu_percent: f64,
+    pub memory_rss_mib: f64,
+}
+
+impl GpuProbe {
+    /// A telemetry reading of every GPU. Simulated GPUs read the load of the
+    /// job holding each (`load(index)`), with a slow drift so idle ones move too.
+    pub fn sample(&self, wall_time: f64, load: impl Fn(u32) -> Option<SimulatedLoad>) -> Vec<GpuSample> {
+        match self {
+            GpuProbe::Nvml(nvml) => sample_nvml(nvml),
+            GpuProbe::Simulated { count, .. } => (0..*count)
+                .map(|index| simulated_sample(index, wall_time, load(index).unwrap_or_default()))
+                .collect(),
+            GpuProbe::None => Vec::new(),
+        }
+    }
+}
+
+fn simulated_sample(index: u32, wall_time: f64, load: SimulatedLoad) -> GpuSample {
+    let utilization = load.cpu_percent.clamp(0.0, 100.0);
+    let drift = (wall_time / 30.0 + f64::from(index)).sin();
+    GpuSample {
+        index,
+        utilization_percent: Some(utilization),
+        memory_used_mib: Some(load.memory_rss_mib.min(SIMULATED_MEMORY_MIB as f64)),
+        power_w: Some(60.0 + 3.4 * utilization + 2.0 * drift),
+        temperature_c: Some(32.0 + 0.45 * utilization + drift),
+        sm_clock_mhz: Some(if utilization < 1.0 {
+            345.0
+        } else {
+            1410.0 + 4.0 * utilization
+        }),
+    }
+}
+
+fn sample_nvml(nvml: &Nvml) -> Vec<GpuSample> {
+    let count = nvml.device_count().unwrap_or(0);
+    let mut samples = Vec::new();
+    for index in 0..count {
+        let Ok(device) = nvml.device_by_index(index) else {
+            continue;
+        };
+        let memory = device.memory_info().ok();
+        samples.push(GpuSample {
+            index,
+            utilization_percent: device.utilization_rates().ok().map(|u| f64::from(u.gpu)),
+            memory_used_mib: memory.map(|m| (m.used / (1024 * 1024)) as f64),
+            power_w: device
+                .power_usage()
+                .ok()
+                .map(|milliwatts| f64::from(milliwatts) / 1000.0),
+            temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
+            sm_clock_mhz: device.clock_info(Clock::SM).ok().map(f64::from),
+        });
+    }
+    samples
 }
 
 fn read_nvml(nvml: &Nvml) -> Vec<Gpu> {

@@ -14,7 +14,7 @@ use gpuplane_api::job::{JobKind, Runner};
 use gpuplane_api::log::LogStream;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -47,7 +47,17 @@ pub struct Manager {
 
 struct Handle {
     messages: mpsc::UnboundedSender<Message>,
-    running: Arc<AtomicBool>,
+    /// The job's process (and process group) id while it runs, else 0.
+    process: Arc<AtomicU32>,
+    gpus: Vec<u32>,
+}
+
+/// A running job's process group and GPUs, for telemetry.
+#[derive(Debug, Clone)]
+pub struct RunningProcess {
+    pub attempt: AttemptRef,
+    pub process_group: u32,
+    pub gpus: Vec<u32>,
 }
 
 enum Message {
@@ -106,11 +116,26 @@ impl Manager {
         let mut running: Vec<AttemptRef> = self
             .lock()
             .iter()
-            .filter(|(_, handle)| handle.running.load(Ordering::Relaxed))
+            .filter(|(_, handle)| handle.process.load(Ordering::Relaxed) != 0)
             .map(|(key, _)| key.clone())
             .collect();
         running.sort();
         running
+    }
+
+    /// The running jobs' process groups and GPUs.
+    pub fn processes(&self) -> Vec<RunningProcess> {
+        self.lock()
+            .iter()
+            .filter_map(|(key, handle)| {
+                let process_group = handle.process.load(Ordering::Relaxed);
+                (process_group != 0).then(|| RunningProcess {
+                    attempt: key.clone(),
+                    process_group,
+                    gpus: handle.gpus.clone(),
+                })
+            })
+            .collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<AttemptRef, Handle>> {
@@ -254,13 +279,14 @@ impl Manager {
         start: Start,
     ) -> mpsc::UnboundedSender<Message> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let running = Arc::new(AtomicBool::new(false));
+        let process = Arc::new(AtomicU32::new(0));
         let key = attempt_ref(&dispatch);
         self.lock().insert(
             key.clone(),
             Handle {
                 messages: sender.clone(),
-                running: running.clone(),
+                process: process.clone(),
+                gpus: dispatch.gpus.clone(),
             },
         );
         let manager = self.clone();
@@ -270,7 +296,7 @@ impl Manager {
                 dir,
                 secrets: mask::needles(dispatch.spec.secret_env.values()),
                 dispatch,
-                running,
+                process,
                 messages: receiver,
             };
             task.run(start).await;
@@ -301,7 +327,8 @@ struct Attempt {
     dispatch: Dispatch,
     /// The job's secret values, masked in what is shipped.
     secrets: Vec<Vec<u8>>,
-    running: Arc<AtomicBool>,
+    /// Shared with the manager's handle: the process id while it runs.
+    process: Arc<AtomicU32>,
     messages: mpsc::UnboundedReceiver<Message>,
 }
 
@@ -341,7 +368,7 @@ impl Attempt {
         let Some(shim) = self.wait_for_start().await else {
             return;
         };
-        self.running.store(true, Ordering::Relaxed);
+        self.process.store(shim.child_pid, Ordering::Relaxed);
         self.reporter().push(ReportItem::Started {
             job_id: self.dispatch.job_id.clone(),
             attempt: self.dispatch.attempt,
@@ -471,7 +498,7 @@ impl Attempt {
                     ended_at: now_ms(),
                     spawn_error: None,
                 });
-                self.running.store(false, Ordering::Relaxed);
+                self.process.store(0, Ordering::Relaxed);
                 let item = ReportItem::Exited {
                     job_id: self.dispatch.job_id.clone(),
                     attempt: self.dispatch.attempt,

@@ -13,6 +13,7 @@ pub mod reporter;
 pub mod runner;
 pub mod shim;
 pub mod tail;
+pub mod telemetry;
 pub mod tfevents;
 pub mod watch;
 
@@ -82,6 +83,16 @@ pub struct Args {
     /// of measuring it (to exercise DISK_LOW).
     #[arg(long, hide = true, value_name = "PERCENT")]
     pub disk_free_percent_override: Option<f64>,
+
+    /// Seconds between telemetry samples of the GPUs and the jobs' processes
+    /// (0: none).
+    #[arg(
+        long,
+        env = "GPUPLANE_TELEMETRY_INTERVAL",
+        value_name = "SECONDS",
+        default_value_t = 2.0
+    )]
+    pub telemetry_interval: f64,
 
     /// Cut output lines longer than this many bytes (to exercise the
     /// server's refusal of oversized reports).
@@ -167,7 +178,7 @@ pub fn hostname() -> String {
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let hostname = hostname();
     let name = args.name.clone().unwrap_or_else(|| hostname.clone());
-    let probe = GpuProbe::detect(args.fake_gpus, &name);
+    let probe = Arc::new(GpuProbe::detect(args.fake_gpus, &name));
     let client = Arc::new(Client::new(&args.server, &args.resolve_token()?)?);
     let reporter = Arc::new(Reporter::new());
     let jobs_dir = args.jobs_dir.clone().unwrap_or_else(files::default_jobs_dir);
@@ -188,6 +199,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         let client = client.clone();
         tokio::spawn(async move { reporter.run(&client).await })
     };
+    let sampler = (args.telemetry_interval > 0.0).then(|| {
+        let interval = Duration::from_secs_f64(args.telemetry_interval.max(0.1));
+        tokio::spawn(telemetry::run(
+            probe.clone(),
+            manager.clone(),
+            reporter.clone(),
+            client.clone(),
+            interval,
+        ))
+    });
     let hello = |gpus| AgentHello {
         name: name.clone(),
         hostname: hostname.clone(),
@@ -239,6 +260,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         backoff = (backoff * 2).min(MAX_BACKOFF);
     };
     sender.abort();
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
     result
 }
 

@@ -63,6 +63,11 @@ impl Reporter {
         }
     }
 
+    /// The node id of the current session, once the server said hello.
+    pub fn node_id(&self) -> Option<String> {
+        self.node_id.borrow().clone()
+    }
+
     pub fn set_node(&self, node_id: &str) {
         self.node_id.send_replace(Some(node_id.to_string()));
         self.wake.notify_one();

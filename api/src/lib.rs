@@ -64,6 +64,7 @@ pub mod paths;
 pub mod project;
 pub mod quota;
 pub mod spec;
+pub mod telemetry;
 pub mod user;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):

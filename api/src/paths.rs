@@ -62,6 +62,16 @@ pub fn run_chart(run_id: &str, format: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/chart.{format}")
 }
 
+/// The telemetry of a run's job (`?field=&max_points=`).
+pub fn run_system(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/system")
+}
+
+/// One telemetry field of a run's job as an SVG chart (`?field=`).
+pub fn run_system_chart(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/system.svg")
+}
+
 /// A run's texts (`?key=&limit=&before=`).
 pub fn run_texts(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/texts")

@@ -378,7 +378,7 @@ pub(crate) async fn start_server_process(
     anyhow::bail!("the server did not start")
 }
 
-fn start_agent(
+pub(crate) fn start_agent(
     binaries: &Binaries,
     server: &ServerProcess,
     gpus: u32,
@@ -411,7 +411,7 @@ impl ServerProcess {
     }
 }
 
-async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> anyhow::Result<()> {
+pub(crate) async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> anyhow::Result<()> {
     for _ in 0..400 {
         let nodes: serde_json::Value = http
             .get(format!("{}/api/v1/nodes", server.url))
@@ -500,23 +500,7 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     let server = start_server_process(binaries, &[]).await?;
     let http = reqwest::Client::new();
     // This process plays an agent for the direct measurement.
-    let hello = AgentHello {
-        name: "ingest-node".into(),
-        hostname: "ingest-node".into(),
-        labels: BTreeMap::new(),
-        gpus: Vec::new(),
-        agent_version: "bench".into(),
-        attempts: Vec::new(),
-    };
-    let welcome: serde_json::Value = http
-        .post(format!("{}/api/v1/agent/hello", server.url))
-        .bearer_auth(&server.agent_token)
-        .json(&hello)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let node_id = welcome["node_id"].as_str().context("no node id")?.to_string();
+    let node_id = say_hello(&http, &server.url, &server.agent_token, "ingest-node").await?;
     let job: serde_json::Value = http
         .post(format!("{}/api/v1/jobs", server.url))
         .bearer_auth(&server.token)
@@ -620,7 +604,7 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
 }
 
 /// CPU seconds a process's threads have run, from /proc (nanosecond resolution).
-fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let mut total = 0.0;
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
         let schedstat = std::fs::read_to_string(task?.path().join("schedstat"))?;
@@ -652,6 +636,33 @@ async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
         window.as_secs()
     );
     Ok(())
+}
+
+/// Registers a node named `name` as an agent would; returns its id.
+pub(crate) async fn say_hello(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    let hello = AgentHello {
+        name: name.into(),
+        hostname: name.into(),
+        labels: BTreeMap::new(),
+        gpus: Vec::new(),
+        agent_version: "bench".into(),
+        attempts: Vec::new(),
+    };
+    let welcome: serde_json::Value = http
+        .post(format!("{url}/api/v1/agent/hello"))
+        .bearer_auth(token)
+        .json(&hello)
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(welcome["node_id"].as_str().context("no node id")?.to_string())
 }
 
 pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<f64> {

@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|runs|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|runs|telemetry|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -9,6 +9,7 @@ mod console;
 mod jobs;
 mod metrics;
 mod runs;
+mod telemetry;
 
 /// Parses a whole event file with the agent's reader (CRC checked on every
 /// record), best of five, and prints scalars per second.
@@ -45,6 +46,7 @@ fn main() -> anyhow::Result<()> {
         "metrics" => runtime.block_on(metrics::run()),
         "console" => runtime.block_on(console::run()),
         "runs" => runtime.block_on(runs::run()),
+        "telemetry" => runtime.block_on(telemetry::run()),
         "tfevents" => {
             let path = std::env::args()
                 .nth(2)
@@ -55,8 +57,11 @@ fn main() -> anyhow::Result<()> {
             jobs::run().await?;
             metrics::run().await?;
             console::run().await?;
-            runs::run().await
+            runs::run().await?;
+            telemetry::run().await
         }),
-        other => anyhow::bail!("unknown benchmark `{other}`; expected jobs, metrics, console, runs or all"),
+        other => anyhow::bail!(
+            "unknown benchmark `{other}`; expected jobs, metrics, console, runs, telemetry or all"
+        ),
     }
 }

@@ -114,3 +114,29 @@ test('the Texts tab lists logged samples newest step first, by key', async ({ pa
   await expect(table.getByRole('row').nth(1)).toContainText('Once upon a time');
   await expect(table.getByRole('row').nth(1)).toContainText('2025-11-30 00:00:00');
 });
+
+test('the System tab charts the job’s own GPU and processes over its run', async ({ page, request }) => {
+  const compute = 'import time\nend = time.time() + 4\nwhile time.time() < end: pass';
+  const submitted = await request.post(url() + '/api/v1/jobs', {
+    headers: asAdmin(),
+    data: { name: 'system-tab', resources: { gpu: 1 }, command: ['python3', '-c', compute] },
+  });
+  expect(submitted.status(), await submitted.text()).toBe(201);
+  const job = await submitted.json();
+  // Done, and its samples sent (the agent sends every 2.5 s here).
+  await expect.poll(async () => {
+    const answer = await request.get(url() + `/api/v1/runs/${job.run_id}/system?field=cpu_percent`, { headers: asAdmin() });
+    const system = await answer.json();
+    const finished = (await (await request.get(url() + `/api/v1/jobs/${job.id}`, { headers: asAdmin() })).json()).status;
+    return finished === 'SUCCEEDED' && (system.series?.[0]?.series?.points?.length ?? 0) >= 4;
+  }, { timeout: 30_000 }).toBe(true);
+
+  await signIn(page, `/runs/${job.run_id}?tab=system`);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+  await expect(page.getByTestId('system-attempts')).toContainText('attempt 1 on e2e-node (GPU');
+  const charts = page.getByTestId('system-charts').locator('figure');
+  await expect(charts).toHaveCount(7);
+  await expect(page.locator('figure[data-field="utilization_percent"]')).toContainText(/GPU utilisation \(%\): GPU \d/);
+  await expect(page.locator('figure[data-field="cpu_percent"]')).toContainText('CPU of the job');
+  await page.screenshot({ path: 'artifacts/run-system.png', fullPage: true });
+});

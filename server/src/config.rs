@@ -136,6 +136,20 @@ settings! {
         #[arg(long, env = "GPUPLANE_SILENCE_WARNING_S", value_name = "S")]
         silence_warning_s: u64,
 
+        /// A running job whose GPUs average under 10 % utilisation over this long
+        /// gets a LOW_GPU_UTILIZATION finding, in seconds.
+        #[arg(long, env = "GPUPLANE_GPU_IDLE_WINDOW_S", value_name = "S")]
+        gpu_idle_window_s: u64,
+
+        /// GPU and process telemetry is kept at full resolution this long, then
+        /// as one mean a minute, in hours.
+        #[arg(long, env = "GPUPLANE_TELEMETRY_FULL_RESOLUTION_H", value_name = "HOURS")]
+        telemetry_full_resolution_h: u64,
+
+        /// GPU and process telemetry older than this is deleted, in days.
+        #[arg(long, env = "GPUPLANE_TELEMETRY_RETENTION_DAYS", value_name = "DAYS")]
+        telemetry_retention_days: u64,
+
         /// Server-sent event streams end after this long, in seconds; clients reconnect and resume.
         #[arg(long, env = "GPUPLANE_STREAM_MAX_S", value_name = "S")]
         stream_max_s: u64,

@@ -78,7 +78,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), state.shutdown.clone()));
     let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
-    let sweeper = tokio::spawn(sweep_sessions(state.clone()));
+    let sweeper = tokio::spawn(housekeeping(state.clone()));
     let compactor = tokio::spawn(metrics::compact::run(state.clone()));
     let mut graceful = state.shutdown.clone();
     let stopper = state.clone();
@@ -109,11 +109,21 @@ pub async fn serve(
     Ok(())
 }
 
-/// Deletes expired console sessions and device authorizations every hour.
-async fn sweep_sessions(state: AppState) {
+/// Every hour: deletes expired console sessions and device authorizations,
+/// and downsamples and expires telemetry.
+async fn housekeeping(state: AppState) {
+    let settings = &state.config.settings;
+    let retention = nodes::telemetry::Retention {
+        full_resolution: Duration::from_secs(settings.telemetry_full_resolution_h * 3600),
+        keep: Duration::from_secs(settings.telemetry_retention_days * 24 * 3600),
+    };
     loop {
         state.sessions.delete_expired().await;
         identity::device_login::delete_expired(&state.db).await;
+        match nodes::telemetry::maintain(&state.db, store::time::now_ms(), retention).await {
+            Ok(done) => tracing::debug!(?done, "telemetry maintained"),
+            Err(error) => tracing::warn!(%error, "telemetry maintenance failed; will try again"),
+        }
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
 }

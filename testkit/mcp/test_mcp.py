@@ -85,7 +85,7 @@ def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode)
                 "list_jobs", "get_job", "submit_job", "cancel_job", "retry_job", "tail_logs", "list_runs", "get_run",
                 "query_metric", "explain_failure", "diagnose_run", "list_events", "node_status",
                 "cluster_status", "create_evaluation", "list_evaluations", "set_primary_metric",
-                "set_job_priority", "hold_job", "release_job",
+                "set_job_priority", "hold_job", "release_job", "get_run_system", "list_run_texts",
             }
             assert expected <= names, expected - names
             for tool in tools:
@@ -122,6 +122,10 @@ def test_a_job_submitted_by_an_assistant_runs_on_the_agent_and_its_logs_come_bac
             assert not error, text
             assert [item["id"] for item in runs["items"]] == [job["run_id"]]
             assert job["run_id"] in text and "SUCCEEDED" in text
+            error, system, text = await call(client, "get_run_system", {"run_id": job["run_id"], "field": "cpu_percent"})
+            assert not error, text
+            assert system["attempts"][0]["node"] == "sdk-box" and "attempt 1 on sdk-box" in text
+            assert [series["field"] for series in system["series"]] == ["cpu_percent"]
             error, body, text = await call(client, "list_runs", {"sort": "config."})
             assert error and body["status"] == 422 and "sort" in text
             error, status, text = await call(client, "cluster_status", {})
@@ -282,6 +286,7 @@ def test_a_run_and_its_curve_read_through_mcp(cluster, monkeypatch, tmp_path):
     for step in range(1000):
         run.log({"train/loss": float("nan") if step == 500 else 10.0 / (step + 1),
                  "train/grad_norm": float("inf") if step == 999 else 1.0}, step=step)
+    run.log_text("samples", "the model says hello", step=999)
     run.finish()
 
     async def scenario():
@@ -302,5 +307,8 @@ def test_a_run_and_its_curve_read_through_mcp(cluster, monkeypatch, tmp_path):
             assert sum(b["count"] for b in buckets) == 1000
             assert sum(b["non_finite"] for b in buckets) == 1
             assert "1 NaN/Inf" in text and len(text) < 5000
+            error, texts, text = await call(client, "list_run_texts", {"run_id": run.run_id})
+            assert not error, text
+            assert texts["keys"] == ["samples"] and "step 999 samples: the model says hello" in text
 
     asyncio.run(asyncio.wait_for(scenario(), 120))

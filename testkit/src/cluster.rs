@@ -141,6 +141,34 @@ impl Cluster {
         self.call(reqwest::Method::GET, path, None, &self.token).await
     }
 
+    /// The body of a `GET` of an API path as text (an SVG chart); panics
+    /// unless it answers 200.
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self
+            .http
+            .get(format!("{}{PREFIX}{path}", self.server.url))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.text().await.unwrap();
+        assert_eq!(status.as_u16(), 200, "{path}: {body}");
+        body
+    }
+
+    /// The kinds of a run's diagnosis findings, in order.
+    pub async fn findings(&self, run_id: &str) -> Vec<String> {
+        let (status, diagnosis) = self.get(&format!("/runs/{run_id}/diagnosis")).await;
+        assert_eq!(status, 200, "{diagnosis}");
+        diagnosis["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["kind"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// `POST` JSON to an API path (under `/api/v1`) with the cluster's user token.
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, Some(body), &self.token)

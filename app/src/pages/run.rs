@@ -19,13 +19,15 @@ use gpuplane_api::job::Job;
 use gpuplane_api::metric::{Checkpoint, Run, TextPage};
 use gpuplane_api::paths;
 use gpuplane_api::project::{Project, Role};
+use gpuplane_api::telemetry::{AttemptSpan, GPU_FIELDS, PROCESS_FIELDS, SystemTelemetry};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_location, use_params_map, use_query_map};
 
-const TABS: [(&str, &str); 6] = [
+const TABS: [(&str, &str); 7] = [
     ("logs", "Logs"),
     ("events", "Events"),
+    ("system", "System"),
     ("texts", "Texts"),
     ("checkpoints", "Checkpoints"),
     ("evaluations", "Evaluations"),
@@ -82,11 +84,12 @@ fn chart_path(run_id: &str, key: &str, view: &ChartView, format: &str) -> String
     )
 }
 
-/// The selected metrics' charts, each as SVG or the reason it could not be drawn.
-async fn load_charts(
-    run_id: String,
-    view: ChartView,
-) -> Result<Vec<(String, Result<String, String>)>, ServerFnError> {
+/// Charts by metric key or telemetry field: each an SVG, or why it could
+/// not be drawn.
+type Charts = Vec<(String, Result<String, String>)>;
+
+/// The selected metrics' charts.
+async fn load_charts(run_id: String, view: ChartView) -> Result<Charts, ServerFnError> {
     let run = fetch::<Run>(paths::run(&run_id)).await?;
     let keys: Vec<String> = run
         .latest
@@ -278,6 +281,7 @@ pub fn RunPage() -> impl IntoView {
                 "events" => view! { <RunEvents run_id=id tick=tick /> }.into_any(),
                 "checkpoints" => view! { <Checkpoints run_id=id tick=tick /> }.into_any(),
                 "texts" => view! { <Texts run_id=id tick=tick /> }.into_any(),
+                "system" => view! { <System run_id=id tick=tick /> }.into_any(),
                 "evaluations" => view! { <Evaluations run_id=id tick=tick /> }.into_any(),
                 "diagnosis" => view! { <DiagnosisView run_id=id tick=tick /> }.into_any(),
                 _ => view! { <LogViewer of=LogsOf::Run(id) /> }.into_any(),
@@ -474,6 +478,56 @@ fn Checkpoints(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
                             </tr>
                         }).collect_view()}</tbody>
                     </table></div>
+                }.into_any()
+            })}
+        </section>
+    }
+}
+
+/// The job's GPUs and processes over each attempt (the agent's telemetry):
+/// one chart per field, a line per GPU.
+#[component]
+fn System(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
+    let charts = Resource::new(
+        move || (run_id.clone(), tick.get()),
+        |(id, _)| async move {
+            let spans =
+                fetch::<SystemTelemetry>(api(&paths::run_system(&id), &[("max_points", "1")])).await?;
+            if spans.attempts.is_empty() {
+                return Ok::<_, ServerFnError>((spans.attempts, Vec::new()));
+            }
+            let fields: Vec<(&str, &str)> = GPU_FIELDS.iter().chain(PROCESS_FIELDS.iter()).copied().collect();
+            let paths = fields
+                .iter()
+                .map(|(field, _)| api(&paths::run_system_chart(&id), &[("field", field)]))
+                .collect();
+            let svgs = api_get_many(paths).await?;
+            let charts = fields
+                .into_iter()
+                .map(|(field, _)| field.to_string())
+                .zip(svgs)
+                .collect();
+            Ok((spans.attempts, charts))
+        },
+    );
+    view! {
+        <section class="card">
+            {loaded(charts, |(attempts, charts): (Vec<AttemptSpan>, Charts)| {
+                if attempts.is_empty() {
+                    return view! { <p class="empty">"No system telemetry: it is recorded for jobs, from the moment they start on a node."</p> }.into_any();
+                }
+                view! {
+                    <p class="muted" data-testid="system-attempts">{attempts.iter().map(|a| {
+                        let gpus: Vec<String> = a.gpus.iter().map(|gpu| format!("GPU {gpu}")).collect();
+                        let gpus = if gpus.is_empty() { "no GPU".to_string() } else { gpus.join(", ") };
+                        format!("attempt {} on {} ({gpus})", a.attempt, a.node)
+                    }).collect::<Vec<_>>().join(" · ")}</p>
+                    <div class="charts" data-testid="system-charts">
+                        {charts.into_iter().map(|(field, svg)| match svg {
+                            Ok(svg) => view! { <figure class="chart" data-field=field.clone()><div class="chart-svg" inner_html=svg></div></figure> }.into_any(),
+                            Err(error) => view! { <p class="error">{field} ": " {error}</p> }.into_any(),
+                        }).collect_view()}
+                    </div>
                 }.into_any()
             })}
         </section>

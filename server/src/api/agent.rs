@@ -15,6 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::agent::{AgentHello, AgentWelcome, Poll, PollAnswer, Report};
 use gpuplane_api::error::{ErrorBody, FieldError};
+use gpuplane_api::telemetry::TelemetryBatch;
 use std::collections::HashSet;
 
 /// Registers the agent's node (by name) with its labels and GPUs, and tells
@@ -116,6 +117,26 @@ pub async fn report(
     if applied.jobs_changed {
         state.jobs_changed();
     }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// GPU and process samples since the agent's last batch, stored with the
+/// node's telemetry; a batch id seen before adds nothing.
+#[utoipa::path(post, path = "/agent/telemetry", tag = "agent",
+    security(("bearer" = ["agent"])),
+    request_body = TelemetryBatch,
+    responses((status = 204), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn telemetry(
+    auth: Authed<Agent>,
+    State(state): State<AppState>,
+    ApiJson(batch): ApiJson<TelemetryBatch>,
+) -> Result<StatusCode, ApiError> {
+    require_own_node(&state.db, &auth.caller, &batch.node_id).await?;
+    nodes::telemetry::validate(&batch)?;
+    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    nodes::telemetry::ingest(&mut tx, &batch.node_id, &batch).await?;
+    tx.commit().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

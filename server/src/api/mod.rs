@@ -17,6 +17,7 @@ mod nodes;
 mod projects;
 mod quotas;
 mod runs;
+mod telemetry;
 mod tokens;
 mod users;
 
@@ -102,6 +103,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(metrics::chart_svg))
         .routes(routes!(metrics::chart_png))
         .routes(routes!(metrics::list_texts))
+        .routes(routes!(telemetry::run_system))
+        .routes(routes!(telemetry::system_chart_svg))
         .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
         .routes(routes!(runs::list_checkpoints))
@@ -122,9 +125,14 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(events::follow_events))
         .routes(routes!(agent::hello))
         .routes(routes!(agent::poll))
-        .merge(OpenApiRouter::new().routes(routes!(agent::report)).layer(
-            axum::extract::DefaultBodyLimit::max(gpuplane_api::agent::MAX_REPORT_BYTES),
-        ))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(agent::report))
+                .routes(routes!(agent::telemetry))
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    gpuplane_api::agent::MAX_REPORT_BYTES,
+                )),
+        )
         .routes(routes!(agent::log_upload))
         .routes(routes!(openapi_json));
     // The OAuth endpoints live at the root, where RFC 8414 clients expect them.

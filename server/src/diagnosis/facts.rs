@@ -6,6 +6,7 @@ use crate::events::{self, Filter};
 use crate::jobs::store;
 use crate::logs;
 use crate::metrics::{self, Axis, Query};
+use crate::nodes::telemetry;
 use crate::runs;
 use crate::state::AppState;
 use crate::store::Error;
@@ -14,6 +15,7 @@ use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation, Finding};
 use gpuplane_api::event::Severity;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::metric::Value;
+use gpuplane_api::telemetry::gpu_key;
 use std::time::Duration;
 
 const LOW_UTILIZATION_PERCENT: u32 = 10;
@@ -267,13 +269,18 @@ async fn node_health(
         });
         return Ok(findings);
     }
-    let readings: Vec<(i64, Option<i64>)> = sqlx::query_as(
-        "SELECT idx, utilization_percent FROM gpus WHERE node_id = ? AND source = 'nvml' ORDER BY idx",
-    )
-    .bind(node_id)
-    .fetch_all(&state.db)
-    .await?;
-    let idle = idle_gpus(&readings, gpus);
+    let window = Duration::from_secs(state.config.settings.gpu_idle_window_s);
+    let now = now_ms() as f64 / 1000.0;
+    let mut means = Vec::new();
+    for &gpu in gpus {
+        let key = gpu_key(gpu, "utilization_percent");
+        if let Some((mean, span)) =
+            telemetry::mean(&state.db, node_id, &key, now - window.as_secs_f64(), now).await?
+        {
+            means.push(GpuMean { gpu, mean, span });
+        }
+    }
+    let idle = idle_gpus(&means, window);
     if !idle.is_empty() {
         findings.push(Finding {
             severity: Severity::Warning,
@@ -288,15 +295,23 @@ async fn node_health(
     Ok(findings)
 }
 
-/// The job's GPUs whose last NVML reading is below [`LOW_UTILIZATION_PERCENT`]
-/// (GPUs without a reading are not judged), as `GPU 1 at 3%`.
-fn idle_gpus(readings: &[(i64, Option<i64>)], assigned: &[u32]) -> Vec<String> {
-    readings
+/// A GPU's mean utilisation over the idle window, and the seconds its
+/// samples span.
+struct GpuMean {
+    gpu: u32,
+    mean: f64,
+    span: f64,
+}
+
+/// The GPUs whose utilisation averaged below [`LOW_UTILIZATION_PERCENT`] over
+/// samples spanning at least half the window (a job that just started, or a
+/// GPU without telemetry, is not judged), as `GPU 1 averaged 3% over 5m`.
+fn idle_gpus(means: &[GpuMean], window: Duration) -> Vec<String> {
+    let over = humantime::format_duration(Duration::from_secs(window.as_secs()));
+    means
         .iter()
-        .filter(|(idx, util)| {
-            assigned.contains(&(*idx as u32)) && util.is_some_and(|u| u < LOW_UTILIZATION_PERCENT as i64)
-        })
-        .map(|(idx, util)| format!("GPU {idx} at {}%", util.unwrap_or(0)))
+        .filter(|m| m.span >= window.as_secs_f64() / 2.0 && m.mean < f64::from(LOW_UTILIZATION_PERCENT))
+        .map(|m| format!("GPU {} averaged {:.0}% over {over}", m.gpu, m.mean))
         .collect()
 }
 
@@ -305,10 +320,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_jobs_own_gpus_with_a_low_reading_are_idle() {
-        let readings = [(0, Some(3)), (1, Some(95)), (2, None), (3, Some(0))];
-        assert_eq!(idle_gpus(&readings, &[0, 1, 2]), ["GPU 0 at 3%"]);
-        assert_eq!(idle_gpus(&readings, &[3]), ["GPU 3 at 0%"]);
-        assert!(idle_gpus(&readings, &[1, 2]).is_empty());
+    fn gpus_are_idle_when_their_average_over_most_of_the_window_is_low() {
+        let window = Duration::from_secs(300);
+        let mean = |gpu, mean, span| GpuMean { gpu, mean, span };
+        let cases = [
+            (mean(0, 3.2, 290.0), Some("GPU 0 averaged 3% over 5m")),
+            // Busy on average, even with idle moments in between.
+            (mean(1, 55.0, 300.0), None),
+            // Just started: too little of the window to judge.
+            (mean(2, 0.0, 100.0), None),
+            (mean(3, 0.0, 150.0), Some("GPU 3 averaged 0% over 5m")),
+            (mean(4, 10.0, 300.0), None),
+        ];
+        for (gpu, expected) in cases {
+            let found = idle_gpus(std::slice::from_ref(&gpu), window);
+            assert_eq!(found.first().map(String::as_str), expected, "GPU {}", gpu.gpu);
+        }
     }
 }

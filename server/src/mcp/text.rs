@@ -9,8 +9,9 @@ use gpuplane_api::evaluation::Evaluation;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
 use gpuplane_api::log::Logs;
-use gpuplane_api::metric::{Checkpoint, Run, Series};
+use gpuplane_api::metric::{Checkpoint, Run, Series, TextPage};
 use gpuplane_api::node::{ClusterSummary, Node};
+use gpuplane_api::telemetry::SystemTelemetry;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -171,6 +172,52 @@ pub fn summary(tool: &str, body: &Value) -> String {
             }
             if series.points.is_none() && series.buckets.is_none() {
                 text.push_str("(no points in this range)");
+            }
+            text
+        }),
+        "get_run_system" => read(body, |system: SystemTelemetry| {
+            let mut text = String::new();
+            for attempt in &system.attempts {
+                let _ = writeln!(
+                    text,
+                    "attempt {} on {}, GPUs {:?}",
+                    attempt.attempt, attempt.node, attempt.gpus
+                );
+            }
+            for series in &system.series {
+                let values: Vec<f64> = match (&series.series.points, &series.series.buckets) {
+                    (Some(points), _) => points.iter().map(|p| p.value.0).collect(),
+                    (None, Some(buckets)) => buckets.iter().map(|b| b.last.0).collect(),
+                    (None, None) => Vec::new(),
+                };
+                let whose = series
+                    .gpu
+                    .map_or("processes".to_string(), |gpu| format!("GPU {gpu}"));
+                let _ = write!(text, "attempt {} {whose} {}: ", series.attempt, series.field);
+                if values.is_empty() {
+                    text.push_str("no samples\n");
+                    continue;
+                }
+                let mean = values.iter().sum::<f64>() / values.len() as f64;
+                let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let _ = writeln!(
+                    text,
+                    "mean {mean:.1}, max {max:.1} over {} readings",
+                    values.len()
+                );
+            }
+            if system.attempts.is_empty() {
+                text.push_str("no telemetry: the run has no job, or its job has not started");
+            }
+            text
+        }),
+        "list_run_texts" => read(body, |page: TextPage| {
+            let mut text = format!("keys: {}\n", page.keys.join(", "));
+            for entry in &page.items {
+                let _ = writeln!(text, "step {} {}: {}", entry.step, entry.key, entry.text);
+            }
+            if let Some(next) = page.next_before {
+                let _ = writeln!(text, "(more: before={next})");
             }
             text
         }),

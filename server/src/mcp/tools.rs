@@ -195,6 +195,29 @@ pub const TOOLS: &[ToolDef] = &[
         joined: None,
     },
     ToolDef {
+        name: "get_run_system",
+        method: "GET",
+        path: "/runs/{run_id}/system",
+        effect: Effect::Reads,
+        description: "The GPUs and processes of a run's job over time, from the agent's telemetry: per \
+            attempt and GPU, utilisation, memory used, power, temperature and SM clock, and the job's \
+            CPU and memory, as downsampled buckets (`field` picks one; `max_points`, default 20, bounds \
+            each series). Use it to see whether a job keeps its GPUs busy.",
+        defaults: &[("max_points", 20)],
+        joined: None,
+    },
+    ToolDef {
+        name: "list_run_texts",
+        method: "GET",
+        path: "/runs/{run_id}/texts",
+        effect: Effect::Reads,
+        description: "Texts a run logged per step (generated samples, prompts; `run.log_text` in the \
+            SDK), highest step first, with every key it logged texts under; `key` picks one, `limit` \
+            (default 10) and `before` page.",
+        defaults: &[("limit", 10)],
+        joined: None,
+    },
+    ToolDef {
         name: "explain_failure",
         method: "GET",
         path: "/runs/{run_id}/failure",

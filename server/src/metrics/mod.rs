@@ -149,12 +149,12 @@ pub async fn ingest(
 }
 
 /// Step order; points at the same step keep their wall-time order.
-fn sort_points(points: &mut [RawPoint]) {
+pub(crate) fn sort_points(points: &mut [RawPoint]) {
     points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
 }
 
 /// Stores points of one series (sorted) as chunks of at most [`CHUNK_POINTS`].
-async fn insert_chunks(
+pub(crate) async fn insert_chunks(
     conn: &mut SqliteConnection,
     run_id: &str,
     key: &str,

@@ -3,6 +3,7 @@
 //! the node list.
 
 pub mod agent_link;
+pub mod telemetry;
 
 use crate::events::{self, Links};
 use crate::jobs::lifecycle;

@@ -159,6 +159,16 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
          "oom_killed": false, "cancelled": false, "time": 0}]});
     let (status, _) = f.post("/agent/report", &token_b, forged.clone()).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    // Nor can B write telemetry for A's GPUs.
+    let telemetry = json!({"node_id": node_a, "batch_id": "t1", "samples": [
+        {"wall_time": 1.0e9, "gpus": [{"index": 0, "utilization_percent": 99.0}]}]});
+    let (status, _) = f.post("/agent/telemetry", &token_b, telemetry.clone()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_series")
+        .fetch_one(f.db())
+        .await
+        .unwrap();
+    assert_eq!(stored, 0);
     // Reported under its own node id, the forged exit changes nothing.
     let mut own = forged.clone();
     own["node_id"] = welcome_b["node_id"].clone();

@@ -159,18 +159,6 @@ async fn a_segfault_a_missing_working_dir_and_a_nan_loss_get_their_own_explanati
     assert_eq!(diagnosis["failure"]["rule"], "nan-loss");
 }
 
-/// The kinds of a run's findings, in order.
-async fn findings(cluster: &Cluster, run_id: &str) -> Vec<String> {
-    let (status, diagnosis) = cluster.get(&format!("/runs/{run_id}/diagnosis")).await;
-    assert_eq!(status, 200, "{diagnosis}");
-    diagnosis["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["kind"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_to_explain() {
     // Silence is worth a finding after 2 s here (15 minutes by default).
@@ -189,7 +177,7 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
     assert_eq!(status, 200, "{diagnosis}");
     assert_eq!(diagnosis["status"], "RUNNING");
     assert_eq!(diagnosis["failure"], Value::Null);
-    assert_eq!(findings(&cluster, &job.run_id).await, Vec::<String>::new());
+    assert_eq!(cluster.findings(&job.run_id).await, Vec::<String>::new());
     let (status, body) = cluster.get(&format!("/runs/{}/failure", job.run_id)).await;
     assert_eq!(status, 409, "{body}");
 
@@ -205,13 +193,13 @@ async fn running_jobs_are_diagnosed_and_a_run_that_did_not_fail_has_no_failure_t
         .await;
     assert_eq!(status, 200, "{body}");
     eventually("a NO_OUTPUT finding", gpuplane_testkit::WAIT, || async {
-        let kinds = findings(&cluster, &job.run_id).await;
+        let kinds = cluster.findings(&job.run_id).await;
         (kinds == ["LOSS_DIVERGING", "NO_OUTPUT"]).then_some(())
     })
     .await;
     agent.signal("STOP");
     eventually("a NODE_OFFLINE finding", gpuplane_testkit::WAIT, || async {
-        let kinds = findings(&cluster, &job.run_id).await;
+        let kinds = cluster.findings(&job.run_id).await;
         kinds.contains(&"NODE_OFFLINE".to_string()).then_some(())
     })
     .await;
@@ -277,9 +265,9 @@ async fn loss_trends_are_read_from_the_metrics() {
         assert_eq!(status, 200, "{body}");
         runs.push(run_id);
     }
-    assert_eq!(findings(&cluster, &runs[0]).await, Vec::<String>::new());
-    assert_eq!(findings(&cluster, &runs[1]).await, ["LOSS_FLAT"]);
-    assert_eq!(findings(&cluster, &runs[2]).await, ["LOSS_DIVERGING"]);
+    assert_eq!(cluster.findings(&runs[0]).await, Vec::<String>::new());
+    assert_eq!(cluster.findings(&runs[1]).await, ["LOSS_FLAT"]);
+    assert_eq!(cluster.findings(&runs[2]).await, ["LOSS_DIVERGING"]);
     let (_, diagnosis) = cluster.get(&format!("/runs/{}/diagnosis", runs[3])).await;
     assert_eq!(diagnosis["findings"][0]["kind"], "LOSS_NAN");
     assert_eq!(

@@ -9,4 +9,5 @@ mod gpuctl;
 mod jobs;
 mod scheduling;
 mod security;
+mod telemetry;
 mod tensorboard;

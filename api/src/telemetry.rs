@@ -1,0 +1,137 @@
+//! GPU and process telemetry over time: what an agent samples every few
+//! seconds (`POST /api/v1/agent/telemetry`) and what a run's System tab
+//! reads back (`GET /api/v1/runs/{run_id}/system`).
+
+use crate::metric::Series;
+use serde::{Deserialize, Serialize};
+
+/// What is sampled, one definition for the agent, the server's series keys
+/// and the console's chart titles: (field, title with unit).
+pub const GPU_FIELDS: [(&str, &str); 5] = [
+    ("utilization_percent", "GPU utilisation (%)"),
+    ("memory_used_mib", "GPU memory used (MiB)"),
+    ("power_w", "GPU power (W)"),
+    ("temperature_c", "GPU temperature (°C)"),
+    ("sm_clock_mhz", "SM clock (MHz)"),
+];
+
+/// The job's own process tree: CPU (100 = one core) and resident memory.
+pub const PROCESS_FIELDS: [(&str, &str); 2] = [
+    ("cpu_percent", "CPU of the job's processes (% of a core)"),
+    ("memory_rss_mib", "Memory of the job's processes (MiB RSS)"),
+];
+
+/// One reading of one GPU. A reading the driver cannot give is `null`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GpuSample {
+    pub index: u32,
+    pub utilization_percent: Option<f64>,
+    pub memory_used_mib: Option<f64>,
+    pub power_w: Option<f64>,
+    pub temperature_c: Option<f64>,
+    pub sm_clock_mhz: Option<f64>,
+}
+
+impl GpuSample {
+    /// The readings by field name, in [`GPU_FIELDS`] order.
+    pub fn readings(&self) -> [(&'static str, Option<f64>); 5] {
+        [
+            (GPU_FIELDS[0].0, self.utilization_percent),
+            (GPU_FIELDS[1].0, self.memory_used_mib),
+            (GPU_FIELDS[2].0, self.power_w),
+            (GPU_FIELDS[3].0, self.temperature_c),
+            (GPU_FIELDS[4].0, self.sm_clock_mhz),
+        ]
+    }
+}
+
+/// The resources of one running attempt's process tree (its process group).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSample {
+    pub job_id: String,
+    pub attempt: i64,
+    pub cpu_percent: f64,
+    pub memory_rss_mib: f64,
+}
+
+impl ProcessSample {
+    /// The readings by field name, in [`PROCESS_FIELDS`] order.
+    pub fn readings(&self) -> [(&'static str, f64); 2] {
+        [
+            (PROCESS_FIELDS[0].0, self.cpu_percent),
+            (PROCESS_FIELDS[1].0, self.memory_rss_mib),
+        ]
+    }
+}
+
+/// Everything read at one moment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySample {
+    /// Seconds since the epoch.
+    pub wall_time: f64,
+    #[serde(default)]
+    pub gpus: Vec<GpuSample>,
+    #[serde(default)]
+    pub processes: Vec<ProcessSample>,
+}
+
+/// `POST /api/v1/agent/telemetry`: samples since the last batch. A batch id
+/// seen before for the node adds nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryBatch {
+    pub node_id: String,
+    pub batch_id: String,
+    pub samples: Vec<TelemetrySample>,
+}
+
+/// The series key of a GPU field on its node: `gpu3.power_w`.
+pub fn gpu_key(index: u32, field: &str) -> String {
+    format!("gpu{index}.{field}")
+}
+
+/// The series key of a process field of an attempt on its node:
+/// `job_01….2.cpu_percent`.
+pub fn process_key(job_id: &str, attempt: i64, field: &str) -> String {
+    format!("{job_id}.{attempt}.{field}")
+}
+
+/// `GET /api/v1/runs/{run_id}/system`: the telemetry of a run's job, each
+/// attempt on its node over its own time span.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SystemTelemetry {
+    pub attempts: Vec<AttemptSpan>,
+    /// One series per attempt, GPU (for GPU fields) and field, in
+    /// [`GPU_FIELDS`] then [`PROCESS_FIELDS`] order.
+    pub series: Vec<SystemSeries>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AttemptSpan {
+    pub attempt: i64,
+    pub node: String,
+    pub gpus: Vec<u32>,
+    /// Seconds since the epoch; `to` is null while it runs.
+    pub from: f64,
+    pub to: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SystemSeries {
+    pub attempt: i64,
+    /// The GPU for GPU fields; null for the process fields.
+    pub gpu: Option<u32>,
+    pub field: String,
+    /// Points or buckets over wall time (`step` is milliseconds since the epoch).
+    pub series: Series,
+}

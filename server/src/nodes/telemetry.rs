@@ -1,0 +1,302 @@
+//! GPU and process telemetry over time, stored per node in the metric chunk
+//! storage: a node's series sit in `metric_chunks` under the node's id (run
+//! ids and node ids never collide), with the sample time in milliseconds as
+//! the step. So ingest, range queries with buckets, compaction and charts
+//! are the metrics' own. `telemetry_series` lists a node's series and how far
+//! each was downsampled; [`maintain`] keeps full resolution for a while,
+//! then one mean a minute, and deletes what is older than the retention.
+
+use crate::metrics::chunk::{RawPoint, decode_points};
+use crate::metrics::{self, Axis, Query};
+use crate::store::Error;
+use crate::store::time::now_ms;
+use gpuplane_api::error::FieldError;
+use gpuplane_api::metric::Series;
+use gpuplane_api::telemetry::{TelemetryBatch, gpu_key, process_key};
+use sqlx::{SqliteConnection, SqlitePool};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The most samples one batch may carry (over an hour at one every 2 s).
+pub const MAX_BATCH_SAMPLES: usize = 2_000;
+/// Downsampled telemetry keeps one mean per this many milliseconds.
+pub const DOWNSAMPLED_MS: i64 = 60_000;
+
+/// Checks a batch; one error per bad field (at most 20).
+pub fn validate(batch: &TelemetryBatch) -> Result<(), Error> {
+    let mut errors = Vec::new();
+    if batch.batch_id.trim().is_empty() || batch.batch_id.len() > 200 {
+        errors.push(FieldError {
+            field: "batch_id".into(),
+            message: "must be 1-200 characters".into(),
+        });
+    }
+    if batch.samples.len() > MAX_BATCH_SAMPLES {
+        errors.push(FieldError {
+            field: "samples".into(),
+            message: format!("at most {MAX_BATCH_SAMPLES} samples per batch"),
+        });
+    }
+    for (at, sample) in batch.samples.iter().enumerate() {
+        if errors.len() >= 20 {
+            break;
+        }
+        if !sample.wall_time.is_finite() || sample.wall_time < 0.0 {
+            errors.push(FieldError {
+                field: format!("samples[{at}].wall_time"),
+                message: "must be a finite number of seconds since the epoch".into(),
+            });
+        }
+        if sample.gpus.iter().any(|gpu| gpu.index > 1024) {
+            errors.push(FieldError {
+                field: format!("samples[{at}].gpus"),
+                message: "a GPU index is at most 1024".into(),
+            });
+        }
+        if let Some(process) = sample
+            .processes
+            .iter()
+            .find(|p| p.job_id.is_empty() || p.job_id.len() > 100)
+        {
+            errors.push(FieldError {
+                field: format!("samples[{at}].processes"),
+                message: format!("`{}` is not a job id", process.job_id),
+            });
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(errors))
+    }
+}
+
+/// Stores a validated batch in the caller's transaction; a batch id seen
+/// before for the node adds nothing. Returns the samples stored.
+pub async fn ingest(
+    conn: &mut SqliteConnection,
+    node_id: &str,
+    batch: &TelemetryBatch,
+) -> Result<usize, Error> {
+    let fresh = sqlx::query(
+        "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (run_id, batch_id) DO NOTHING",
+    )
+    .bind(node_id)
+    .bind(&batch.batch_id)
+    .bind(batch.samples.len() as i64)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    if fresh.rows_affected() == 0 {
+        return Ok(0);
+    }
+    let mut by_key: BTreeMap<String, Vec<RawPoint>> = BTreeMap::new();
+    for sample in &batch.samples {
+        let point = |value: f64| RawPoint {
+            step: (sample.wall_time * 1000.0).round() as i64,
+            wall: sample.wall_time,
+            value,
+        };
+        for gpu in &sample.gpus {
+            for (field, value) in gpu.readings() {
+                if let Some(value) = value.filter(|v| v.is_finite()) {
+                    by_key
+                        .entry(gpu_key(gpu.index, field))
+                        .or_default()
+                        .push(point(value));
+                }
+            }
+        }
+        for process in &sample.processes {
+            for (field, value) in process.readings() {
+                if value.is_finite() {
+                    let key = process_key(&process.job_id, process.attempt, field);
+                    by_key.entry(key).or_default().push(point(value));
+                }
+            }
+        }
+    }
+    for (key, mut points) in by_key {
+        metrics::sort_points(&mut points);
+        metrics::insert_chunks(conn, node_id, &key, &points).await?;
+        sqlx::query("INSERT INTO telemetry_series (node_id, key) VALUES (?, ?) ON CONFLICT DO NOTHING")
+            .bind(node_id)
+            .bind(&key)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(batch.samples.len())
+}
+
+/// A node's series over a time range (seconds since the epoch), as points
+/// or at most `max_points` buckets.
+pub async fn series(
+    db: &SqlitePool,
+    node_id: &str,
+    key: &str,
+    from: f64,
+    to: Option<f64>,
+    max_points: usize,
+) -> Result<Series, Error> {
+    let query = Query {
+        key: key.to_string(),
+        max_points,
+        axis: Axis::Time,
+        from: Some(from),
+        to,
+    };
+    metrics::query(db, node_id, &query).await
+}
+
+/// The mean of a node's series over a time range (seconds since the epoch)
+/// and the seconds its samples span; `None` without samples.
+pub async fn mean(
+    db: &SqlitePool,
+    node_id: &str,
+    key: &str,
+    from: f64,
+    to: f64,
+) -> Result<Option<(f64, f64)>, Error> {
+    let points = raw_points(db, node_id, key, from, to).await?;
+    let (Some(first), Some(last)) = (
+        points.iter().map(|p| p.wall).reduce(f64::min),
+        points.iter().map(|p| p.wall).reduce(f64::max),
+    ) else {
+        return Ok(None);
+    };
+    let sum: f64 = points.iter().map(|p| p.value).sum();
+    Ok(Some((sum / points.len() as f64, last - first)))
+}
+
+/// Every stored point of a series in a time range.
+async fn raw_points(
+    db: &SqlitePool,
+    node_id: &str,
+    key: &str,
+    from: f64,
+    to: f64,
+) -> Result<Vec<RawPoint>, Error> {
+    let blobs: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT points FROM metric_chunks WHERE run_id = ? AND key = ? AND time_max >= ? AND time_min <= ?",
+    )
+    .bind(node_id)
+    .bind(key)
+    .bind(from)
+    .bind(to)
+    .fetch_all(db)
+    .await?;
+    let mut points = Vec::new();
+    for blob in &blobs {
+        decode_points(blob, &mut points);
+    }
+    points.retain(|p| p.wall >= from && p.wall <= to);
+    Ok(points)
+}
+
+/// How long telemetry is kept, at full resolution and in all.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub full_resolution: Duration,
+    pub keep: Duration,
+}
+
+/// What one [`maintain`] pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Maintained {
+    pub downsampled_points: usize,
+    pub deleted_chunks: u64,
+}
+
+/// Deletes telemetry older than the retention, and replaces full-resolution
+/// points older than `full_resolution` by one mean a minute. A series is
+/// downsampled chunk by chunk, each in its own transaction, so readers see
+/// the old chunk or its replacement, never both.
+pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Result<Maintained, Error> {
+    let mut done = Maintained::default();
+    let keep_from = now_ms - retention.keep.as_millis() as i64;
+    done.deleted_chunks = sqlx::query(
+        "DELETE FROM metric_chunks WHERE step_max < ?
+         AND run_id IN (SELECT DISTINCT node_id FROM telemetry_series)",
+    )
+    .bind(keep_from)
+    .execute(db)
+    .await?
+    .rows_affected();
+    let full_from = now_ms - retention.full_resolution.as_millis() as i64;
+    // Whole minutes only, so a minute is never averaged twice.
+    let cutoff = full_from - full_from.rem_euclid(DOWNSAMPLED_MS);
+    let series: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT node_id, key, downsampled_until FROM telemetry_series WHERE downsampled_until < ?",
+    )
+    .bind(cutoff)
+    .fetch_all(db)
+    .await?;
+    for (node_id, key, since) in series {
+        done.downsampled_points += downsample(db, &node_id, &key, since, cutoff).await?;
+    }
+    Ok(done)
+}
+
+/// Replaces a series' points in `[since, until)` (milliseconds) by one mean
+/// a minute; returns how many points were replaced.
+async fn downsample(
+    db: &SqlitePool,
+    node_id: &str,
+    key: &str,
+    since: i64,
+    until: i64,
+) -> Result<usize, Error> {
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND step_max >= ? AND step_min < ?",
+    )
+    .bind(node_id)
+    .bind(key)
+    .bind(since)
+    .bind(until)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut points = Vec::new();
+    for (_, blob) in &chunks {
+        decode_points(blob, &mut points);
+    }
+    let (old, keep): (Vec<RawPoint>, Vec<RawPoint>) = points
+        .into_iter()
+        .partition(|p| p.step >= since && p.step < until);
+    let mut minutes: BTreeMap<i64, (f64, f64, usize)> = BTreeMap::new();
+    for point in &old {
+        let minute = point.step - point.step.rem_euclid(DOWNSAMPLED_MS);
+        let slot = minutes.entry(minute).or_insert((0.0, 0.0, 0));
+        slot.0 += point.value;
+        slot.1 += point.wall;
+        slot.2 += 1;
+    }
+    let mut merged: Vec<RawPoint> = minutes
+        .into_iter()
+        .map(|(minute, (sum, walls, count))| RawPoint {
+            step: minute,
+            wall: walls / count as f64,
+            value: sum / count as f64,
+        })
+        .collect();
+    merged.extend(keep);
+    metrics::sort_points(&mut merged);
+    for (id, _) in &chunks {
+        sqlx::query("DELETE FROM metric_chunks WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    if !merged.is_empty() {
+        metrics::insert_chunks(&mut tx, node_id, key, &merged).await?;
+    }
+    sqlx::query("UPDATE telemetry_series SET downsampled_until = ? WHERE node_id = ? AND key = ?")
+        .bind(until)
+        .bind(node_id)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(old.len())
+}

@@ -1,0 +1,142 @@
+//! GPU and process telemetry from a real agent with simulated GPUs, which
+//! follow the CPU of the job holding them: a job that computes reads busy,
+//! one that sleeps reads idle. The run's System data and charts show the
+//! job's own GPUs over its span; LOW_GPU_UTILIZATION judges the average over
+//! a window; old telemetry is downsampled, then deleted.
+
+use gpuplane_api::job::JobStatus;
+use gpuplane_server::nodes::telemetry::{Retention, maintain};
+use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::{WAIT, eventually};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The values of one series of a run's System answer.
+fn values(system: &Value, field: &str, gpu: Option<u32>) -> Vec<f64> {
+    let series = system["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["field"] == field && s["gpu"] == json!(gpu))
+        .unwrap_or_else(|| panic!("no {field} series for GPU {gpu:?}: {system}"));
+    series["series"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_f64().unwrap())
+        .collect()
+}
+
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_aged_out() {
+    let cluster = Cluster::start_with(|config| config.settings.gpu_idle_window_s = 3).await;
+    let _agent = cluster.agent("box", 2, &["--telemetry-interval", "0.25"]);
+    cluster.wait_for_nodes(1).await;
+    let compute = "import time\nend = time.time() + 6\nwhile time.time() < end: pass";
+    let busy = cluster
+        .submit(json!({"name": "busy", "resources": {"gpu": 1}, "command": ["python3", "-c", compute]}))
+        .await;
+    let idle = cluster
+        .submit(json!({"name": "idle", "resources": {"gpu": 1}, "command": sh("sleep 60")}))
+        .await;
+    let idle = cluster.wait_for(&idle.id, JobStatus::Running).await;
+
+    // The sleeping job's GPU averages nothing over the 3 s window; the
+    // computing one's does not get the finding while it runs.
+    eventually("LOW_GPU_UTILIZATION for the sleeping job", WAIT, || async {
+        cluster
+            .findings(&idle.run_id)
+            .await
+            .contains(&"LOW_GPU_UTILIZATION".to_string())
+            .then_some(())
+    })
+    .await;
+    let running = cluster.job(&busy.id).await;
+    if running.status == JobStatus::Running {
+        assert!(
+            !cluster
+                .findings(&running.run_id)
+                .await
+                .contains(&"LOW_GPU_UTILIZATION".to_string())
+        );
+    }
+    let (_, diagnosis) = cluster.get(&format!("/runs/{}/diagnosis", idle.run_id)).await;
+    let summary = diagnosis["findings"][0]["summary"].as_str().unwrap();
+    assert!(summary.contains("averaged 0% over 3s"), "{summary}");
+
+    let busy = cluster.wait_for(&busy.id, JobStatus::Succeeded).await;
+    let busy_gpu = busy.attempts[0].gpus[0];
+    let (status, system) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
+    assert_eq!(status, 200, "{system}");
+    assert_eq!(system["attempts"][0]["node"], "box");
+    assert_eq!(system["attempts"][0]["gpus"], json!([busy_gpu]));
+    // Only the job's own GPU, over its own span: mostly busy.
+    let other_gpu = 1 - busy_gpu;
+    assert!(
+        !system["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["gpu"] == json!(other_gpu)),
+        "{system}"
+    );
+    let utilization = values(&system, "utilization_percent", Some(busy_gpu));
+    assert!(utilization.len() >= 8, "{utilization:?}");
+    assert!(mean(&utilization) > 50.0, "{utilization:?}");
+    assert!(mean(&values(&system, "cpu_percent", None)) > 50.0);
+    assert!(mean(&values(&system, "memory_rss_mib", None)) > 1.0);
+    // Simulated power and clocks rise with the load.
+    assert!(
+        values(&system, "power_w", Some(busy_gpu))
+            .iter()
+            .any(|&w| w > 200.0)
+    );
+    assert!(
+        values(&system, "sm_clock_mhz", Some(busy_gpu))
+            .iter()
+            .any(|&mhz| mhz > 1500.0)
+    );
+
+    let svg = cluster
+        .get_text(&format!(
+            "/runs/{}/system.svg?field=utilization_percent",
+            busy.run_id
+        ))
+        .await;
+    assert!(
+        svg.contains("<svg") && svg.contains("GPU utilisation") && svg.contains(&format!("GPU {busy_gpu}")),
+        "{svg}"
+    );
+    let (status, body) = cluster
+        .get(&format!("/runs/{}/system?field=fan", busy.run_id))
+        .await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (422, Some("field"))
+    );
+
+    // Two days on, the samples are one mean a minute; sixty days on, gone.
+    let db = &cluster.server.state.db;
+    let now = gpuplane_server::store::time::now_ms();
+    let day = 24 * 3600 * 1000;
+    let retention = Retention {
+        full_resolution: Duration::from_secs(24 * 3600),
+        keep: Duration::from_secs(30 * 24 * 3600),
+    };
+    let done = maintain(db, now + 2 * day, retention).await.unwrap();
+    assert!(done.downsampled_points >= utilization.len(), "{done:?}");
+    let (_, aged) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
+    let minutes = values(&aged, "utilization_percent", Some(busy_gpu));
+    assert!(minutes.len() <= 2, "{minutes:?}");
+    assert!(mean(&minutes) > 50.0, "{minutes:?}");
+    maintain(db, now + 60 * day, retention).await.unwrap();
+    let (_, gone) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
+    assert!(
+        values(&gone, "utilization_percent", Some(busy_gpu)).is_empty(),
+        "{gone}"
+    );
+}
