@@ -5,9 +5,14 @@
 //! runs on hosts without a driver. Every reading NVML cannot give becomes `None`.
 
 use gpuplane_api::node::{Gpu, GpuSource};
-use gpuplane_api::telemetry::GpuSample;
+use gpuplane_api::telemetry::{GpuFault, GpuFaultKind, GpuSample};
 use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 /// Memory a simulated GPU claims to have (an 80 GB card).
 const SIMULATED_MEMORY_MIB: u64 = 81_920;
@@ -98,6 +103,114 @@ impl GpuProbe {
     }
 }
 
+/// GPU faults waiting for the next telemetry batch.
+pub type FaultQueue = Arc<Mutex<Vec<GpuFault>>>;
+
+impl GpuProbe {
+    /// With NVML, waits for Xid and ECC events of every GPU on a thread of
+    /// its own and queues them. Simulated GPUs report the faults written to
+    /// a file instead ([`simulated_faults`]).
+    pub fn watch_faults(self: &Arc<Self>, queue: FaultQueue) {
+        if !matches!(**self, GpuProbe::Nvml(_)) {
+            return;
+        }
+        let probe = self.clone();
+        let spawned = std::thread::Builder::new().name("nvml-events".into()).spawn(move || {
+            let GpuProbe::Nvml(nvml) = &*probe else { return };
+            if let Err(error) = wait_for_faults(nvml, &queue) {
+                tracing::warn!(%error, "stopped watching NVML events: Xid and ECC errors are not reported");
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "cannot start the NVML event thread: Xid and ECC errors are not reported");
+        }
+    }
+}
+
+fn wait_for_faults(nvml: &Nvml, queue: &Mutex<Vec<GpuFault>>) -> Result<(), NvmlError> {
+    let wanted =
+        EventTypes::CRITICAL_XID_ERROR | EventTypes::SINGLE_BIT_ECC_ERROR | EventTypes::DOUBLE_BIT_ECC_ERROR;
+    let mut set = nvml.create_event_set()?;
+    for index in 0..nvml.device_count()? {
+        let device = nvml.device_by_index(index)?;
+        let supported = device.supported_event_types().unwrap_or(EventTypes::empty()) & wanted;
+        if !supported.is_empty() {
+            set = device.register_events(supported, set).map_err(|e| e.error)?;
+        }
+    }
+    loop {
+        let event = match set.wait(5_000) {
+            Ok(event) => event,
+            Err(NvmlError::Timeout) => continue,
+            Err(error) => return Err(error),
+        };
+        let kind = if event.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
+            GpuFaultKind::Xid
+        } else if event.event_type.contains(EventTypes::DOUBLE_BIT_ECC_ERROR) {
+            GpuFaultKind::EccDoubleBit
+        } else {
+            GpuFaultKind::EccSingleBit
+        };
+        let fault = GpuFault {
+            wall_time: now_seconds(),
+            index: event.device.index().unwrap_or(u32::MAX),
+            kind,
+            xid: match event.event_data {
+                Some(XidError::Value(xid)) => Some(xid),
+                _ => None,
+            },
+        };
+        tracing::warn!(index = fault.index, fault = fault.describe(), "GPU fault");
+        queue.lock().unwrap_or_else(|e| e.into_inner()).push(fault);
+    }
+}
+
+/// Faults written for simulated GPUs to rehearse what a real one reports:
+/// lines of `INDEX xid N`, `INDEX ecc_single_bit` or `INDEX ecc_double_bit`
+/// in `file`, which is read once and removed. Bad lines are skipped with a
+/// warning.
+pub fn simulated_faults(file: &Path) -> Vec<GpuFault> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
+    let _ = std::fs::remove_file(file);
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .filter_map(|line| {
+            let parsed = parse_fault(line);
+            if parsed.is_none() {
+                tracing::warn!(
+                    line,
+                    "not a simulated GPU fault (INDEX xid N | INDEX ecc_single_bit | INDEX ecc_double_bit)"
+                );
+            }
+            parsed
+        })
+        .collect()
+}
+
+fn parse_fault(line: &str) -> Option<GpuFault> {
+    let mut words = line.split_whitespace();
+    let index = words.next()?.parse().ok()?;
+    let kind = GpuFaultKind::parse(words.next()?)?;
+    let xid = match kind {
+        GpuFaultKind::Xid => Some(words.next()?.parse().ok()?),
+        _ => None,
+    };
+    Some(GpuFault {
+        wall_time: now_seconds(),
+        index,
+        kind,
+        xid,
+    })
+}
+
+fn now_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 fn simulated_sample(index: u32, wall_time: f64, load: SimulatedLoad) -> GpuSample {
     let utilization = load.cpu_percent.clamp(0.0, 100.0);
     let drift = (wall_time / 30.0 + f64::from(index)).sin();
@@ -168,4 +281,38 @@ fn read_nvml(nvml: &Nvml) -> Vec<Gpu> {
         });
     }
     gpus
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simulated_fault_lines_parse_and_bad_ones_are_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("faults");
+        std::fs::write(
+            &file,
+            "0 xid 79\n\n1 ecc_double_bit\n2 xid\nnonsense\n3 ecc_single_bit extra\n",
+        )
+        .unwrap();
+        let faults = simulated_faults(&file);
+        let read: Vec<(u32, GpuFaultKind, Option<u64>)> =
+            faults.iter().map(|f| (f.index, f.kind, f.xid)).collect();
+        assert_eq!(
+            read,
+            [
+                (0, GpuFaultKind::Xid, Some(79)),
+                (1, GpuFaultKind::EccDoubleBit, None),
+                (3, GpuFaultKind::EccSingleBit, None),
+            ]
+        );
+        assert!(!file.exists(), "the file is read once");
+        assert!(
+            faults[0]
+                .describe()
+                .starts_with("Xid 79 (the GPU has fallen off the bus")
+        );
+        assert!(simulated_faults(&file).is_empty());
+    }
 }

@@ -207,6 +207,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             reporter.clone(),
             client.clone(),
             interval,
+            jobs_dir.clone(),
         ))
     });
     let hello = |gpus| AgentHello {

@@ -5,11 +5,12 @@
 //! taken yet wait in memory, at most [`MAX_WAITING`] (the oldest go first).
 
 use crate::client::{Client, ClientError};
-use crate::gpus::{GpuProbe, SimulatedLoad};
+use crate::gpus::{FaultQueue, GpuProbe, SimulatedLoad};
 use crate::jobs::{Manager, RunningProcess};
 use crate::reporter::Reporter;
-use gpuplane_api::telemetry::{ProcessSample, TelemetryBatch, TelemetrySample};
+use gpuplane_api::telemetry::{GpuFault, ProcessSample, TelemetryBatch, TelemetrySample};
 use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,23 +21,37 @@ const MAX_WAITING: usize = 1_800;
 /// Samples per request.
 const PER_BATCH: usize = 300;
 
-/// Samples and sends until the task is dropped.
+/// Where simulated GPUs read the faults they are to report (see
+/// [`crate::gpus::simulated_faults`]).
+pub const SIMULATED_FAULTS_FILE: &str = "simulated-gpu-faults";
+
+/// Samples and sends until the task is dropped. GPU faults are sent at the
+/// next sample, without waiting for the batch to fill.
 pub async fn run(
     probe: Arc<GpuProbe>,
     manager: Arc<Manager>,
     reporter: Arc<Reporter>,
     client: Arc<Client>,
     interval: Duration,
+    jobs_dir: PathBuf,
 ) {
+    let faults: FaultQueue = Arc::default();
+    probe.watch_faults(faults.clone());
+    let simulated_faults_file =
+        matches!(*probe, GpuProbe::Simulated { .. }).then(|| jobs_dir.join(SIMULATED_FAULTS_FILE));
     let mut processes = ProcessReader::new();
     let mut waiting: VecDeque<TelemetrySample> = VecDeque::new();
+    let mut waiting_faults: Vec<GpuFault> = Vec::new();
     let send_every = interval * SAMPLES_PER_SEND;
     let mut last_sent = Instant::now();
     let mut ticks = tokio::time::interval(interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut batches = 0u64;
     loop {
         ticks.tick().await;
+        waiting_faults.append(&mut faults.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(file) = &simulated_faults_file {
+            waiting_faults.extend(crate::gpus::simulated_faults(file));
+        }
         let wall_time = now_seconds();
         let running = manager.processes();
         let used = processes.read(&running);
@@ -51,40 +66,49 @@ pub async fn run(
             })
         };
         let gpus = probe.sample(wall_time, load);
-        if gpus.is_empty() && used.is_empty() {
-            continue;
+        if !gpus.is_empty() || !used.is_empty() {
+            waiting.push_back(TelemetrySample {
+                wall_time,
+                gpus,
+                processes: used,
+            });
+            if waiting.len() > MAX_WAITING {
+                waiting.pop_front();
+            }
         }
-        waiting.push_back(TelemetrySample {
-            wall_time,
-            gpus,
-            processes: used,
-        });
-        if waiting.len() > MAX_WAITING {
-            waiting.pop_front();
-        }
-        if last_sent.elapsed() < send_every {
+        if waiting.is_empty() && waiting_faults.is_empty()
+            || last_sent.elapsed() < send_every && waiting_faults.is_empty()
+        {
             continue;
         }
         let Some(node_id) = reporter.node_id() else {
             continue;
         };
         last_sent = Instant::now();
-        while !waiting.is_empty() {
+        while !waiting.is_empty() || !waiting_faults.is_empty() {
             let take = waiting.len().min(PER_BATCH);
-            batches += 1;
+            // Named by what it holds, so a batch resent after a lost answer
+            // is the same batch to the server.
+            let first = waiting
+                .front()
+                .map(|sample| sample.wall_time)
+                .or_else(|| waiting_faults.first().map(|fault| fault.wall_time))
+                .unwrap_or_default();
             let batch = TelemetryBatch {
                 node_id: node_id.clone(),
-                // The first sample's time and a counter: unique per agent process.
-                batch_id: format!("{}-{batches}", (waiting[0].wall_time * 1000.0) as i64),
+                batch_id: format!("{}-{take}-{}", (first * 1000.0) as i64, waiting_faults.len()),
                 samples: waiting.iter().take(take).cloned().collect(),
+                faults: waiting_faults.clone(),
             };
             match client.post::<_, ()>("agent/telemetry", &batch).await {
                 Ok(()) => {
                     waiting.drain(..take);
+                    waiting_faults.clear();
                 }
                 Err(ClientError::Failed { status, message }) if status.is_client_error() => {
                     tracing::warn!(%status, message, samples = take, "the server refused telemetry; dropping it");
                     waiting.drain(..take);
+                    waiting_faults.clear();
                 }
                 // Unreachable, or the node must say hello again: keep it for later.
                 Err(_) => break,

@@ -46,6 +46,8 @@ pub enum EventKind {
     /// A running job was stopped to free GPUs for a higher-priority job and
     /// queued again.
     JobPreempted,
+    /// A GPU reported a hardware error through NVML (an Xid, an ECC error).
+    GpuError,
 }
 
 names!("event kind", EventKind {
@@ -62,6 +64,7 @@ names!("event kind", EventKind {
     NoMetrics => "NO_METRICS",
     ReportDropped => "REPORT_DROPPED",
     JobPreempted => "JOB_PREEMPTED",
+    GpuError => "GPU_ERROR",
 });
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

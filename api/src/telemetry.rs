@@ -81,8 +81,8 @@ pub struct TelemetrySample {
     pub processes: Vec<ProcessSample>,
 }
 
-/// `POST /api/v1/agent/telemetry`: samples since the last batch. A batch id
-/// seen before for the node adds nothing.
+/// `POST /api/v1/agent/telemetry`: samples and GPU faults since the last
+/// batch. A batch id seen before for the node adds nothing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
@@ -90,6 +90,75 @@ pub struct TelemetryBatch {
     pub node_id: String,
     pub batch_id: String,
     pub samples: Vec<TelemetrySample>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<GpuFault>,
+}
+
+/// A hardware error NVML reported for a GPU: each becomes a `GPU_ERROR` event
+/// on the job holding the GPU, which the diagnosis explains.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct GpuFault {
+    /// Seconds since the epoch.
+    pub wall_time: f64,
+    pub index: u32,
+    pub kind: GpuFaultKind,
+    /// The Xid number, for `xid`.
+    #[serde(default)]
+    pub xid: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum GpuFaultKind {
+    /// A critical Xid error of the driver.
+    Xid,
+    /// A corrected (single-bit) memory error: a warning.
+    EccSingleBit,
+    /// An uncorrected (double-bit) memory error.
+    EccDoubleBit,
+}
+
+names!("GPU fault kind", GpuFaultKind {
+    Xid => "xid",
+    EccSingleBit => "ecc_single_bit",
+    EccDoubleBit => "ecc_double_bit",
+});
+
+impl GpuFault {
+    /// What the fault is, in words: `Xid 79 (the GPU has fallen off the bus: …)`.
+    pub fn describe(&self) -> String {
+        match (self.kind, self.xid) {
+            (GpuFaultKind::Xid, Some(xid)) => format!("Xid {xid} ({})", xid_meaning(xid)),
+            (GpuFaultKind::Xid, None) => "an Xid error of unknown number".into(),
+            (GpuFaultKind::EccSingleBit, _) => "a corrected single-bit ECC memory error".into(),
+            (GpuFaultKind::EccDoubleBit, _) => {
+                "an uncorrected double-bit ECC memory error (the data in GPU memory is lost)".into()
+            }
+        }
+    }
+}
+
+/// What the common Xid numbers mean (NVIDIA's Xid catalogue, short).
+pub fn xid_meaning(xid: u64) -> &'static str {
+    match xid {
+        13 => "graphics engine exception: often an out-of-range access in a kernel of the job",
+        31 => "GPU memory page fault: an illegal address in a kernel of the job, or a driver bug",
+        43 => "the GPU stopped processing: a kernel of the job faulted",
+        45 => "preemptive cleanup after an earlier error",
+        48 => "double-bit ECC error: GPU memory is failing",
+        61 | 62 => "internal micro-controller error: a driver or firmware fault",
+        63 | 64 => "ECC page retirement or row remapping: GPU memory is wearing out",
+        74 => "NVLink error: a link between GPUs failed",
+        79 => "the GPU has fallen off the bus: hardware, power or a PCIe fault",
+        92 => "high single-bit ECC error rate: GPU memory is degrading",
+        94 => "contained ECC error: the affected job was stopped, the GPU keeps working",
+        95 => "uncontained ECC error: the GPU needs a reset",
+        119 | 120 => "GSP firmware error: the GPU needs a reset",
+        _ => "see NVIDIA's Xid catalogue",
+    }
 }
 
 /// The series key of a GPU field on its node: `gpu3.power_w`.
@@ -123,6 +192,26 @@ pub struct AttemptSpan {
     /// Seconds since the epoch; `to` is null while it runs.
     pub from: f64,
     pub to: Option<f64>,
+}
+
+impl SystemSeries {
+    /// Who the series is about: `GPU 3`, or `processes`.
+    pub fn whose(&self) -> String {
+        self.gpu
+            .map_or("processes".to_string(), |gpu| format!("GPU {gpu}"))
+    }
+
+    /// The mean and peak of its readings (its points, or its buckets' last
+    /// values); `None` without any.
+    pub fn mean_and_peak(&self) -> Option<(f64, f64)> {
+        let values: Vec<f64> = match (&self.series.points, &self.series.buckets) {
+            (Some(points), _) => points.iter().map(|p| p.value.0).collect(),
+            (None, Some(buckets)) => buckets.iter().map(|b| b.last.0).collect(),
+            (None, None) => Vec::new(),
+        };
+        let peak = values.iter().copied().reduce(f64::max)?;
+        Some((values.iter().sum::<f64>() / values.len() as f64, peak))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

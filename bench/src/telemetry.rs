@@ -145,5 +145,6 @@ fn batch(node_id: &str, round: usize, node: usize) -> TelemetryBatch {
         node_id: node_id.to_string(),
         batch_id: format!("bench-{round}"),
         samples,
+        faults: Vec::new(),
     }
 }

@@ -307,7 +307,7 @@ async fn run_show_marks_non_finite_latest_values() {
         {"key": "train/loss", "step": 10, "wall_time": 1.0, "value": 0.25},
         {"key": "train/loss", "step": 11, "wall_time": 2.0, "value": "NaN"},
         {"key": "eval/acc", "step": 11, "wall_time": 2.0, "value": 0.5},
-    ]});
+    ], "texts": [{"key": "samples", "step": 11, "wall_time": 2.0, "text": "a cat\non a mat"}]});
     http.post(format!("{}/api/v1/runs/{run_id}/metrics", server.url))
         .bearer_auth(&token)
         .json(&points)
@@ -336,17 +336,41 @@ async fn run_show_marks_non_finite_latest_values() {
     "#]]
     .assert_eq(&text);
     assert!(shown.contains("critical LOSS_NAN"), "{shown}");
-    let json = json(&gpuctl(
+    let shown_json = json(&gpuctl(
         home.path(),
         &[&base[..], &["run", "show", run_id, "--json"]].concat(),
     ));
-    assert_eq!(json["run"]["latest"]["train/loss"]["value"], "NaN");
+    assert_eq!(shown_json["run"]["latest"]["train/loss"]["value"], "NaN");
     assert_eq!(
         gpuctl(home.path(), &[&base[..], &["run", "show", "run_nope"]].concat())
             .status
             .code(),
         Some(5)
     );
+    let texts = stdout(&gpuctl(
+        home.path(),
+        &[&base[..], &["run", "texts", run_id]].concat(),
+    ));
+    assert_eq!(texts, "step 11 samples:\n  a cat\n  on a mat\n");
+    let texts = json(&gpuctl(
+        home.path(),
+        &[&base[..], &["run", "texts", run_id, "--key", "none", "--json"]].concat(),
+    ));
+    assert_eq!(
+        (texts["items"].as_array().unwrap().len(), &texts["keys"]),
+        (0, &serde_json::json!(["samples"]))
+    );
+    // An SDK run has no job, so no telemetry; a bad field is refused by name.
+    let system = stdout(&gpuctl(
+        home.path(),
+        &[&base[..], &["run", "system", run_id]].concat(),
+    ));
+    assert!(system.contains("no telemetry"), "{system}");
+    let bad = gpuctl(
+        home.path(),
+        &[&base[..], &["run", "system", run_id, "--field", "fan"]].concat(),
+    );
+    assert_eq!(bad.status.code(), Some(7), "{}", stderr(&bad));
 }
 
 #[tokio::test(flavor = "multi_thread")]

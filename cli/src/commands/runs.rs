@@ -11,7 +11,8 @@ use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::event::Event;
 use gpuplane_api::experiment::{self, RunColumn, RunSort};
 use gpuplane_api::job::Job;
-use gpuplane_api::metric::{Checkpoint, Goal, PrimaryMetric, Run, SetPrimaryMetric};
+use gpuplane_api::metric::{Checkpoint, Goal, PrimaryMetric, Run, SetPrimaryMetric, TextPage};
+use gpuplane_api::telemetry::SystemTelemetry;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -63,6 +64,24 @@ pub enum RunCommand {
     /// What looks wrong with a run, running or ended: NaN or diverging loss,
     /// silence, idle GPUs, a lost host, and the failure if it failed.
     Diagnose { run_id: String },
+    /// Texts the run logged per step (samples, prompts), highest step first.
+    Texts {
+        run_id: String,
+        /// Only this key.
+        #[arg(long)]
+        key: Option<String>,
+        #[arg(long, default_value_t = 20)]
+        limit: i64,
+    },
+    /// The job's GPUs and processes over its run (agent telemetry): mean and
+    /// peak of each field per GPU.
+    System {
+        run_id: String,
+        /// One field: utilization_percent, memory_used_mib, power_w,
+        /// temperature_c, sm_clock_mhz, cpu_percent or memory_rss_mib.
+        #[arg(long)]
+        field: Option<String>,
+    },
 }
 
 #[derive(Serialize)]
@@ -145,8 +164,71 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
             let diagnosis: Diagnosis = client.get(&format!("runs/{run_id}/diagnosis")).await?;
             out.emit(&diagnosis, render_diagnosis);
         }
+        RunCommand::Texts { run_id, key, limit } => {
+            let run_id = resolve(client, run_id).await?;
+            let mut query = form_urlencoded::Serializer::new(format!("limit={limit}"));
+            if let Some(key) = &key {
+                query.append_pair("key", key);
+            }
+            let page: TextPage = client
+                .get(&format!("runs/{run_id}/texts?{}", query.finish()))
+                .await?;
+            out.emit(&page, |page| {
+                if page.items.is_empty() {
+                    return "no texts (log them with run.log_text(key, text))".into();
+                }
+                let mut text = String::new();
+                for entry in &page.items {
+                    let _ = writeln!(
+                        text,
+                        "step {} {}:\n  {}",
+                        entry.step,
+                        entry.key,
+                        entry.text.replace('\n', "\n  ")
+                    );
+                }
+                text
+            });
+        }
+        RunCommand::System { run_id, field } => {
+            let run_id = resolve(client, run_id).await?;
+            let mut query = form_urlencoded::Serializer::new("max_points=1000".to_string());
+            if let Some(field) = &field {
+                query.append_pair("field", field);
+            }
+            let system: SystemTelemetry = client
+                .get(&format!("runs/{run_id}/system?{}", query.finish()))
+                .await?;
+            out.emit(&system, render_system);
+        }
     }
     Ok(())
+}
+
+/// Each attempt, then each series as its mean and peak.
+fn render_system(system: &SystemTelemetry) -> String {
+    if system.attempts.is_empty() {
+        return "no telemetry: the run has no job, or its job has not started".into();
+    }
+    let mut text = String::new();
+    for attempt in &system.attempts {
+        let _ = writeln!(
+            text,
+            "attempt {} on {}, GPUs {:?}",
+            attempt.attempt, attempt.node, attempt.gpus
+        );
+    }
+    for series in &system.series {
+        let (attempt, whose, field) = (series.attempt, series.whose(), &series.field);
+        let _ = match series.mean_and_peak() {
+            Some((mean, peak)) => writeln!(
+                text,
+                "  attempt {attempt} {whose:<9} {field:<20} mean {mean:>8.1}  peak {peak:>8.1}"
+            ),
+            None => writeln!(text, "  attempt {attempt} {whose:<9} {field:<20} no samples"),
+        };
+    }
+    text
 }
 
 /// `eval/accuracy (max, set on the run): best 0.91 at step 200, checkpoint …`.

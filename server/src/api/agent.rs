@@ -121,7 +121,8 @@ pub async fn report(
 }
 
 /// GPU and process samples since the agent's last batch, stored with the
-/// node's telemetry; a batch id seen before adds nothing.
+/// node's telemetry, and GPU faults, recorded as `GPU_ERROR` events; a batch
+/// id seen before adds nothing.
 #[utoipa::path(post, path = "/agent/telemetry", tag = "agent",
     security(("bearer" = ["agent"])),
     request_body = TelemetryBatch,
@@ -135,8 +136,11 @@ pub async fn telemetry(
     require_own_node(&state.db, &auth.caller, &batch.node_id).await?;
     nodes::telemetry::validate(&batch)?;
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
-    nodes::telemetry::ingest(&mut tx, &batch.node_id, &batch).await?;
+    let ingested = nodes::telemetry::ingest(&mut tx, &batch.node_id, &batch).await?;
     tx.commit().await?;
+    if ingested.faults > 0 {
+        let _ = state.event_recorded.send(());
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -181,6 +181,12 @@ fn render(
             Evidence::Log { text, .. } => Some(text.trim().to_string()),
             _ => None,
         })
+        .or_else(|| {
+            evidence.iter().find_map(|e| match e {
+                Evidence::Event { message, .. } => Some(message.clone()),
+                _ => None,
+            })
+        })
         .unwrap_or_default();
     let fill = |text: &str| fill(text, facts, &matched);
     FailureExplanation {
@@ -382,6 +388,35 @@ mod tests {
                 The kernel's OOM killer stopped the job: host memory ran out.
                 first action: reduce DataLoader num_workers and prefetching; stream the dataset instead of loading it whole
                 retry: Retrying unchanged will likely fail the same way; reduce host memory use first.
+            "#]],
+        );
+    }
+
+    #[test]
+    fn a_gpu_error_event_explains_the_failure_before_the_log_lines_do() {
+        let mut facts = facts(
+            FailureReason::ExitCode,
+            "exited with code 1",
+            "RuntimeError: CUDA error: unspecified launch failure",
+        );
+        facts.events = vec![Event {
+            id: "evt_1".into(),
+            time: "2026-11-30T00:00:00.000Z".into(),
+            severity: Severity::Critical,
+            kind: EventKind::GpuError,
+            job_id: None,
+            run_id: None,
+            node_id: None,
+            message: "GPU 0 on box reported Xid 79 (the GPU has fallen off the bus: hardware, power or a PCIe fault)"
+                .into(),
+        }];
+        check(
+            facts,
+            expect![[r#"
+                gpu-hardware-error | GPU hardware error (Xid / ECC)
+                The job's GPU reported a hardware error: GPU 0 on box reported Xid 79 (the GPU has fallen off the bus: hardware, power or a PCIe fault)
+                first action: on the host: nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER and sudo dmesg | grep -i xid
+                retry: A hardware error may pass on another node; the same GPU may fail again until it is checked.
             "#]],
         );
     }

@@ -185,26 +185,14 @@ pub fn summary(tool: &str, body: &Value) -> String {
                 );
             }
             for series in &system.series {
-                let values: Vec<f64> = match (&series.series.points, &series.series.buckets) {
-                    (Some(points), _) => points.iter().map(|p| p.value.0).collect(),
-                    (None, Some(buckets)) => buckets.iter().map(|b| b.last.0).collect(),
-                    (None, None) => Vec::new(),
+                let (attempt, whose, field) = (series.attempt, series.whose(), &series.field);
+                let _ = match series.mean_and_peak() {
+                    Some((mean, peak)) => writeln!(
+                        text,
+                        "attempt {attempt} {whose} {field}: mean {mean:.1}, max {peak:.1}"
+                    ),
+                    None => writeln!(text, "attempt {attempt} {whose} {field}: no samples"),
                 };
-                let whose = series
-                    .gpu
-                    .map_or("processes".to_string(), |gpu| format!("GPU {gpu}"));
-                let _ = write!(text, "attempt {} {whose} {}: ", series.attempt, series.field);
-                if values.is_empty() {
-                    text.push_str("no samples\n");
-                    continue;
-                }
-                let mean = values.iter().sum::<f64>() / values.len() as f64;
-                let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let _ = writeln!(
-                    text,
-                    "mean {mean:.1}, max {max:.1} over {} readings",
-                    values.len()
-                );
             }
             if system.attempts.is_empty() {
                 text.push_str("no telemetry: the run has no job, or its job has not started");

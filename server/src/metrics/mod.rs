@@ -160,28 +160,46 @@ pub(crate) async fn insert_chunks(
     key: &str,
     points: &[RawPoint],
 ) -> Result<(), Error> {
-    for part in points.chunks(CHUNK_POINTS) {
-        let (first, last) = (part[0], part[part.len() - 1]);
-        let (time_min, time_max) = part
-            .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-                (lo.min(p.wall), hi.max(p.wall))
-            });
-        sqlx::query(
-            "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(run_id)
-        .bind(key)
-        .bind(first.step)
-        .bind(last.step)
-        .bind(time_min)
-        .bind(time_max)
-        .bind(part.len() as i64)
-        .bind(encode_summary(part))
-        .bind(encode_points(part))
-        .execute(&mut *conn)
-        .await?;
+    insert_series_chunks(conn, run_id, &[(key, points)]).await
+}
+
+/// Chunks inserted by one statement: few enough for SQLite's bound
+/// parameters (9 each), enough to save the round trips of many small series.
+const CHUNKS_PER_STATEMENT: usize = 200;
+
+/// Stores the points of several series of one owner (each sorted) as chunks
+/// of at most [`CHUNK_POINTS`], many rows per statement.
+pub(crate) async fn insert_series_chunks(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    series: &[(&str, &[RawPoint])],
+) -> Result<(), Error> {
+    let rows: Vec<(&str, &[RawPoint])> = series
+        .iter()
+        .flat_map(|&(key, points)| points.chunks(CHUNK_POINTS).map(move |part| (key, part)))
+        .collect();
+    for statement in rows.chunks(CHUNKS_PER_STATEMENT) {
+        let mut insert = sqlx::QueryBuilder::new(
+            "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points) ",
+        );
+        insert.push_values(statement, |mut row, &(key, part)| {
+            let (first, last) = (part[0], part[part.len() - 1]);
+            let (time_min, time_max) = part
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+                    (lo.min(p.wall), hi.max(p.wall))
+                });
+            row.push_bind(owner)
+                .push_bind(key)
+                .push_bind(first.step)
+                .push_bind(last.step)
+                .push_bind(time_min)
+                .push_bind(time_max)
+                .push_bind(part.len() as i64)
+                .push_bind(encode_summary(part))
+                .push_bind(encode_points(part));
+        });
+        insert.build().execute(&mut *conn).await?;
     }
     Ok(())
 }

@@ -6,13 +6,15 @@
 //! each was downsampled; [`maintain`] keeps full resolution for a while,
 //! then one mean a minute, and deletes what is older than the retention.
 
+use crate::events::{self, Links};
 use crate::metrics::chunk::{RawPoint, decode_points};
 use crate::metrics::{self, Axis, Query};
 use crate::store::Error;
 use crate::store::time::now_ms;
 use gpuplane_api::error::FieldError;
+use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::metric::Series;
-use gpuplane_api::telemetry::{TelemetryBatch, gpu_key, process_key};
+use gpuplane_api::telemetry::{GpuFault, GpuFaultKind, TelemetryBatch, gpu_key, process_key};
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -71,13 +73,22 @@ pub fn validate(batch: &TelemetryBatch) -> Result<(), Error> {
     }
 }
 
+/// What one batch stored.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ingested {
+    pub samples: usize,
+    /// GPU faults recorded as `GPU_ERROR` events.
+    pub faults: usize,
+}
+
 /// Stores a validated batch in the caller's transaction; a batch id seen
-/// before for the node adds nothing. Returns the samples stored.
+/// before for the node adds nothing. Each GPU fault becomes a `GPU_ERROR`
+/// event on the node and on the job that held the GPU then.
 pub async fn ingest(
     conn: &mut SqliteConnection,
     node_id: &str,
     batch: &TelemetryBatch,
-) -> Result<usize, Error> {
+) -> Result<Ingested, Error> {
     let fresh = sqlx::query(
         "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
          ON CONFLICT (run_id, batch_id) DO NOTHING",
@@ -89,7 +100,10 @@ pub async fn ingest(
     .execute(&mut *conn)
     .await?;
     if fresh.rows_affected() == 0 {
-        return Ok(0);
+        return Ok(Ingested::default());
+    }
+    for fault in &batch.faults {
+        record_fault(conn, node_id, fault).await?;
     }
     let mut by_key: BTreeMap<String, Vec<RawPoint>> = BTreeMap::new();
     for sample in &batch.samples {
@@ -117,16 +131,70 @@ pub async fn ingest(
             }
         }
     }
-    for (key, mut points) in by_key {
-        metrics::sort_points(&mut points);
-        metrics::insert_chunks(conn, node_id, &key, &points).await?;
-        sqlx::query("INSERT INTO telemetry_series (node_id, key) VALUES (?, ?) ON CONFLICT DO NOTHING")
-            .bind(node_id)
-            .bind(&key)
-            .execute(&mut *conn)
-            .await?;
+    for points in by_key.values_mut() {
+        metrics::sort_points(points);
     }
-    Ok(batch.samples.len())
+    let series: Vec<(&str, &[RawPoint])> = by_key
+        .iter()
+        .map(|(key, points)| (key.as_str(), &points[..]))
+        .collect();
+    metrics::insert_series_chunks(conn, node_id, &series).await?;
+    // Every key in one statement: most are known already.
+    let keys: Vec<&str> = by_key.keys().map(String::as_str).collect();
+    sqlx::query(
+        "INSERT INTO telemetry_series (node_id, key) SELECT ?, value FROM json_each(?) WHERE true
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(node_id)
+    .bind(serde_json::to_string(&keys).map_err(anyhow::Error::from)?)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Ingested {
+        samples: batch.samples.len(),
+        faults: batch.faults.len(),
+    })
+}
+
+/// A `GPU_ERROR` event for a fault, linked to the job whose attempt held the
+/// GPU when it happened (critical, but for a corrected ECC error).
+async fn record_fault(conn: &mut SqliteConnection, node_id: &str, fault: &GpuFault) -> Result<(), Error> {
+    let at = (fault.wall_time * 1000.0) as i64;
+    let holder: Option<(String, Option<String>)> = sqlx::query_as(
+        "SELECT a.job_id, r.id FROM attempts a LEFT JOIN runs r ON r.job_id = a.job_id
+         WHERE a.node_id = ?1 AND a.started_at <= ?2 AND (a.ended_at IS NULL OR a.ended_at >= ?2)
+           AND EXISTS (SELECT 1 FROM json_each(a.gpus) WHERE value = ?3)
+         ORDER BY a.started_at DESC LIMIT 1",
+    )
+    .bind(node_id)
+    .bind(at)
+    .bind(fault.index)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let node: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+        .bind(node_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let (job_id, run_id) = holder.map_or((None, None), |(job, run)| (Some(job), run));
+    let severity = match fault.kind {
+        GpuFaultKind::EccSingleBit => Severity::Warning,
+        GpuFaultKind::Xid | GpuFaultKind::EccDoubleBit => Severity::Critical,
+    };
+    let whose = job_id
+        .as_deref()
+        .map(|job| format!(" while job {job} used it"))
+        .unwrap_or_default();
+    let message = format!(
+        "GPU {} on {node} reported {}{whose}",
+        fault.index,
+        fault.describe()
+    );
+    let links = Links {
+        job_id: job_id.as_deref(),
+        run_id: run_id.as_deref(),
+        node_id: Some(node_id),
+    };
+    events::record(conn, at, severity, EventKind::GpuError, links, &message).await?;
+    Ok(())
 }
 
 /// A node's series over a time range (seconds since the epoch), as points

@@ -140,3 +140,53 @@ async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_
         "{gone}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_xid_on_a_jobs_gpu_is_a_critical_event_that_explains_its_failure() {
+    let cluster = Cluster::start().await;
+    let agent = cluster.agent("box", 1, &["--telemetry-interval", "0.25"]);
+    cluster.wait_for_nodes(1).await;
+    let script = "sleep 3; echo 'RuntimeError: CUDA error: unspecified launch failure' >&2; exit 1";
+    let job = cluster
+        .submit(json!({"name": "xid", "resources": {"gpu": 1}, "command": sh(script)}))
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Running).await;
+    // What NVML would report: an Xid on the job's GPU, a corrected ECC error
+    // on a GPU no job holds.
+    std::fs::write(
+        agent.jobs_dir.join("simulated-gpu-faults"),
+        "0 xid 79\n7 ecc_single_bit\n",
+    )
+    .unwrap();
+    let job = cluster.wait_for(&job.id, JobStatus::Failed).await;
+
+    let on_job = cluster.events(&format!("job_id={}&kind=GPU_ERROR", job.id)).await;
+    assert_eq!(on_job.len(), 1, "{on_job:?}");
+    assert_eq!(on_job[0].severity.as_str(), "critical");
+    assert_eq!(on_job[0].run_id.as_deref(), Some(job.run_id.as_str()));
+    assert!(
+        on_job[0]
+            .message
+            .contains("GPU 0 on box reported Xid 79 (the GPU has fallen off the bus"),
+        "{on_job:?}"
+    );
+    let all = cluster.events("kind=GPU_ERROR").await;
+    let ecc = all
+        .iter()
+        .find(|e| e.message.contains("GPU 7"))
+        .expect("the ECC event");
+    assert_eq!((ecc.severity.as_str(), ecc.job_id.as_deref()), ("warning", None));
+
+    // The Xid explains the failure, before the CUDA error in the log does.
+    let (status, failure) = cluster.get(&format!("/runs/{}/failure", job.run_id)).await;
+    assert_eq!(status, 200, "{failure}");
+    assert_eq!(failure["rule"], "gpu-hardware-error", "{failure}");
+    assert!(
+        failure["summary"].as_str().unwrap().contains("Xid 79"),
+        "{failure}"
+    );
+    assert!(
+        failure["actions"][1].as_str().unwrap().contains("drain"),
+        "{failure}"
+    );
+}
