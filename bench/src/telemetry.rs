@@ -1,7 +1,7 @@
 //! Telemetry: the agent's CPU while it samples 8 simulated GPUs every 2 s
 //! (idle, and with a job whose process group it reads), and the server's CPU
 //! while 1,000 GPUs (125 nodes × 8) send a sample every 2 s, in batches of 5
-//! every 10 s as agents do, for a minute, paced in real time.
+//! every 10 s as agents do, paced in real time, compaction included.
 
 use crate::jobs::{
     Binaries, cpu_seconds, release_binaries, say_hello, start_agent, start_server_process, wait_for_node,
@@ -14,6 +14,8 @@ const NODES: usize = 125;
 const GPUS_PER_NODE: u32 = 8;
 const SAMPLE_EVERY_S: f64 = 2.0;
 const SAMPLES_PER_BATCH: usize = 5;
+/// Small chunks a series has before compaction merges them (the server's rule).
+const SMALL_CHUNKS_BEFORE_COMPACTING: u32 = 16;
 
 pub async fn run() -> anyhow::Result<()> {
     let binaries = release_binaries()?;
@@ -81,19 +83,28 @@ async fn server_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     }
     db.close().await;
     let pid = server.process.0.id();
-    let minute = Duration::from_secs(60);
+    // Each series gets a 5-point chunk every 10 s, and compaction merges 16
+    // of them: a window of 160 s after a warm-up holds one merge per series,
+    // the steady state.
     let batch_every = Duration::from_secs_f64(SAMPLE_EVERY_S * SAMPLES_PER_BATCH as f64);
-    let rounds = (minute.as_secs_f64() / batch_every.as_secs_f64()) as usize;
+    let warm_up = Duration::from_secs(100);
+    let window = batch_every * SMALL_CHUNKS_BEFORE_COMPACTING;
+    let rounds = ((warm_up + window).as_secs_f64() / batch_every.as_secs_f64()).ceil() as usize;
     let started = Instant::now();
-    let before = cpu_seconds(pid)?;
+    let mut before = None;
     let mut points = 0usize;
     for round in 0..rounds {
         for (at, (node_id, token)) in nodes.iter().enumerate() {
             // Nodes spread over the 10 s, as independent agents would be.
             let due = batch_every.mul_f64(round as f64 + at as f64 / NODES as f64);
             tokio::time::sleep_until((started + due).into()).await;
+            if before.is_none() && started.elapsed() >= warm_up {
+                before = Some(cpu_seconds(pid)?);
+            }
             let batch = batch(node_id, round, at);
-            points += batch.samples.len() * GPUS_PER_NODE as usize * 5;
+            if before.is_some() {
+                points += batch.samples.len() * GPUS_PER_NODE as usize * 5;
+            }
             let response = http
                 .post(format!("{}/api/v1/agent/telemetry", server.url))
                 .bearer_auth(token)
@@ -107,15 +118,17 @@ async fn server_ingest(binaries: &Binaries) -> anyhow::Result<()> {
             );
         }
     }
-    tokio::time::sleep_until((started + minute).into()).await;
-    let used = cpu_seconds(pid)? - before;
+    tokio::time::sleep_until((started + warm_up + window).into()).await;
+    let used = cpu_seconds(pid)? - before.unwrap_or_default();
     println!(
         "telemetry: server ingest of {} GPUs sampled every {SAMPLE_EVERY_S} s ({NODES} nodes sending {SAMPLES_PER_BATCH} \
-         samples every {} s, {points} points in {}s): {:.2}% of a core, compaction included",
+         samples every {} s; {points} points in a {}s window after {}s of warm-up, one compaction of each series \
+         in it): {:.2}% of a core",
         NODES * GPUS_PER_NODE as usize,
         batch_every.as_secs(),
-        minute.as_secs(),
-        used / minute.as_secs_f64() * 100.0
+        window.as_secs(),
+        warm_up.as_secs(),
+        used / window.as_secs_f64() * 100.0
     );
     Ok(())
 }

@@ -747,4 +747,42 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
         .get(&format!("/runs/{run}/metrics?key=train/loss&max_points=100000"))
         .await;
     assert_eq!(all["points"].as_array().unwrap().len(), 2_001);
+
+    // Tiny chunks are merged among themselves: the 2,000-point chunk is not
+    // rewritten for them.
+    let merged_id: i64 = sqlx::query_scalar("SELECT id FROM metric_chunks WHERE run_id = ? AND count = 2000")
+        .bind(&run)
+        .fetch_one(db)
+        .await
+        .unwrap();
+    for batch in 0..15 {
+        let points: Vec<Value> = (0..10)
+            .map(|i| point("train/loss", 3_000 + batch * 10 + i, json!(1.0)))
+            .collect();
+        let (status, _) = f
+            .ingest(&run, json!({"batch_id": format!("t{batch}"), "points": points}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(
+        gpuplane_server::metrics::compact::pass(db, &mut seen)
+            .await
+            .unwrap(),
+        1
+    );
+    let sizes: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT id, count FROM metric_chunks WHERE run_id = ? ORDER BY step_min")
+            .bind(&run)
+            .fetch_all(db)
+            .await
+            .unwrap();
+    assert_eq!(
+        sizes.iter().map(|(_, count)| *count).collect::<Vec<_>>(),
+        [2_000, 151]
+    );
+    assert_eq!(sizes[0].0, merged_id);
+    let all = f
+        .get(&format!("/runs/{run}/metrics?key=train/loss&max_points=100000"))
+        .await;
+    assert_eq!(all["points"].as_array().unwrap().len(), 2_151);
 }
