@@ -292,6 +292,15 @@ pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Res
     .await?
     .rows_affected();
     let full_from = now_ms - retention.full_resolution.as_millis() as i64;
+    // A node's batch ids guard against resends, which come within the hour
+    // an agent keeps what it could not send: a day's worth is plenty.
+    sqlx::query(
+        "DELETE FROM metric_batches WHERE received_at < ?
+         AND run_id IN (SELECT DISTINCT node_id FROM telemetry_series)",
+    )
+    .bind(full_from)
+    .execute(db)
+    .await?;
     // Whole minutes only, so a minute is never averaged twice.
     let cutoff = full_from - full_from.rem_euclid(DOWNSAMPLED_MS);
     let series: Vec<(String, String, i64)> = sqlx::query_as(

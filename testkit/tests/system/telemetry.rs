@@ -139,6 +139,14 @@ async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_
         values(&gone, "utilization_percent", Some(busy_gpu)).is_empty(),
         "{gone}"
     );
+    // The node's batch ids (kept against resends) went with them.
+    let node_batches: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM metric_batches WHERE run_id IN (SELECT node_id FROM telemetry_series)",
+    )
+    .fetch_one(db)
+    .await
+    .unwrap();
+    assert_eq!(node_batches, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
