@@ -342,15 +342,13 @@ async fn texts_ride_in_batches_once_and_bad_ones_are_refused_clearly() {
             Some(json!({"project": "hidden", "name": "h"}).to_string()),
         )
         .await;
-    let (status, _) = f
-        .send(
-            "GET",
-            &format!("/runs/{}/texts", hidden["id"].as_str().unwrap()),
-            &f.token,
-            None,
-        )
-        .await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
+    let hidden_id = hidden["id"].as_str().unwrap();
+    for path in ["texts", "system", "system.svg?field=utilization_percent"] {
+        let (status, body) = f
+            .send("GET", &format!("/runs/{hidden_id}/{path}"), &f.token, None)
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
