@@ -40,7 +40,7 @@ pub fn validate(batch: &Batch) -> Result<(), Error> {
         });
     }
     for (at, point) in batch.points.iter().enumerate() {
-        check_key_and_time(&format!("points[{at}]"), &point.key, point.wall_time, &mut errors);
+        check_key_and_time("points", at, &point.key, point.wall_time, &mut errors);
         if errors.len() >= 20 {
             break;
         }
@@ -54,17 +54,18 @@ pub fn validate(batch: &Batch) -> Result<(), Error> {
 }
 
 /// A point's or text's key (1-[`MAX_KEY_LEN`] characters, no control
-/// characters) and wall time (finite); `at` names it (`points[3]`).
-fn check_key_and_time(at: &str, key: &str, wall_time: f64, errors: &mut Vec<FieldError>) {
+/// characters) and wall time (finite); `list[at]` names it (`points[3]`).
+/// The name is only formatted for an error: this runs for every point.
+fn check_key_and_time(list: &str, at: usize, key: &str, wall_time: f64, errors: &mut Vec<FieldError>) {
     if key.is_empty() || key.len() > MAX_KEY_LEN || key.chars().any(char::is_control) {
         errors.push(FieldError {
-            field: format!("{at}.key"),
+            field: format!("{list}[{at}].key"),
             message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
         });
     }
     if !wall_time.is_finite() {
         errors.push(FieldError {
-            field: format!("{at}.wall_time"),
+            field: format!("{list}[{at}].wall_time"),
             message: "must be a finite number of seconds since the epoch".into(),
         });
     }
