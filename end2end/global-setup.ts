@@ -34,7 +34,7 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
   const server = spawn(
     serverBin,
     ['--data-dir', dataDir, 'serve', '--bind', '127.0.0.1:0', '--site-root', path.join(targetDir, 'site'),
-     '--device-poll-interval-s', '1'],
+     '--device-poll-interval-s', '1', '--alert-retry-initial-s', '1'],
     {
       stdio: ['ignore', 'inherit', 'pipe'],
       env: {

@@ -12,6 +12,8 @@ NEXTEST_VERSION=0.9.143
 # The MCP tests use the official Python client, not one of ours.
 MCP_CLIENT_VERSION=2.3.0
 JSONSCHEMA_VERSION=4.26.0
+# A real SMTP server process for the alert email test.
+AIOSMTPD_VERSION=1.4.6
 started=$(date +%s)
 current=""
 step() {
@@ -47,10 +49,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest and the official MCP client (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client and an SMTP server (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
-  "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION"
+  "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION"
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -68,8 +70,8 @@ cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 step "docs: commands, config keys and paths named in the docs exist"
 python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 
-step "pytest (the Python SDK, and MCP through the official client, against the real server)"
-.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp
+step "pytest (the Python SDK, MCP through the official client, and alerts to real receivers, against the real server)"
+.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/alerts
 
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)

@@ -48,6 +48,14 @@ pub enum AuditAction {
     AgentTokenCreate,
     #[serde(rename = "agent_token.revoke")]
     AgentTokenRevoke,
+    #[serde(rename = "alert_channel.create")]
+    AlertChannelCreate,
+    #[serde(rename = "alert_channel.delete")]
+    AlertChannelDelete,
+    #[serde(rename = "alert_subscription.create")]
+    AlertSubscriptionCreate,
+    #[serde(rename = "alert_subscription.delete")]
+    AlertSubscriptionDelete,
 }
 
 names!("audit action", AuditAction {
@@ -71,6 +79,10 @@ names!("audit action", AuditAction {
     UserAdmin => "user.admin",
     AgentTokenCreate => "agent_token.create",
     AgentTokenRevoke => "agent_token.revoke",
+    AlertChannelCreate => "alert_channel.create",
+    AlertChannelDelete => "alert_channel.delete",
+    AlertSubscriptionCreate => "alert_subscription.create",
+    AlertSubscriptionDelete => "alert_subscription.delete",
 });
 
 /// One entry of the audit log.

@@ -48,6 +48,8 @@ pub enum EventKind {
     JobPreempted,
     /// A GPU reported a hardware error through NVML (an Xid, an ECC error).
     GpuError,
+    /// A run raised it itself (the SDK's `run.alert`), at the severity it chose.
+    RunAlert,
 }
 
 names!("event kind", EventKind {
@@ -65,6 +67,7 @@ names!("event kind", EventKind {
     ReportDropped => "REPORT_DROPPED",
     JobPreempted => "JOB_PREEMPTED",
     GpuError => "GPU_ERROR",
+    RunAlert => "RUN_ALERT",
 });
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

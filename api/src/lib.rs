@@ -46,6 +46,7 @@ macro_rules! names {
 }
 
 pub mod agent;
+pub mod alert;
 pub mod audit;
 pub mod auth;
 pub mod diagnosis;
@@ -108,6 +109,10 @@ mod tests {
         same_as_serde(crate::node::GpuSource::ALL);
         same_as_serde(crate::project::Role::ALL);
         same_as_serde(crate::quota::QuotaKind::ALL);
+        same_as_serde(crate::alert::ChannelKind::ALL);
+        same_as_serde(crate::alert::SubscriptionScope::ALL);
+        same_as_serde(crate::alert::DeliveryStatus::ALL);
+        same_as_serde(crate::audit::AuditAction::ALL);
     }
 
     #[test]

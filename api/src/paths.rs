@@ -4,6 +4,19 @@
 /// The prefix of every API route.
 pub const PREFIX: &str = "/api/v1";
 
+pub fn alert_channels() -> String {
+    format!("{PREFIX}/alerts/channels")
+}
+
+pub fn alert_subscriptions() -> String {
+    format!("{PREFIX}/alerts/subscriptions")
+}
+
+/// Deliveries (`?status=&channel=&run_id=&job_id=&before=`).
+pub fn alert_deliveries() -> String {
+    format!("{PREFIX}/alerts/deliveries")
+}
+
 pub fn cluster() -> String {
     format!("{PREFIX}/cluster")
 }

@@ -68,6 +68,10 @@ enum Command {
     /// What happened: OOMs, lost jobs, disconnected nodes, full disks.
     #[command(subcommand)]
     Event(EventCommand),
+    /// Alerts: channels (webhook, Slack, email), subscriptions to event kinds
+    /// and severities, and the deliveries made.
+    #[command(subcommand)]
+    Alert(commands::alerts::AlertCommand),
     /// Server admins: maintenance mode, draining nodes, quotas.
     #[command(subcommand)]
     Admin(commands::admin::AdminCommand),
@@ -171,6 +175,9 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         }
         Command::Event(EventCommand::List(args)) => {
             commands::events::list(&Client::new(cli.server, cli.token)?, args, out).await
+        }
+        Command::Alert(command) => {
+            commands::alerts::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Admin(command) => {
             commands::admin::run(&Client::new(cli.server, cli.token)?, command, out).await

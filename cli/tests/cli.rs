@@ -666,3 +666,123 @@ async fn run_list_filters_on_config_and_shows_chosen_columns_or_csv() {
     let bad = list(&["--where", "config.optimizer > adam"]);
     assert!(stderr(&bad).contains("compare numbers"), "{}", stderr(&bad));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
+    let editor = user_token(&server.state.db, "dana", Scope::Write, false).await;
+    let url = server.url.as_str();
+    let as_user = |token: &str, args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", token][..], args].concat(),
+        )
+    };
+    // Port 9 answers nothing: the delivery is tried and kept pending.
+    let hook = [
+        "alert",
+        "channel",
+        "add",
+        "ops",
+        "--webhook",
+        "http://127.0.0.1:9/hook",
+    ];
+
+    let refused = as_user(&editor, &hook);
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+    let neither = as_user(&admin, &["alert", "channel", "add", "ops"]);
+    assert_eq!(neither.status.code(), Some(2), "a target is required");
+    let added = as_user(&admin, &hook);
+    assert!(added.status.success(), "{}", stderr(&added));
+    let text = stdout(&added);
+    assert!(text.starts_with("Channel ops (webhook) added."), "{text}");
+    assert!(text.lines().last().unwrap().starts_with("whsec_"), "{text}");
+    let bad = as_user(
+        &admin,
+        &["alert", "channel", "add", "mail", "--email", "not-an-address"],
+    );
+    assert_eq!(bad.status.code(), Some(7), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("`not-an-address` is not an email address"),
+        "{}",
+        stderr(&bad)
+    );
+
+    let listed = stdout(&as_user(&editor, &["alert", "channel", "list"]));
+    assert_eq!(
+        listed.trim(),
+        "ops                  webhook",
+        "the URL is for admins only"
+    );
+
+    let subscribed = as_user(
+        &editor,
+        &[
+            "alert",
+            "subscribe",
+            "--channel",
+            "ops",
+            "--kind",
+            "RUN_ALERT",
+            "--severity",
+            "info",
+            "--json",
+        ],
+    );
+    assert!(subscribed.status.success(), "{}", stderr(&subscribed));
+    let subscription = json(&subscribed);
+    assert_eq!(subscription["scope"], "user");
+    let id = subscription["id"].as_str().unwrap().to_string();
+    let all = as_user(&editor, &["alert", "subscribe", "--channel", "ops", "--all"]);
+    assert_eq!(all.status.code(), Some(4), "{}", stderr(&all));
+    let mine = stdout(&as_user(&editor, &["alert", "subscriptions"]));
+    assert_eq!(
+        mine.trim(),
+        format!("{id}  dana's jobs and runs: RUN_ALERT, info and above → ops")
+    );
+
+    // A run's alert, then the delivery with its failed try.
+    let client = reqwest::Client::new();
+    let run: Value = client
+        .post(format!("{url}/api/v1/runs"))
+        .bearer_auth(&editor)
+        .json(&serde_json::json!({"project": "default", "name": "alerting"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["id"].as_str().unwrap();
+    let raised = client
+        .post(format!("{url}/api/v1/runs/{run_id}/alerts"))
+        .bearer_auth(&editor)
+        .json(&serde_json::json!({"title": "eval dropped", "level": "info"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(raised.status().is_success());
+    let deliveries = eventually("a failed try", Duration::from_secs(20), || async {
+        let shown = as_user(&editor, &["alert", "deliveries", "--run-id", run_id]);
+        let text = stdout(&shown);
+        text.contains("    try 1: POST http://127.0.0.1:9")
+            .then_some(text)
+    })
+    .await;
+    assert!(
+        deliveries.contains(" pending ops          RUN_ALERT  eval dropped\n"),
+        "{deliveries}"
+    );
+
+    let gone = as_user(&editor, &["alert", "unsubscribe", &id]);
+    assert!(gone.status.success(), "{}", stderr(&gone));
+    assert_eq!(
+        stdout(&as_user(&editor, &["alert", "subscriptions"])).trim(),
+        "No subscriptions."
+    );
+    let removed = as_user(&admin, &["alert", "channel", "remove", "ops", "--json"]);
+    assert_eq!(json(&removed)["removed"], "ops");
+}

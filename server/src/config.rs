@@ -175,6 +175,19 @@ settings! {
         /// Between SIGTERM and SIGKILL when a job is preempted (time to checkpoint), in seconds.
         #[arg(long, env = "GPUPLANE_PREEMPTION_GRACE_S", value_name = "S")]
         preemption_grace_s: u64,
+
+        /// After an alert's failed try, the wait before the next, in seconds;
+        /// it doubles with each try, up to an hour.
+        #[arg(long, env = "GPUPLANE_ALERT_RETRY_INITIAL_S", value_name = "S")]
+        alert_retry_initial_s: u64,
+
+        /// Tries of one alert message before it is marked failed.
+        #[arg(long, env = "GPUPLANE_ALERT_MAX_ATTEMPTS", value_name = "N")]
+        alert_max_attempts: u32,
+
+        /// The sender of alert emails (`Name <address>`).
+        #[arg(long, env = "GPUPLANE_SMTP_FROM", value_name = "MAILBOX")]
+        smtp_from: String,
     }
     optional {
         /// URL users and jobs reach this server at (default: http://BIND).
@@ -249,6 +262,12 @@ settings! {
         /// inside the window, and only if the job's time limit ends before it closes.
         #[arg(long, env = "GPUPLANE_SCHEDULING_WINDOWS", value_delimiter = ',', value_name = "WINDOW")]
         scheduling_windows: Vec<String>,
+
+        /// The SMTP relay alert emails go through: `smtps://user:password@host`
+        /// (TLS), `smtp://host:587?tls=required` (STARTTLS), `smtp://host:25`
+        /// (plain, for a relay on this host). Unset: email channels cannot send.
+        #[arg(long, env = "GPUPLANE_SMTP_URL", value_name = "URL", hide_env_values = true)]
+        smtp_url: String,
     }
 }
 
@@ -416,6 +435,10 @@ impl ServerConfig {
         if s.node_timeout_ms <= s.heartbeat_interval_ms {
             bail!("node_timeout_ms must be longer than heartbeat_interval_ms");
         }
+        if s.alert_retry_initial_s < 1 || s.alert_max_attempts < 1 {
+            bail!("alert_retry_initial_s and alert_max_attempts must be at least 1");
+        }
+        crate::alerts::check_settings(s.smtp_url.as_deref(), &s.smtp_from)?;
         if let Some(url) = &s.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -60,17 +60,58 @@ pub struct Filter {
     pub projects: Option<String>,
 }
 
+/// The columns an [`EventRow`] reads, from `events` aliased `e` (prefixed,
+/// so they can be joined with another table's).
+pub const EVENT_COLUMNS: &str = "e.seq AS event_seq, e.id AS event_id, e.time AS event_time,
+    e.severity AS event_severity, e.kind AS event_kind, e.job_id AS event_job_id,
+    e.run_id AS event_run_id, e.node_id AS event_node_id, e.message AS event_message";
+
+/// One event as read with [`EVENT_COLUMNS`].
 #[derive(sqlx::FromRow)]
-struct EventRow {
+pub struct EventRow {
+    #[sqlx(rename = "event_seq")]
     seq: i64,
+    #[sqlx(rename = "event_id")]
     id: String,
+    #[sqlx(rename = "event_time")]
     time: i64,
+    #[sqlx(rename = "event_severity")]
     severity: String,
+    #[sqlx(rename = "event_kind")]
     kind: String,
+    #[sqlx(rename = "event_job_id")]
     job_id: Option<String>,
+    #[sqlx(rename = "event_run_id")]
     run_id: Option<String>,
+    #[sqlx(rename = "event_node_id")]
     node_id: Option<String>,
+    #[sqlx(rename = "event_message")]
     message: String,
+}
+
+impl EventRow {
+    /// Its sequence number and the event.
+    pub fn into_event(self) -> Result<(i64, Event), Error> {
+        match (Severity::parse(&self.severity), EventKind::parse(&self.kind)) {
+            (Some(severity), Some(kind)) => Ok((
+                self.seq,
+                Event {
+                    id: self.id,
+                    time: rfc3339(self.time),
+                    severity,
+                    kind,
+                    job_id: self.job_id,
+                    run_id: self.run_id,
+                    node_id: self.node_id,
+                    message: self.message,
+                },
+            )),
+            _ => Err(Error::Internal(anyhow::anyhow!(
+                "bad event {} in database",
+                self.id
+            ))),
+        }
+    }
 }
 
 /// Newest first, `limit` per page, older than `before`.
@@ -102,7 +143,7 @@ async fn query(
 ) -> Result<Vec<(i64, Event)>, Error> {
     let order = if newest_first { "DESC" } else { "ASC" };
     let rows: Vec<EventRow> = sqlx::query_as(&format!(
-        "SELECT seq, id, time, severity, kind, job_id, run_id, node_id, message FROM events
+        "SELECT {EVENT_COLUMNS} FROM events e
          WHERE (?1 IS NULL OR run_id = ?1) AND (?2 IS NULL OR job_id = ?2) AND (?3 IS NULL OR severity = ?3)
            AND (?4 IS NULL OR kind = ?4) AND (?5 IS NULL OR seq < ?5) AND (?6 IS NULL OR seq > ?6)
            AND (?8 IS NULL OR project IS NULL OR project IN (SELECT value FROM json_each(?8)))
@@ -118,29 +159,5 @@ async fn query(
     .bind(&filter.projects)
     .fetch_all(db)
     .await?;
-    rows.into_iter()
-        .map(|row| {
-            let severity = Severity::parse(&row.severity);
-            let kind = EventKind::parse(&row.kind);
-            match (severity, kind) {
-                (Some(severity), Some(kind)) => Ok((
-                    row.seq,
-                    Event {
-                        id: row.id,
-                        time: rfc3339(row.time),
-                        severity,
-                        kind,
-                        job_id: row.job_id,
-                        run_id: row.run_id,
-                        node_id: row.node_id,
-                        message: row.message,
-                    },
-                )),
-                _ => Err(Error::Internal(anyhow::anyhow!(
-                    "bad event {} in database",
-                    row.id
-                ))),
-            }
-        })
-        .collect()
+    rows.into_iter().map(EventRow::into_event).collect()
 }

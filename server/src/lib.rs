@@ -2,6 +2,7 @@
 //! [`run`]; tests call [`start`] to get a real server on a free port.
 
 pub mod admin;
+pub mod alerts;
 pub mod api;
 pub mod audit;
 pub mod config;
@@ -80,6 +81,8 @@ pub async fn serve(
     let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
     let sweeper = tokio::spawn(housekeeping(state.clone()));
     let compactor = tokio::spawn(metrics::compact::run(state.clone()));
+    // A try cut short is made again after a restart: aborting it loses nothing.
+    let alerter = tokio::spawn(alerts::run(state.clone()));
     let mut graceful = state.shutdown.clone();
     let stopper = state.clone();
     let server = axum::serve(
@@ -106,6 +109,7 @@ pub async fn serve(
     let _ = scheduler.await;
     let _ = compactor.await;
     sweeper.abort();
+    alerter.abort();
     Ok(())
 }
 

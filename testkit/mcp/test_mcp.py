@@ -86,6 +86,7 @@ def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode)
                 "query_metric", "explain_failure", "diagnose_run", "list_events", "node_status",
                 "cluster_status", "create_evaluation", "list_evaluations", "set_primary_metric",
                 "set_job_priority", "hold_job", "release_job", "get_run_system", "list_run_texts",
+                "list_alert_deliveries",
             }
             assert expected <= names, expected - names
             for tool in tools:

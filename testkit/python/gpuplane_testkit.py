@@ -28,9 +28,10 @@ def free_port():
 class Server:
     """Starts and stops the server on a fixed port over one data dir."""
 
-    def __init__(self, data_dir, port):
+    def __init__(self, data_dir, port, flags=()):
         self.data_dir = data_dir
         self.port = port
+        self.flags = list(flags)
         self.url = f"http://127.0.0.1:{port}"
         self.process = None
         self.agent = None
@@ -48,7 +49,7 @@ class Server:
     def start(self):
         assert Path(SERVER_BIN).exists(), f"{SERVER_BIN} is missing: cargo build -p gpuplane-server"
         self.process = subprocess.Popen(
-            [SERVER_BIN, "--data-dir", self.data_dir, "serve", "--bind", f"127.0.0.1:{self.port}"],
+            [SERVER_BIN, "--data-dir", self.data_dir, "serve", "--bind", f"127.0.0.1:{self.port}", *self.flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         for line in self.process.stderr:
@@ -77,15 +78,16 @@ class Server:
     def post(self, path, body):
         return self.call("POST", path, body)
 
-    def call(self, method, path, body=None):
+    def call(self, method, path, body=None, token=None):
         request = urllib.request.Request(
             f"{self.url}/api/v1{path}",
             method=method,
             data=None if body is None else json.dumps(body).encode(),
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            headers={"Authorization": f"Bearer {token or self.token}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
+            answer = response.read()
+            return json.loads(answer) if answer else None
 
     def start_agent(self, jobs_dir, gpus=1):
         """A real agent with simulated GPUs; stopped with the server."""

@@ -1,6 +1,7 @@
 //! One module per console page.
 
 mod admin;
+mod alerts;
 mod dashboard;
 pub(crate) mod device;
 mod jobs;
@@ -12,6 +13,7 @@ mod runs;
 mod tokens;
 
 pub use admin::{Admin, Audit};
+pub use alerts::Alerts;
 pub use dashboard::Dashboard;
 pub use device::Device;
 pub use jobs::{JobDetail, Jobs};

@@ -1,6 +1,7 @@
 //! One module per command family.
 
 pub mod admin;
+pub mod alerts;
 pub mod auth;
 pub mod evals;
 pub mod events;

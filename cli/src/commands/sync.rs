@@ -8,6 +8,7 @@
 //!   twice);
 //! - `batch`: metric points and texts, idempotent by batch id;
 //! - `config`, `details`: the run's config, tags and notes;
+//! - `alert`: an alert the run raised (`run.alert`);
 //! - `finish`: the run is finished.
 //!
 //! A file is deleted once every record was acknowledged. A partial last line
@@ -196,6 +197,11 @@ async fn replay_file(client: &Client, path: &Path, report: &mut SyncReport) -> R
                 client.post(&format!("runs/{run_id}/config"), &body).await
             }
             "details" => client.patch(&format!("runs/{run_id}"), &record["changes"]).await,
+            "alert" => {
+                client
+                    .post(&format!("runs/{run_id}/alerts"), &record["alert"])
+                    .await
+            }
             "finish" => client.post(&format!("runs/{run_id}/finish"), &json!(null)).await,
             _ => continue,
         };

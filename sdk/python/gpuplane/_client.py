@@ -66,6 +66,9 @@ class Client:
     def change_run(self, run_id, changes):
         return self.request("PATCH", f"/runs/{run_id}", changes)
 
+    def raise_alert(self, run_id, alert):
+        return self.request("POST", f"/runs/{run_id}/alerts", alert)
+
     def send_batch(self, run_id, batch):
         return self.request("POST", f"/runs/{run_id}/metrics", batch)
 

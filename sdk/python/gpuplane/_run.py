@@ -28,6 +28,9 @@ MAX_CONFIG_KEY_LEN = 200
 MAX_CONFIG_TEXT_LEN = 4096
 MAX_TAGS = 64
 MAX_NOTES_LEN = 20_000
+MAX_ALERT_TITLE = 200
+MAX_ALERT_TEXT = 4000
+ALERT_LEVELS = ("info", "warning", "critical")
 
 
 def flatten_config(values, prefix=""):
@@ -206,6 +209,27 @@ class Run:
             raise ValueError(f"gpuplane: notes are at most {MAX_NOTES_LEN} characters")
         self._send_later("details", {"changes": {"notes": notes}})
 
+    def alert(self, title, text="", level="warning", wait_s=0):
+        """Raises an alert: a ``RUN_ALERT`` event at ``level`` (``info``,
+        ``warning`` or ``critical``) that the channels subscribed to it
+        receive, linking to this run. An alert with the same title within
+        ``wait_s`` seconds of the last one is not raised again. Sent at once;
+        offline, it waits in the spool like the run's other data."""
+        level = str(level).lower()
+        if level == "warn":
+            level = "warning"
+        if level == "error":
+            level = "critical"
+        if level not in ALERT_LEVELS:
+            raise ValueError(f"gpuplane: alert level {level!r}: use one of {', '.join(ALERT_LEVELS)}")
+        title, text = str(title).strip(), str(text)
+        if not title or "\n" in title or len(title) > MAX_ALERT_TITLE:
+            raise ValueError(f"gpuplane: an alert title is one line of 1 to {MAX_ALERT_TITLE} characters")
+        if len(text) > MAX_ALERT_TEXT:
+            raise ValueError(f"gpuplane: an alert text is at most {MAX_ALERT_TEXT} characters")
+        alert = {"title": title, "text": text, "level": level, "wait_s": max(0, int(wait_s))}
+        self._send_later("alert", {"alert": alert})
+
     def _send_later(self, kind, body):
         if self._finished:
             raise RuntimeError("this run is finished")
@@ -319,11 +343,14 @@ class Run:
             self._spool.append({"type": "batch", **batch})
 
     def _send_details(self, kind, body):
-        """Config (``config``) or tags and notes (``details``): sent, or spooled in order."""
+        """Config (``config``), tags and notes (``details``) or an alert
+        (``alert``): sent, or spooled in order."""
         if self._online():
             try:
                 if kind == "config":
                     self._client.update_config(self.run_id, body["config"])
+                elif kind == "alert":
+                    self._client.raise_alert(self.run_id, body["alert"])
                 else:
                     self._client.change_run(self.run_id, body["changes"])
                 return

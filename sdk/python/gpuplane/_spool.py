@@ -112,10 +112,12 @@ def replay_file(client, path, result):
                     return False
                 except Refused as error:
                     warnings.warn(f"gpuplane: the server refused a spooled batch ({error}); dropping it")
-            elif kind in ("config", "details") and run_id is not None:
+            elif kind in ("config", "details", "alert") and run_id is not None:
                 try:
                     if kind == "config":
                         client.update_config(run_id, record["config"])
+                    elif kind == "alert":
+                        client.raise_alert(run_id, record["alert"])
                     else:
                         client.change_run(run_id, record["changes"])
                 except Unreachable:

@@ -53,6 +53,7 @@ def test_without_a_server_everything_is_spooled_then_replayed_once(stopped_serve
     run = gpuplane.init(project="default", name="offline", server=stopped_server.url, token=stopped_server.token)
     for step in range(1000):
         run.log({"train/loss": float(step)}, step=step)
+    run.alert("loss stalled", "raised while offline", level="critical")
     run.finish()
     files = os.listdir(spool_dir())
     assert len(files) == 1 and files[0].startswith("sdk-") and files[0].endswith(".jsonl")
@@ -64,6 +65,8 @@ def test_without_a_server_everything_is_spooled_then_replayed_once(stopped_serve
     run_id = result.run_ids[run.local_id]
     assert series(stopped_server, run_id, "train/loss") == [(s, float(s)) for s in range(1000)]
     assert stopped_server.get(f"/runs/{run_id}")["status"] == "FINISHED"
+    [alert] = stopped_server.get(f"/events?run_id={run_id}&kind=RUN_ALERT")["items"]
+    assert (alert["severity"], alert["message"]) == ("critical", "loss stalled: raised while offline")
     # Syncing again adds nothing.
     assert gpuplane.sync(server=stopped_server.url, token=stopped_server.token).sent == 0
     assert len(series(stopped_server, run_id, "train/loss")) == 1000
@@ -276,6 +279,7 @@ def test_gpuctl_sync_replays_what_the_sdk_spooled_offline(stopped_server):
     for step in range(500):
         run.log({"train/loss": float(step)}, step=step)
     run.log_text("samples", "spooled text", step=499)
+    run.alert("diverged", level="warning")
     run.finish()
     assert len(os.listdir(spool_dir())) == 1
     env = {**os.environ, "GPUCTL_SERVER": stopped_server.url, "GPUCTL_TOKEN": stopped_server.token}
@@ -298,6 +302,8 @@ def test_gpuctl_sync_replays_what_the_sdk_spooled_offline(stopped_server):
     assert summary["status"] == "FINISHED" and summary["name"] == "offline-cli"
     assert summary["config"] == {"lr": 0.01} and summary["tags"] == ["offline"]
     assert stopped_server.get(f"/runs/{run_id}/texts")["items"][0]["text"] == "spooled text"
+    [alert] = stopped_server.get(f"/events?run_id={run_id}&kind=RUN_ALERT")["items"]
+    assert (alert["severity"], alert["message"]) == ("warning", "diverged")
 
     again = subprocess.run([GPUCTL_BIN, "sync"], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "replayed 0 spool file(s)" in again.stdout

@@ -2,6 +2,7 @@
 //! [`OpenApiRouter`], so the OpenAPI document cannot miss one.
 
 mod agent;
+mod alerts;
 mod audit;
 mod auth;
 mod cluster;
@@ -77,6 +78,11 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(users::list_agent_tokens, users::create_agent_token))
         .routes(routes!(users::revoke_agent_token))
         .routes(routes!(quotas::list_quotas))
+        .routes(routes!(alerts::list_channels, alerts::create_channel))
+        .routes(routes!(alerts::delete_channel))
+        .routes(routes!(alerts::list_subscriptions, alerts::create_subscription))
+        .routes(routes!(alerts::delete_subscription))
+        .routes(routes!(alerts::list_deliveries))
         .routes(routes!(quotas::set_quota, quotas::clear_quota))
         .routes(routes!(jobs::submit_job, jobs::list_jobs))
         .routes(routes!(jobs::validate_job))
@@ -107,6 +113,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(telemetry::system_chart_svg))
         .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
+        .routes(routes!(alerts::raise_run_alert))
         .routes(routes!(runs::list_checkpoints))
         .routes(routes!(diagnosis::explain_failure))
         .routes(routes!(diagnosis::diagnose_run))

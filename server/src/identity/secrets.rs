@@ -75,6 +75,8 @@ impl SecretKey {
 
     /// Encrypts the value of secret variable `name` of job `job_id`
     /// (ChaCha20-Poly1305, random nonce, bound to the job and the name).
+    /// Alert channels seal their webhook secret the same way, with the
+    /// channel's name for `job_id` and a name no variable can have.
     pub fn seal(&self, job_id: &str, name: &str, value: &str) -> String {
         let mut nonce = [0u8; 12];
         rand::rng().fill_bytes(&mut nonce);

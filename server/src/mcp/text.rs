@@ -3,6 +3,7 @@
 //! one the text does not know is shown as JSON.
 
 use gpuplane_api::Page;
+use gpuplane_api::alert::Delivery;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::duration::format_seconds;
 use gpuplane_api::evaluation::Evaluation;
@@ -229,6 +230,24 @@ pub fn summary(tool: &str, body: &Value) -> String {
                 format!(
                     "{}  {}  {}  {}",
                     event.time, event.severity, event.kind, event.message
+                )
+            })
+        }),
+        "list_alert_deliveries" => read(body, |page: Page<Delivery>| {
+            list(&page, "deliveries", |delivery| {
+                let error = delivery
+                    .last_error
+                    .as_deref()
+                    .map(|error| format!(" (try {}: {error})", delivery.attempts))
+                    .unwrap_or_default();
+                format!(
+                    "{}  {} to {}  {} {}: {}{error}",
+                    delivery.created_at,
+                    delivery.status,
+                    delivery.channel,
+                    delivery.event.severity,
+                    delivery.event.kind,
+                    delivery.event.message
                 )
             })
         }),

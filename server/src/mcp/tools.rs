@@ -248,6 +248,17 @@ pub const TOOLS: &[ToolDef] = &[
         joined: None,
     },
     ToolDef {
+        name: "list_alert_deliveries",
+        method: "GET",
+        path: "/alerts/deliveries",
+        effect: Effect::Reads,
+        description: "Alert messages sent to notification channels (webhook, Slack, email), newest first, \
+            with their event, status (pending, sent, failed), tries and last error: filter by run_id, \
+            job_id, channel or status. Use it to check whether the team was told about a failure.",
+        defaults: &[("limit", 20)],
+        joined: None,
+    },
+    ToolDef {
         name: "set_primary_metric",
         method: "POST",
         path: "/runs/{run_id}/primary-metric",

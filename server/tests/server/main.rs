@@ -3,6 +3,7 @@
 //! over HTTP (and the real `gpuplane-server` binary in `binary`).
 
 mod access;
+mod alerts;
 mod api;
 mod audit;
 mod binary;

@@ -1,0 +1,224 @@
+//! Subscriptions: which events go to which channel. Who may make one is
+//! the API's business (`api/alerts.rs`); this module stores them, lists
+//! them and decides, purely, whether one receives an event.
+
+use crate::store::Error;
+use crate::store::ids::new_id;
+use crate::store::time::{now_ms, rfc3339};
+use gpuplane_api::alert::{Subscription, SubscriptionScope};
+use gpuplane_api::event::{EventKind, Severity};
+use sqlx::SqlitePool;
+
+/// A subscription as matching needs it.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub id: String,
+    pub channel: String,
+    pub project: Option<String>,
+    pub user_id: Option<String>,
+    pub kinds: Vec<EventKind>,
+    pub min_severity: Severity,
+}
+
+/// What matching needs to know of an event.
+#[derive(Debug, Clone)]
+pub struct EventFacts<'a> {
+    pub kind: EventKind,
+    pub severity: Severity,
+    /// The project of its job or run; none for node events.
+    pub project: Option<&'a str>,
+    /// Who submitted its job or created its run.
+    pub owner: Option<&'a str>,
+}
+
+impl Rule {
+    /// Whether this subscription receives the event.
+    pub fn receives(&self, event: &EventFacts) -> bool {
+        let whose = match (&self.project, &self.user_id) {
+            (Some(project), _) => event.project == Some(project.as_str()),
+            (None, Some(user_id)) => event.owner == Some(user_id.as_str()),
+            (None, None) => true,
+        };
+        whose
+            && event.severity >= self.min_severity
+            && (self.kinds.is_empty() || self.kinds.contains(&event.kind))
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    id: String,
+    channel: String,
+    project: Option<String>,
+    user_id: Option<String>,
+    user_name: Option<String>,
+    kinds: String,
+    min_severity: String,
+    created_at: i64,
+    created_by: Option<String>,
+}
+
+impl Row {
+    fn rule(&self) -> Rule {
+        Rule {
+            id: self.id.clone(),
+            channel: self.channel.clone(),
+            project: self.project.clone(),
+            user_id: self.user_id.clone(),
+            kinds: serde_json::from_str(&self.kinds).unwrap_or_default(),
+            min_severity: Severity::parse(&self.min_severity).unwrap_or(Severity::Warning),
+        }
+    }
+
+    fn subscription(self) -> Subscription {
+        let rule = self.rule();
+        Subscription {
+            scope: match (&self.project, &self.user_id) {
+                (Some(_), _) => SubscriptionScope::Project,
+                (None, Some(_)) => SubscriptionScope::User,
+                (None, None) => SubscriptionScope::All,
+            },
+            id: self.id,
+            channel: self.channel,
+            project: self.project,
+            user: self.user_name,
+            kinds: rule.kinds,
+            min_severity: rule.min_severity,
+            created_at: rfc3339(self.created_at),
+            created_by: self.created_by,
+        }
+    }
+}
+
+const SELECT: &str = "SELECT s.id, s.channel, s.project, s.user_id, u.name AS user_name, s.kinds,
+        s.min_severity, s.created_at, s.created_by
+    FROM alert_subscriptions s LEFT JOIN users u ON u.id = s.user_id";
+
+async fn rows(db: &SqlitePool) -> Result<Vec<Row>, Error> {
+    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY s.id"))
+        .fetch_all(db)
+        .await?)
+}
+
+/// Every subscription, as matching needs them.
+pub async fn rules(db: &SqlitePool) -> Result<Vec<Rule>, Error> {
+    Ok(rows(db).await?.iter().map(Row::rule).collect())
+}
+
+/// Every subscription, oldest first, with the rule of each (for the API's
+/// visibility checks).
+pub async fn list(db: &SqlitePool) -> Result<Vec<(Rule, Subscription)>, Error> {
+    Ok(rows(db)
+        .await?
+        .into_iter()
+        .map(|row| (row.rule(), row.subscription()))
+        .collect())
+}
+
+/// One subscription, or 404.
+pub async fn get(db: &SqlitePool, id: &str) -> Result<(Rule, Subscription), Error> {
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE s.id = ?"))
+        .bind(id)
+        .fetch_optional(db)
+        .await?;
+    let row = row.ok_or_else(|| Error::NotFound(format!("no subscription {id}")))?;
+    Ok((row.rule(), row.subscription()))
+}
+
+/// Stores a subscription whose caller was allowed to make it.
+pub async fn create(db: &SqlitePool, rule: &Rule, by: Option<&str>) -> Result<Subscription, Error> {
+    let id = new_id("sub");
+    let mut kinds = rule.kinds.clone();
+    kinds.sort_by_key(|kind| kind.as_str());
+    kinds.dedup();
+    sqlx::query(
+        "INSERT INTO alert_subscriptions (id, channel, project, user_id, kinds, min_severity, created_at, created_by)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&id)
+    .bind(&rule.channel)
+    .bind(&rule.project)
+    .bind(&rule.user_id)
+    .bind(serde_json::to_string(&kinds).unwrap_or_else(|_| "[]".into()))
+    .bind(rule.min_severity.as_str())
+    .bind(now_ms())
+    .bind(by)
+    .execute(db)
+    .await?;
+    Ok(get(db, &id).await?.1)
+}
+
+pub async fn delete(db: &SqlitePool, id: &str) -> Result<(), Error> {
+    let deleted = sqlx::query("DELETE FROM alert_subscriptions WHERE id = ?")
+        .bind(id)
+        .execute(db)
+        .await?;
+    if deleted.rows_affected() == 0 {
+        return Err(Error::NotFound(format!("no subscription {id}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(project: Option<&str>, user_id: Option<&str>, kinds: &[EventKind], min: Severity) -> Rule {
+        Rule {
+            id: "sub_1".into(),
+            channel: "ops".into(),
+            project: project.map(str::to_string),
+            user_id: user_id.map(str::to_string),
+            kinds: kinds.to_vec(),
+            min_severity: min,
+        }
+    }
+
+    fn event(
+        kind: EventKind,
+        severity: Severity,
+        project: Option<&'static str>,
+        owner: Option<&'static str>,
+    ) -> EventFacts<'static> {
+        EventFacts {
+            kind,
+            severity,
+            project,
+            owner,
+        }
+    }
+
+    #[test]
+    fn a_subscription_receives_its_scope_kinds_and_severities_only() {
+        let oom = event(
+            EventKind::Oom,
+            Severity::Critical,
+            Some("vision"),
+            Some("usr_ada"),
+        );
+        let retrying = event(
+            EventKind::JobRetrying,
+            Severity::Info,
+            Some("vision"),
+            Some("usr_ada"),
+        );
+        let disk = event(EventKind::DiskLow, Severity::Warning, None, None);
+        let nlp = event(EventKind::Oom, Severity::Critical, Some("nlp"), Some("usr_bob"));
+
+        let project = rule(Some("vision"), None, &[], Severity::Warning);
+        assert!(project.receives(&oom));
+        assert!(!project.receives(&retrying), "info is below warning");
+        assert!(!project.receives(&disk), "node events belong to no project");
+        assert!(!project.receives(&nlp));
+
+        let mine = rule(None, Some("usr_ada"), &[EventKind::Oom], Severity::Info);
+        assert!(mine.receives(&oom));
+        assert!(!mine.receives(&retrying), "not a kind it asked for");
+        assert!(!mine.receives(&nlp), "another user's job");
+
+        let all = rule(None, None, &[], Severity::Info);
+        for event in [&oom, &retrying, &disk, &nlp] {
+            assert!(all.receives(event));
+        }
+    }
+}
