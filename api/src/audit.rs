@@ -36,6 +36,8 @@ pub enum AuditAction {
     ProjectCreate,
     #[serde(rename = "project.member")]
     ProjectMember,
+    #[serde(rename = "project.settings")]
+    ProjectSettings,
     #[serde(rename = "user.create")]
     UserCreate,
     #[serde(rename = "user.disable")]
@@ -48,6 +50,10 @@ pub enum AuditAction {
     AgentTokenCreate,
     #[serde(rename = "agent_token.revoke")]
     AgentTokenRevoke,
+    #[serde(rename = "share_link.create")]
+    ShareLinkCreate,
+    #[serde(rename = "share_link.revoke")]
+    ShareLinkRevoke,
     #[serde(rename = "alert_channel.create")]
     AlertChannelCreate,
     #[serde(rename = "alert_channel.delete")]
@@ -73,12 +79,15 @@ names!("audit action", AuditAction {
     QuotaClear => "quota.clear",
     ProjectCreate => "project.create",
     ProjectMember => "project.member",
+    ProjectSettings => "project.settings",
     UserCreate => "user.create",
     UserDisable => "user.disable",
     UserEnable => "user.enable",
     UserAdmin => "user.admin",
     AgentTokenCreate => "agent_token.create",
     AgentTokenRevoke => "agent_token.revoke",
+    ShareLinkCreate => "share_link.create",
+    ShareLinkRevoke => "share_link.revoke",
     AlertChannelCreate => "alert_channel.create",
     AlertChannelDelete => "alert_channel.delete",
     AlertSubscriptionCreate => "alert_subscription.create",

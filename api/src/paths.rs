@@ -66,6 +66,15 @@ pub fn run(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}")
 }
 
+/// A run's share links.
+pub fn run_shares(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/shares")
+}
+
+pub fn run_share(run_id: &str, share_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/shares/{share_id}")
+}
+
 pub fn run_stream(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/stream")
 }

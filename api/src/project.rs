@@ -27,6 +27,13 @@ pub struct Project {
     /// The primary metric of runs that set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_metric: Option<crate::metric::SetPrimaryMetric>,
+    /// Whether editors may share its runs by link (project admins change it).
+    #[serde(default = "yes")]
+    pub share_links: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `POST /api/v1/projects`.

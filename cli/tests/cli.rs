@@ -786,3 +786,69 @@ async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
     let removed = as_user(&admin, &["alert", "channel", "remove", "ops", "--json"]);
     assert_eq!(json(&removed)["removed"], "ops");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_is_shared_listed_and_unshared_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
+    let editor = user_token(&server.state.db, "dana", Scope::Write, false).await;
+    let url = server.url.as_str();
+    let as_user = |token: &str, args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", token][..], args].concat(),
+        )
+    };
+    let http = reqwest::Client::new();
+    let run: Value = http
+        .post(format!("{url}/api/v1/runs"))
+        .bearer_auth(&editor)
+        .json(&serde_json::json!({"project": "default", "name": "to-share"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["id"].as_str().unwrap();
+
+    let shared = as_user(&editor, &["run", "share", run_id, "--days", "3"]);
+    assert!(shared.status.success(), "{}", stderr(&shared));
+    let text = stdout(&shared);
+    let link = text.lines().next().unwrap().to_string();
+    assert!(link.starts_with(&format!("{url}/s/gps_")), "{text}");
+    assert!(text.contains("shown once"), "{text}");
+    assert_eq!(http.get(&link).send().await.unwrap().status(), 200);
+
+    let listed = as_user(&editor, &["run", "shares", run_id, "--json"]);
+    let links = json(&listed);
+    assert_eq!(links["items"][0]["views"], 1);
+    let share_id = links["items"][0]["id"].as_str().unwrap().to_string();
+    let shown = stdout(&as_user(&editor, &["run", "shares", run_id]));
+    assert!(
+        shown.starts_with(&format!("{share_id}  open     by dana  until ")),
+        "{shown}"
+    );
+
+    let refused = as_user(&editor, &["project", "share-links", "default", "off"]);
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+    let off = as_user(&admin, &["project", "share-links", "default", "off"]);
+    assert_eq!(
+        stdout(&off).trim(),
+        "Share links of project default are forbidden; existing ones are closed."
+    );
+    assert_eq!(http.get(&link).send().await.unwrap().status(), 404);
+    let no_more = as_user(&editor, &["run", "share", run_id]);
+    assert_eq!(no_more.status.code(), Some(4), "{}", stderr(&no_more));
+    as_user(&admin, &["project", "share-links", "default", "on"]);
+    assert_eq!(http.get(&link).send().await.unwrap().status(), 200);
+
+    let unshared = as_user(&editor, &["run", "unshare", run_id, &share_id]);
+    assert_eq!(
+        stdout(&unshared).trim(),
+        format!("Share link {share_id} revoked.")
+    );
+    assert_eq!(http.get(&link).send().await.unwrap().status(), 404);
+}

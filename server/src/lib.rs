@@ -42,6 +42,7 @@ pub fn app(state: AppState) -> Router {
         .expect("every MCP tool names an API operation");
     let app = api
         .merge(console::router(&state))
+        .merge(api::shared::router())
         .route("/login", axum::routing::post(identity::sessions::login))
         .route("/logout", axum::routing::post(identity::sessions::logout))
         .route("/auth/oidc/start", axum::routing::get(identity::sso::begin))

@@ -10,6 +10,7 @@ mod nodes;
 mod not_found;
 mod run;
 mod runs;
+mod shares;
 mod tokens;
 
 pub use admin::{Admin, Audit};

@@ -24,7 +24,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_location, use_params_map, use_query_map};
 
-const TABS: [(&str, &str); 7] = [
+const TABS: [(&str, &str); 8] = [
     ("logs", "Logs"),
     ("events", "Events"),
     ("system", "System"),
@@ -32,6 +32,7 @@ const TABS: [(&str, &str); 7] = [
     ("checkpoints", "Checkpoints"),
     ("evaluations", "Evaluations"),
     ("diagnosis", "Diagnosis"),
+    ("share", "Share"),
 ];
 
 /// The chart settings the URL carries.
@@ -156,6 +157,16 @@ pub fn RunPage() -> impl IntoView {
         },
         move |up| live_state.set(Some(if up { "live" } else { "reconnecting…" })),
     );
+    // Whether the viewer may change the run: an editor of its project.
+    let can_edit = Signal::derive(move || {
+        let project = summary
+            .get()
+            .and_then(Result::ok)
+            .map(|summary| summary.run.project);
+        let projects = projects.get().and_then(Result::ok);
+        matches!((project, projects), (Some(project), Some(page))
+            if page.items.iter().any(|p| p.name == project && p.role >= Role::Editor))
+    });
     let tab = move || {
         let chosen = param("tab");
         if TABS.iter().any(|(name, _)| *name == chosen) {
@@ -184,12 +195,7 @@ pub fn RunPage() -> impl IntoView {
         // Outside `loaded`: the live stream reloads the summary, and an open
         // form must survive that.
         <Transition fallback=|| ()>
-            <Show when=move || {
-                let project = summary.get().and_then(Result::ok).map(|summary| summary.run.project);
-                let projects = projects.get().and_then(Result::ok);
-                matches!((project, projects), (Some(project), Some(page))
-                    if page.items.iter().any(|p| p.name == project && p.role >= Role::Editor))
-            }>
+            <Show when=move || can_edit.get()>
                 <RunDetailsForm summary=summary changes=changes />
             </Show>
         </Transition>
@@ -284,6 +290,7 @@ pub fn RunPage() -> impl IntoView {
                 "system" => view! { <System run_id=id tick=tick /> }.into_any(),
                 "evaluations" => view! { <Evaluations run_id=id tick=tick /> }.into_any(),
                 "diagnosis" => view! { <DiagnosisView run_id=id tick=tick /> }.into_any(),
+                "share" => view! { <super::shares::Shares run_id=id can_edit=can_edit /> }.into_any(),
                 _ => view! { <LogViewer of=LogsOf::Run(id) /> }.into_any(),
             }
         }}

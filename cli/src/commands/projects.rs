@@ -5,6 +5,7 @@ use crate::client::{CliError, Client};
 use gpuplane_api::Page;
 use gpuplane_api::metric::{Goal, SetPrimaryMetric};
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
+use gpuplane_api::share::ProjectChanges;
 use std::fmt::Write;
 
 #[derive(Debug, clap::Subcommand)]
@@ -21,6 +22,14 @@ pub enum ProjectCommand {
         #[arg(long, value_parser = crate::commands::parse_goal)]
         goal: Goal,
     },
+    /// Allow or forbid share links of the project's runs (project admins);
+    /// forbidding closes the existing ones too.
+    ShareLinks {
+        project: String,
+        /// on or off.
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
     /// Add a member or change their role (project admins).
     AddMember {
         project: String,
@@ -34,6 +43,22 @@ pub enum ProjectCommand {
 
 pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Result<(), CliError> {
     match command {
+        ProjectCommand::ShareLinks { project, state } => {
+            let changes = ProjectChanges {
+                share_links: Some(state == "on"),
+            };
+            let changed: Project = client.patch(&format!("projects/{project}"), &changes).await?;
+            out.emit(&changed, |project| {
+                if project.share_links {
+                    format!("Share links of project {} are allowed.", project.name)
+                } else {
+                    format!(
+                        "Share links of project {} are forbidden; existing ones are closed.",
+                        project.name
+                    )
+                }
+            });
+        }
         ProjectCommand::List => {
             let page: Page<Project> = client.get("projects").await?;
             out.emit(&page, |page| {

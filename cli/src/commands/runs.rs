@@ -12,6 +12,7 @@ use gpuplane_api::event::Event;
 use gpuplane_api::experiment::{self, RunColumn, RunSort};
 use gpuplane_api::job::Job;
 use gpuplane_api::metric::{Checkpoint, Goal, PrimaryMetric, Run, SetPrimaryMetric, TextPage};
+use gpuplane_api::share::{CreatedShareLink, NewShareLink, ShareLink};
 use gpuplane_api::telemetry::SystemTelemetry;
 use serde::Serialize;
 use std::fmt::Write;
@@ -82,6 +83,18 @@ pub enum RunCommand {
         #[arg(long)]
         field: Option<String>,
     },
+    /// Make a read-only link to the run for people without an account
+    /// (editors): its page, charts and output, until it expires or is revoked.
+    Share {
+        run_id: String,
+        /// Days until it expires, 1 to 90.
+        #[arg(long, default_value_t = 7)]
+        days: u32,
+    },
+    /// The run's share links with their views (never their secrets).
+    Shares { run_id: String },
+    /// Revoke a share link: it never opens again.
+    Unshare { run_id: String, share_id: String },
 }
 
 #[derive(Serialize)]
@@ -189,6 +202,51 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
                 }
                 text
             });
+        }
+        RunCommand::Share { run_id, days } => {
+            let run_id = resolve(client, run_id).await?;
+            let body = NewShareLink {
+                expires_in_days: Some(days),
+            };
+            let created: CreatedShareLink = client.post(&format!("runs/{run_id}/shares"), &body).await?;
+            out.emit(&created, |created| {
+                format!(
+                    "{}
+Read-only, until {} (shown once: copy it now). Revoke with `gpuctl run unshare {run_id} {}`.",
+                    created.url, created.link.expires_at, created.link.id
+                )
+            });
+        }
+        RunCommand::Shares { run_id } => {
+            let run_id = resolve(client, run_id).await?;
+            let page: Page<ShareLink> = client.get(&format!("runs/{run_id}/shares")).await?;
+            out.emit(&page, |page| {
+                if page.items.is_empty() {
+                    return "No share links.".into();
+                }
+                let mut text = String::new();
+                for link in &page.items {
+                    let state = link.state();
+                    let _ = writeln!(
+                        text,
+                        "{}  {state:<7}  by {}  until {}  {} view(s){}",
+                        link.id,
+                        link.created_by.as_deref().unwrap_or("-"),
+                        link.expires_at,
+                        link.views,
+                        link.last_viewed_at
+                            .as_deref()
+                            .map(|at| format!(", last {at}"))
+                            .unwrap_or_default()
+                    );
+                }
+                text
+            });
+        }
+        RunCommand::Unshare { run_id, share_id } => {
+            let run_id = resolve(client, run_id).await?;
+            let link: ShareLink = client.delete(&format!("runs/{run_id}/shares/{share_id}")).await?;
+            out.emit(&link, |link| format!("Share link {} revoked.", link.id));
         }
         RunCommand::System { run_id, field } => {
             let run_id = resolve(client, run_id).await?;

@@ -305,10 +305,7 @@ pub async fn chart_png(
     Path(run_id): Path<String>,
     ApiQuery(query): ApiQuery<ChartQuery>,
 ) -> Result<([(header::HeaderName, &'static str); 2], Vec<u8>), ApiError> {
-    let svg = draw_chart(&state, &auth, run_id, query).await?;
-    let png = tokio::task::spawn_blocking(move || chart::png(&svg))
-        .await
-        .map_err(anyhow::Error::from)??;
+    let png = to_png(draw_chart(&state, &auth, run_id, query).await?).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/png"),
@@ -324,6 +321,35 @@ async fn draw_chart(
     run_id: String,
     query: ChartQuery,
 ) -> Result<String, ApiError> {
+    let chart = chart_request(run_id, query)?;
+    for id in &chart.run_ids {
+        runs::check(&state.db, &auth.caller, id, Role::Viewer).await?;
+    }
+    render_chart(state, chart).await
+}
+
+impl ChartQuery {
+    /// Whether it asks for other runs on the same chart.
+    pub(super) fn compares(&self) -> bool {
+        self.compare
+            .as_deref()
+            .is_some_and(|list| !list.trim().is_empty())
+    }
+}
+
+/// A chart to draw: its runs (the first, then those compared), checked
+/// parameters and drawing options.
+pub(super) struct ChartRequest {
+    pub run_ids: Vec<String>,
+    key: String,
+    axis: Axis,
+    from: Option<f64>,
+    to: Option<f64>,
+    options: chart::ChartOptions,
+}
+
+/// Checks a chart's parameters (every error at once, 422).
+pub(super) fn chart_request(run_id: String, query: ChartQuery) -> Result<ChartRequest, ApiError> {
     let mut errors = Vec::new();
     let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
     let smoothing = query.smooth.unwrap_or(0.0);
@@ -376,32 +402,49 @@ async fn draw_chart(
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
-    let mut lines = Vec::new();
-    for id in &run_ids {
-        runs::check(&state.db, &auth.caller, id, Role::Viewer).await?;
-        let metric_query = Query {
-            key: query.key.clone(),
-            // Two pixels a bucket: enough to see every spike, half the drawing.
-            max_points: (width / 2) as usize,
+    Ok(ChartRequest {
+        run_ids,
+        key: query.key.clone(),
+        axis,
+        from: query.from,
+        to: query.to,
+        options: chart::ChartOptions {
+            title: query.key,
             axis,
-            from: query.from,
-            to: query.to,
+            smoothing,
+            y_log,
+            y_min: query.y_min,
+            y_max: query.y_max,
+            width,
+            height,
+        },
+    })
+}
+
+/// Draws a chart whose runs the caller was allowed to read.
+pub(super) async fn render_chart(state: &AppState, chart: ChartRequest) -> Result<String, ApiError> {
+    let mut lines = Vec::new();
+    for id in &chart.run_ids {
+        let metric_query = Query {
+            key: chart.key.clone(),
+            // Two pixels a bucket: enough to see every spike, half the drawing.
+            max_points: (chart.options.width / 2) as usize,
+            axis: chart.axis,
+            from: chart.from,
+            to: chart.to,
         };
         lines.push(chart::Line {
             label: runs::label(&state.db, id).await?,
             series: metrics::query(&state.db, id, &metric_query).await?,
-            first_non_finite_step: metrics::first_non_finite_step(&state.db, id, &query.key).await?,
+            first_non_finite_step: metrics::first_non_finite_step(&state.db, id, &chart.key).await?,
         });
     }
-    let options = chart::ChartOptions {
-        title: query.key,
-        axis,
-        smoothing,
-        y_log,
-        y_min: query.y_min,
-        y_max: query.y_max,
-        width,
-        height,
-    };
-    Ok(chart::svg(&lines, &options))
+    Ok(chart::svg(&lines, &chart.options))
+}
+
+/// An SVG chart as PNG, off the async threads.
+pub(super) async fn to_png(svg: String) -> Result<Vec<u8>, ApiError> {
+    Ok(tokio::task::spawn_blocking(move || chart::png(&svg))
+        .await
+        .map_err(anyhow::Error::from)??)
 }

@@ -18,6 +18,8 @@ mod nodes;
 mod projects;
 mod quotas;
 mod runs;
+pub mod shared;
+mod shares;
 mod telemetry;
 mod tokens;
 mod users;
@@ -100,6 +102,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(projects::list_projects, projects::create_project))
         .routes(routes!(projects::list_members, projects::set_member))
         .routes(routes!(projects::set_project_primary_metric))
+        .routes(routes!(projects::change_project))
         .routes(routes!(runs::create_run, runs::list_runs))
         .routes(routes!(runs::scatter_svg))
         .routes(routes!(runs::set_primary_metric))
@@ -113,6 +116,9 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(telemetry::system_chart_svg))
         .routes(routes!(runs::follow_run))
         .routes(routes!(runs::finish_run))
+        .routes(routes!(shares::list_shares, shares::create_share))
+        .routes(routes!(shares::revoke_share))
+        .routes(routes!(shares::share_views))
         .routes(routes!(alerts::raise_run_alert))
         .routes(routes!(runs::list_checkpoints))
         .routes(routes!(diagnosis::explain_failure))

@@ -5,7 +5,7 @@ use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
 use crate::identity::auth::{Authed, Read, Write};
-use crate::runs::primary;
+use crate::runs::{primary, shares};
 use crate::state::AppState;
 use crate::store;
 use crate::store::time::now_ms;
@@ -17,6 +17,7 @@ use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::metric::SetPrimaryMetric;
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
+use gpuplane_api::share::ProjectChanges;
 use sqlx::SqlitePool;
 
 /// The projects the caller can see, with the caller's role in each.
@@ -39,12 +40,7 @@ pub async fn list_projects(
     let mut items = Vec::new();
     for name in names {
         if let Some(role) = access::role_in(&state.db, &principal, &name).await? {
-            let primary_metric = primary::of_project(&state.db, &name).await?;
-            items.push(Project {
-                name,
-                role,
-                primary_metric,
-            });
+            items.push(project(&state.db, name, role).await?);
         }
     }
     Ok(Json(Page {
@@ -98,11 +94,7 @@ pub async fn create_project(
     audit::by_caller(&state.db, &auth.caller, AuditAction::ProjectCreate, &new.name, "").await?;
     Ok((
         StatusCode::CREATED,
-        Json(Project {
-            name: new.name,
-            role: Role::Admin,
-            primary_metric: None,
-        }),
+        Json(project(&state.db, new.name, Role::Admin).await?),
     ))
 }
 
@@ -122,13 +114,59 @@ pub async fn set_project_primary_metric(
     let principal = auth.caller.principal();
     require_admin(&state.db, &principal, &name).await?;
     primary::set_for_project(&state.db, &name, &request).await?;
-    Ok(Json(Project {
-        role: access::role_in(&state.db, &principal, &name)
-            .await?
-            .unwrap_or(Role::Admin),
-        primary_metric: primary::of_project(&state.db, &name).await?,
+    let role = access::role_in(&state.db, &principal, &name)
+        .await?
+        .unwrap_or(Role::Admin);
+    Ok(Json(project(&state.db, name, role).await?))
+}
+
+/// Changes a project's settings (project admins): whether its runs may be
+/// shared by link (`share_links`).
+#[utoipa::path(patch, path = "/projects/{name}", tag = "projects",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path)),
+    request_body = ProjectChanges,
+    responses((status = 200, body = Project), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn change_project(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(changes): ApiJson<ProjectChanges>,
+) -> Result<Json<Project>, ApiError> {
+    let principal = auth.caller.principal();
+    require_admin(&state.db, &principal, &name).await?;
+    if let Some(allow) = changes.share_links {
+        shares::set_allowed(&state.db, &name, allow).await?;
+        let detail = format!("share_links {allow}");
+        audit::by_caller(
+            &state.db,
+            &auth.caller,
+            AuditAction::ProjectSettings,
+            &name,
+            &detail,
+        )
+        .await?;
+    }
+    let role = access::role_in(&state.db, &principal, &name)
+        .await?
+        .unwrap_or(Role::Admin);
+    Ok(Json(project(&state.db, name, role).await?))
+}
+
+/// A project as `role` sees it.
+async fn project(db: &SqlitePool, name: String, role: Role) -> Result<Project, store::Error> {
+    let share_links: bool = sqlx::query_scalar("SELECT share_links FROM projects WHERE name = ?")
+        .bind(&name)
+        .fetch_optional(db)
+        .await?
+        .unwrap_or(true);
+    Ok(Project {
+        primary_metric: primary::of_project(db, &name).await?,
         name,
-    }))
+        role,
+        share_links,
+    })
 }
 
 /// Adds a member to a project, or changes their role (project admins).

@@ -18,10 +18,15 @@ pub const TOKEN_PREFIX: &str = "gpp_";
 
 /// A new secret token: the prefix and 256 random bits, base64url.
 pub fn generate_token() -> String {
+    generate_secret(TOKEN_PREFIX)
+}
+
+/// `prefix` and 256 random bits, base64url: a secret to keep only hashed.
+pub fn generate_secret(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     format!(
-        "{TOKEN_PREFIX}{}",
+        "{prefix}{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     )
 }

@@ -6,6 +6,7 @@ pub mod checkpoints;
 pub mod details;
 pub mod evaluations;
 pub mod primary;
+pub mod shares;
 
 use crate::identity::access::Caller;
 use crate::identity::access::{self, Principal, Visible};

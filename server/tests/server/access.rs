@@ -160,7 +160,10 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
         "validate checks the project like submit"
     );
     let (_, projects) = f.call("GET", "/projects", &alice, None).await;
-    assert_eq!(projects["items"], json!([{"name": "default", "role": "editor"}]));
+    assert_eq!(
+        projects["items"],
+        json!([{"name": "default", "role": "editor", "share_links": true}])
+    );
 
     // Carol may look but not touch.
     let (status, _) = f.call("GET", &format!("/jobs/{job_id}"), &carol, None).await;

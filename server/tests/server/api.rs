@@ -300,6 +300,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/openapi.json  public
         get    /api/v1/projects  bearer ["read"]
         post   /api/v1/projects  bearer ["write"]
+        patch  /api/v1/projects/{name}  bearer ["write"]
         get    /api/v1/projects/{name}/members  bearer ["read"]
         post   /api/v1/projects/{name}/members  bearer ["write"]
         post   /api/v1/projects/{name}/primary-metric  bearer ["write"]
@@ -322,6 +323,10 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/runs/{run_id}/metrics  bearer ["read"]
         post   /api/v1/runs/{run_id}/metrics  bearer ["sdk", "write"]
         post   /api/v1/runs/{run_id}/primary-metric  bearer ["write"]
+        get    /api/v1/runs/{run_id}/shares  bearer ["read"]
+        post   /api/v1/runs/{run_id}/shares  bearer ["write"]
+        delete /api/v1/runs/{run_id}/shares/{share_id}  bearer ["write"]
+        get    /api/v1/runs/{run_id}/shares/{share_id}/views  bearer ["read"]
         get    /api/v1/runs/{run_id}/stream  bearer ["read"]
         get    /api/v1/runs/{run_id}/system  bearer ["read"]
         get    /api/v1/runs/{run_id}/system.svg  bearer ["read"]

@@ -13,4 +13,5 @@ mod experiments;
 mod metrics;
 mod security;
 mod sessions;
+mod shares;
 mod users;
