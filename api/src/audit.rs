@@ -50,6 +50,12 @@ pub enum AuditAction {
     AgentTokenCreate,
     #[serde(rename = "agent_token.revoke")]
     AgentTokenRevoke,
+    #[serde(rename = "run.archive")]
+    RunArchive,
+    #[serde(rename = "run.unarchive")]
+    RunUnarchive,
+    #[serde(rename = "run.delete")]
+    RunDelete,
     #[serde(rename = "share_link.create")]
     ShareLinkCreate,
     #[serde(rename = "share_link.revoke")]
@@ -86,6 +92,9 @@ names!("audit action", AuditAction {
     UserAdmin => "user.admin",
     AgentTokenCreate => "agent_token.create",
     AgentTokenRevoke => "agent_token.revoke",
+    RunArchive => "run.archive",
+    RunUnarchive => "run.unarchive",
+    RunDelete => "run.delete",
     ShareLinkCreate => "share_link.create",
     ShareLinkRevoke => "share_link.revoke",
     AlertChannelCreate => "alert_channel.create",

@@ -464,3 +464,55 @@ mod tests {
         assert!(parse_condition("config.lr").unwrap_err().contains("KEY OP VALUE"));
     }
 }
+
+/// `DELETE /api/v1/runs/{run_id}`: what went with the run.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeletedRun {
+    pub run_id: String,
+    /// Its job, deleted with it.
+    pub job_id: Option<String>,
+    pub metric_points: i64,
+    pub log_lines: i64,
+    pub events: i64,
+}
+
+/// What one project keeps on the server (`GET /api/v1/projects/usage`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProjectUsage {
+    pub project: String,
+    pub runs: i64,
+    pub archived_runs: i64,
+    pub metric_points: i64,
+    /// Bytes of its stored metric chunks.
+    pub metric_bytes: i64,
+    /// Output lines the server keeps, and their bytes.
+    pub log_lines: i64,
+    pub log_bytes: i64,
+    /// Texts logged per step, and their bytes.
+    pub text_bytes: i64,
+}
+
+impl ProjectUsage {
+    /// Every byte counted above.
+    pub fn total_bytes(&self) -> i64 {
+        self.metric_bytes + self.log_bytes + self.text_bytes
+    }
+}
+
+/// A byte count as people read it: `512 B`, `3.4 KiB`, `1.2 GiB`.
+pub fn format_bytes(count: i64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = count as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{count} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

@@ -227,6 +227,9 @@ pub struct Run {
     /// creation) to its end, or to now while it goes; null before it starts.
     #[serde(default)]
     pub duration_s: Option<i64>,
+    /// When it was archived (with its job): out of the default lists, kept whole.
+    #[serde(default)]
+    pub archived_at: Option<String>,
 }
 
 /// Whether a larger or a smaller value of a primary metric is better.

@@ -17,6 +17,11 @@ pub fn alert_deliveries() -> String {
     format!("{PREFIX}/alerts/deliveries")
 }
 
+/// What each project keeps on the server.
+pub fn project_usage() -> String {
+    format!("{PREFIX}/projects/usage")
+}
+
 pub fn cluster() -> String {
     format!("{PREFIX}/cluster")
 }

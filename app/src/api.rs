@@ -42,7 +42,7 @@ pub async fn api_get(path: String) -> Result<String, ServerFnError> {
     crate::backend::use_backend()?
         .api_get(user, path, crate::backend::MAX_READ_BYTES)
         .await
-        .map_err(ServerFnError::new)
+        .map_err(refused)
 }
 
 /// Several API reads in one call (a page's charts); each answer or its
@@ -61,7 +61,10 @@ pub async fn api_get_many(paths: Vec<String>) -> Result<Vec<Result<String, Strin
     let mut answers = Vec::with_capacity(paths.len());
     let mut left = MAX_READ_BYTES;
     for path in paths {
-        let answer = backend.api_get(user.clone(), path, left).await;
+        let answer = backend
+            .api_get(user.clone(), path, left)
+            .await
+            .map_err(|refused| refused.message);
         if let Ok(body) = &answer {
             left -= body.len().min(left);
         }
@@ -202,17 +205,20 @@ pub async fn api_send(method: String, path: String, body: String) -> Result<Stri
     crate::backend::use_backend()?
         .api_send(user, method, path, body, address)
         .await
-        .map_err(|refused| {
-            // The API's status (422, 403, 409, …): a refused change is the
-            // user's to fix, not a server error in the log.
-            if let (Some(response), Ok(status)) = (
-                use_context::<leptos_axum::ResponseOptions>(),
-                http::StatusCode::from_u16(refused.status),
-            ) {
-                response.set_status(status);
-            }
-            ServerFnError::new(refused.message)
-        })
+        .map_err(refused)
+}
+
+/// A request the API refused, answered with the API's status (404, 422,
+/// 403, 409, …): the user's to fix, not a server error in the log.
+#[cfg(feature = "ssr")]
+fn refused(refused: crate::backend::Refused) -> ServerFnError {
+    if let (Some(response), Ok(status)) = (
+        use_context::<leptos_axum::ResponseOptions>(),
+        http::StatusCode::from_u16(refused.status),
+    ) {
+        response.set_status(status);
+    }
+    ServerFnError::new(refused.message)
 }
 
 /// Revokes one of the signed-in user's tokens.

@@ -58,7 +58,7 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         user: SessionUser,
         path: String,
         max_bytes: usize,
-    ) -> BoxFuture<'_, Result<String, String>>;
+    ) -> BoxFuture<'_, Result<String, Refused>>;
 }
 
 /// Why a change was not made: the HTTP status the API (or the console)

@@ -105,6 +105,7 @@ pub async fn run() -> anyhow::Result<()> {
             tag: tag.map(String::from),
             text: None,
             config,
+            archived: false,
         };
         let mut server_ms = Vec::new();
         let mut shown = 0;

@@ -176,6 +176,16 @@ settings! {
         #[arg(long, env = "GPUPLANE_PREEMPTION_GRACE_S", value_name = "S")]
         preemption_grace_s: u64,
 
+        /// The output lines the server keeps of a job are deleted this many days
+        /// after it ended (the agent's files are not touched); 0 keeps them.
+        #[arg(long, env = "GPUPLANE_LOG_RETENTION_DAYS", value_name = "DAYS")]
+        log_retention_days: u64,
+
+        /// An archived run (with its job) is deleted this many days after it
+        /// was archived; 0 keeps it.
+        #[arg(long, env = "GPUPLANE_ARCHIVED_RUN_RETENTION_DAYS", value_name = "DAYS")]
+        archived_run_retention_days: u64,
+
         /// After an alert's failed try, the wait before the next, in seconds;
         /// it doubles with each try, up to an hour.
         #[arg(long, env = "GPUPLANE_ALERT_RETRY_INITIAL_S", value_name = "S")]

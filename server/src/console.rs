@@ -271,18 +271,17 @@ impl ConsoleBackend for ServerBackend {
         user: SessionUser,
         path: String,
         max_bytes: usize,
-    ) -> BoxFuture<'_, Result<String, String>> {
+    ) -> BoxFuture<'_, Result<String, Refused>> {
         Box::pin(async move {
+            let refuse = |message: String| Refused { status: 400, message };
             let Some(uri) = readable_by_pages(&path) else {
-                return Err(format!("the console does not read {path}"));
+                return Err(refuse(format!("the console does not read {path}")));
             };
             let mut request = axum::http::Request::get(uri)
                 .body(axum::body::Body::empty())
-                .map_err(|error| format!("bad path {path}: {error}"))?;
+                .map_err(|error| refuse(format!("bad path {path}: {error}")))?;
             request.extensions_mut().insert(user);
-            self.call(request, &path, max_bytes)
-                .await
-                .map_err(|refused| refused.message)
+            self.call(request, &path, max_bytes).await
         })
     }
 

@@ -115,7 +115,8 @@ pub async fn serve(
 }
 
 /// Every hour: deletes expired console sessions and device authorizations,
-/// and downsamples and expires telemetry.
+/// downsamples and expires telemetry, and applies the retention of output
+/// lines and archived runs.
 async fn housekeeping(state: AppState) {
     let settings = &state.config.settings;
     let retention = nodes::telemetry::Retention {
@@ -129,8 +130,33 @@ async fn housekeeping(state: AppState) {
             Ok(done) => tracing::debug!(?done, "telemetry maintained"),
             Err(error) => tracing::warn!(%error, "telemetry maintenance failed; will try again"),
         }
+        if let Err(error) = apply_retention(&state).await {
+            tracing::warn!(%error, "retention failed; will try again");
+        }
         tokio::time::sleep(Duration::from_secs(3600)).await;
     }
+}
+
+/// Deletes what the retention settings say has been kept long enough.
+pub async fn apply_retention(state: &AppState) -> Result<(), store::Error> {
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+    let settings = &state.config.settings;
+    let now = store::time::now_ms();
+    if settings.log_retention_days > 0 {
+        let cutoff = now - settings.log_retention_days as i64 * DAY_MS;
+        let lines = runs::lifecycle::delete_logs_before(&state.db, cutoff, 10_000).await?;
+        if lines > 0 {
+            tracing::info!(lines, "deleted output lines past log_retention_days");
+        }
+    }
+    if settings.archived_run_retention_days > 0 {
+        let cutoff = now - settings.archived_run_retention_days as i64 * DAY_MS;
+        let runs = runs::lifecycle::delete_archived_before(&state.db, cutoff).await?;
+        if runs > 0 {
+            tracing::info!(runs, "deleted archived runs past archived_run_retention_days");
+        }
+    }
+    Ok(())
 }
 
 /// A server started by [`start`]: its URL and state, and a way to stop it.

@@ -12,6 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, watch};
 
+/// What each project keeps, and when it was measured.
+pub type MeasuredUsage = (std::time::Instant, Vec<gpuplane_api::experiment::ProjectUsage>);
+
 #[derive(Clone)]
 pub struct AppState {
     pub db: SqlitePool,
@@ -40,6 +43,8 @@ pub struct AppState {
     pub device_authorize_limiter: Arc<Limiter>,
     /// Live streams open per user and token.
     pub streams: Arc<crate::identity::streams::StreamCounts>,
+    /// What each project keeps, and when it was measured (`GET /projects/usage`).
+    pub usage: Arc<tokio::sync::Mutex<Option<MeasuredUsage>>>,
     /// Added to the time scheduling windows are judged at (ms). Always 0 in
     /// service; tests move it to see a window open or close.
     pub window_clock_offset_ms: Arc<std::sync::atomic::AtomicI64>,
@@ -74,6 +79,7 @@ impl AppState {
             log_appended: broadcast::channel(1024).0,
             event_recorded: broadcast::channel(64).0,
             window_clock_offset_ms: Arc::default(),
+            usage: Arc::default(),
             shutdown,
             shutdown_sender: Arc::new(shutdown_sender),
         }

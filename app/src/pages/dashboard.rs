@@ -10,6 +10,7 @@ use crate::view::query::api;
 use crate::view::tables::{EventsTable, JobsTable, NodesTable};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
+use gpuplane_api::experiment::{ProjectUsage, format_bytes};
 use gpuplane_api::job::Job;
 use gpuplane_api::node::{ClusterSummary, Node};
 use gpuplane_api::paths;
@@ -40,6 +41,7 @@ pub fn Dashboard() -> impl IntoView {
         move || tick.get(),
         |_| fetch::<Page<Job>>(api(&paths::jobs(), &[("status", "RUNNING"), ("limit", "20")])),
     );
+    let usage = Resource::new(|| (), |_| fetch::<Page<ProjectUsage>>(paths::project_usage()));
     let critical = Resource::new(
         move || tick.get(),
         |_| {
@@ -88,7 +90,36 @@ pub fn Dashboard() -> impl IntoView {
             <h2>"Recent critical events"</h2>
             {loaded(critical, |page: Page<Event>| view! { <EventsTable events=page.items empty="No critical events. OOMs, lost nodes, NaN losses and full disks would show here." /> })}
         </section>
+        <section class="card">
+            <h2>"Storage by project"</h2>
+            {loaded(usage, |page: Page<ProjectUsage>| view! { <UsageTable usage=page.items /> })}
+        </section>
     }
+}
+
+/// What each project keeps on the server (measured at most once a minute).
+#[component]
+fn UsageTable(usage: Vec<ProjectUsage>) -> impl IntoView {
+    if usage.is_empty() {
+        return view! { <p class="empty">"No projects."</p> }.into_any();
+    }
+    view! {
+        <div class="table-scroll"><table data-testid="usage">
+            <thead><tr><th>"Project"</th><th>"Runs"</th><th>"Archived"</th><th>"Metric points"</th><th>"Output lines"</th><th>"Stored"</th></tr></thead>
+            <tbody>{usage.into_iter().map(|usage| view! {
+                <tr data-project=usage.project.clone()>
+                    <td>{usage.project.clone()}</td>
+                    <td>{usage.runs}</td>
+                    <td>{usage.archived_runs}</td>
+                    <td>{usage.metric_points}</td>
+                    <td>{usage.log_lines}</td>
+                    <td title=format!("metrics {}, output {}, texts {}", format_bytes(usage.metric_bytes), format_bytes(usage.log_bytes), format_bytes(usage.text_bytes))>
+                        {format_bytes(usage.total_bytes())}</td>
+                </tr>
+            }).collect_view()}</tbody>
+        </table></div>
+    }
+    .into_any()
 }
 
 /// The quotas the user may see, with what is in use now.

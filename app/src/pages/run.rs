@@ -157,16 +157,18 @@ pub fn RunPage() -> impl IntoView {
         },
         move |up| live_state.set(Some(if up { "live" } else { "reconnecting…" })),
     );
-    // Whether the viewer may change the run: an editor of its project.
-    let can_edit = Signal::derive(move || {
+    // The viewer's role in the run's project: editors change the run, admins archive and delete it.
+    let has_role = move |needed: Role| {
         let project = summary
             .get()
             .and_then(Result::ok)
             .map(|summary| summary.run.project);
         let projects = projects.get().and_then(Result::ok);
         matches!((project, projects), (Some(project), Some(page))
-            if page.items.iter().any(|p| p.name == project && p.role >= Role::Editor))
-    });
+            if page.items.iter().any(|p| p.name == project && p.role >= needed))
+    };
+    let can_edit = Signal::derive(move || has_role(Role::Editor));
+    let can_admin = Signal::derive(move || has_role(Role::Admin));
     let tab = move || {
         let chosen = param("tab");
         if TABS.iter().any(|(name, _)| *name == chosen) {
@@ -197,6 +199,9 @@ pub fn RunPage() -> impl IntoView {
         <Transition fallback=|| ()>
             <Show when=move || can_edit.get()>
                 <RunDetailsForm summary=summary changes=changes />
+            </Show>
+            <Show when=move || can_admin.get()>
+                <RunLifecycle summary=summary changes=changes />
             </Show>
         </Transition>
         <span class="muted" data-testid="run-live" role="status">{move || live_state.get()}</span>
@@ -332,7 +337,8 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
     let mismatches = job.as_ref().map(Job::source_mismatches).unwrap_or_default();
     view! {
         <Title text=format!("Run {}", run.name) />
-        <h1>{run.name.clone()} " " {status_badge(run.status.clone())}</h1>
+        <h1>{run.name.clone()} " " {status_badge(run.status.clone())}
+            {run.archived_at.clone().map(|at| view! { " " <span class="badge" data-testid="run-archived" title=format!("archived {}", format::time(&at))>"archived"</span> })}</h1>
         {mismatches.into_iter().map(|warning| view! {
             <p class="notice warn" data-testid="git-mismatch">{warning}</p>
         }).collect_view()}
@@ -770,6 +776,53 @@ fn RunDetailsForm(summary: SummaryResource, changes: Changes) -> impl IntoView {
                 <Outcome changes=changes done="Saved." />
             </form>
         </Show>
+    }
+}
+
+/// Archive or unarchive the run, or delete it after a confirmation: for
+/// admins of its project.
+#[component]
+fn RunLifecycle(summary: SummaryResource, changes: Changes) -> impl IntoView {
+    let confirming = RwSignal::new(false);
+    let run = move || summary.get().and_then(Result::ok).map(|summary| summary.run);
+    let archive = move |_| {
+        if let Some(run) = run() {
+            let action = if run.archived_at.is_some() {
+                "unarchive"
+            } else {
+                "archive"
+            };
+            send(changes, "POST", format!("{}/{action}", paths::run(&run.id)), None);
+        }
+    };
+    let delete = move |_| {
+        if let Some(run) = run() {
+            send(changes, "DELETE", paths::run(&run.id), None);
+        }
+    };
+    // Once deleted, the run's page has nothing left to show: back to the list.
+    let navigate = leptos_router::hooks::use_navigate();
+    Effect::new(move |_| {
+        let deleted =
+            changes.value().get().and_then(Result::ok).and_then(|answer| {
+                serde_json::from_str::<gpuplane_api::experiment::DeletedRun>(&answer).ok()
+            });
+        if deleted.is_some() {
+            navigate("/runs", Default::default());
+        }
+    });
+    view! {
+        <div class="inline-form" data-testid="run-lifecycle">
+            <button type="button" class="secondary" on:click=archive>
+                {move || if run().is_some_and(|run| run.archived_at.is_some()) { "Unarchive" } else { "Archive" }}
+            </button>
+            <button type="button" class="secondary" on:click=move |_| confirming.set(true)>"Delete…"</button>
+            <Show when=move || confirming.get()>
+                <span class="error">"The run, its job, metrics, output, events and checkpoint records go for good."</span>
+                <button type="button" class="danger" on:click=delete>"Delete for good"</button>
+                <button type="button" class="secondary" on:click=move |_| confirming.set(false)>"Keep it"</button>
+            </Show>
+        </div>
     }
 }
 

@@ -42,7 +42,7 @@ fn selected_of(values: Vec<String>) -> Vec<String> {
 /// filters, with `where` conditions (`config.lr > 1e-3; config.opt = adam`)
 /// as `config.KEY` parameters.
 fn filter_pairs(get: impl Fn(&str) -> String) -> Result<Vec<(String, String)>, String> {
-    let mut pairs: Vec<(String, String)> = ["project", "tag", "q"]
+    let mut pairs: Vec<(String, String)> = ["project", "tag", "q", "archived"]
         .into_iter()
         .map(|key| (key.to_string(), get(key)))
         .collect();
@@ -157,7 +157,7 @@ pub fn Runs() -> impl IntoView {
         <Title text="Runs" />
         <h1>"Runs"</h1>
         <form method="get" class="card" role="search" data-testid="run-filters">
-            <HiddenParams except=&["project", "tag", "q", "where", "col", "before"] />
+            <HiddenParams except=&["project", "tag", "q", "where", "col", "before", "archived"] />
             <div class="inline-form">
                 <label>"Project"
                     <select name="project">
@@ -176,6 +176,8 @@ pub fn Runs() -> impl IntoView {
                 <label>"Text" <input type="search" name="q" prop:value=move || param("q") placeholder="name, notes or tags" /></label>
                 <label>"Config" <input name="where" size="32" prop:value=move || param("where")
                     placeholder="config.lr > 1e-3; config.optimizer = adam" /></label>
+                <label class="check"><input type="checkbox" name="archived" value="true"
+                    prop:checked=move || param("archived") == "true" />"Archived runs"</label>
             </div>
             <details class="column-picker">
                 <summary>"Columns"</summary>

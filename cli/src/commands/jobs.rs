@@ -28,6 +28,9 @@ pub enum JobCommand {
         sort: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: i64,
+        /// Jobs of archived runs (`gpuctl run archive`) instead of the others.
+        #[arg(long)]
+        archived: bool,
     },
     /// A job's spec, state, queued reason and attempts.
     Show { job_id: String },
@@ -339,8 +342,9 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
             project,
             sort,
             limit,
+            archived,
         } => {
-            let mut path = format!("jobs?limit={limit}");
+            let mut path = format!("jobs?limit={limit}&archived={archived}");
             if let Some(status) = status {
                 path.push_str(&format!("&status={status}"));
             }

@@ -3,6 +3,7 @@
 use crate::Output;
 use crate::client::{CliError, Client};
 use gpuplane_api::Page;
+use gpuplane_api::experiment::{ProjectUsage, format_bytes};
 use gpuplane_api::metric::{Goal, SetPrimaryMetric};
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
 use gpuplane_api::share::ProjectChanges;
@@ -22,6 +23,8 @@ pub enum ProjectCommand {
         #[arg(long, value_parser = crate::commands::parse_goal)]
         goal: Goal,
     },
+    /// What each project keeps on the server: runs, metrics, output, texts.
+    Usage,
     /// Allow or forbid share links of the project's runs (project admins);
     /// forbidding closes the existing ones too.
     ShareLinks {
@@ -43,6 +46,28 @@ pub enum ProjectCommand {
 
 pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Result<(), CliError> {
     match command {
+        ProjectCommand::Usage => {
+            let page: Page<ProjectUsage> = client.get("projects/usage").await?;
+            out.emit(&page, |page| {
+                let mut text = format!(
+                    "{:<20} {:>6} {:>9} {:>12} {:>10} {:>10}\n",
+                    "PROJECT", "RUNS", "ARCHIVED", "POINTS", "LOG LINES", "STORED"
+                );
+                for usage in &page.items {
+                    let _ = writeln!(
+                        text,
+                        "{:<20} {:>6} {:>9} {:>12} {:>10} {:>10}",
+                        usage.project,
+                        usage.runs,
+                        usage.archived_runs,
+                        usage.metric_points,
+                        usage.log_lines,
+                        format_bytes(usage.total_bytes())
+                    );
+                }
+                text
+            });
+        }
         ProjectCommand::ShareLinks { project, state } => {
             let changes = ProjectChanges {
                 share_links: Some(state == "on"),

@@ -6,10 +6,11 @@
 use crate::Output;
 use crate::client::{CliError, Client};
 use crate::commands::parse_goal;
+use crate::exit::Failure;
 use gpuplane_api::Page;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::event::Event;
-use gpuplane_api::experiment::{self, RunColumn, RunSort};
+use gpuplane_api::experiment::{self, DeletedRun, RunColumn, RunSort};
 use gpuplane_api::job::Job;
 use gpuplane_api::metric::{Checkpoint, Goal, PrimaryMetric, Run, SetPrimaryMetric, TextPage};
 use gpuplane_api::share::{CreatedShareLink, NewShareLink, ShareLink};
@@ -51,6 +52,21 @@ pub enum RunCommand {
         /// Comma-separated values with a header line (for spreadsheets).
         #[arg(long)]
         csv: bool,
+        /// Archived runs instead of the others.
+        #[arg(long)]
+        archived: bool,
+    },
+    /// Archive a run and its job (project admins): out of the lists, kept whole.
+    Archive { run_id: String },
+    /// Bring an archived run and its job back into the lists.
+    Unarchive { run_id: String },
+    /// Delete a run and its job with their metrics, output, events and
+    /// checkpoint records (project admins). There is no undo.
+    Delete {
+        run_id: String,
+        /// Required: deleting cannot be undone.
+        #[arg(long)]
+        yes: bool,
     },
     /// Set the metric that ranks the run (e.g. eval/accuracy --goal max).
     SetPrimary {
@@ -127,9 +143,13 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
             conditions,
             columns,
             csv,
+            archived,
         } => {
             let mut query = form_urlencoded::Serializer::new(String::new());
             query.append_pair("limit", &limit.to_string());
+            if archived {
+                query.append_pair("archived", "true");
+            }
             for (key, value) in [("project", project), ("sort", sort), ("tag", tag), ("q", search)] {
                 if let Some(value) = value {
                     query.append_pair(key, &value);
@@ -201,6 +221,36 @@ pub async fn run(client: &Client, command: RunCommand, out: &Output) -> Result<(
                     );
                 }
                 text
+            });
+        }
+        RunCommand::Archive { run_id } => archive(client, run_id, "archive", out).await?,
+        RunCommand::Unarchive { run_id } => archive(client, run_id, "unarchive", out).await?,
+        RunCommand::Delete { run_id, yes } => {
+            if !yes {
+                return Err(CliError::new(
+                    Failure::Invalid,
+                    "confirmation_required",
+                    format!(
+                        "deleting a run cannot be undone: run `gpuctl run delete {run_id} --yes` \
+                         (or `gpuctl run archive {run_id}` to keep it out of sight)"
+                    ),
+                ));
+            }
+            let run_id = resolve(client, run_id).await?;
+            let deleted: DeletedRun = client.delete(&format!("runs/{run_id}")).await?;
+            out.emit(&deleted, |deleted| {
+                format!(
+                    "Deleted run {}{}: {} metric points, {} output lines, {} events.",
+                    deleted.run_id,
+                    deleted
+                        .job_id
+                        .as_deref()
+                        .map(|job| format!(" and job {job}"))
+                        .unwrap_or_default(),
+                    deleted.metric_points,
+                    deleted.log_lines,
+                    deleted.events
+                )
             });
         }
         RunCommand::Share { run_id, days } => {
@@ -415,6 +465,22 @@ fn render_csv(runs: &[Run], columns: &[RunColumn]) -> String {
         text.push_str("\r\n");
     }
     text
+}
+
+/// Archives (`action` = `archive`) or unarchives a run and its job.
+async fn archive(client: &Client, run_id: String, action: &str, out: &Output) -> Result<(), CliError> {
+    let run_id = resolve(client, run_id).await?;
+    let run: Run = client
+        .post(&format!("runs/{run_id}/{action}"), &serde_json::json!(null))
+        .await?;
+    out.emit(&run, |run| match &run.archived_at {
+        Some(at) => format!(
+            "Run {} archived ({at}); `gpuctl run list --archived` lists it.",
+            run.id
+        ),
+        None => format!("Run {} is back in the lists.", run.id),
+    });
+    Ok(())
 }
 
 /// A run id as given, or the run of a job id.

@@ -132,6 +132,8 @@ pub struct ListQuery {
     limit: Option<i64>,
     /// `next_before` of the previous page.
     before: Option<i64>,
+    /// `true`: jobs of archived runs only; left out or `false`: the others.
+    archived: Option<bool>,
 }
 
 /// Jobs, newest first (or best primary metric first).
@@ -169,6 +171,7 @@ pub async fn list_jobs(
         project: query.project.as_deref(),
         user: query.user.as_deref(),
         text: query.q.as_deref(),
+        archived: query.archived.unwrap_or(false),
         sort,
         limit,
         before,

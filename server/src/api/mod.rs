@@ -12,6 +12,7 @@ mod evaluations;
 mod events;
 pub(crate) mod health;
 mod jobs;
+mod lifecycle;
 mod logs;
 mod metrics;
 mod nodes;
@@ -106,7 +107,10 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(runs::create_run, runs::list_runs))
         .routes(routes!(runs::scatter_svg))
         .routes(routes!(runs::set_primary_metric))
-        .routes(routes!(runs::get_run, runs::change_run))
+        .routes(routes!(runs::get_run, runs::change_run, lifecycle::delete_run))
+        .routes(routes!(lifecycle::archive_run))
+        .routes(routes!(lifecycle::unarchive_run))
+        .routes(routes!(lifecycle::project_usage))
         .routes(routes!(runs::update_config))
         .routes(routes!(metrics::query_metrics))
         .routes(routes!(metrics::chart_svg))

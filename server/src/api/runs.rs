@@ -64,6 +64,8 @@ pub struct ListQuery {
     limit: Option<i64>,
     /// `next_before` of the previous page (an opaque cursor).
     before: Option<i64>,
+    /// `true`: archived runs only; left out or `false`: the others.
+    archived: Option<bool>,
 }
 
 /// Runs of the projects the caller can see, with their latest metrics and primary metric.
@@ -93,6 +95,7 @@ pub async fn list_runs(
         &LIST_PARAMETERS,
         query.tag.clone(),
         query.q.clone(),
+        query.archived.unwrap_or(false),
         &mut errors,
     );
     if !errors.is_empty() {
@@ -216,7 +219,7 @@ pub async fn list_checkpoints(
 }
 
 /// The list parameters besides `config.KEY`.
-const LIST_PARAMETERS: [&str; 6] = ["project", "tag", "q", "sort", "limit", "before"];
+const LIST_PARAMETERS: [&str; 7] = ["project", "tag", "q", "sort", "limit", "before", "archived"];
 
 /// The filters of a run list or plot: `tag`, `q` and every `config.KEY`
 /// parameter; any parameter not in `known` is an error.
@@ -225,6 +228,7 @@ fn list_filters(
     known: &[&str],
     tag: Option<String>,
     text: Option<String>,
+    archived: bool,
     errors: &mut Vec<FieldError>,
 ) -> runs::details::Filters {
     let mut config = Vec::new();
@@ -248,6 +252,7 @@ fn list_filters(
         tag: tag.filter(|tag| !tag.is_empty()),
         text: text.filter(|text| !text.trim().is_empty()),
         config,
+        archived,
     }
 }
 
@@ -258,6 +263,8 @@ pub struct ScatterQuery {
     project: Option<String>,
     tag: Option<String>,
     q: Option<String>,
+    /// `true`: archived runs only.
+    archived: Option<bool>,
     /// The horizontal axis: `config.KEY`, a metric key (its latest value), `primary` or `duration`.
     x: String,
     /// The vertical axis, as `x`.
@@ -270,8 +277,8 @@ pub struct ScatterQuery {
     height: Option<u32>,
 }
 
-const SCATTER_PARAMETERS: [&str; 9] = [
-    "project", "tag", "q", "x", "y", "x_scale", "y_scale", "width", "height",
+const SCATTER_PARAMETERS: [&str; 10] = [
+    "project", "tag", "q", "x", "y", "x_scale", "y_scale", "width", "height", "archived",
 ];
 
 /// One dot per run that passes the filters and has a number on both axes
@@ -314,6 +321,7 @@ pub async fn scatter_svg(
         &SCATTER_PARAMETERS,
         query.tag.clone(),
         query.q.clone(),
+        query.archived.unwrap_or(false),
         &mut errors,
     );
     let (Some(x), Some(y)) = (x, y) else {

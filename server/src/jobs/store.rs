@@ -229,6 +229,8 @@ pub struct ListFilter<'a> {
     pub user: Option<&'a str>,
     /// Text found in the job's id or name (case-insensitive).
     pub text: Option<&'a str>,
+    /// Jobs of archived runs only, else only the others.
+    pub archived: bool,
     pub sort: Sort,
     pub limit: i64,
     pub before: Option<i64>,
@@ -246,6 +248,7 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
            AND (?5 IS NULL OR j.project IN (SELECT value FROM json_each(?5)))
            AND (?6 IS NULL OR u.name = ?6)
            AND (?7 IS NULL OR instr(lower(j.id || ' ' || j.name), lower(?7)) > 0)
+           AND (j.archived_at IS NOT NULL) = ?8
          ORDER BY {order} LIMIT ?4",
         jobs_from()
     ))
@@ -256,6 +259,7 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     .bind(visible.as_json())
     .bind(filter.user)
     .bind(filter.text.filter(|text| !text.is_empty()))
+    .bind(filter.archived)
     .fetch_all(&mut *read)
     .await?;
     let (rows, next_before) = crate::paging::split(rows, filter.limit, |row| row.seq);

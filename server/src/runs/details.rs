@@ -131,6 +131,8 @@ pub struct Filters {
     pub tag: Option<String>,
     pub text: Option<String>,
     pub config: Vec<ConfigFilter>,
+    /// Archived runs only, else only the others.
+    pub archived: bool,
 }
 
 impl Filters {
@@ -143,7 +145,11 @@ impl Filters {
             next += 1;
             next - 1
         };
-        let mut sql = String::new();
+        let mut sql = String::from(if self.archived {
+            " AND r.archived_at IS NOT NULL"
+        } else {
+            " AND r.archived_at IS NULL"
+        });
         if self.tag.is_some() {
             let tag = number();
             // Tags are plain words (no quotes or backslashes), so the quoted

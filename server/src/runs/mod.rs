@@ -5,6 +5,7 @@
 pub mod checkpoints;
 pub mod details;
 pub mod evaluations;
+pub mod lifecycle;
 pub mod primary;
 pub mod shares;
 
@@ -32,6 +33,7 @@ struct RunRow {
     duration_ms: Option<i64>,
     tags: String,
     notes: String,
+    archived_at: Option<i64>,
     #[sqlx(flatten)]
     primary: primary::Columns,
 }
@@ -57,7 +59,7 @@ fn duration_ms() -> String {
 fn select_runs() -> String {
     format!(
         "SELECT r.rowid AS seq, r.id, r.job_id, r.project, r.name, r.created_at, {STATUS} AS status,
-                {} AS duration_ms, r.tags, r.notes, {}
+                {} AS duration_ms, r.tags, r.notes, r.archived_at, {}
          FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}",
         duration_ms(),
         primary::COLUMNS,
@@ -335,6 +337,7 @@ async fn runs_from_rows(db: &SqlitePool, rows: Vec<RunRow>) -> Result<Vec<Run>, 
             name: row.name,
             status: row.status,
             created_at: rfc3339(row.created_at),
+            archived_at: row.archived_at.map(rfc3339),
         })
         .collect())
 }

@@ -7,6 +7,7 @@ mod evaluations;
 mod faults;
 mod gpuctl;
 mod jobs;
+mod lifecycle;
 mod scheduling;
 mod security;
 mod telemetry;

@@ -1,0 +1,238 @@
+//! The end of a run's life: archiving (out of the default lists, kept whole)
+//! and deleting (the run and its job, with metrics, texts, config, logs,
+//! events, checkpoints, evaluations and share links, in one transaction).
+//! Neither touches a job that is still queued or running, nor one that a
+//! queued job waits for. Housekeeping deletes runs archived longer than
+//! `archived_run_retention_days` and kept output older than
+//! `log_retention_days`.
+
+use crate::store::Error;
+use crate::store::time::now_ms;
+use gpuplane_api::experiment::{DeletedRun, ProjectUsage};
+use sqlx::{SqliteConnection, SqlitePool};
+
+/// Refuses (409) when the run's job, or an evaluation of the run, is still
+/// queued or running, or a queued job waits for the run's job.
+async fn check_finished(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    job_id: Option<&str>,
+) -> Result<(), Error> {
+    let active: Option<(String, String)> = sqlx::query_as(
+        "SELECT id, status FROM jobs
+         WHERE (id = ?1 OR id IN (SELECT job_id FROM evaluations WHERE run_id = ?2))
+           AND status IN ('QUEUED', 'DISPATCHING', 'RUNNING') LIMIT 1",
+    )
+    .bind(job_id)
+    .bind(run_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some((id, status)) = active {
+        return Err(Error::Conflict(format!(
+            "job {id} is {status}: cancel it or let it end first"
+        )));
+    }
+    if let Some(job_id) = job_id {
+        let waiting: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status = 'QUEUED' AND after_jobs IS NOT NULL
+               AND EXISTS (SELECT 1 FROM json_each(after_jobs) WHERE value = ?1 OR value LIKE ?1 || ':%')
+             LIMIT 1",
+        )
+        .bind(job_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(waiting) = waiting {
+            return Err(Error::Conflict(format!(
+                "queued job {waiting} waits for job {job_id}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn job_of(conn: &mut SqliteConnection, run_id: &str) -> Result<Option<String>, Error> {
+    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    job.ok_or_else(|| Error::NotFound(format!("no run {run_id}")))
+}
+
+/// Archives a run and its job (`archive = true`), or brings them back.
+pub async fn set_archived(
+    db: &SqlitePool,
+    run_id: &str,
+    archive: bool,
+    by: Option<&str>,
+) -> Result<(), Error> {
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let job_id = job_of(&mut tx, run_id).await?;
+    if archive {
+        check_finished(&mut tx, run_id, job_id.as_deref()).await?;
+    }
+    let at = archive.then(now_ms);
+    sqlx::query("UPDATE runs SET archived_at = ?, archived_by = ? WHERE id = ?")
+        .bind(at)
+        .bind(by.filter(|_| archive))
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("UPDATE jobs SET archived_at = ? WHERE id = ?")
+        .bind(at)
+        .bind(&job_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Deletes a run and its job with everything recorded about them.
+pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> {
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let job_id = job_of(&mut tx, run_id).await?;
+    check_finished(&mut tx, run_id, job_id.as_deref()).await?;
+    let metric_points: i64 =
+        sqlx::query_scalar("SELECT coalesce(sum(points), 0) FROM metric_series WHERE run_id = ?")
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    let run_statements = [
+        "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE run_id = ?1)",
+        "DELETE FROM events WHERE run_id = ?1",
+        "DELETE FROM share_views WHERE share_id IN (SELECT id FROM share_links WHERE run_id = ?1)",
+        "DELETE FROM share_links WHERE run_id = ?1",
+        "DELETE FROM run_texts WHERE run_id = ?1",
+        "DELETE FROM run_config WHERE run_id = ?1",
+        "DELETE FROM metric_chunks WHERE run_id = ?1",
+        "DELETE FROM metric_series WHERE run_id = ?1",
+        "DELETE FROM metric_batches WHERE run_id = ?1",
+        "DELETE FROM checkpoints WHERE run_id = ?1",
+        "DELETE FROM evaluations WHERE run_id = ?1",
+        "DELETE FROM api_tokens WHERE run_id = ?1",
+        "DELETE FROM runs WHERE id = ?1",
+    ];
+    let mut events = 0;
+    for statement in run_statements {
+        let done = sqlx::query(statement).bind(run_id).execute(&mut *tx).await?;
+        if statement.starts_with("DELETE FROM events") {
+            events += done.rows_affected() as i64;
+        }
+    }
+    let mut log_lines = 0;
+    if let Some(job_id) = &job_id {
+        let job_statements = [
+            "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE job_id = ?1)",
+            "DELETE FROM events WHERE job_id = ?1",
+            "DELETE FROM log_lines WHERE job_id = ?1",
+            "DELETE FROM evaluations WHERE job_id = ?1",
+            "DELETE FROM attempts WHERE job_id = ?1",
+            "DELETE FROM jobs WHERE id = ?1",
+        ];
+        for statement in job_statements {
+            let done = sqlx::query(statement).bind(job_id).execute(&mut *tx).await?;
+            match statement {
+                s if s.starts_with("DELETE FROM events") => events += done.rows_affected() as i64,
+                s if s.starts_with("DELETE FROM log_lines") => log_lines = done.rows_affected() as i64,
+                _ => {}
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(DeletedRun {
+        run_id: run_id.to_string(),
+        job_id,
+        metric_points,
+        log_lines,
+        events,
+    })
+}
+
+/// Deletes the runs archived before `cutoff` (ms), one transaction each;
+/// returns how many.
+pub async fn delete_archived_before(db: &SqlitePool, cutoff: i64) -> Result<usize, Error> {
+    let due: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM runs WHERE archived_at < ? ORDER BY archived_at")
+            .bind(cutoff)
+            .fetch_all(db)
+            .await?;
+    let mut deleted = 0;
+    for run_id in due {
+        match delete(db, &run_id).await {
+            Ok(_) => deleted += 1,
+            // Retried or unarchived meanwhile: it waits for the next round.
+            Err(Error::Conflict(_) | Error::NotFound(_)) => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes the kept output lines of jobs that ended before `cutoff` (ms),
+/// at most `batch` lines per statement; returns how many.
+pub async fn delete_logs_before(db: &SqlitePool, cutoff: i64, batch: i64) -> Result<u64, Error> {
+    let mut total = 0;
+    loop {
+        let done = sqlx::query(
+            "DELETE FROM log_lines WHERE id IN (
+                 SELECT l.id FROM log_lines l JOIN jobs j ON j.id = l.job_id
+                 WHERE j.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST') AND j.updated_at < ?
+                 LIMIT ?)",
+        )
+        .bind(cutoff)
+        .bind(batch)
+        .execute(db)
+        .await?;
+        total += done.rows_affected();
+        if done.rows_affected() < batch as u64 {
+            return Ok(total);
+        }
+    }
+}
+
+/// What each project keeps: runs, metric chunks, output lines and texts.
+/// Reads every chunk's and line's length (not their content), so callers
+/// cache it.
+pub async fn usage(db: &SqlitePool) -> Result<Vec<ProjectUsage>, Error> {
+    let rows: Vec<UsageRow> = sqlx::query_as(
+        "SELECT p.name AS project,
+            (SELECT count(*) FROM runs r WHERE r.project = p.name) AS runs,
+            (SELECT count(*) FROM runs r WHERE r.project = p.name AND r.archived_at IS NOT NULL) AS archived_runs,
+            (SELECT coalesce(sum(s.points), 0) FROM metric_series s JOIN runs r ON r.id = s.run_id
+              WHERE r.project = p.name) AS metric_points,
+            (SELECT coalesce(sum(length(c.summary) + length(c.points)), 0) FROM metric_chunks c
+              JOIN runs r ON r.id = c.run_id WHERE r.project = p.name) AS metric_bytes,
+            (SELECT count(*) FROM log_lines l JOIN jobs j ON j.id = l.job_id WHERE j.project = p.name) AS log_lines,
+            (SELECT coalesce(sum(length(l.text)), 0) FROM log_lines l JOIN jobs j ON j.id = l.job_id
+              WHERE j.project = p.name) AS log_bytes,
+            (SELECT coalesce(sum(length(t.text)), 0) FROM run_texts t JOIN runs r ON r.id = t.run_id
+              WHERE r.project = p.name) AS text_bytes
+         FROM projects p ORDER BY p.name",
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| ProjectUsage {
+            project: row.project,
+            runs: row.runs,
+            archived_runs: row.archived_runs,
+            metric_points: row.metric_points,
+            metric_bytes: row.metric_bytes,
+            log_lines: row.log_lines,
+            log_bytes: row.log_bytes,
+            text_bytes: row.text_bytes,
+        })
+        .collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct UsageRow {
+    project: String,
+    runs: i64,
+    archived_runs: i64,
+    metric_points: i64,
+    metric_bytes: i64,
+    log_lines: i64,
+    log_bytes: i64,
+    text_bytes: i64,
+}
