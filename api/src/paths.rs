@@ -84,6 +84,11 @@ pub fn run_stream(run_id: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/stream")
 }
 
+/// A run's points or buckets of one metric (`?key=&max_points=&x=&from=&to=`).
+pub fn run_metrics(run_id: &str) -> String {
+    format!("{PREFIX}/runs/{run_id}/metrics")
+}
+
 /// A run's chart; `format` is `svg` or `png`.
 pub fn run_chart(run_id: &str, format: &str) -> String {
     format!("{PREFIX}/runs/{run_id}/chart.{format}")

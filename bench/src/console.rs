@@ -1,8 +1,9 @@
 //! The console: a run page rendered on the server for a run with 20
 //! metrics of 1,000,000 points each (charts included), one of its charts
-//! alone, and the hydrate bundle's size (gzip) when a release site exists.
+//! alone, and the hydrate bundle's size (gzip) when a release site exists;
+//! and (`compare`) the page comparing 8 such runs.
 
-use crate::jobs::{Binaries, percentile, release_binaries, start_server_process};
+use crate::jobs::{Binaries, ServerProcess, percentile, release_binaries, start_server_process};
 use crate::metrics::create_run;
 use anyhow::Context;
 use std::io::Write;
@@ -53,18 +54,21 @@ async fn sign_in(binaries: &Binaries, data_dir: &std::path::Path, url: &str) -> 
     Ok(cookie.to_string())
 }
 
-async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
-    let server = start_server_process(binaries, &[]).await?;
-    let http = reqwest::Client::new();
-    let run_id = create_run(&http, &server, "twenty-metrics").await?;
-    let keys: Vec<String> = (0..KEYS)
+/// The metric keys of a benchmark run: train/, eval/ and other groups.
+fn metric_keys() -> Vec<String> {
+    (0..KEYS)
         .map(|k| match k {
             0..=9 => format!("train/metric_{k}"),
             10..=14 => format!("eval/metric_{k}"),
             _ => format!("system/metric_{k}"),
         })
-        .collect();
-    let started = Instant::now();
+        .collect()
+}
+
+/// Sends [`KEYS`] metrics × [`POINTS_PER_KEY`] points (a NaN now and then)
+/// to a run through the ingest API.
+async fn fill_run(http: &reqwest::Client, server: &ServerProcess, run_id: &str) -> anyhow::Result<()> {
+    let keys = metric_keys();
     let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
     for first_step in (0..POINTS_PER_KEY).step_by(STEPS_PER_BATCH) {
         let mut points = Vec::with_capacity(KEYS * STEPS_PER_BATCH);
@@ -91,6 +95,93 @@ async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
             response.status()
         );
     }
+    Ok(())
+}
+
+/// Server render times of `page_url` for a signed-in browser (20 renders
+/// after 2 warm-ups): sorted milliseconds, the HTML's size and its charts.
+async fn render_times(
+    http: &reqwest::Client,
+    page_url: &str,
+    cookie: &str,
+) -> anyhow::Result<(Vec<f64>, usize, usize)> {
+    let mut times = Vec::new();
+    let mut size = 0;
+    let mut charts = 0;
+    for round in 0..22 {
+        let started = Instant::now();
+        let response = http.get(page_url).header("cookie", cookie).send().await?;
+        anyhow::ensure!(response.status().is_success(), "page: {}", response.status());
+        let html = response.text().await?;
+        if round >= 2 {
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        size = html.len();
+        charts = html.matches("class=\"chart\"").count();
+    }
+    times.sort_by(f64::total_cmp);
+    Ok((times, size, charts))
+}
+
+/// The run page comparing 8 runs of 20 metrics × 1,000,000 points each:
+/// 20 charts of 8 lines and the config diff (`gpuplane-bench compare`).
+pub async fn compare() -> anyhow::Result<()> {
+    const RUNS: usize = 8;
+    let binaries = release_binaries()?;
+    let server = start_server_process(&binaries, &[]).await?;
+    let http = reqwest::Client::new();
+    let started = Instant::now();
+    let mut run_ids = Vec::new();
+    for n in 0..RUNS {
+        let run_id = create_run(&http, &server, &format!("compared-{n}")).await?;
+        let config =
+            serde_json::json!({"config": {"lr": 1e-3 * (n + 1) as f64, "optimizer": "adam", "seed": n}});
+        http.post(format!("{}/api/v1/runs/{run_id}/config", server.url))
+            .bearer_auth(&server.token)
+            .json(&config)
+            .send()
+            .await?
+            .error_for_status()?;
+        run_ids.push(run_id);
+    }
+    // Two clients at a time, like two training jobs.
+    for pair in run_ids.chunks(2) {
+        let (first, second) = tokio::join!(
+            fill_run(&http, &server, &pair[0]),
+            fill_run(&http, &server, &pair[1])
+        );
+        first?;
+        second?;
+    }
+    println!(
+        "compare: stored {RUNS} runs × {KEYS} metrics × {POINTS_PER_KEY} points in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+    let cookie = sign_in(&binaries, &server.data_dir(), &server.url).await?;
+    let page_url = format!(
+        "{}/runs/{}?compare={}",
+        server.url,
+        run_ids[0],
+        run_ids[1..].join(",")
+    );
+    let (times, size, charts) = render_times(&http, &page_url, &cookie).await?;
+    anyhow::ensure!(charts == KEYS, "the page drew {charts} charts, not {KEYS}");
+    println!(
+        "compare: run page of {RUNS} runs × {KEYS} metrics × 1,000,000 points ({charts} charts of {RUNS} lines, config diff; {} KiB of HTML): p50 {:.1} ms, p95 {:.1} ms (20 renders, 1 client)",
+        size / 1024,
+        percentile(&times, 0.5),
+        percentile(&times, 0.95)
+    );
+    Ok(())
+}
+
+async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let http = reqwest::Client::new();
+    let run_id = create_run(&http, &server, "twenty-metrics").await?;
+    let started = Instant::now();
+    fill_run(&http, &server, &run_id).await?;
     println!(
         "console: stored {KEYS} metrics × {POINTS_PER_KEY} points in {:.1} s",
         started.elapsed().as_secs_f64()
@@ -105,22 +196,8 @@ async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
     );
     let cookie = sign_in(binaries, &server.data_dir(), &server.url).await?;
     let page_url = format!("{}/runs/{run_id}", server.url);
-    let mut times = Vec::new();
-    let mut size = 0;
-    let mut charts = 0;
-    for round in 0..22 {
-        let started = Instant::now();
-        let response = http.get(&page_url).header("cookie", &cookie).send().await?;
-        anyhow::ensure!(response.status().is_success(), "run page: {}", response.status());
-        let html = response.text().await?;
-        if round >= 2 {
-            times.push(started.elapsed().as_secs_f64() * 1000.0);
-        }
-        size = html.len();
-        charts = html.matches("class=\"chart\"").count();
-    }
+    let (times, size, charts) = render_times(&http, &page_url, &cookie).await?;
     anyhow::ensure!(charts == KEYS, "the page drew {charts} charts, not {KEYS}");
-    times.sort_by(f64::total_cmp);
     println!(
         "console: run page server render, {KEYS} metrics × 1,000,000 points, {charts} SVG charts inline ({} KiB of HTML): p50 {:.1} ms, p95 {:.1} ms (20 renders, 1 client)",
         size / 1024,

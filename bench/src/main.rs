@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|runs|telemetry|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -45,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         "jobs" => runtime.block_on(jobs::run()),
         "metrics" => runtime.block_on(metrics::run()),
         "console" => runtime.block_on(console::run()),
+        "compare" => runtime.block_on(console::compare()),
         "runs" => runtime.block_on(runs::run()),
         "telemetry" => runtime.block_on(telemetry::run()),
         "tfevents" => {
@@ -61,7 +62,7 @@ fn main() -> anyhow::Result<()> {
             telemetry::run().await
         }),
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; expected jobs, metrics, console, runs, telemetry or all"
+            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry or all"
         ),
     }
 }

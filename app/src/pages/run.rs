@@ -4,6 +4,7 @@
 
 use crate::api::{api_get_many, fetch};
 use crate::view::actions::{Changes, Outcome, send};
+use crate::view::chart::ChartSurface;
 use crate::view::error_text;
 use crate::view::format::{self, status_badge};
 use crate::view::live::{self, Next};
@@ -49,6 +50,17 @@ struct ChartView {
     y_max: String,
 }
 
+/// The run's id, then the compared runs' (`compare`), each once.
+fn with_compared(run_id: &str, compare: &str) -> Vec<String> {
+    let mut ids = vec![run_id.to_string()];
+    for other in compare.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+        if !ids.iter().any(|known| known == other) {
+            ids.push(other.to_string());
+        }
+    }
+    ids
+}
+
 /// Charts are drawn at about the width the page shows them (two to a row
 /// on a wide screen), so their 16 px text reads at about that size.
 const CHART_WIDTH: &str = "640";
@@ -83,6 +95,33 @@ fn chart_path(run_id: &str, key: &str, view: &ChartView, format: &str) -> String
             ("height", CHART_HEIGHT),
         ],
     )
+}
+
+/// The API reads of a chart's lines (the run's, then the compared runs'),
+/// for its hover read-out, and the label of each ("" for a lone run).
+fn series_paths(run_id: &str, key: &str, view: &ChartView) -> (Vec<String>, Vec<String>) {
+    let ids = with_compared(run_id, &view.compare);
+    let labels = if ids.len() == 1 {
+        vec![String::new()]
+    } else {
+        ids.iter().map(|id| format!("{id}: ")).collect()
+    };
+    let paths = ids
+        .iter()
+        .map(|id| {
+            api(
+                &paths::run_metrics(id),
+                &[
+                    ("key", key),
+                    ("max_points", "320"),
+                    ("x", &view.x),
+                    ("from", &view.from),
+                    ("to", &view.to),
+                ],
+            )
+        })
+        .collect();
+    (paths, labels)
 }
 
 /// Charts by metric key or telemetry field: each an SVG, or why it could
@@ -258,10 +297,11 @@ pub fn RunPage() -> impl IntoView {
                                 {charts.into_iter().map(|(key, svg)| {
                                     let (run_id, view) = (id.get_untracked(), view_state.get_untracked());
                                     let (svg_href, png_href) = (chart_path(&run_id, &key, &view, "svg"), chart_path(&run_id, &key, &view, "png"));
+                                    let (series_paths, labels) = series_paths(&run_id, &key, &view);
                                     match svg {
                                         Ok(svg) => view! {
                                             <figure class="chart" data-key=key.clone()>
-                                                <div class="chart-svg" inner_html=svg></div>
+                                                <ChartSurface svg=svg series_paths=series_paths labels=labels by_time=view.x == "time" />
                                                 <figcaption>
                                                     <a rel="external" href=svg_href target="_blank">"SVG"</a> " · "
                                                     <a rel="external" href=png_href target="_blank" data-testid="chart-png">"PNG"</a>
@@ -835,12 +875,7 @@ fn ConfigDiff(run_id: Memo<String>, view: Memo<ChartView>) -> impl IntoView {
     let runs = Resource::new(
         move || (run_id.get(), view.read().compare.clone()),
         |(id, compare)| async move {
-            let mut ids = vec![id];
-            for other in compare.split(',').map(str::trim).filter(|o| !o.is_empty()) {
-                if !ids.iter().any(|known| known == other) {
-                    ids.push(other.to_string());
-                }
-            }
+            let ids = with_compared(&id, &compare);
             let answers = api_get_many(ids.iter().map(|id| paths::run(id)).collect()).await?;
             let mut runs = Vec::new();
             for (id, answer) in ids.iter().zip(answers) {

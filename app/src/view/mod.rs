@@ -3,6 +3,7 @@
 
 pub mod actions;
 pub mod ansi;
+pub mod chart;
 pub mod format;
 pub mod live;
 pub mod logs;

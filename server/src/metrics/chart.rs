@@ -298,24 +298,51 @@ fn render_png(svg: &str, fonts: std::sync::Arc<resvg::usvg::fontdb::Database>) -
     Ok(pixmap.encode_png()?)
 }
 
-/// The chart as an SVG document.
+/// The chart as an SVG document. Its root element says where the plot
+/// area is and what it spans (`data-plot-left`, `data-plot-right` in SVG
+/// units; `data-x-min`, `data-x-max` in steps, or Unix seconds on a time
+/// axis), so the hydrated page can read a position as a step or a time
+/// (hover read-out, drag-to-zoom).
 pub fn svg(lines: &[Line], options: &ChartOptions) -> String {
     let mut out = String::new();
-    if let Err(error) = draw(&mut out, lines, options) {
+    match draw(&mut out, lines, options) {
+        Ok(Some(plot)) => {
+            let attributes = format!(
+                "<svg data-plot-left=\"{}\" data-plot-right=\"{}\" data-x-min=\"{}\" data-x-max=\"{}\" ",
+                plot.left, plot.right, plot.x_min, plot.x_max
+            );
+            out = out.replacen("<svg ", &attributes, 1);
+        }
+        Ok(None) => {}
         // Drawing into a string cannot fail for I/O reasons; say so if it does anyway.
-        tracing::error!(%error, "chart drawing failed");
+        Err(error) => tracing::error!(%error, "chart drawing failed"),
     }
     out
 }
 
-fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), Box<dyn std::error::Error>> {
+/// Where a chart's plot area is, in SVG units, and the x range it spans
+/// (steps, or Unix seconds on a time axis).
+struct PlotArea {
+    left: i32,
+    right: i32,
+    x_min: f64,
+    x_max: f64,
+}
+
+fn draw(
+    out: &mut String,
+    lines: &[Line],
+    options: &ChartOptions,
+) -> Result<Option<PlotArea>, Box<dyn std::error::Error>> {
     let root = SVGBackend::with_string(out, (options.width, options.height)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut all: Vec<Vec<Sample>> = lines
         .iter()
         .map(|line| samples(&line.series, options.axis))
         .collect();
-    // Wall time is shown as time since the earliest point, in a readable unit.
+    // Wall time is shown as time since the earliest point, in a readable
+    // unit; `origin` turns a shown x back into a step or a Unix time.
+    let mut origin = (0.0, 1.0);
     let unit = if options.axis == Axis::Time {
         let start = all.iter().flatten().map(|s| s.x).fold(f64::INFINITY, f64::min);
         let end = all
@@ -332,6 +359,7 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
             sample.x = (sample.x - start) / divisor;
             sample.x_from = (sample.x_from - start) / divisor;
         }
+        origin = (start, divisor);
         unit
     } else {
         "step"
@@ -382,6 +410,13 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
         .x_label_area_size(36)
         .y_label_area_size(72)
         .build_cartesian_2d(x0..x1, y0..y1)?;
+    let pixels = chart.plotting_area().get_pixel_range().0;
+    let plot = PlotArea {
+        left: pixels.start,
+        right: pixels.end,
+        x_min: origin.0 + x0 * origin.1,
+        x_max: origin.0 + x1 * origin.1,
+    };
     let x_desc = match options.axis {
         Axis::Step => "step".to_string(),
         Axis::Time => format!("{unit} since start"),
@@ -415,7 +450,7 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
             ("sans-serif", 15).into_font().color(&RGBColor(110, 118, 128)),
         ))?;
         root.present()?;
-        return Ok(());
+        return Ok(None);
     }
     let x_per_px = (x1 - x0) / f64::from(options.width.max(1));
     for (index, (line, samples)) in lines.iter().zip(&all).enumerate() {
@@ -500,7 +535,7 @@ fn draw(out: &mut String, lines: &[Line], options: &ChartOptions) -> Result<(), 
             .draw()?;
     }
     root.present()?;
-    Ok(())
+    Ok(Some(plot))
 }
 
 /// A scatter plot of runs: one dot per run, a config value or metric on
