@@ -9,7 +9,7 @@ use crate::alerts::{channels, subscriptions};
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
 use crate::audit;
 use crate::events::{self, Links};
-use crate::identity::access::{self, Caller, require_server_admin, visible_projects};
+use crate::identity::access::{self, Caller, Visible, require_server_admin, visible_projects};
 use crate::identity::auth::{Authed, Ingest, Read, Write};
 use crate::paging::{cursor, page_limit};
 use crate::runs;
@@ -93,17 +93,16 @@ pub async fn delete_channel(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Whether `caller` may see a subscription: its project's members, its
-/// user, and server admins.
-async fn may_see(state: &AppState, caller: &Caller, rule: &subscriptions::Rule) -> Result<bool, Error> {
-    let principal = caller.principal();
-    Ok(match (&rule.project, &rule.user_id) {
-        (Some(project), _) => access::role_in(&state.db, &principal, project).await?.is_some(),
+/// Whether `caller`, who sees the projects `visible`, may see a
+/// subscription: its project's members, its user, and server admins.
+fn may_see(caller: &Caller, visible: &Visible, rule: &subscriptions::Rule) -> bool {
+    match (&rule.project, &rule.user_id) {
+        (Some(project), _) => visible.contains(project),
         (None, Some(user_id)) => {
             caller.project.is_none() && (caller.is_admin || caller.user_id.as_ref() == Some(user_id))
         }
         (None, None) => caller.is_admin && caller.project.is_none(),
-    })
+    }
 }
 
 /// The subscriptions the caller may see: their projects', their own, and
@@ -115,12 +114,13 @@ pub async fn list_subscriptions(
     auth: Authed<Read>,
     State(state): State<AppState>,
 ) -> Result<Json<Page<Subscription>>, ApiError> {
-    let mut items = Vec::new();
-    for (rule, subscription) in subscriptions::list(&state.db).await? {
-        if may_see(&state, &auth.caller, &rule).await? {
-            items.push(subscription);
-        }
-    }
+    let visible = visible_projects(&state.db, &auth.caller.principal()).await?;
+    let items = subscriptions::list(&state.db)
+        .await?
+        .into_iter()
+        .filter(|(rule, _)| may_see(&auth.caller, &visible, rule))
+        .map(|(_, subscription)| subscription)
+        .collect();
     Ok(Json(Page {
         items,
         next_before: None,
@@ -213,7 +213,8 @@ pub async fn delete_subscription(
 ) -> Result<StatusCode, ApiError> {
     let caller = &auth.caller;
     let (rule, _) = subscriptions::get(&state.db, &subscription_id).await?;
-    if !may_see(&state, caller, &rule).await? {
+    let visible = visible_projects(&state.db, &caller.principal()).await?;
+    if !may_see(caller, &visible, &rule) {
         return Err(Error::NotFound(format!("no subscription {subscription_id}")).into());
     }
     if let Some(project) = &rule.project {

@@ -306,14 +306,15 @@ fn render_png(svg: &str, fonts: std::sync::Arc<resvg::usvg::fontdb::Database>) -
 pub fn svg(lines: &[Line], options: &ChartOptions) -> String {
     let mut out = String::new();
     match draw(&mut out, lines, options) {
-        Ok(Some(plot)) => {
+        // Into the root tag, in place (not a copy of the whole document).
+        Ok(Some(plot)) if out.starts_with("<svg ") => {
             let attributes = format!(
-                "<svg data-plot-left=\"{}\" data-plot-right=\"{}\" data-x-min=\"{}\" data-x-max=\"{}\" ",
+                " data-plot-left=\"{}\" data-plot-right=\"{}\" data-x-min=\"{}\" data-x-max=\"{}\"",
                 plot.left, plot.right, plot.x_min, plot.x_max
             );
-            out = out.replacen("<svg ", &attributes, 1);
+            out.insert_str("<svg".len(), &attributes);
         }
-        Ok(None) => {}
+        Ok(_) => {}
         // Drawing into a string cannot fail for I/O reasons; say so if it does anyway.
         Err(error) => tracing::error!(%error, "chart drawing failed"),
     }
