@@ -148,3 +148,11 @@ pub struct StartMaintenance {
     /// What users are told, e.g. "Driver upgrade until 12:00 UTC".
     pub message: String,
 }
+
+/// Node names and label keys: what fits in a URL and a shell without quoting.
+pub fn valid_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}

@@ -2,8 +2,8 @@
 //! static files beside them, and the backend their server functions call.
 
 use crate::api::error::ApiError;
+use crate::api::extract::ConsoleAction;
 use crate::identity::access::Principal;
-use crate::identity::auth::ConsoleAction;
 use crate::identity::{device_login, tokens};
 use crate::state::AppState;
 use app::backend::{Backend, BoxFuture, ConsoleBackend, Refused};

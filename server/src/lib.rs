@@ -54,7 +54,7 @@ pub fn app(state: AppState) -> Router {
         .layer(identity::sessions::layer(&state))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            identity::sessions::check_origin,
+            api::origin::check_origin,
         ))
         // MCP takes bearer tokens only: no session or cookie layer.
         .merge(mcp);

@@ -40,6 +40,15 @@ impl TestServer {
         }
     }
 
+    /// Stops the server and closes its database. The data directory stays
+    /// until the returned guard drops, for tests that read its files.
+    pub async fn stop(self) -> tempfile::TempDir {
+        let db = self.server.state.db.clone();
+        self.server.stop().await.expect("the server stops");
+        db.close().await;
+        self._dir
+    }
+
     pub fn db(&self) -> &SqlitePool {
         &self.server.state.db
     }
@@ -104,6 +113,18 @@ impl TestServer {
 
     pub async fn post(&self, path: &str, token: &str, body: Value) -> (StatusCode, Value) {
         self.call("POST", path, token, Some(body)).await
+    }
+
+    /// A new run in the caller's default project: its id.
+    pub async fn create_run(&self, token: &str, name: &str) -> String {
+        let (status, run) = self.post("/runs", token, serde_json::json!({"name": name})).await;
+        assert_eq!(status, StatusCode::CREATED, "{run}");
+        run["id"].as_str().expect("a run id").to_string()
+    }
+
+    /// Posts a batch of metric points to a run: the status and answer.
+    pub async fn ingest(&self, token: &str, run: &str, batch: Value) -> (StatusCode, Value) {
+        self.post(&format!("/runs/{run}/metrics"), token, batch).await
     }
 }
 

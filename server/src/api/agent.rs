@@ -2,8 +2,8 @@
 //! and full-log uploads.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Agent, Authed};
 use crate::identity::access::Caller;
-use crate::identity::auth::{Agent, Authed};
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
 use crate::state::AppState;
@@ -244,14 +244,14 @@ fn validate_hello(hello: &AgentHello) -> Result<(), ApiError> {
             message,
         })
     };
-    if !valid_name(&hello.name) {
+    if !gpuplane_api::node::valid_name(&hello.name) {
         problem(
             "name",
             "must be 1-128 characters of letters, digits, '.', '_' or '-'".into(),
         );
     }
     for key in hello.labels.keys() {
-        if !valid_name(key) {
+        if !gpuplane_api::node::valid_name(key) {
             problem(
                 "labels",
                 format!("label key `{key}` must be letters, digits, '.', '_' or '-'"),
@@ -269,12 +269,4 @@ fn validate_hello(hello: &AgentHello) -> Result<(), ApiError> {
     } else {
         Err(ApiError::Validation(problems))
     }
-}
-
-/// Node names and label keys: what fits in a URL and a shell without quoting.
-pub fn valid_name(name: &str) -> bool {
-    (1..=128).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }

@@ -7,10 +7,10 @@
 use crate::alerts::deliveries::{self, Visibility};
 use crate::alerts::{channels, subscriptions};
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Ingest, Read, Write};
 use crate::audit;
 use crate::events::{self, Links};
 use crate::identity::access::{self, Caller, Visible, require_server_admin, visible_projects};
-use crate::identity::auth::{Authed, Ingest, Read, Write};
 use crate::paging::{cursor, page_limit};
 use crate::runs;
 use crate::state::AppState;

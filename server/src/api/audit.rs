@@ -1,9 +1,9 @@
 //! `GET /api/v1/audit`: the audit log, newest first (server admins).
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Read};
 use crate::audit::{self, Filter};
 use crate::identity::access::require_server_admin;
-use crate::identity::auth::{Authed, Read};
 use crate::paging::{cursor, page_limit};
 use crate::state::AppState;
 use axum::Json;

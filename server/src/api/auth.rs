@@ -1,6 +1,6 @@
 //! `GET /api/v1/auth/whoami`.
 
-use crate::identity::auth::{AnyScope, Authed};
+use crate::api::extract::{AnyScope, Authed};
 use crate::store::time::rfc3339;
 use axum::Json;
 use gpuplane_api::auth::WhoAmI;

@@ -1,9 +1,9 @@
 //! `GET /api/v1/cluster`: nodes, GPUs and jobs at a glance; maintenance mode.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
-use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::maintenance;
 use crate::state::AppState;
 use crate::store::time::now_ms;

@@ -1,8 +1,8 @@
 //! `GET /api/v1/runs/{id}/failure` and `GET /api/v1/runs/{id}/diagnosis`.
 
 use crate::api::error::{ApiError, AuthErrors};
+use crate::api::extract::{Authed, Read};
 use crate::diagnosis::facts;
-use crate::identity::auth::{Authed, Read};
 use crate::runs;
 use crate::state::AppState;
 use axum::Json;

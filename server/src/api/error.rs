@@ -71,6 +71,15 @@ impl From<store::Error> for ApiError {
     }
 }
 
+impl From<crate::identity::auth::TokenError> for ApiError {
+    fn from(error: crate::identity::auth::TokenError) -> Self {
+        match error {
+            crate::identity::auth::TokenError::Invalid(reason) => ApiError::InvalidToken(reason),
+            crate::identity::auth::TokenError::Store(error) => error.into(),
+        }
+    }
+}
+
 impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
         store::Error::from(error).into()

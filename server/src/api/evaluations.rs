@@ -1,8 +1,8 @@
 //! `/api/v1/evaluations`: evaluate a checkpoint of a run, list and show evaluations.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::identity::access;
-use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::store;
 use crate::paging::{cursor, page_limit};
 use crate::runs;

@@ -1,9 +1,9 @@
 //! `/api/v1/events`: list with filters, and follow as server-sent events.
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Read};
 use crate::events::{self, Filter};
 use crate::identity::access;
-use crate::identity::auth::{Authed, Read};
 use crate::paging::{cursor, page_limit};
 use crate::state::AppState;
 use axum::Json;

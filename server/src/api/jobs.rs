@@ -1,9 +1,9 @@
 //! `/api/v1/jobs`: submit, validate, list, show, cancel, retry, priority, hold, release.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors, OptionalJson};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{self, Principal};
-use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::plan::{QueuedJob, plan};
 use crate::jobs::store::{self, Cancelled};
 use crate::paging::{cursor, page_limit, sort_order};

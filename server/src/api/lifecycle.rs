@@ -3,9 +3,9 @@
 //! keeps (`/api/v1/projects/usage`).
 
 use crate::api::error::{ApiError, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access;
-use crate::identity::auth::{Authed, Read, Write};
 use crate::runs::{self, lifecycle};
 use crate::state::AppState;
 use axum::Json;

@@ -2,7 +2,7 @@
 //! `Last-Event-ID`, and the full file fetched from the agent.
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors};
-use crate::identity::auth::{Authed, Read};
+use crate::api::extract::{Authed, Read};
 use crate::jobs::store;
 use crate::logs;
 use crate::state::AppState;

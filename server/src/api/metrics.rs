@@ -2,7 +2,7 @@
 //! range (points or buckets), draw SVG and PNG charts.
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors, parse_json};
-use crate::identity::auth::{Authed, Ingest, Read};
+use crate::api::extract::{Authed, Ingest, Read};
 use crate::metrics::{self, Axis, Query, chart, texts};
 use crate::paging;
 use crate::runs;

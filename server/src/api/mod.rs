@@ -10,12 +10,14 @@ mod diagnosis;
 pub mod error;
 mod evaluations;
 mod events;
+pub mod extract;
 pub(crate) mod health;
 mod jobs;
 mod lifecycle;
 mod logs;
 mod metrics;
 mod nodes;
+pub mod origin;
 mod projects;
 mod quotas;
 mod runs;
@@ -36,8 +38,6 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-
-pub use agent::valid_name as valid_node_name;
 
 /// The prefix of every API route.
 pub use gpuplane_api::paths::PREFIX;

@@ -1,9 +1,9 @@
 //! `GET /api/v1/nodes`; draining a node and changing its labels (server admins).
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::require_server_admin;
-use crate::identity::auth::{Authed, Read, Write};
 use crate::nodes;
 use crate::state::AppState;
 use axum::Json;

@@ -2,9 +2,9 @@
 //! members (server admins, or admins of the project).
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
-use crate::identity::auth::{Authed, Read, Write};
 use crate::runs::{primary, shares};
 use crate::state::AppState;
 use crate::store;

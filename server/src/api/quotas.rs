@@ -2,9 +2,9 @@
 //! projects' and their own); server admins set and remove them.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
-use crate::identity::auth::{Authed, Read, Write};
 use crate::jobs::quotas;
 use crate::state::AppState;
 use axum::Json;

@@ -2,9 +2,9 @@
 //! primary metric. Metric ingest, queries and charts are in `metrics.rs`.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Ingest, Read, Write};
 use crate::api::metrics::{image_size, log_scale};
 use crate::identity::access;
-use crate::identity::auth::{Authed, Ingest, Read, Write};
 use crate::metrics::chart;
 use crate::paging::{cursor, page_limit};
 use crate::runs;

@@ -3,8 +3,8 @@
 //! served by `api/shared.rs`.
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
-use crate::identity::auth::{Authed, Read, Write};
 use crate::paging::{cursor, page_limit};
 use crate::runs::{self, shares};
 use crate::state::AppState;

@@ -4,8 +4,8 @@
 //! project, like its metrics.
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors};
+use crate::api::extract::{Authed, Read};
 use crate::api::metrics::image_size;
-use crate::identity::auth::{Authed, Read};
 use crate::metrics::{Axis, chart};
 use crate::nodes::telemetry;
 use crate::runs;

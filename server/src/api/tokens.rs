@@ -1,7 +1,7 @@
 //! `/api/v1/tokens`: the caller's own tokens.
 
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
-use crate::identity::auth::{Authed, Read, Write};
+use crate::api::extract::{Authed, Read, Write};
 use crate::identity::tokens;
 use crate::state::AppState;
 use axum::Json;

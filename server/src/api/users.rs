@@ -6,9 +6,9 @@
 
 use crate::admin::agent_token_detail;
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::require_server_admin;
-use crate::identity::auth::{Authed, Read, Write};
 use crate::identity::users;
 use crate::state::AppState;
 use axum::Json;

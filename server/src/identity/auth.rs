@@ -1,23 +1,26 @@
-//! Who is calling: bearer tokens (RFC 6750) looked up by their hash, or a
-//! signed-in console session. Handlers declare the scope they need in their signature with [`Authed`].
-//! Without a bearer token, a signed-in console session may GET what a `read`
-//! token of its user could; the console's server functions act with the
-//! user's own rights through [`ConsoleAction`].
+//! Who is calling: a bearer token looked up by its hash, or a signed-in
+//! console user, as a [`Caller`]. The HTTP extractor that applies it to
+//! each request is `api/extract.rs`.
 
-use crate::api::error::ApiError;
 use crate::identity::access::{Caller, SESSION_TOKEN_ID};
 use crate::identity::credentials::hash_token;
-use crate::state::AppState;
+use crate::store;
 use crate::store::time::now_ms;
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use axum::http::{Method, header};
 use gpuplane_api::auth::{Scope, SessionUser};
 use sqlx::SqlitePool;
-use std::marker::PhantomData;
 
 /// `last_used_at` is refreshed at most this often, to keep reads from writing.
 const LAST_USED_RESOLUTION_MS: i64 = 60_000;
+
+/// Why a presented token does not name a caller.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Unknown, revoked, expired, or its user is disabled (401).
+    #[error("{0}")]
+    Invalid(&'static str),
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {
@@ -37,7 +40,7 @@ struct TokenRow {
 }
 
 /// Resolves a presented token, or says why it is not valid.
-pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiError> {
+pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, TokenError> {
     let row: Option<TokenRow> = sqlx::query_as(
         "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at, t.project, t.run_id, t.node_name,
                 u.id AS user_id, u.name AS user_name, u.is_admin, u.disabled_at
@@ -46,22 +49,23 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
     )
     .bind(hash_token(token))
     .fetch_optional(db)
-    .await?;
-    let row = row.ok_or(ApiError::InvalidToken("the token is not known"))?;
+    .await
+    .map_err(store::Error::from)?;
+    let row = row.ok_or(TokenError::Invalid("the token is not known"))?;
     let now = now_ms();
     if row.revoked_at.is_some() {
-        return Err(ApiError::InvalidToken("the token was revoked"));
+        return Err(TokenError::Invalid("the token was revoked"));
     }
     if row.expires_at.is_some_and(|expires| expires <= now) {
-        return Err(ApiError::InvalidToken("the token has expired"));
+        return Err(TokenError::Invalid("the token has expired"));
     }
     if row.disabled_at.is_some() {
-        return Err(ApiError::InvalidToken("the token's user is disabled"));
+        return Err(TokenError::Invalid("the token's user is disabled"));
     }
     let scope: Scope = row
         .scope
         .parse()
-        .map_err(|error: String| ApiError::Internal(anyhow::anyhow!(error)))?;
+        .map_err(|error: String| store::Error::Internal(anyhow::anyhow!(error)))?;
     if row
         .last_used_at
         .is_none_or(|used| now - used > LAST_USED_RESOLUTION_MS)
@@ -70,7 +74,8 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
             .bind(now)
             .bind(&row.id)
             .execute(db)
-            .await?;
+            .await
+            .map_err(store::Error::from)?;
     }
     Ok(Caller {
         token_id: row.id,
@@ -87,34 +92,8 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, ApiErr
     })
 }
 
-/// A console session reads the API like a `read` token of its user: only
-/// GET and HEAD, so a cookie never changes anything (the console changes
-/// things through its CSRF-checked server functions).
-fn session_reader(parts: &Parts) -> Option<Caller> {
-    if !(parts.method == Method::GET || parts.method == Method::HEAD) {
-        return None;
-    }
-    let user = parts.extensions.get::<SessionUser>()?;
-    Some(session_caller(user, "console session", Scope::Read))
-}
-
-/// A console server function acting for its signed-in user. Only the
-/// console backend puts this in a request's extensions, in process, after
-/// the server function passed the session cookie and the Origin check; a
-/// request from the network can never carry it.
-#[derive(Debug, Clone)]
-pub struct ConsoleAction(pub SessionUser);
-
-/// The console changes things with the rights of its user: what a `write`
-/// token of theirs could do, and no more (projects' roles and admin checks
-/// still apply in each handler).
-fn console_actor(parts: &Parts) -> Option<Caller> {
-    let ConsoleAction(user) = parts.extensions.get::<ConsoleAction>()?;
-    Some(session_caller(user, "console", Scope::Write))
-}
-
 /// A signed-in console user as a caller with `scope`.
-fn session_caller(user: &SessionUser, token_name: &str, scope: Scope) -> Caller {
+pub fn session_caller(user: &SessionUser, token_name: &str, scope: Scope) -> Caller {
     Caller {
         token_id: SESSION_TOKEN_ID.into(),
         token_name: token_name.into(),
@@ -127,91 +106,5 @@ fn session_caller(user: &SessionUser, token_name: &str, scope: Scope) -> Caller 
         run_id: None,
         node: None,
         address: None,
-    }
-}
-
-/// The bearer token of a request, if it has one.
-fn bearer_token(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
-/// The scopes a route accepts, named in the handler's signature.
-pub trait Access: Send + Sync + 'static {
-    /// The scope a refusal names in its `WWW-Authenticate` challenge.
-    const NEEDED: Scope;
-    fn allows(scope: Scope) -> bool {
-        scope.grants(Self::NEEDED)
-    }
-}
-
-/// Reading: `read` or `write` tokens.
-pub struct Read;
-impl Access for Read {
-    const NEEDED: Scope = Scope::Read;
-}
-
-/// Changing things: `write` tokens.
-pub struct Write;
-impl Access for Write {
-    const NEEDED: Scope = Scope::Write;
-}
-
-/// Metric ingest: `sdk` or `write` tokens.
-pub struct Ingest;
-impl Access for Ingest {
-    const NEEDED: Scope = Scope::Sdk;
-    fn allows(scope: Scope) -> bool {
-        matches!(scope, Scope::Sdk | Scope::Write)
-    }
-}
-
-/// Agent protocol: `agent` tokens.
-pub struct Agent;
-impl Access for Agent {
-    const NEEDED: Scope = Scope::Agent;
-}
-
-/// Any valid token (whoami).
-pub struct AnyScope;
-impl Access for AnyScope {
-    const NEEDED: Scope = Scope::Read;
-    fn allows(_: Scope) -> bool {
-        true
-    }
-}
-
-/// A request with a valid bearer token whose scope `A` allows; anything else
-/// is refused with 401 or 403 before the handler runs.
-pub struct Authed<A: Access> {
-    pub caller: Caller,
-    access: PhantomData<A>,
-}
-
-impl<A: Access> FromRequestParts<AppState> for Authed<A> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let mut caller = match bearer_token(parts) {
-            Some(token) => authenticate(&state.db, token).await?,
-            None => console_actor(parts)
-                .or_else(|| session_reader(parts))
-                .ok_or(ApiError::Unauthorized)?,
-        };
-        caller.address = parts
-            .extensions
-            .get::<gpuplane_api::auth::ClientAddress>()
-            .map(|address| address.0);
-        if !A::allows(caller.scope) {
-            return Err(ApiError::InsufficientScope(A::NEEDED));
-        }
-        Ok(Authed {
-            caller,
-            access: PhantomData,
-        })
     }
 }

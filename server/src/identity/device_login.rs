@@ -6,6 +6,7 @@
 
 use crate::identity::credentials::{NewToken, create_token, hash_token};
 use crate::state::AppState;
+use crate::store;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use axum::Extension;
@@ -207,7 +208,7 @@ async fn redeem(
     state: &AppState,
     device_code: &str,
     client_id: Option<&str>,
-) -> Result<Response, crate::api::error::ApiError> {
+) -> Result<Response, store::Error> {
     let now = now_ms();
     let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
     let pending: Option<Pending> = sqlx::query_as(
@@ -338,7 +339,7 @@ pub enum LookupError {
     Unknown,
     /// Too many wrong codes recently.
     Limited(std::time::Duration),
-    Internal(crate::api::error::ApiError),
+    Internal(store::Error),
 }
 
 /// The key wrong user codes count against: the approving user at their address.

@@ -197,7 +197,7 @@ pub async fn create_agent_token(db: &SqlitePool, new: &NewAgentToken) -> Result<
         return Err(Error::field("name", "must be 1-100 characters"));
     }
     if let Some(node) = &new.node
-        && !crate::api::valid_node_name(node)
+        && !gpuplane_api::node::valid_name(node)
     {
         return Err(Error::field(
             "node",

@@ -13,8 +13,8 @@ mod text;
 pub mod tools;
 
 use crate::api::error::ApiError;
+use crate::api::extract::{Authed, Read};
 use crate::identity::access::Caller;
-use crate::identity::auth::{Authed, Read};
 use crate::state::AppState;
 use axum::Router;
 use axum::body::Body;

@@ -25,18 +25,7 @@ impl Fixture {
     }
 
     async fn run(&self, name: &str, values: &[Value]) -> String {
-        let response = self
-            .server
-            .http
-            .post(self.url("/runs"))
-            .bearer_auth(&self.token)
-            .json(&json!({"name": name}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::CREATED);
-        let run: Value = response.json().await.unwrap();
-        let id = run["id"].as_str().unwrap().to_string();
+        let id = self.server.create_run(&self.token, name).await;
         self.ingest(&id, "b0", values).await;
         id
     }
@@ -47,21 +36,9 @@ impl Fixture {
             .enumerate()
             .map(|(step, value)| json!({"key": "train/loss", "step": step, "wall_time": 1_764_460_800.0 + step as f64, "value": value}))
             .collect();
-        let response = self
-            .server
-            .http
-            .post(self.url(&format!("/runs/{run}/metrics")))
-            .bearer_auth(&self.token)
-            .json(&json!({"batch_id": batch_id, "points": points}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(
-            response.status(),
-            StatusCode::OK,
-            "{}",
-            response.text().await.unwrap()
-        );
+        let batch = json!({"batch_id": batch_id, "points": points});
+        let (status, answer) = self.server.ingest(&self.token, run, batch).await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
     }
 
     async fn chart(&self, run: &str, query: &str) -> (StatusCode, String, String) {

@@ -3,34 +3,32 @@
 //! expiry, rate-limited wrong user codes, and no code stored in clear.
 
 use gpuplane_server::identity::device_login;
-use gpuplane_testkit::start_server_with;
+use gpuplane_testkit::http::TestServer;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;
 
+/// A server with one user, `dev`, who approves or denies codes.
 struct Flow {
-    _dir: tempfile::TempDir,
-    server: gpuplane_server::RunningServer,
-    http: reqwest::Client,
+    site: TestServer,
     user_id: String,
+}
+
+impl std::ops::Deref for Flow {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
+        &self.site
+    }
 }
 
 impl Flow {
     async fn start() -> Flow {
-        let dir = tempfile::tempdir().unwrap();
-        let server = start_server_with(dir.path(), |config| {
-            config.device_poll_interval = Duration::from_secs(1)
-        })
-        .await;
-        let user_id = gpuplane_server::admin::create_user(&server.state.db, "dev", "dev-password", false)
+        let site =
+            TestServer::start_with(|config| config.device_poll_interval = Duration::from_secs(1)).await;
+        let user_id = gpuplane_server::admin::create_user(site.db(), "dev", "dev-password", false)
             .await
             .unwrap();
-        Flow {
-            _dir: dir,
-            server,
-            http: reqwest::Client::new(),
-            user_id,
-        }
+        Flow { site, user_id }
     }
 
     async fn form(&self, path: &str, fields: &[(&str, &str)]) -> (StatusCode, Value) {
@@ -128,7 +126,7 @@ async fn a_code_approved_in_the_console_yields_one_token() {
     let (_, body) = flow.poll(device_code).await;
     assert_eq!(error(&body), "slow_down");
     let interval: i64 = sqlx::query_scalar("SELECT interval_s FROM device_authorizations")
-        .fetch_one(&flow.server.state.db)
+        .fetch_one(flow.db())
         .await
         .unwrap();
     assert_eq!(interval, 6);
@@ -156,23 +154,14 @@ async fn a_code_approved_in_the_console_yields_one_token() {
 
     // Wait out the (grown) interval, then the token comes, once.
     sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
-        .execute(&flow.server.state.db)
+        .execute(flow.db())
         .await
         .unwrap();
     let (status, body) = flow.poll(device_code).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["token_type"], "Bearer");
     let token = body["access_token"].as_str().unwrap();
-    let me: Value = flow
-        .http
-        .get(format!("{}/api/v1/auth/whoami", flow.server.url))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, me) = flow.get("/auth/whoami", token).await;
     assert_eq!(me["user"], "dev");
     assert_eq!(me["scope"], "write");
     assert_eq!(
@@ -180,7 +169,7 @@ async fn a_code_approved_in_the_console_yields_one_token() {
         "listed and revocable by name"
     );
     sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
-        .execute(&flow.server.state.db)
+        .execute(flow.db())
         .await
         .unwrap();
     let (_, body) = flow.poll(device_code).await;
@@ -205,7 +194,7 @@ async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
 
     let expired = flow.authorize().await;
     sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE status = 'pending'")
-        .execute(&flow.server.state.db)
+        .execute(flow.db())
         .await
         .unwrap();
     let (_, body) = flow.poll(expired["device_code"].as_str().unwrap()).await;
@@ -266,7 +255,7 @@ async fn wrong_user_codes_are_rate_limited() {
         Err(device_login::LookupError::Limited(_))
     ));
     let pending: String = sqlx::query_scalar("SELECT status FROM device_authorizations")
-        .fetch_one(&flow.server.state.db)
+        .fetch_one(flow.db())
         .await
         .unwrap();
     assert_eq!(pending, "pending");
@@ -276,12 +265,9 @@ async fn wrong_user_codes_are_rate_limited() {
 async fn no_device_or_user_code_is_stored_in_clear() {
     let flow = Flow::start().await;
     let grant = flow.authorize().await;
-    let db = flow.server.state.db.clone();
-    let dir = flow._dir.path().to_path_buf();
-    flow.server.stop().await.unwrap();
-    db.close().await;
+    let dir = flow.site.stop().await;
     let mut bytes = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
         bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
     }
     let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
@@ -301,7 +287,7 @@ async fn expired_device_authorizations_are_deleted() {
     let flow = Flow::start().await;
     let old = flow.authorize().await;
     let fresh = flow.authorize().await;
-    let db = &flow.server.state.db;
+    let db = flow.db();
     let old_code = old["device_code"].as_str().unwrap();
     sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = ?")
         .bind(gpuplane_server::identity::credentials::hash_token(old_code))

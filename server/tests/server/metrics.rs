@@ -38,26 +38,11 @@ impl Fixture {
     }
 
     async fn run(&self, name: &str) -> String {
-        let (status, run) = self
-            .send(
-                "POST",
-                "/runs",
-                &self.token,
-                Some(json!({"name": name}).to_string()),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{run}");
-        run["id"].as_str().unwrap().to_string()
+        self.server.create_run(&self.token, name).await
     }
 
     async fn ingest(&self, run: &str, batch: Value) -> (StatusCode, Value) {
-        self.send(
-            "POST",
-            &format!("/runs/{run}/metrics"),
-            &self.token,
-            Some(batch.to_string()),
-        )
-        .await
+        self.server.ingest(&self.token, run, batch).await
     }
 
     async fn get(&self, path: &str) -> Value {

@@ -2,15 +2,18 @@
 //! sign-out, timeouts, disabled users, cross-origin refusals, rate limits,
 //! and no session id in the database in clear.
 
-use gpuplane_server::RunningServer;
-use gpuplane_testkit::start_server_with;
+use gpuplane_testkit::http::TestServer;
 use reqwest::StatusCode;
 use std::time::Duration;
 
-struct Console {
-    _dir: tempfile::TempDir,
-    server: RunningServer,
-    http: reqwest::Client,
+/// A server with one user, `ada`, who signs in through the console's forms.
+struct Console(TestServer);
+
+impl std::ops::Deref for Console {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
+        &self.0
+    }
 }
 
 /// The `gpuplane_session` cookie a response sets, with its attributes.
@@ -30,19 +33,11 @@ fn cookie_value(set_cookie: &str) -> String {
 
 impl Console {
     async fn start(configure: impl FnOnce(&mut gpuplane_server::config::ServerConfig)) -> Console {
-        let dir = tempfile::tempdir().unwrap();
-        let server = start_server_with(dir.path(), configure).await;
-        gpuplane_server::admin::create_user(&server.state.db, "ada", "correct horse", false)
+        let site = TestServer::start_with(configure).await;
+        gpuplane_server::admin::create_user(site.db(), "ada", "correct horse", false)
             .await
             .unwrap();
-        Console {
-            _dir: dir,
-            server,
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-        }
+        Console(site)
     }
 
     /// Where the server listens (its public URL may be elsewhere, behind a proxy).
@@ -163,7 +158,7 @@ async fn sessions_end_after_the_absolute_lifetime_and_when_the_user_is_disabled(
     assert!(!console.works(&cookie).await, "older than session_max");
 
     let cookie = console.signed_in().await;
-    gpuplane_server::admin::disable_user(&console.server.state.db, "ada")
+    gpuplane_server::admin::disable_user(console.db(), "ada")
         .await
         .unwrap();
     assert!(!console.works(&cookie).await, "disabled: at once");
@@ -243,32 +238,18 @@ async fn failed_sign_ins_are_rate_limited_per_account() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_database_holds_no_session_id_in_clear() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_server_with(dir.path(), |_| {}).await;
-    gpuplane_server::admin::create_user(&server.state.db, "ada", "correct horse", false)
+    let console = Console::start(|_| {}).await;
+    let id = console
+        .signed_in()
         .await
-        .unwrap();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let response = http
-        .post(format!("{}/login", server.url))
-        .header("origin", &server.url)
-        .form(&[("username", "ada"), ("password", "correct horse")])
-        .send()
-        .await
-        .unwrap();
-    let cookie = cookie_value(&set_cookie(&response).unwrap());
-    let id = cookie.trim_start_matches("gpuplane_session=").to_string();
-    let db = server.state.db.clone();
+        .trim_start_matches("gpuplane_session=")
+        .to_string();
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tower_sessions")
-        .fetch_one(&db)
+        .fetch_one(console.db())
         .await
         .unwrap();
     assert_eq!(stored, 1, "the session is stored");
-    server.stop().await.unwrap();
-    db.close().await;
+    let dir = console.0.stop().await;
     let mut bytes = Vec::new();
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
@@ -471,14 +452,10 @@ async fn the_console_changes_things_through_the_api_with_its_users_rights() {
     assert!(anonymous.text().await.unwrap().contains("not signed in"));
 
     // The audit log names ada, the console and her address.
-    let entries = gpuplane_server::audit::list(
-        &console.server.state.db,
-        &gpuplane_server::audit::Filter::default(),
-        10,
-        None,
-    )
-    .await
-    .unwrap();
+    let entries =
+        gpuplane_server::audit::list(console.db(), &gpuplane_server::audit::Filter::default(), 10, None)
+            .await
+            .unwrap();
     let cancel_entry = entries.items.iter().find(|e| e.target == job_id).unwrap();
     assert_eq!(
         (
