@@ -83,17 +83,7 @@ async fn fill_run(http: &reqwest::Client, server: &ServerProcess, run_id: &str) 
             }
         }
         let body = serde_json::json!({"batch_id": format!("b{first_step}"), "points": points});
-        let response = http
-            .post(&url)
-            .bearer_auth(&server.token)
-            .json(&body)
-            .send()
-            .await?;
-        anyhow::ensure!(
-            response.status().is_success(),
-            "ingest refused: {}",
-            response.status()
-        );
+        crate::metrics::ingest(http, &url, &server.token, body.to_string()).await?;
     }
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -9,6 +9,7 @@ mod console;
 mod jobs;
 mod metrics;
 mod runs;
+mod storage;
 mod telemetry;
 
 /// Parses a whole event file with the agent's reader (CRC checked on every
@@ -48,6 +49,10 @@ fn main() -> anyhow::Result<()> {
         "compare" => runtime.block_on(console::compare()),
         "runs" => runtime.block_on(runs::run()),
         "telemetry" => runtime.block_on(telemetry::run()),
+        "storage" => {
+            let file = std::env::args().nth(2).map(std::path::PathBuf::from);
+            runtime.block_on(storage::run(file.as_deref()))
+        }
         "tfevents" => {
             let path = std::env::args()
                 .nth(2)
@@ -59,10 +64,11 @@ fn main() -> anyhow::Result<()> {
             metrics::run().await?;
             console::run().await?;
             runs::run().await?;
-            telemetry::run().await
+            telemetry::run().await?;
+            storage::run(None).await
         }),
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry or all"
+            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry, storage or all"
         ),
     }
 }

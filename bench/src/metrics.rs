@@ -31,6 +31,28 @@ fn batch(batch_id: &str, keys: &[String], step: i64, count: usize) -> String {
     serde_json::json!({"batch_id": batch_id, "points": points}).to_string()
 }
 
+/// Posts a prepared JSON body to a metrics URL; an error unless it is taken.
+pub(crate) async fn ingest(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+    body: String,
+) -> anyhow::Result<()> {
+    let response = http
+        .post(url)
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "ingest refused: {}",
+        response.status()
+    );
+    Ok(())
+}
+
 /// A run made the SDK's way; its id.
 pub(crate) async fn create_run(
     http: &reqwest::Client,
@@ -64,18 +86,7 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     let mut peak_rss: f64 = 0.0;
     let started = Instant::now();
     for body in &bodies {
-        let response = http
-            .post(&url)
-            .bearer_auth(&server.token)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await?;
-        anyhow::ensure!(
-            response.status().is_success(),
-            "ingest refused: {}",
-            response.status()
-        );
+        ingest(&http, &url, &server.token, body.clone()).await?;
         peak_rss = peak_rss.max(rss_mib(pid)?);
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -99,14 +110,7 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
         let (http, url, token) = (http.clone(), url2.clone(), server.token.clone());
         tasks.push(tokio::spawn(async move {
             for body in half {
-                let response = http
-                    .post(&url)
-                    .bearer_auth(&token)
-                    .header("content-type", "application/json")
-                    .body(body)
-                    .send()
-                    .await?;
-                anyhow::ensure!(response.status().is_success(), "ingest refused");
+                ingest(&http, &url, &token, body).await?;
             }
             anyhow::Ok(())
         }));

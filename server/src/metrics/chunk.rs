@@ -1,8 +1,10 @@
 //! The chunk format: up to [`CHUNK_POINTS`] points of one series sorted by
-//! step, stored raw (so NaN and ±∞ keep their exact bits), plus a summary of
+//! step, compressed without loss ([`codec`]: NaN and ±∞ keep their exact
+//! bits), plus a summary of
 //! [`SUB_POINTS`]-point sub-buckets that wide queries aggregate instead of
 //! decoding every point.
 
+use super::codec;
 use byteorder::{ByteOrder, LittleEndian};
 
 pub const CHUNK_POINTS: usize = 4096;
@@ -106,9 +108,20 @@ impl Sub {
     }
 }
 
-/// Encodes points (already sorted by step) as a chunk's `points` blob.
+/// Encodes points (already sorted by step) as a chunk's `points` blob:
+/// compressed ([`codec`]) when that is exact and smaller, else raw, 24
+/// bytes a point (step i64, wall f64, value f64, little-endian). A raw blob
+/// is a multiple of 24 bytes long and a compressed one never is, which is
+/// how a reader tells them apart (chunks written before compression are raw).
 pub fn encode_points(points: &[RawPoint]) -> Vec<u8> {
-    let mut bytes = vec![0u8; points.len() * POINT_BYTES];
+    let raw_len = points.len() * POINT_BYTES;
+    if let Some(mut bytes) = codec::encode(points).filter(|bytes| bytes.len() < raw_len) {
+        if bytes.len().is_multiple_of(POINT_BYTES) {
+            bytes.push(0);
+        }
+        return bytes;
+    }
+    let mut bytes = vec![0u8; raw_len];
     for (point, out) in points.iter().zip(bytes.chunks_exact_mut(POINT_BYTES)) {
         LittleEndian::write_i64(&mut out[0..8], point.step);
         LittleEndian::write_f64(&mut out[8..16], point.wall);
@@ -117,7 +130,11 @@ pub fn encode_points(points: &[RawPoint]) -> Vec<u8> {
     bytes
 }
 
-pub fn decode_points(bytes: &[u8], out: &mut Vec<RawPoint>) {
+/// Appends the points of a `points` blob, raw or compressed, to `out`.
+pub fn decode_points(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), codec::Corrupt> {
+    if !bytes.len().is_multiple_of(POINT_BYTES) {
+        return codec::decode(bytes, out);
+    }
     out.reserve(bytes.len() / POINT_BYTES);
     for raw in bytes.chunks_exact(POINT_BYTES) {
         out.push(RawPoint {
@@ -126,6 +143,7 @@ pub fn decode_points(bytes: &[u8], out: &mut Vec<RawPoint>) {
             value: LittleEndian::read_f64(&raw[16..24]),
         });
     }
+    Ok(())
 }
 
 /// The `summary` blob: one [`Sub`] per [`SUB_POINTS`] points.
@@ -183,7 +201,7 @@ mod tests {
             })
             .collect();
         let mut back = Vec::new();
-        decode_points(&encode_points(&points), &mut back);
+        decode_points(&encode_points(&points), &mut back).unwrap();
         assert_eq!(back.len(), 150);
         assert!(back[7].value.is_nan());
         assert_eq!(back[8].value, f64::INFINITY);

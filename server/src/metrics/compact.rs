@@ -113,7 +113,7 @@ async fn merge(
     let mut points: Vec<RawPoint> = Vec::new();
     let mut ids = Vec::with_capacity(small.len());
     for (id, blob) in &small {
-        decode_points(blob, &mut points);
+        decode_points(blob, &mut points).map_err(anyhow::Error::from)?;
         ids.push(*id);
     }
     sort_points(&mut points);

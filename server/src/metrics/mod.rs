@@ -5,6 +5,7 @@
 
 pub mod chart;
 pub mod chunk;
+pub mod codec;
 pub mod compact;
 pub mod texts;
 
@@ -133,7 +134,7 @@ pub async fn ingest(
     {
         by_key.entry(key.as_str()).or_default().push(RawPoint {
             step: *step,
-            wall: *wall_time,
+            wall: codec::to_millis(*wall_time),
             value: value.0,
         });
     }
@@ -545,7 +546,7 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
             .fetch_all(db)
             .await?;
     for blob in blobs {
-        decode_points(&blob, &mut points);
+        decode_points(&blob, &mut points).map_err(anyhow::Error::from)?;
     }
     Ok(points)
 }

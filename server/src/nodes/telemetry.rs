@@ -8,6 +8,7 @@
 
 use crate::events::{self, Links};
 use crate::metrics::chunk::{RawPoint, decode_points};
+use crate::metrics::codec::to_millis;
 use crate::metrics::{self, Axis, Query};
 use crate::store::Error;
 use crate::store::time::now_ms;
@@ -109,7 +110,7 @@ pub async fn ingest(
     for sample in &batch.samples {
         let point = |value: f64| RawPoint {
             step: (sample.wall_time * 1000.0).round() as i64,
-            wall: sample.wall_time,
+            wall: to_millis(sample.wall_time),
             value,
         };
         for gpu in &sample.gpus {
@@ -256,7 +257,7 @@ async fn raw_points(
     .await?;
     let mut points = Vec::new();
     for blob in &blobs {
-        decode_points(blob, &mut points);
+        decode_points(blob, &mut points).map_err(anyhow::Error::from)?;
     }
     points.retain(|p| p.wall >= from && p.wall <= to);
     Ok(points)
@@ -336,7 +337,7 @@ async fn downsample(
     .await?;
     let mut points = Vec::new();
     for (_, blob) in &chunks {
-        decode_points(blob, &mut points);
+        decode_points(blob, &mut points).map_err(anyhow::Error::from)?;
     }
     let (old, keep): (Vec<RawPoint>, Vec<RawPoint>) = points
         .into_iter()
@@ -353,7 +354,7 @@ async fn downsample(
         .into_iter()
         .map(|(minute, (sum, walls, count))| RawPoint {
             step: minute,
-            wall: walls / count as f64,
+            wall: to_millis(walls / count as f64),
             value: sum / count as f64,
         })
         .collect();

@@ -1,0 +1,765 @@
+//! The compressed form of a chunk's points (after Gorilla, Pelkonen et al.,
+//! VLDB 2015): steps and wall times (as whole milliseconds) as
+//! delta-of-deltas, values as the XOR of their bits with a prediction. It is
+//! lossless: every value keeps its exact bits (NaN payloads, ±Inf, -0.0),
+//! and a chunk whose wall times are not whole milliseconds is not encoded
+//! at all (see [`encode`]).
+//!
+//! Layout: a version byte (1), a byte of [`Values`] flags, the point count
+//! as a LEB128 varint, then one bit stream, most significant bit first: the
+//! first point's step, wall milliseconds and value bits as 64 bits each,
+//! then for every further point a step delta-of-delta, a wall
+//! delta-of-delta and a value XOR.
+
+use super::chunk::RawPoint;
+
+const VERSION: u8 = 1;
+
+/// How a chunk's values are stored; [`encode`] picks the smallest form
+/// that fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Values {
+    /// Every value is exactly a float32 (what PyTorch and TensorBoard
+    /// scalars are): 32-bit words.
+    float32: bool,
+    /// Predict each value on the line through the two before it (smooth
+    /// curves such as a learning-rate schedule), not as the one before.
+    linear: bool,
+    /// Store the difference from the prediction in the values' order
+    /// (noisy curves), not the XOR of their bits (repeated or round values).
+    delta: bool,
+}
+
+impl Values {
+    const ALL_FLAGS: u8 = 0b111;
+
+    fn flags(self) -> u8 {
+        u8::from(self.float32) | u8::from(self.linear) << 1 | u8::from(self.delta) << 2
+    }
+
+    fn from_flags(flags: u8) -> Result<Values, Corrupt> {
+        if flags & !Values::ALL_FLAGS != 0 {
+            return Err(Corrupt("unknown flags"));
+        }
+        Ok(Values {
+            float32: flags & 1 != 0,
+            linear: flags & 2 != 0,
+            delta: flags & 4 != 0,
+        })
+    }
+
+    fn width(self) -> u32 {
+        if self.float32 { 32 } else { 64 }
+    }
+
+    /// The stored bits of a value.
+    fn bits(self, value: f64) -> u64 {
+        if self.float32 {
+            u64::from((value as f32).to_bits())
+        } else {
+            value.to_bits()
+        }
+    }
+
+    fn value(self, bits: u64) -> f64 {
+        if self.float32 {
+            f64::from(f32::from_bits(bits as u32))
+        } else {
+            f64::from_bits(bits)
+        }
+    }
+}
+
+/// Whether a value survives the trip through float32 bit for bit.
+fn is_float32(value: f64) -> bool {
+    f64::from(value as f32).to_bits() == value.to_bits()
+}
+
+/// Points tried with every value form before one is chosen for the chunk.
+const SAMPLE_POINTS: usize = 512;
+
+/// Encoded points, or None when the points cannot be encoded exactly (a
+/// wall time that is not a whole number of milliseconds). The value form
+/// is the one that takes the fewest bits over the first points.
+pub fn encode(points: &[RawPoint]) -> Option<Vec<u8>> {
+    let float32 = points.iter().all(|p| is_float32(p.value));
+    let sample = &points[..points.len().min(SAMPLE_POINTS)];
+    let mut forms = Vec::with_capacity(4);
+    for linear in [false, true] {
+        for delta in [false, true] {
+            forms.push(Values {
+                float32,
+                linear,
+                delta,
+            });
+        }
+    }
+    let form = forms
+        .into_iter()
+        .min_by_key(|&form| value_bits(sample, form))
+        .expect("four forms");
+    encode_as(points, form)
+}
+
+/// The bits the values of `points` take in `form`.
+fn value_bits(points: &[RawPoint], form: Values) -> usize {
+    let mut out = BitWriter::counting();
+    let mut values = ValueCoder::new(form);
+    for (i, point) in points.iter().enumerate() {
+        if i == 0 {
+            values.first(form.bits(point.value));
+        } else {
+            values.write(&mut out, form.bits(point.value));
+        }
+    }
+    out.bits_written
+}
+
+fn encode_as(points: &[RawPoint], form: Values) -> Option<Vec<u8>> {
+    let mut out = BitWriter::with_capacity(points.len() * 5 + 16);
+    out.bytes.push(VERSION);
+    out.bytes.push(form.flags());
+    write_varint(&mut out.bytes, points.len() as u64);
+    let mut steps = DeltaOfDelta::default();
+    let mut walls = DeltaOfDelta::default();
+    let mut values = ValueCoder::new(form);
+    for (i, point) in points.iter().enumerate() {
+        let millis = whole_millis(point.wall)?;
+        let bits = form.bits(point.value);
+        if i == 0 {
+            out.write(point.step as u64, 64);
+            out.write(millis as u64, 64);
+            out.write(bits, form.width());
+            steps.first(point.step);
+            walls.first(millis);
+            values.first(bits);
+        } else {
+            steps.write(&mut out, point.step);
+            walls.write(&mut out, millis);
+            values.write(&mut out, bits);
+        }
+    }
+    Some(out.finish())
+}
+
+/// Appends the points of an encoded blob to `out`.
+pub fn decode(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
+    let [version, flags, rest @ ..] = bytes else {
+        return Err(Corrupt("too short"));
+    };
+    if *version != VERSION {
+        return Err(Corrupt("unknown version"));
+    }
+    let form = Values::from_flags(*flags)?;
+    let (count, rest) = read_varint(rest).ok_or(Corrupt("bad count"))?;
+    // Each point takes at least 3 bits: a count beyond that is a lie.
+    if count > (rest.len() as u64 * 8) / 3 + 1 {
+        return Err(Corrupt("count beyond the data"));
+    }
+    out.reserve(count as usize);
+    let mut input = BitReader::new(rest);
+    let mut steps = DeltaOfDelta::default();
+    let mut walls = DeltaOfDelta::default();
+    let mut values = ValueCoder::new(form);
+    for i in 0..count {
+        let (step, millis, bits) = if i == 0 {
+            let (step, millis, bits) = (
+                input.read(64)? as i64,
+                input.read(64)? as i64,
+                input.read(form.width())?,
+            );
+            steps.first(step);
+            walls.first(millis);
+            values.first(bits);
+            (step, millis, bits)
+        } else {
+            (
+                steps.read(&mut input)?,
+                walls.read(&mut input)?,
+                values.read(&mut input)?,
+            )
+        };
+        out.push(RawPoint {
+            step,
+            wall: millis as f64 / 1000.0,
+            value: form.value(bits),
+        });
+    }
+    Ok(())
+}
+
+/// A blob that does not decode: the database was changed behind our back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a metric chunk does not decode: {0}")]
+pub struct Corrupt(&'static str);
+
+/// A wall time in whole milliseconds, when that is exactly what it is.
+fn whole_millis(wall: f64) -> Option<i64> {
+    if !wall.is_finite() || wall.abs() > 1e12 {
+        return None;
+    }
+    let millis = (wall * 1000.0).round() as i64;
+    (((millis as f64) / 1000.0).to_bits() == wall.to_bits()).then_some(millis)
+}
+
+/// A wall time as metrics keep it: rounded to the millisecond (times
+/// beyond any calendar are kept as they are).
+pub fn to_millis(wall: f64) -> f64 {
+    if !wall.is_finite() || wall.abs() > 1e12 {
+        return wall;
+    }
+    ((wall * 1000.0).round() as i64) as f64 / 1000.0
+}
+
+/// Delta-of-delta of an integer sequence: `0` for an unchanged delta, then
+/// prefixes `10`, `110`, `1110`, `11110` for 5, 9, 16 and 32 signed bits,
+/// `11111` for all 64 (wrapping, so any i64 sequence round-trips).
+#[derive(Default)]
+struct DeltaOfDelta {
+    previous: i64,
+    delta: i64,
+}
+
+/// (prefix, prefix bits, value bits), smallest first.
+const DOD_CLASSES: [(u64, u32, u32); 4] = [(0b10, 2, 5), (0b110, 3, 9), (0b1110, 4, 16), (0b11110, 5, 32)];
+
+impl DeltaOfDelta {
+    fn first(&mut self, value: i64) {
+        self.previous = value;
+        self.delta = 0;
+    }
+
+    fn write(&mut self, out: &mut BitWriter, value: i64) {
+        let delta = value.wrapping_sub(self.previous);
+        let dod = delta.wrapping_sub(self.delta);
+        (self.previous, self.delta) = (value, delta);
+        if dod == 0 {
+            out.write(0, 1);
+            return;
+        }
+        for (prefix, prefix_bits, bits) in DOD_CLASSES {
+            let limit = 1i64 << (bits - 1);
+            if (-limit..limit).contains(&dod) {
+                out.write(prefix, prefix_bits);
+                out.write(dod as u64, bits);
+                return;
+            }
+        }
+        out.write(0b11111, 5);
+        out.write(dod as u64, 64);
+    }
+
+    fn read(&mut self, input: &mut BitReader) -> Result<i64, Corrupt> {
+        let dod = if !input.bit()? {
+            0
+        } else {
+            let mut bits = 64;
+            for (_, _, class_bits) in DOD_CLASSES {
+                if !input.bit()? {
+                    bits = class_bits;
+                    break;
+                }
+            }
+            sign_extend(input.read(bits)?, bits)
+        };
+        self.delta = self.delta.wrapping_add(dod);
+        self.previous = self.previous.wrapping_add(self.delta);
+        Ok(self.previous)
+    }
+}
+
+fn sign_extend(value: u64, bits: u32) -> i64 {
+    let shift = 64 - bits;
+    ((value << shift) as i64) >> shift
+}
+
+/// A chunk's values, each against a prediction (the value before, or the
+/// line through the two before). In XOR form (Gorilla): `0` for the same
+/// bits; `10` and the meaningful bits when they fit the previous window of
+/// leading and trailing zeros; else `11`, the count of leading zeros, the
+/// length - 1, and the bits. In delta form, on the values' order (the
+/// bits mapped so that larger floats are larger integers): `0` for the
+/// predicted value, else `1`, the length - 1 of the zigzagged difference,
+/// and its bits below the top one. Counts and lengths take 5 bits for
+/// 32-bit words, 6 for 64.
+struct ValueCoder {
+    form: Values,
+    previous: u64,
+    before: Option<u64>,
+    /// The current XOR window (leading, trailing zeros), once there is one.
+    window: Option<(u32, u32)>,
+}
+
+impl ValueCoder {
+    fn new(form: Values) -> ValueCoder {
+        ValueCoder {
+            form,
+            previous: 0,
+            before: None,
+            window: None,
+        }
+    }
+
+    fn first(&mut self, bits: u64) {
+        self.previous = bits;
+    }
+
+    fn field_bits(&self) -> u32 {
+        if self.form.float32 { 5 } else { 6 }
+    }
+
+    fn advance(&mut self, bits: u64) {
+        self.before = Some(self.previous);
+        self.previous = bits;
+    }
+
+    /// The XOR form's prediction: float arithmetic, the same on both sides.
+    fn predict_bits(&self) -> u64 {
+        match self.before {
+            Some(before) if self.form.linear => {
+                if self.form.float32 {
+                    let (a, b) = (
+                        f32::from_bits(self.previous as u32),
+                        f32::from_bits(before as u32),
+                    );
+                    u64::from((2.0 * a - b).to_bits())
+                } else {
+                    let (a, b) = (f64::from_bits(self.previous), f64::from_bits(before));
+                    (2.0 * a - b).to_bits()
+                }
+            }
+            _ => self.previous,
+        }
+    }
+
+    /// The delta form's prediction, in the values' order (wrapping integers).
+    fn predict_order(&self) -> u64 {
+        let previous = self.order(self.previous);
+        match self.before {
+            Some(before) if self.form.linear => {
+                previous.wrapping_mul(2).wrapping_sub(self.order(before)) & mask(self.form.width())
+            }
+            _ => previous,
+        }
+    }
+
+    /// Bits mapped to integers in the order of their floats.
+    fn order(&self, bits: u64) -> u64 {
+        let sign = 1u64 << (self.form.width() - 1);
+        let ordered = if bits & sign != 0 { !bits } else { bits | sign };
+        ordered & mask(self.form.width())
+    }
+
+    fn unorder(&self, ordered: u64) -> u64 {
+        let sign = 1u64 << (self.form.width() - 1);
+        let bits = if ordered & sign != 0 {
+            ordered & !sign
+        } else {
+            !ordered
+        };
+        bits & mask(self.form.width())
+    }
+
+    fn write(&mut self, out: &mut BitWriter, bits: u64) {
+        if self.form.delta {
+            self.write_delta(out, bits);
+        } else {
+            self.write_xor(out, bits);
+        }
+        self.advance(bits);
+    }
+
+    fn read(&mut self, input: &mut BitReader) -> Result<u64, Corrupt> {
+        let bits = if self.form.delta {
+            self.read_delta(input)?
+        } else {
+            self.read_xor(input)?
+        };
+        self.advance(bits);
+        Ok(bits)
+    }
+
+    fn write_delta(&mut self, out: &mut BitWriter, bits: u64) {
+        let width = self.form.width();
+        let difference = self.order(bits).wrapping_sub(self.predict_order()) & mask(width);
+        let zigzag = zigzag(sign_extend(difference, width));
+        if zigzag == 0 {
+            out.write(0, 1);
+            return;
+        }
+        let length = 64 - zigzag.leading_zeros();
+        out.write(1, 1);
+        out.write(u64::from(length - 1), self.field_bits());
+        out.write(zigzag, length - 1);
+    }
+
+    fn read_delta(&mut self, input: &mut BitReader) -> Result<u64, Corrupt> {
+        let width = self.form.width();
+        let zigzag = if !input.bit()? {
+            0
+        } else {
+            let length = input.read(self.field_bits())? as u32 + 1;
+            (1u64 << (length - 1)) | input.read(length - 1)?
+        };
+        let ordered = self.predict_order().wrapping_add(unzigzag(zigzag) as u64) & mask(width);
+        Ok(self.unorder(ordered))
+    }
+
+    fn write_xor(&mut self, out: &mut BitWriter, bits: u64) {
+        let width = self.form.width();
+        let xor = bits ^ self.predict_bits();
+        if xor == 0 {
+            out.write(0, 1);
+            return;
+        }
+        let leading = xor.leading_zeros() - (64 - width);
+        let trailing = xor.trailing_zeros();
+        match self.window {
+            Some((lead, trail)) if leading >= lead && trailing >= trail => {
+                out.write(0b10, 2);
+                out.write(xor >> trail, width - lead - trail);
+            }
+            _ => {
+                let length = width - leading - trailing;
+                out.write(0b11, 2);
+                out.write(u64::from(leading), self.field_bits());
+                out.write(u64::from(length - 1), self.field_bits());
+                out.write(xor >> trailing, length);
+                self.window = Some((leading, trailing));
+            }
+        }
+    }
+
+    fn read_xor(&mut self, input: &mut BitReader) -> Result<u64, Corrupt> {
+        let width = self.form.width();
+        let xor = if !input.bit()? {
+            0
+        } else {
+            let (lead, trail) = if input.bit()? {
+                let leading = input.read(self.field_bits())? as u32;
+                let length = input.read(self.field_bits())? as u32 + 1;
+                if leading + length > width {
+                    return Err(Corrupt("bad xor window"));
+                }
+                let window = (leading, width - leading - length);
+                self.window = Some(window);
+                window
+            } else {
+                self.window.ok_or(Corrupt("xor window before any"))?
+            };
+            input.read(width - lead - trail)? << trail
+        };
+        Ok((self.predict_bits() ^ xor) & mask(width))
+    }
+}
+
+fn zigzag(value: i64) -> u64 {
+    ((value << 1) ^ (value >> 63)) as u64
+}
+
+fn unzigzag(value: u64) -> i64 {
+    ((value >> 1) as i64) ^ -((value & 1) as i64)
+}
+
+struct BitWriter {
+    bytes: Vec<u8>,
+    pending: u128,
+    pending_bits: u32,
+    /// Only counts what would be written (to compare forms).
+    counting: bool,
+    bits_written: usize,
+}
+
+impl BitWriter {
+    fn with_capacity(bytes: usize) -> BitWriter {
+        BitWriter {
+            bytes: Vec::with_capacity(bytes),
+            pending: 0,
+            pending_bits: 0,
+            counting: false,
+            bits_written: 0,
+        }
+    }
+
+    fn counting() -> BitWriter {
+        BitWriter {
+            counting: true,
+            ..BitWriter::with_capacity(0)
+        }
+    }
+
+    /// Appends the low `bits` bits of `value` (0 to 64).
+    fn write(&mut self, value: u64, bits: u32) {
+        self.bits_written += bits as usize;
+        if bits == 0 || self.counting {
+            return;
+        }
+        self.pending = (self.pending << bits) | u128::from(value & mask(bits));
+        self.pending_bits += bits;
+        while self.pending_bits >= 8 {
+            self.pending_bits -= 8;
+            self.bytes.push((self.pending >> self.pending_bits) as u8);
+        }
+        self.pending &= (1u128 << self.pending_bits) - 1;
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        if self.pending_bits > 0 {
+            self.bytes.push((self.pending << (8 - self.pending_bits)) as u8);
+        }
+        self.bytes
+    }
+}
+
+struct BitReader<'a> {
+    bytes: &'a [u8],
+    next: usize,
+    pending: u128,
+    pending_bits: u32,
+}
+
+impl<'a> BitReader<'a> {
+    fn new(bytes: &'a [u8]) -> BitReader<'a> {
+        BitReader {
+            bytes,
+            next: 0,
+            pending: 0,
+            pending_bits: 0,
+        }
+    }
+
+    fn read(&mut self, bits: u32) -> Result<u64, Corrupt> {
+        while self.pending_bits < bits {
+            let byte = *self.bytes.get(self.next).ok_or(Corrupt("ends early"))?;
+            self.next += 1;
+            self.pending = (self.pending << 8) | u128::from(byte);
+            self.pending_bits += 8;
+        }
+        self.pending_bits -= bits;
+        let value = (self.pending >> self.pending_bits) as u64 & mask(bits);
+        self.pending &= (1u128 << self.pending_bits) - 1;
+        Ok(value)
+    }
+
+    fn bit(&mut self) -> Result<bool, Corrupt> {
+        Ok(self.read(1)? == 1)
+    }
+}
+
+fn mask(bits: u32) -> u64 {
+    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+}
+
+fn write_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+fn read_varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (i, &byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, &bytes[i + 1..]));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn point(step: i64, wall: f64, value: f64) -> RawPoint {
+        RawPoint { step, wall, value }
+    }
+
+    fn round_trip(points: &[RawPoint]) -> Vec<RawPoint> {
+        let bytes = encode(points).expect("encodable");
+        let mut back = Vec::new();
+        decode(&bytes, &mut back).expect("decodes");
+        back
+    }
+
+    fn same_bits(a: &[RawPoint], b: &[RawPoint]) -> bool {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(a, b)| {
+                a.step == b.step
+                    && a.wall.to_bits() == b.wall.to_bits()
+                    && a.value.to_bits() == b.value.to_bits()
+            })
+    }
+
+    #[test]
+    fn every_value_keeps_its_exact_bits() {
+        let odd_values = [
+            f64::NAN,
+            f64::from_bits(0x7ff8_dead_beef_0001), // a NaN with a payload
+            f64::from_bits(0xfff0_0000_0000_0001), // a signalling, negative NaN
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE / 4.0, // subnormal
+            f64::MAX,
+            f64::MIN,
+            1.0,
+            1.0,
+            0.1f32 as f64,
+        ];
+        let points: Vec<RawPoint> = odd_values
+            .iter()
+            .enumerate()
+            .map(|(i, &value)| point(i as i64, 1_764_460_800.0 + i as f64 * 0.125, value))
+            .collect();
+        assert!(same_bits(&points, &round_trip(&points)));
+    }
+
+    #[test]
+    fn float32_values_and_smooth_curves_take_their_own_forms() {
+        let float32: Vec<RawPoint> = [f32::NAN, f32::INFINITY, -0.0, 0.5, 0.25, f32::MIN_POSITIVE, 0.1]
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| point(i as i64, i as f64, f64::from(v)))
+            .collect();
+        assert!(same_bits(&float32, &round_trip(&float32)));
+        assert_eq!(encode(&float32).unwrap()[1] & 1, 1, "32-bit words");
+
+        let schedule: Vec<RawPoint> = (0..4096)
+            .map(|i| {
+                point(
+                    i,
+                    i as f64,
+                    3e-4 * 0.5 * (1.0 + (i as f64 / 4096.0 * std::f64::consts::PI).cos()),
+                )
+            })
+            .collect();
+        assert!(same_bits(&schedule, &round_trip(&schedule)));
+        let linear = encode(&schedule).unwrap();
+        assert_eq!(linear[1] & 3, 2, "predicted on a line, 64-bit words");
+        let previous = encode_as(
+            &schedule,
+            Values {
+                float32: false,
+                linear: false,
+                delta: true,
+            },
+        )
+        .unwrap();
+        assert!(linear.len() < previous.len());
+    }
+
+    #[test]
+    fn steps_and_times_round_trip_at_any_distance() {
+        let points = vec![
+            point(i64::MIN, -1e12, 1.0),
+            point(-5, 0.0, 2.0),
+            point(0, 0.001, 3.0),
+            point(0, 0.001, 3.0),
+            point(7, 1e12, 4.0),
+            point(i64::MAX, -0.5, 5.0),
+            point(i64::MAX - 1_000_000, 12.345, 6.0),
+            point(1 << 40, 1_764_460_800.999, 7.0),
+        ];
+        assert!(same_bits(&points, &round_trip(&points)));
+        assert!(same_bits(&points[..1], &round_trip(&points[..1])));
+        assert!(round_trip(&[]).is_empty());
+    }
+
+    #[test]
+    fn random_series_round_trip() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+        for _ in 0..200 {
+            let len = rng.random_range(1..600);
+            let mut step = rng.random_range(-1000i64..1000);
+            let mut millis = rng.random_range(0i64..2_000_000_000_000);
+            let points: Vec<RawPoint> = (0..len)
+                .map(|_| {
+                    step += rng.random_range(0..3i64) * rng.random_range(1..1_000_000i64);
+                    millis += rng.random_range(-5..200_000i64);
+                    let value = match rng.random_range(0..6) {
+                        0 => f64::from_bits(rng.random()),
+                        1 => rng.random::<f32>() as f64,
+                        2 => rng.random_range(-1e6..1e6),
+                        3 => f64::NAN,
+                        _ => (step as f64).sqrt(),
+                    };
+                    point(step, millis as f64 / 1000.0, value)
+                })
+                .collect();
+            let points: Vec<RawPoint> = if rng.random_bool(0.3) {
+                let float32 = |p: &RawPoint| point(p.step, p.wall, f64::from(p.value as f32));
+                points.iter().map(float32).collect()
+            } else {
+                points
+            };
+            assert!(same_bits(&points, &round_trip(&points)));
+            for flags in 0..=Values::ALL_FLAGS {
+                let form = Values::from_flags(flags).unwrap();
+                if form.float32 && !points.iter().all(|p| is_float32(p.value)) {
+                    continue;
+                }
+                let mut back = Vec::new();
+                decode(&encode_as(&points, form).unwrap(), &mut back).unwrap();
+                assert!(same_bits(&points, &back), "{form:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn times_finer_than_a_millisecond_are_not_encoded() {
+        assert!(encode(&[point(1, 1_764_460_800.000_1, 1.0)]).is_none());
+        assert!(encode(&[point(1, f64::NAN, 1.0)]).is_none());
+        assert!(
+            encode(&[point(1, -0.0, 1.0)]).is_none(),
+            "-0.0 would come back as 0.0"
+        );
+        assert_eq!(to_millis(1_764_460_800.000_4), 1_764_460_800.0);
+        assert!(encode(&[point(1, to_millis(1_764_460_800.123_456), 1.0)]).is_some());
+    }
+
+    #[test]
+    fn broken_blobs_are_errors_not_panics() {
+        let points: Vec<RawPoint> = (0..300)
+            .map(|i| point(i, 1_764_460_800.0 + i as f64 * 0.1, (i as f64).sin()))
+            .collect();
+        let bytes = encode(&points).unwrap();
+        let mut out = Vec::new();
+        for cut in 0..bytes.len() - 1 {
+            out.clear();
+            assert!(decode(&bytes[..cut], &mut out).is_err(), "cut at {cut}");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for _ in 0..2000 {
+            let mut noise: Vec<u8> = (0..rng.random_range(0..64)).map(|_| rng.random()).collect();
+            if rng.random_bool(0.5) && noise.len() > 1 {
+                noise[0] = VERSION;
+                noise[1] %= 8;
+            }
+            out.clear();
+            let _ = decode(&noise, &mut out);
+        }
+        let mut flipped = bytes.clone();
+        flipped[2] = 0xff; // a count far beyond the data
+        assert!(decode(&flipped, &mut out).is_err());
+    }
+
+    #[test]
+    fn a_training_curve_takes_a_few_bytes_a_point() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let points: Vec<RawPoint> = (0..4096)
+            .map(|i| {
+                let loss = (2.5 * (-(i as f64) / 2000.0).exp() + rng.random_range(0.0..0.05)) as f32;
+                let wall = to_millis(1_764_460_800.0 + i as f64 * 0.1 + rng.random_range(0.0..0.004));
+                point(i, wall, loss as f64)
+            })
+            .collect();
+        let bytes = encode(&points).unwrap();
+        let per_point = bytes.len() as f64 / points.len() as f64;
+        assert!(per_point < 6.0, "{per_point:.2} bytes a point");
+    }
+}
