@@ -350,28 +350,59 @@ pub(crate) async fn start_server_process(
     let agent_token = agent_token(&db).await;
     db.close().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let url = format!("http://127.0.0.1:{port}");
-    let process = Proc(
+    let process = spawn_server(binaries, &data, port, extra)?;
+    let server = ServerProcess {
+        dir,
+        process,
+        url: format!("http://127.0.0.1:{port}"),
+        token,
+        agent_token,
+    };
+    wait_for_health(&server).await?;
+    Ok(server)
+}
+
+/// The same server (data, address, tokens) started again after its process ended.
+pub(crate) async fn restart_server_process(
+    binaries: &Binaries,
+    server: ServerProcess,
+) -> anyhow::Result<ServerProcess> {
+    let port: u16 = server.url.rsplit(':').next().unwrap_or_default().parse()?;
+    let process = spawn_server(binaries, &server.data_dir(), port, &[])?;
+    let server = ServerProcess { process, ..server };
+    wait_for_health(&server).await?;
+    Ok(server)
+}
+
+fn spawn_server(
+    binaries: &Binaries,
+    data: &std::path::Path,
+    port: u16,
+    extra: &[&str],
+) -> anyhow::Result<Proc> {
+    Ok(Proc(
         Command::new(&binaries.server)
             .arg("--data-dir")
-            .arg(&data)
+            .arg(data)
             .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
             .args(extra)
             .env("GPUPLANE_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?,
-    );
+    ))
+}
+
+async fn wait_for_health(server: &ServerProcess) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     for _ in 0..200 {
-        if http.get(format!("{url}/api/v1/health")).send().await.is_ok() {
-            return Ok(ServerProcess {
-                dir,
-                process,
-                url,
-                token,
-                agent_token,
-            });
+        if http
+            .get(format!("{}/api/v1/health", server.url))
+            .send()
+            .await
+            .is_ok()
+        {
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

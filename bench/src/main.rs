@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|scale|all|tfevents FILE]`: measures and prints.
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
@@ -9,6 +9,7 @@ mod console;
 mod jobs;
 mod metrics;
 mod runs;
+mod scale;
 mod storage;
 mod telemetry;
 
@@ -49,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         "compare" => runtime.block_on(console::compare()),
         "runs" => runtime.block_on(runs::run()),
         "telemetry" => runtime.block_on(telemetry::run()),
+        "scale" => runtime.block_on(scale::run()),
         "storage" => {
             let file = std::env::args().nth(2).map(std::path::PathBuf::from);
             runtime.block_on(storage::run(file.as_deref()))
@@ -68,7 +70,7 @@ fn main() -> anyhow::Result<()> {
             storage::run(None).await
         }),
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry, storage or all"
+            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry, storage, scale or all"
         ),
     }
 }

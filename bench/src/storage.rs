@@ -203,9 +203,16 @@ async fn report(server: &ServerProcess, run_id: &str, points: usize, empty: u64)
     let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await?;
     checkpoint(&db).await?;
     let file = std::fs::metadata(&path)?.len();
+    let free: i64 =
+        sqlx::query_scalar("SELECT freelist_count * page_size FROM pragma_freelist_count, pragma_page_size")
+            .fetch_one(&db)
+            .await?;
+    let used = file.saturating_sub(empty).saturating_sub(free as u64);
     println!(
-        "storage: database file {:.1} MiB for {points} points: {:.2} bytes a point (less the empty database's {} KiB)",
+        "storage: database file {:.1} MiB for {points} points, {:.1} MiB of it free pages left by compaction (reused by later writes): {:.2} bytes a point in use, {:.2} with the free pages (less the empty database's {} KiB)",
         file as f64 / (1 << 20) as f64,
+        free as f64 / (1 << 20) as f64,
+        used as f64 / points as f64,
         file.saturating_sub(empty) as f64 / points as f64,
         empty / 1024
     );

@@ -1,16 +1,43 @@
-//! The chunk format: up to [`CHUNK_POINTS`] points of one series sorted by
-//! step, compressed without loss ([`codec`]: NaN and ±∞ keep their exact
-//! bits), plus a summary of
-//! [`SUB_POINTS`]-point sub-buckets that wide queries aggregate instead of
-//! decoding every point.
+//! The chunk format: the points of one series sorted by step, compressed
+//! without loss ([`codec`]: NaN and ±∞ keep their exact bits), plus
+//! summaries of consecutive sub-buckets at three [`LEVELS`], which wide
+//! queries aggregate instead of decoding points. Ingest writes chunks of up
+//! to [`CHUNK_POINTS`]; compaction merges them into chunks of up to
+//! [`MERGED_CHUNK_POINTS`], so a long series has few rows and a query over
+//! all of it reads a few coarse summaries per bucket.
 
 use super::codec;
 use byteorder::{ByteOrder, LittleEndian};
 
 pub const CHUNK_POINTS: usize = 4096;
-pub const SUB_POINTS: usize = 64;
+pub const MERGED_CHUNK_POINTS: usize = 65_536;
 const POINT_BYTES: usize = 24;
 const SUB_BYTES: usize = 72;
+
+/// A summary level: its column and how many points each of its sub-buckets covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Level {
+    pub column: &'static str,
+    pub sub_points: usize,
+}
+
+/// The summary levels, finest first. Chunks written before the coarser
+/// levels existed have them empty, and their finest level has sub-buckets
+/// of 64 points.
+pub const LEVELS: [Level; 3] = [
+    Level {
+        column: "summary",
+        sub_points: 128,
+    },
+    Level {
+        column: "summary_mid",
+        sub_points: 1024,
+    },
+    Level {
+        column: "summary_coarse",
+        sub_points: 8192,
+    },
+];
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RawPoint {
@@ -146,9 +173,9 @@ pub fn decode_points(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), codec:
     Ok(())
 }
 
-/// The `summary` blob: one [`Sub`] per [`SUB_POINTS`] points.
-pub fn encode_summary(points: &[RawPoint]) -> Vec<u8> {
-    let subs: Vec<Sub> = points.chunks(SUB_POINTS).map(Sub::of).collect();
+/// A summary blob: one [`Sub`] per `sub_points` points.
+pub fn encode_summary(points: &[RawPoint], sub_points: usize) -> Vec<u8> {
+    let subs: Vec<Sub> = points.chunks(sub_points).map(Sub::of).collect();
     let mut bytes = vec![0u8; subs.len() * SUB_BYTES];
     for (sub, out) in subs.iter().zip(bytes.chunks_exact_mut(SUB_BYTES)) {
         LittleEndian::write_i64(&mut out[0..8], sub.step_from);
@@ -209,7 +236,7 @@ mod tests {
         assert_eq!(back[149], points[149]);
 
         let mut subs = Vec::new();
-        decode_summary(&encode_summary(&points), &mut subs);
+        decode_summary(&encode_summary(&points, 64), &mut subs);
         assert_eq!(subs.len(), 3, "64 + 64 + 22 points");
         assert_eq!(
             (

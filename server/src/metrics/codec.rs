@@ -5,18 +5,22 @@
 //! and a chunk whose wall times are not whole milliseconds is not encoded
 //! at all (see [`encode`]).
 //!
-//! Layout: a version byte (1), a byte of [`Values`] flags, the point count
-//! as a LEB128 varint, then one bit stream, most significant bit first: the
-//! first point's step, wall milliseconds and value bits as 64 bits each,
-//! then for every further point a step delta-of-delta, a wall
-//! delta-of-delta and a value XOR.
+//! Layout: a version byte (1), a byte saying whether values are 32-bit
+//! words (1) or 64 (0), the point count as a LEB128 varint, then one bit
+//! stream, most significant bit first: the first point's step and wall
+//! milliseconds as 64 bits each and its value bits, then for every further
+//! point a step delta-of-delta, a wall delta-of-delta and its value against
+//! a prediction. Every [`BLOCK_POINTS`] points of that start with 2 bits
+//! naming the value form of the block (see [`Values`]), so a merged chunk
+//! whose curve changes character (a loss that falls, then only jitters)
+//! changes form with it.
 
 use super::chunk::RawPoint;
 
 const VERSION: u8 = 1;
 
-/// How a chunk's values are stored; [`encode`] picks the smallest form
-/// that fits.
+/// How a block of values is stored; [`encode`] picks, for each block, the
+/// form that takes the fewest bits on its first points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Values {
     /// Every value is exactly a float32 (what PyTorch and TensorBoard
@@ -31,21 +35,27 @@ struct Values {
 }
 
 impl Values {
-    const ALL_FLAGS: u8 = 0b111;
-
-    fn flags(self) -> u8 {
-        u8::from(self.float32) | u8::from(self.linear) << 1 | u8::from(self.delta) << 2
+    /// The 2 bits that start a block.
+    fn block_code(self) -> u64 {
+        u64::from(self.linear) | u64::from(self.delta) << 1
     }
 
-    fn from_flags(flags: u8) -> Result<Values, Corrupt> {
-        if flags & !Values::ALL_FLAGS != 0 {
-            return Err(Corrupt("unknown flags"));
+    fn with_block_code(self, code: u64) -> Values {
+        Values {
+            float32: self.float32,
+            linear: code & 1 != 0,
+            delta: code & 2 != 0,
         }
-        Ok(Values {
-            float32: flags & 1 != 0,
-            linear: flags & 2 != 0,
-            delta: flags & 4 != 0,
-        })
+    }
+
+    /// Every form for values of this width.
+    fn all(float32: bool) -> [Values; 4] {
+        let plain = Values {
+            float32,
+            linear: false,
+            delta: false,
+        };
+        [0, 1, 2, 3].map(|code| plain.with_block_code(code))
     }
 
     fn width(self) -> u32 {
@@ -75,69 +85,57 @@ fn is_float32(value: f64) -> bool {
     f64::from(value as f32).to_bits() == value.to_bits()
 }
 
-/// Points tried with every value form before one is chosen for the chunk.
-const SAMPLE_POINTS: usize = 512;
+/// Points that share a value form.
+const BLOCK_POINTS: usize = 1024;
+/// Points of a block tried with every form before one is chosen.
+const SAMPLE_POINTS: usize = 128;
 
 /// Encoded points, or None when the points cannot be encoded exactly (a
-/// wall time that is not a whole number of milliseconds). The value form
-/// is the one that takes the fewest bits over the first points.
+/// wall time that is not a whole number of milliseconds).
 pub fn encode(points: &[RawPoint]) -> Option<Vec<u8>> {
     let float32 = points.iter().all(|p| is_float32(p.value));
-    let sample = &points[..points.len().min(SAMPLE_POINTS)];
-    let mut forms = Vec::with_capacity(4);
-    for linear in [false, true] {
-        for delta in [false, true] {
-            forms.push(Values {
-                float32,
-                linear,
-                delta,
-            });
-        }
-    }
-    let form = forms
-        .into_iter()
-        .min_by_key(|&form| value_bits(sample, form))
-        .expect("four forms");
-    encode_as(points, form)
+    encode_with(points, float32, |coder, sample| {
+        Values::all(float32)
+            .into_iter()
+            .min_by_key(|&form| coder.bits_for(form, sample))
+            .expect("four forms")
+    })
 }
 
-/// The bits the values of `points` take in `form`.
-fn value_bits(points: &[RawPoint], form: Values) -> usize {
-    let mut out = BitWriter::counting();
-    let mut values = ValueCoder::new(form);
-    for (i, point) in points.iter().enumerate() {
-        if i == 0 {
-            values.first(form.bits(point.value));
-        } else {
-            values.write(&mut out, form.bits(point.value));
-        }
-    }
-    out.bits_written
-}
-
-fn encode_as(points: &[RawPoint], form: Values) -> Option<Vec<u8>> {
+/// Encodes with the value form `choose` picks for each block (from the
+/// coder's state and the block's first points).
+fn encode_with(
+    points: &[RawPoint],
+    float32: bool,
+    mut choose: impl FnMut(&ValueCoder, &[RawPoint]) -> Values,
+) -> Option<Vec<u8>> {
     let mut out = BitWriter::with_capacity(points.len() * 5 + 16);
     out.bytes.push(VERSION);
-    out.bytes.push(form.flags());
+    out.bytes.push(u8::from(float32));
     write_varint(&mut out.bytes, points.len() as u64);
     let mut steps = DeltaOfDelta::default();
     let mut walls = DeltaOfDelta::default();
-    let mut values = ValueCoder::new(form);
+    let mut values = ValueCoder::new(Values::all(float32)[0]);
     for (i, point) in points.iter().enumerate() {
         let millis = whole_millis(point.wall)?;
-        let bits = form.bits(point.value);
+        let bits = values.form.bits(point.value);
         if i == 0 {
             out.write(point.step as u64, 64);
             out.write(millis as u64, 64);
-            out.write(bits, form.width());
+            out.write(bits, values.form.width());
             steps.first(point.step);
             walls.first(millis);
             values.first(bits);
-        } else {
-            steps.write(&mut out, point.step);
-            walls.write(&mut out, millis);
-            values.write(&mut out, bits);
+            continue;
         }
+        if (i - 1) % BLOCK_POINTS == 0 {
+            let sample = &points[i..(i + SAMPLE_POINTS).min(points.len())];
+            values.form = choose(&values, sample);
+            out.write(values.form.block_code(), 2);
+        }
+        steps.write(&mut out, point.step);
+        walls.write(&mut out, millis);
+        values.write(&mut out, bits);
     }
     Some(out.finish())
 }
@@ -150,7 +148,10 @@ pub fn decode(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
     if *version != VERSION {
         return Err(Corrupt("unknown version"));
     }
-    let form = Values::from_flags(*flags)?;
+    if *flags > 1 {
+        return Err(Corrupt("unknown value width"));
+    }
+    let form = Values::all(*flags == 1)[0];
     let (count, rest) = read_varint(rest).ok_or(Corrupt("bad count"))?;
     // Each point takes at least 3 bits: a count beyond that is a lie.
     if count > (rest.len() as u64 * 8) / 3 + 1 {
@@ -173,6 +174,9 @@ pub fn decode(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
             values.first(bits);
             (step, millis, bits)
         } else {
+            if (i - 1) % BLOCK_POINTS as u64 == 0 {
+                values.form = form.with_block_code(input.read(2)?);
+            }
             (
                 steps.read(&mut input)?,
                 walls.read(&mut input)?,
@@ -282,6 +286,7 @@ fn sign_extend(value: u64, bits: u32) -> i64 {
 /// predicted value, else `1`, the length - 1 of the zigzagged difference,
 /// and its bits below the top one. Counts and lengths take 5 bits for
 /// 32-bit words, 6 for 64.
+#[derive(Clone)]
 struct ValueCoder {
     form: Values,
     previous: u64,
@@ -302,6 +307,16 @@ impl ValueCoder {
 
     fn first(&mut self, bits: u64) {
         self.previous = bits;
+    }
+
+    /// The bits `points` would take in `form`, from this state.
+    fn bits_for(&self, form: Values, points: &[RawPoint]) -> usize {
+        let mut trial = ValueCoder { form, ..self.clone() };
+        let mut out = BitWriter::counting();
+        for point in points {
+            trial.write(&mut out, form.bits(point.value));
+        }
+        out.bits_written
     }
 
     fn field_bits(&self) -> u32 {
@@ -578,6 +593,11 @@ mod tests {
         RawPoint { step, wall, value }
     }
 
+    /// Every block in one form.
+    fn encode_as(points: &[RawPoint], form: Values) -> Option<Vec<u8>> {
+        encode_with(points, form.float32, |_, _| form)
+    }
+
     fn round_trip(points: &[RawPoint]) -> Vec<RawPoint> {
         let bytes = encode(points).expect("encodable");
         let mut back = Vec::new();
@@ -627,7 +647,7 @@ mod tests {
             .map(|(i, &v)| point(i as i64, i as f64, f64::from(v)))
             .collect();
         assert!(same_bits(&float32, &round_trip(&float32)));
-        assert_eq!(encode(&float32).unwrap()[1] & 1, 1, "32-bit words");
+        assert_eq!(encode(&float32).unwrap()[1], 1, "32-bit words");
 
         let schedule: Vec<RawPoint> = (0..4096)
             .map(|i| {
@@ -640,7 +660,7 @@ mod tests {
             .collect();
         assert!(same_bits(&schedule, &round_trip(&schedule)));
         let linear = encode(&schedule).unwrap();
-        assert_eq!(linear[1] & 3, 2, "predicted on a line, 64-bit words");
+        assert_eq!(linear[1], 0, "64-bit words");
         let previous = encode_as(
             &schedule,
             Values {
@@ -651,6 +671,33 @@ mod tests {
         )
         .unwrap();
         assert!(linear.len() < previous.len());
+    }
+
+    #[test]
+    fn a_curve_that_changes_character_changes_form_by_block() {
+        // Round values first (XOR of their bits is small), then noise.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let points: Vec<RawPoint> = (0..8192)
+            .map(|i| {
+                let value = if i < 4096 {
+                    (i / 512) as f64
+                } else {
+                    rng.random_range(0.2..0.3f32) as f64
+                };
+                point(i, i as f64, value)
+            })
+            .collect();
+        let chosen = encode(&points).unwrap();
+        assert!(same_bits(&points, &round_trip(&points)));
+        for form in Values::all(true) {
+            let single = encode_as(&points, form).unwrap();
+            assert!(
+                chosen.len() < single.len(),
+                "{form:?}: {} vs {}",
+                chosen.len(),
+                single.len()
+            );
+        }
     }
 
     #[test]
@@ -674,7 +721,7 @@ mod tests {
     fn random_series_round_trip() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(18);
         for _ in 0..200 {
-            let len = rng.random_range(1..600);
+            let len = rng.random_range(1..3000);
             let mut step = rng.random_range(-1000i64..1000);
             let mut millis = rng.random_range(0i64..2_000_000_000_000);
             let points: Vec<RawPoint> = (0..len)
@@ -698,8 +745,8 @@ mod tests {
                 points
             };
             assert!(same_bits(&points, &round_trip(&points)));
-            for flags in 0..=Values::ALL_FLAGS {
-                let form = Values::from_flags(flags).unwrap();
+            let forms = Values::all(false).into_iter().chain(Values::all(true));
+            for form in forms {
                 if form.float32 && !points.iter().all(|p| is_float32(p.value)) {
                     continue;
                 }
@@ -738,7 +785,7 @@ mod tests {
             let mut noise: Vec<u8> = (0..rng.random_range(0..64)).map(|_| rng.random()).collect();
             if rng.random_bool(0.5) && noise.len() > 1 {
                 noise[0] = VERSION;
-                noise[1] %= 8;
+                noise[1] %= 2;
             }
             out.clear();
             let _ = decode(&noise, &mut out);

@@ -1,10 +1,12 @@
 //! Compaction: many small batches (the SDK sends what it has every moment,
 //! agents send telemetry every 10 s) leave many small chunks, and a query
-//! pays per chunk row. A background task merges series' small chunks, tiny
-//! ones first, many series per transaction, so readers see either the old
-//! chunks or the new ones, never a mix.
+//! pays per chunk row. A background task merges a series' chunks by size
+//! class — tiny ones first, then small ones, then the full chunks of ingest
+//! into chunks of up to [`MERGED_CHUNK_POINTS`] — many series per
+//! transaction, so readers see either the old chunks or the new ones, never
+//! a mix.
 
-use super::chunk::{CHUNK_POINTS, RawPoint, decode_points};
+use super::chunk::{CHUNK_POINTS, MERGED_CHUNK_POINTS, RawPoint, decode_points};
 use super::{insert_chunks, sort_points};
 use crate::state::AppState;
 use crate::store::Error;
@@ -13,8 +15,11 @@ use std::time::Duration;
 
 /// Chunks with fewer points than this count as small.
 const SMALL: i64 = (CHUNK_POINTS / 2) as i64;
-/// A series is compacted once it has this many small chunks.
-const SMALL_CHUNKS_BEFORE_COMPACTING: i64 = 16;
+/// Chunks with fewer points than this are merged once there are enough of
+/// them; merged chunks are bigger (a merge of them takes at least 16 × 2,048).
+const UNMERGED: i64 = (MERGED_CHUNK_POINTS / 2) as i64;
+/// A series is compacted once it has this many chunks of one size class.
+const CHUNKS_BEFORE_COMPACTING: i64 = 16;
 
 /// Runs until shutdown: after ingest (events are recorded with it) and every
 /// half minute, compacts the series that got small chunks.
@@ -45,37 +50,53 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
     let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM metric_chunks")
         .fetch_one(db)
         .await?;
-    // One query finds the series that got small chunks and have enough of
+    // One query finds the series that got unmerged chunks and have enough of
     // a size class now (a pass over thousands of telemetry series must not
     // cost a query each).
     let due: Vec<(String, String)> = sqlx::query_as(
         "SELECT run_id, key FROM metric_chunks
-         WHERE count < ?4 AND (run_id, key) IN
-             (SELECT DISTINCT run_id, key FROM metric_chunks WHERE id > ?1 AND id <= ?2 AND count < ?4)
+         WHERE count < ?5 AND (run_id, key) IN
+             (SELECT DISTINCT run_id, key FROM metric_chunks WHERE id > ?1 AND id <= ?2 AND count < ?5)
          GROUP BY run_id, key
-         HAVING SUM(count < ?3) >= ?5 OR SUM(count >= ?3) >= ?5",
+         HAVING SUM(count < ?3) >= ?6 OR SUM(count >= ?3 AND count < ?4) >= ?6 OR SUM(count >= ?4) >= ?6",
     )
     .bind(*seen)
     .bind(newest)
     .bind(TINY)
     .bind(SMALL)
-    .bind(SMALL_CHUNKS_BEFORE_COMPACTING)
+    .bind(UNMERGED)
+    .bind(CHUNKS_BEFORE_COMPACTING)
     .fetch_all(db)
     .await?;
     *seen = newest;
     let mut compacted = 0;
-    // Many series per transaction: one commit, not one per series.
-    for group in due.chunks(SERIES_PER_TRANSACTION) {
-        let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
-        for (run_id, key) in group {
-            let mut merged = false;
-            for (lower, upper) in [(0, TINY), (TINY, SMALL)] {
-                merged |= merge(&mut tx, run_id, key, lower, upper).await?;
-            }
-            compacted += usize::from(merged);
-        }
-        tx.commit().await?;
+    if due.is_empty() {
+        return Ok(0);
     }
+    // Many series per transaction (one commit, not one per series), but
+    // short ones: ingest waits while a transaction writes.
+    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut rewritten = 0;
+    for (run_id, key) in &due {
+        let mut merged_any = false;
+        for (lower, upper) in [(0, TINY), (TINY, SMALL), (SMALL, UNMERGED)] {
+            loop {
+                let merged = merge(&mut tx, run_id, key, lower, upper).await?;
+                if merged == 0 {
+                    break;
+                }
+                merged_any = true;
+                rewritten += merged;
+                if rewritten >= POINTS_PER_TRANSACTION {
+                    tx.commit().await?;
+                    tx = db.begin_with("BEGIN IMMEDIATE").await?;
+                    rewritten = 0;
+                }
+            }
+        }
+        compacted += usize::from(merged_any);
+    }
+    tx.commit().await?;
     Ok(compacted)
 }
 
@@ -85,30 +106,35 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
 /// few times on its way to a full chunk, not once per merge.
 const TINY: i64 = 64;
 
-/// Series compacted in one transaction (a few milliseconds of writing).
-const SERIES_PER_TRANSACTION: usize = 64;
+/// Points rewritten in one transaction before it commits (tens of milliseconds).
+const POINTS_PER_TRANSACTION: usize = 262_144;
 
-/// Merges the series' chunks of `lower..upper` points into as few as fit,
-/// when it has enough of them, in the caller's transaction.
+/// Chunks merged at once, at most.
+const MERGE_AT_MOST: i64 = 64;
+
+/// Merges up to [`MERGE_AT_MOST`] of the series' chunks of `lower..upper`
+/// points (the earliest by step) into as few as fit, when it has enough of
+/// them, in the caller's transaction; how many points it rewrote.
 async fn merge(
     conn: &mut SqliteConnection,
     run_id: &str,
     key: &str,
     lower: i64,
     upper: i64,
-) -> Result<bool, Error> {
+) -> Result<usize, Error> {
     let small: Vec<(i64, Vec<u8>)> = sqlx::query_as(
         "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND count >= ? AND count < ?
-         ORDER BY step_min, id",
+         ORDER BY step_min, id LIMIT ?",
     )
     .bind(run_id)
     .bind(key)
     .bind(lower)
     .bind(upper)
+    .bind(MERGE_AT_MOST)
     .fetch_all(&mut *conn)
     .await?;
-    if (small.len() as i64) < SMALL_CHUNKS_BEFORE_COMPACTING {
-        return Ok(false);
+    if (small.len() as i64) < CHUNKS_BEFORE_COMPACTING {
+        return Ok(0);
     }
     let mut points: Vec<RawPoint> = Vec::new();
     let mut ids = Vec::with_capacity(small.len());
@@ -121,7 +147,7 @@ async fn merge(
         .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
         .execute(&mut *conn)
         .await?;
-    insert_chunks(conn, run_id, key, &points).await?;
+    insert_chunks(conn, run_id, key, &points, MERGED_CHUNK_POINTS).await?;
     tracing::debug!(
         run_id,
         key,
@@ -129,5 +155,5 @@ async fn merge(
         points = points.len(),
         "compacted a series"
     );
-    Ok(true)
+    Ok(points.len())
 }

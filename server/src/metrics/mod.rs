@@ -13,7 +13,7 @@ use crate::events::{self, Links};
 use crate::store::Error;
 use crate::store::time::now_ms;
 use chunk::{
-    CHUNK_POINTS, RawPoint, SUB_POINTS, Sub, decode_points, decode_summary, encode_points, encode_summary,
+    CHUNK_POINTS, LEVELS, Level, RawPoint, Sub, decode_points, decode_summary, encode_points, encode_summary,
 };
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
@@ -140,7 +140,7 @@ pub async fn ingest(
     }
     for (key, mut points) in by_key {
         sort_points(&mut points);
-        insert_chunks(conn, run_id, key, &points).await?;
+        insert_chunks(conn, run_id, key, &points, CHUNK_POINTS).await?;
         update_series(conn, run_id, key, &points, loss_pattern, now).await?;
     }
     texts::insert(conn, run_id, &batch.texts).await?;
@@ -155,35 +155,41 @@ pub(crate) fn sort_points(points: &mut [RawPoint]) {
     points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
 }
 
-/// Stores points of one series (sorted) as chunks of at most [`CHUNK_POINTS`].
+/// Stores points of one series (sorted) as chunks of at most `chunk_points`
+/// ([`CHUNK_POINTS`] at ingest, [`chunk::MERGED_CHUNK_POINTS`] when compacting).
 pub(crate) async fn insert_chunks(
     conn: &mut SqliteConnection,
     run_id: &str,
     key: &str,
     points: &[RawPoint],
+    chunk_points: usize,
 ) -> Result<(), Error> {
-    insert_series_chunks(conn, run_id, &[(key, points)]).await
+    insert_series_chunks(conn, run_id, &[(key, points)], chunk_points).await
 }
 
 /// Chunks inserted by one statement: few enough for SQLite's bound
-/// parameters (9 each), enough to save the round trips of many small series.
+/// parameters (11 each), enough to save the round trips of many small series.
 const CHUNKS_PER_STATEMENT: usize = 200;
 
 /// Stores the points of several series of one owner (each sorted) as chunks
-/// of at most [`CHUNK_POINTS`], many rows per statement.
+/// of at most `chunk_points`, many rows per statement, each with its
+/// summaries at every level.
 pub(crate) async fn insert_series_chunks(
     conn: &mut SqliteConnection,
     owner: &str,
     series: &[(&str, &[RawPoint])],
+    chunk_points: usize,
 ) -> Result<(), Error> {
     let rows: Vec<(&str, &[RawPoint])> = series
         .iter()
-        .flat_map(|&(key, points)| points.chunks(CHUNK_POINTS).map(move |part| (key, part)))
+        .flat_map(|&(key, points)| points.chunks(chunk_points).map(move |part| (key, part)))
         .collect();
+    let [fine, mid, coarse] = LEVELS;
     for statement in rows.chunks(CHUNKS_PER_STATEMENT) {
-        let mut insert = sqlx::QueryBuilder::new(
-            "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points) ",
-        );
+        let mut insert = sqlx::QueryBuilder::new(format!(
+            "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, {}, {}, {}, points) ",
+            coarse.column, mid.column, fine.column
+        ));
         insert.push_values(statement, |mut row, &(key, part)| {
             let (first, last) = (part[0], part[part.len() - 1]);
             let (time_min, time_max) = part
@@ -198,7 +204,9 @@ pub(crate) async fn insert_series_chunks(
                 .push_bind(time_min)
                 .push_bind(time_max)
                 .push_bind(part.len() as i64)
-                .push_bind(encode_summary(part))
+                .push_bind(encode_summary(part, coarse.sub_points))
+                .push_bind(encode_summary(part, mid.sub_points))
+                .push_bind(encode_summary(part, fine.sub_points))
                 .push_bind(encode_points(part));
         });
         insert.build().execute(&mut *conn).await?;
@@ -446,12 +454,17 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         Some(sum) => sum.merge(sub),
         slot => *slot = Some(*sub),
     };
-    // Wide buckets aggregate the chunks' sub-bucket summaries; narrow ones
-    // use the points themselves, as do the chunks cut by the range's edges.
-    let use_summaries = total / buckets >= 2 * SUB_POINTS;
+    // Wide buckets aggregate the chunks' summaries at the coarsest level
+    // whose sub-buckets are at most half a bucket wide, so a bucket sums a
+    // few of them however long the series; narrow ones use the points
+    // themselves, as do the chunks cut by the range's edges.
+    let level = LEVELS
+        .iter()
+        .rev()
+        .find(|level| total / buckets >= 2 * level.sub_points);
     let mut points = edge_points;
-    if use_summaries {
-        for sub in load_summaries(db, inside.iter().map(|c| c.id)).await? {
+    if let Some(level) = level {
+        for sub in load_summaries(db, *level, inside.iter().map(|c| c.id)).await? {
             let x = match query.axis {
                 Axis::Step => sub.step_from as f64,
                 Axis::Time => sub.time_min,
@@ -551,13 +564,37 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
     Ok(points)
 }
 
-async fn load_summaries(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<Sub>, Error> {
+/// The summaries of chunks at `level`, or at the next finer level a chunk
+/// has (chunks from before the coarser levels have them empty).
+async fn load_summaries(
+    db: &SqlitePool,
+    level: Level,
+    ids: impl Iterator<Item = i64>,
+) -> Result<Vec<Sub>, Error> {
     let ids: Vec<i64> = ids.collect();
-    let blobs: Vec<Vec<u8>> =
-        sqlx::query_scalar("SELECT summary FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
-            .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
-            .fetch_all(db)
-            .await?;
+    // This level, then each finer one, down to the finest.
+    let columns: Vec<&str> = LEVELS
+        .iter()
+        .rev()
+        .filter(|other| other.sub_points <= level.sub_points)
+        .map(|other| other.column)
+        .collect();
+    let (finest, coarser) = columns.split_last().expect("at least the level itself");
+    let column = if coarser.is_empty() {
+        finest.to_string()
+    } else {
+        let tries: Vec<String> = coarser
+            .iter()
+            .map(|column| format!("WHEN length({column}) > 0 THEN {column}"))
+            .collect();
+        format!("CASE {} ELSE {finest} END", tries.join(" "))
+    };
+    let blobs: Vec<Vec<u8>> = sqlx::query_scalar(&format!(
+        "SELECT {column} FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))"
+    ))
+    .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
+    .fetch_all(db)
+    .await?;
     let mut subs = Vec::new();
     for blob in blobs {
         decode_summary(&blob, &mut subs);

@@ -7,7 +7,7 @@
 //! then one mean a minute, and deletes what is older than the retention.
 
 use crate::events::{self, Links};
-use crate::metrics::chunk::{RawPoint, decode_points};
+use crate::metrics::chunk::{CHUNK_POINTS, RawPoint, decode_points};
 use crate::metrics::codec::to_millis;
 use crate::metrics::{self, Axis, Query};
 use crate::store::Error;
@@ -139,7 +139,7 @@ pub async fn ingest(
         .iter()
         .map(|(key, points)| (key.as_str(), &points[..]))
         .collect();
-    metrics::insert_series_chunks(conn, node_id, &series).await?;
+    metrics::insert_series_chunks(conn, node_id, &series, CHUNK_POINTS).await?;
     // Every key in one statement: most are known already.
     let keys: Vec<&str> = by_key.keys().map(String::as_str).collect();
     sqlx::query(
@@ -367,7 +367,7 @@ async fn downsample(
             .await?;
     }
     if !merged.is_empty() {
-        metrics::insert_chunks(&mut tx, node_id, key, &merged).await?;
+        metrics::insert_chunks(&mut tx, node_id, key, &merged, CHUNK_POINTS).await?;
     }
     sqlx::query("UPDATE telemetry_series SET downsampled_until = ? WHERE node_id = ? AND key = ?")
         .bind(until)

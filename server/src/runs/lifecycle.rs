@@ -199,7 +199,7 @@ pub async fn usage(db: &SqlitePool) -> Result<Vec<ProjectUsage>, Error> {
             (SELECT count(*) FROM runs r WHERE r.project = p.name AND r.archived_at IS NOT NULL) AS archived_runs,
             (SELECT coalesce(sum(s.points), 0) FROM metric_series s JOIN runs r ON r.id = s.run_id
               WHERE r.project = p.name) AS metric_points,
-            (SELECT coalesce(sum(length(c.summary) + length(c.points)), 0) FROM metric_chunks c
+            (SELECT coalesce(sum(length(c.summary_coarse) + length(c.summary_mid) + length(c.summary) + length(c.points)), 0) FROM metric_chunks c
               JOIN runs r ON r.id = c.run_id WHERE r.project = p.name) AS metric_bytes,
             (SELECT count(*) FROM log_lines l JOIN jobs j ON j.id = l.job_id WHERE j.project = p.name) AS log_lines,
             (SELECT coalesce(sum(length(l.text)), 0) FROM log_lines l JOIN jobs j ON j.id = l.job_id

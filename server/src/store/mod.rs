@@ -133,4 +133,52 @@ mod tests {
             );
         }
     }
+
+    /// The migration that rebuilds `metric_chunks` (0023) keeps every chunk
+    /// stored before it, bit for bit.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn metric_chunks_survive_the_summary_levels_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = SqlitePool::connect(&format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("old.db").display()
+        ))
+        .await
+        .unwrap();
+        let mut before = sqlx::migrate!("../migrations");
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|migration| migration.version < 23)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        before.run(&pool).await.unwrap();
+        let summary: Vec<u8> = (0..72).collect();
+        let points: Vec<u8> = (0..48).map(|b| b * 3).collect();
+        sqlx::query(
+            "INSERT INTO metric_chunks (id, run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
+             VALUES (7, 'run_1', 'train/loss', 1, 2, 10.5, 11.5, 2, ?, ?)",
+        )
+        .bind(&summary)
+        .bind(&points)
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::migrate!("../migrations").run(&pool).await.unwrap();
+        let blobs: (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) = sqlx::query_as(
+            "SELECT summary_coarse, summary_mid, summary, points FROM metric_chunks WHERE id = 7",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(blobs, (vec![], vec![], summary, points));
+        let described: String = sqlx::query_scalar(
+            "SELECT json_array(run_id, key, step_min, step_max, time_min, time_max, count) FROM metric_chunks",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(described, r#"["run_1","train/loss",1,2,10.5,11.5,2]"#);
+    }
 }

@@ -119,7 +119,7 @@ sys.exit(3)
     assert_eq!(default["metric_points"], 50);
     // Compressed chunks and their summaries: more than nothing, less than raw.
     let metric_bytes = default["metric_bytes"].as_i64().unwrap();
-    assert!(metric_bytes > 0 && metric_bytes < 50 * 24 + 2 * 72, "{default}");
+    assert!(metric_bytes > 0 && metric_bytes < 50 * 24 + 3 * 72, "{default}");
     assert!(default["log_lines"].as_i64().unwrap() >= 3, "{default}");
     assert_eq!(default["text_bytes"], 5);
 
