@@ -3,7 +3,7 @@
 -- holds sub-buckets of 128 points (64 in chunks written before this),
 -- `summary_mid` of 1,024 and `summary_coarse` of 8,192 (see
 -- server/src/metrics/chunk.rs). Compaction merges full chunks into chunks of
--- up to 65,536 points, so a long series has few rows.
+-- up to 131,072 points, so a long series has few rows.
 --
 -- The table is rebuilt because SQLite reads a row's columns in order: the
 -- coarse summaries must come before the finer ones and the points, or reading
@@ -30,4 +30,6 @@ SELECT id, run_id, key, step_min, step_max, time_min, time_max, count, summary, 
 
 DROP TABLE metric_chunks;
 ALTER TABLE metric_chunks_new RENAME TO metric_chunks;
-CREATE INDEX metric_chunks_by_series ON metric_chunks (run_id, key, step_min);
+-- The index holds what a query needs to plan (ranges and counts), so that
+-- planning reads no rows.
+CREATE INDEX metric_chunks_by_series ON metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count);

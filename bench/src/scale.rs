@@ -49,7 +49,13 @@ pub async fn run() -> anyhow::Result<()> {
     db.close().await;
 
     let server = crate::jobs::restart_server_process(&binaries, server).await?;
-    for (run_id, points) in [(&small, 1_000_000), (&large, 100_000_000)] {
+    // Alternately, so both see the same machine.
+    for (run_id, points) in [
+        (&small, 1_000_000),
+        (&large, 100_000_000),
+        (&small, 1_000_000),
+        (&large, 100_000_000),
+    ] {
         let url = format!(
             "{}/api/v1/runs/{run_id}/metrics?key=train/loss&max_points=2000",
             server.url
@@ -69,13 +75,41 @@ pub async fn run() -> anyhow::Result<()> {
             buckets = series["buckets"].as_array().map_or(0, Vec::len);
         }
         times.sort_by(f64::total_cmp);
+        let inner = in_process(&server.data_dir(), run_id).await?;
         println!(
-            "scale: one metric of {points} points -> {buckets} buckets over HTTP: p50 {:.1} ms, p90 {:.1} ms",
+            "scale: one metric of {points} points -> {buckets} buckets over HTTP: p50 {:.1} ms, p90 {:.1} ms (in process, no HTTP/JSON: p50 {inner:.1} ms)",
             percentile(&times, 0.5),
             percentile(&times, 0.9)
         );
     }
     Ok(())
+}
+
+/// The p50 of the same query in this process, over the same database file.
+async fn in_process(data_dir: &std::path::Path, run_id: &str) -> anyhow::Result<f64> {
+    let pool = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}?mode=ro",
+        data_dir.join("gpuplane.db").display()
+    ))
+    .await?;
+    let query = gpuplane_server::metrics::Query {
+        key: "train/loss".into(),
+        max_points: 2000,
+        axis: gpuplane_server::metrics::Axis::Step,
+        from: None,
+        to: None,
+    };
+    let mut times = Vec::new();
+    for _ in 0..30 {
+        let started = Instant::now();
+        gpuplane_server::metrics::query(&pool, run_id, &query)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    pool.close().await;
+    Ok(percentile(&times, 0.5))
 }
 
 /// Stores `count` points of `train/loss` in batches of 100,000.

@@ -10,7 +10,7 @@ use super::codec;
 use byteorder::{ByteOrder, LittleEndian};
 
 pub const CHUNK_POINTS: usize = 4096;
-pub const MERGED_CHUNK_POINTS: usize = 65_536;
+pub const MERGED_CHUNK_POINTS: usize = 131_072;
 const POINT_BYTES: usize = 24;
 const SUB_BYTES: usize = 72;
 
@@ -159,8 +159,14 @@ pub fn encode_points(points: &[RawPoint]) -> Vec<u8> {
 
 /// Appends the points of a `points` blob, raw or compressed, to `out`.
 pub fn decode_points(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), codec::Corrupt> {
+    decode_steps(bytes, i64::MIN, i64::MAX, out)
+}
+
+/// Like [`decode_points`], but a compressed blob decodes only the blocks
+/// that may hold steps in `from..=to`: the caller filters.
+pub fn decode_steps(bytes: &[u8], from: i64, to: i64, out: &mut Vec<RawPoint>) -> Result<(), codec::Corrupt> {
     if !bytes.len().is_multiple_of(POINT_BYTES) {
-        return codec::decode(bytes, out);
+        return codec::decode_steps(bytes, from, to, out);
     }
     out.reserve(bytes.len() / POINT_BYTES);
     for raw in bytes.chunks_exact(POINT_BYTES) {

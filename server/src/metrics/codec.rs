@@ -6,14 +6,16 @@
 //! at all (see [`encode`]).
 //!
 //! Layout: a version byte (1), a byte saying whether values are 32-bit
-//! words (1) or 64 (0), the point count as a LEB128 varint, then one bit
-//! stream, most significant bit first: the first point's step and wall
-//! milliseconds as 64 bits each and its value bits, then for every further
-//! point a step delta-of-delta, a wall delta-of-delta and its value against
-//! a prediction. Every [`BLOCK_POINTS`] points of that start with 2 bits
-//! naming the value form of the block (see [`Values`]), so a merged chunk
-//! whose curve changes character (a loss that falls, then only jitters)
-//! changes form with it.
+//! words (1) or 64 (0), the point count as a LEB128 varint, an index of
+//! blocks of [`BLOCK_POINTS`] points (each block's first step as i64 and
+//! its length in bytes as u32, little-endian), then the blocks. A block is
+//! a bit stream, most significant bit first, that stands alone: its first
+//! point's step and wall milliseconds as 64 bits each and its value bits,
+//! 2 bits naming the value form of the block (see [`Values`]; a merged
+//! chunk whose curve changes character changes form with it), then for
+//! every further point a step delta-of-delta, a wall delta-of-delta and
+//! its value against a prediction. A reader that wants a few steps of a
+//! big chunk decodes only the blocks that hold them ([`decode_steps`]).
 
 use super::chunk::RawPoint;
 
@@ -109,10 +111,32 @@ fn encode_with(
     float32: bool,
     mut choose: impl FnMut(&ValueCoder, &[RawPoint]) -> Values,
 ) -> Option<Vec<u8>> {
+    let blocks = points
+        .chunks(BLOCK_POINTS)
+        .map(|block| encode_block(block, float32, &mut choose))
+        .collect::<Option<Vec<Vec<u8>>>>()?;
+    let mut out = Vec::with_capacity(points.len() * 5 + 16);
+    out.push(VERSION);
+    out.push(u8::from(float32));
+    write_varint(&mut out, points.len() as u64);
+    for (block, bytes) in points.chunks(BLOCK_POINTS).zip(&blocks) {
+        out.extend(block[0].step.to_le_bytes());
+        out.extend((bytes.len() as u32).to_le_bytes());
+    }
+    for bytes in blocks {
+        out.extend(bytes);
+    }
+    Some(out)
+}
+
+/// One block's bit stream: its first point whole, then its value form and
+/// every further point against the ones before.
+fn encode_block(
+    points: &[RawPoint],
+    float32: bool,
+    choose: &mut impl FnMut(&ValueCoder, &[RawPoint]) -> Values,
+) -> Option<Vec<u8>> {
     let mut out = BitWriter::with_capacity(points.len() * 5 + 16);
-    out.bytes.push(VERSION);
-    out.bytes.push(u8::from(float32));
-    write_varint(&mut out.bytes, points.len() as u64);
     let mut steps = DeltaOfDelta::default();
     let mut walls = DeltaOfDelta::default();
     let mut values = ValueCoder::new(Values::all(float32)[0]);
@@ -128,8 +152,8 @@ fn encode_with(
             values.first(bits);
             continue;
         }
-        if (i - 1) % BLOCK_POINTS == 0 {
-            let sample = &points[i..(i + SAMPLE_POINTS).min(points.len())];
+        if i == 1 {
+            let sample = &points[1..(1 + SAMPLE_POINTS).min(points.len())];
             values.form = choose(&values, sample);
             out.write(values.form.block_code(), 2);
         }
@@ -142,6 +166,13 @@ fn encode_with(
 
 /// Appends the points of an encoded blob to `out`.
 pub fn decode(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
+    decode_steps(bytes, i64::MIN, i64::MAX, out)
+}
+
+/// Appends the points of an encoded blob to `out`, decoding only the
+/// blocks that may hold steps in `from..=to` (so some points outside it
+/// come too: callers filter).
+pub fn decode_steps(bytes: &[u8], from: i64, to: i64, out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
     let [version, flags, rest @ ..] = bytes else {
         return Err(Corrupt("too short"));
     };
@@ -153,12 +184,46 @@ pub fn decode(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
     }
     let form = Values::all(*flags == 1)[0];
     let (count, rest) = read_varint(rest).ok_or(Corrupt("bad count"))?;
-    // Each point takes at least 3 bits: a count beyond that is a lie.
-    if count > (rest.len() as u64 * 8) / 3 + 1 {
+    let blocks = count.div_ceil(BLOCK_POINTS as u64);
+    // Each block takes 12 bytes of index: a count beyond that is a lie.
+    if blocks > rest.len() as u64 / BLOCK_INDEX_BYTES as u64 {
         return Err(Corrupt("count beyond the data"));
     }
+    let (index, mut data) = rest.split_at(blocks as usize * BLOCK_INDEX_BYTES);
+    let entries: Vec<(i64, usize)> = index
+        .chunks_exact(BLOCK_INDEX_BYTES)
+        .map(|entry| {
+            let step = i64::from_le_bytes(entry[..8].try_into().expect("8 bytes"));
+            let len = u32::from_le_bytes(entry[8..].try_into().expect("4 bytes"));
+            (step, len as usize)
+        })
+        .collect();
+    for (i, &(first_step, len)) in entries.iter().enumerate() {
+        if len > data.len() {
+            return Err(Corrupt("block beyond the data"));
+        }
+        let (block, after) = data.split_at(len);
+        data = after;
+        // Steps are sorted: a block's run up to the next block's first.
+        let last_step = entries.get(i + 1).map_or(i64::MAX, |next| next.0);
+        if first_step > to || last_step < from {
+            continue;
+        }
+        let points = if i + 1 < entries.len() {
+            BLOCK_POINTS as u64
+        } else {
+            count - (blocks - 1) * BLOCK_POINTS as u64
+        };
+        decode_block(block, form, points, out)?;
+    }
+    Ok(())
+}
+
+const BLOCK_INDEX_BYTES: usize = 12;
+
+fn decode_block(bytes: &[u8], form: Values, count: u64, out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
     out.reserve(count as usize);
-    let mut input = BitReader::new(rest);
+    let mut input = BitReader::new(bytes);
     let mut steps = DeltaOfDelta::default();
     let mut walls = DeltaOfDelta::default();
     let mut values = ValueCoder::new(form);
@@ -174,7 +239,7 @@ pub fn decode(bytes: &[u8], out: &mut Vec<RawPoint>) -> Result<(), Corrupt> {
             values.first(bits);
             (step, millis, bits)
         } else {
-            if (i - 1) % BLOCK_POINTS as u64 == 0 {
+            if i == 1 {
                 values.form = form.with_block_code(input.read(2)?);
             }
             (
@@ -675,14 +740,15 @@ mod tests {
 
     #[test]
     fn a_curve_that_changes_character_changes_form_by_block() {
-        // Round values first (XOR of their bits is small), then noise.
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         let points: Vec<RawPoint> = (0..8192)
             .map(|i| {
+                // Round values first (XOR of their bits is small), then
+                // jitter across a power of two (their difference is small).
                 let value = if i < 4096 {
                     (i / 512) as f64
                 } else {
-                    rng.random_range(0.2..0.3f32) as f64
+                    f64::from(0.25 + rng.random_range(-0.001..0.001f32))
                 };
                 point(i, i as f64, value)
             })
@@ -697,6 +763,41 @@ mod tests {
                 chosen.len(),
                 single.len()
             );
+        }
+    }
+
+    #[test]
+    fn a_few_steps_of_a_big_chunk_decode_only_their_blocks() {
+        let points: Vec<RawPoint> = (0..5000)
+            .map(|i| point(i * 2, i as f64, (i as f64).sqrt()))
+            .collect();
+        let bytes = encode(&points).unwrap();
+        let mut some = Vec::new();
+        decode_steps(&bytes, 4100, 4200, &mut some).unwrap();
+        assert_eq!(some.len(), BLOCK_POINTS, "one block");
+        some.retain(|p| (4100..=4200).contains(&p.step));
+        assert!(same_bits(&some, &points[2050..=2100]));
+        // Ranges at the blocks' edges (a block is taken to run up to the
+        // next one's first step) and beyond the ends.
+        let ranges = [
+            (2046, 2048, 2),
+            (2049, 2050, 1),
+            (2040, 2046, 1),
+            (-10, -1, 0),
+            (9998, 20000, 1),
+        ];
+        for (from, to, blocks) in ranges {
+            let mut found = Vec::new();
+            decode_steps(&bytes, from, to, &mut found).unwrap();
+            let expected: Vec<RawPoint> = points
+                .iter()
+                .filter(|p| (from..=to).contains(&p.step))
+                .copied()
+                .collect();
+            let blocks_read = found.len().div_ceil(BLOCK_POINTS);
+            found.retain(|p| (from..=to).contains(&p.step));
+            assert!(same_bits(&found, &expected), "{from}..={to}");
+            assert_eq!(blocks_read, blocks, "{from}..={to}");
         }
     }
 

@@ -13,7 +13,8 @@ use crate::events::{self, Links};
 use crate::store::Error;
 use crate::store::time::now_ms;
 use chunk::{
-    CHUNK_POINTS, LEVELS, Level, RawPoint, Sub, decode_points, decode_summary, encode_points, encode_summary,
+    CHUNK_POINTS, LEVELS, Level, RawPoint, Sub, decode_points, decode_steps, decode_summary, encode_points,
+    encode_summary,
 };
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
@@ -371,10 +372,65 @@ pub struct Query {
     pub to: Option<f64>,
 }
 
-struct ChunkMeta {
-    id: i64,
-    count: i64,
-    inside: bool,
+/// The chunks of one series over a range of steps or wall times.
+struct Range<'a> {
+    run_id: &'a str,
+    key: &'a str,
+    from: f64,
+    to: f64,
+    lo_col: &'static str,
+    hi_col: &'static str,
+}
+
+impl Range<'_> {
+    /// Chunks with some of their points in the range (`?1`..`?4` are bound by [`Range::bind`]).
+    fn overlapping(&self) -> String {
+        format!(
+            "run_id = ?1 AND key = ?2 AND {} >= ?3 AND {} <= ?4",
+            self.hi_col, self.lo_col
+        )
+    }
+
+    /// Of those, the chunks wholly inside it.
+    fn inside(&self) -> String {
+        format!(
+            "run_id = ?1 AND key = ?2 AND {} >= ?3 AND {} <= ?4",
+            self.lo_col, self.hi_col
+        )
+    }
+
+    fn bind<'q, O>(
+        &self,
+        query: sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>
+    where
+        Self: 'q,
+    {
+        query
+            .bind(self.run_id.to_string())
+            .bind(self.key.to_string())
+            .bind(self.from)
+            .bind(self.to)
+    }
+
+    /// One blob (or blob expression) of every chunk matching `condition`.
+    async fn blobs(&self, db: &SqlitePool, column: &str, condition: &str) -> Result<Vec<Vec<u8>>, Error> {
+        let blobs: Vec<(Vec<u8>,)> = self
+            .bind(sqlx::query_as(&format!(
+                "SELECT {column} FROM metric_chunks WHERE {condition}"
+            )))
+            .fetch_all(db)
+            .await?;
+        Ok(blobs.into_iter().map(|(blob,)| blob).collect())
+    }
+}
+
+fn decode_all(blobs: &[Vec<u8>]) -> Result<Vec<RawPoint>, Error> {
+    let mut points = Vec::new();
+    for blob in blobs {
+        decode_points(blob, &mut points).map_err(anyhow::Error::from)?;
+    }
+    Ok(points)
 }
 
 /// One series over a range: points when there are at most `max_points`,
@@ -388,24 +444,26 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         Axis::Step => ("step_min", "step_max"),
         Axis::Time => ("time_min", "time_max"),
     };
-    let rows: Vec<(i64, i64, f64, f64)> = sqlx::query_as(&format!(
-        "SELECT id, count, CAST({lo_col} AS REAL), CAST({hi_col} AS REAL) FROM metric_chunks
-         WHERE run_id = ? AND key = ? AND {hi_col} >= ? AND {lo_col} <= ? ORDER BY step_min, id"
-    ))
-    .bind(run_id)
-    .bind(&query.key)
-    .bind(from)
-    .bind(to)
-    .fetch_all(db)
-    .await?;
-    let chunks: Vec<ChunkMeta> = rows
-        .iter()
-        .map(|&(id, count, lo, hi)| ChunkMeta {
-            id,
-            count,
-            inside: lo >= from && hi <= to,
-        })
-        .collect();
+    let range = Range {
+        run_id,
+        key: &query.key,
+        from,
+        to,
+        lo_col,
+        hi_col,
+    };
+    // What the range holds, in one row (from the index alone): the points
+    // of the chunks wholly inside it, and where its data starts and ends.
+    let (inside_points, lo, hi): (i64, Option<f64>, Option<f64>) = range
+        .bind(sqlx::query_as(&format!(
+            "SELECT coalesce(sum(CASE WHEN {inside} THEN count ELSE 0 END), 0),
+                    min(max(CAST({lo_col} AS REAL), ?3)), max(min(CAST({hi_col} AS REAL), ?4))
+             FROM metric_chunks WHERE {overlapping}",
+            inside = range.inside(),
+            overlapping = range.overlapping(),
+        )))
+        .fetch_one(db)
+        .await?;
     let in_range = |p: &RawPoint| {
         let x = match query.axis {
             Axis::Step => p.step as f64,
@@ -414,12 +472,20 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         x >= from && x <= to
     };
     // Chunks cut by the range's edges are decoded, so counts are exact.
-    let (inside, cut): (Vec<&ChunkMeta>, Vec<&ChunkMeta>) = chunks.iter().partition(|c| c.inside);
-    let mut edge_points = load_points(db, cut.iter().map(|c| c.id)).await?;
+    let cut = format!("{} AND NOT ({})", range.overlapping(), range.inside());
+    // Along steps only the blocks that hold the range are decoded.
+    let (first, last) = match query.axis {
+        Axis::Step => (from.ceil() as i64, to.floor() as i64),
+        Axis::Time => (i64::MIN, i64::MAX),
+    };
+    let mut edge_points = Vec::new();
+    for blob in range.blobs(db, "points", &cut).await? {
+        decode_steps(&blob, first, last, &mut edge_points).map_err(anyhow::Error::from)?;
+    }
     edge_points.retain(in_range);
-    let total = inside.iter().map(|c| c.count as usize).sum::<usize>() + edge_points.len();
+    let total = inside_points as usize + edge_points.len();
     if total <= query.max_points {
-        let mut points = load_points(db, inside.iter().map(|c| c.id)).await?;
+        let mut points = decode_all(&range.blobs(db, "points", &range.inside()).await?)?;
         points.extend(edge_points);
         points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
         return Ok(Series {
@@ -437,12 +503,11 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
             buckets: None,
         });
     }
-    // Bucket edges from the data actually in range.
-    let (lo, hi) = rows
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &(_, _, a, b)| {
-            (lo.min(a.max(from)), hi.max(b.min(to)))
-        });
+    // Bucket edges from the data actually in range (there is some: more
+    // than max_points of it).
+    let (Some(lo), Some(hi)) = (lo, hi) else {
+        return Err(Error::Internal(anyhow::anyhow!("chunks in range without bounds")));
+    };
     let buckets = query.max_points.max(1);
     let width = match query.axis {
         Axis::Step => ((hi - lo + 1.0) / buckets as f64).ceil().max(1.0),
@@ -464,7 +529,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         .find(|level| total / buckets >= 2 * level.sub_points);
     let mut points = edge_points;
     if let Some(level) = level {
-        for sub in load_summaries(db, *level, inside.iter().map(|c| c.id)).await? {
+        for sub in load_summaries(&range, db, *level).await? {
             let x = match query.axis {
                 Axis::Step => sub.step_from as f64,
                 Axis::Time => sub.time_min,
@@ -472,7 +537,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
             add(index(x), &sub);
         }
     } else {
-        points.extend(load_points(db, inside.iter().map(|c| c.id)).await?);
+        points.extend(decode_all(&range.blobs(db, "points", &range.inside()).await?)?);
     }
     for point in points {
         let x = match query.axis {
@@ -564,14 +629,10 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
     Ok(points)
 }
 
-/// The summaries of chunks at `level`, or at the next finer level a chunk
-/// has (chunks from before the coarser levels have them empty).
-async fn load_summaries(
-    db: &SqlitePool,
-    level: Level,
-    ids: impl Iterator<Item = i64>,
-) -> Result<Vec<Sub>, Error> {
-    let ids: Vec<i64> = ids.collect();
+/// The summaries at `level` of the chunks wholly inside the range, or at
+/// the next finer level a chunk has (chunks from before the coarser levels
+/// have them empty).
+async fn load_summaries(range: &Range<'_>, db: &SqlitePool, level: Level) -> Result<Vec<Sub>, Error> {
     // This level, then each finer one, down to the finest.
     let columns: Vec<&str> = LEVELS
         .iter()
@@ -589,14 +650,8 @@ async fn load_summaries(
             .collect();
         format!("CASE {} ELSE {finest} END", tries.join(" "))
     };
-    let blobs: Vec<Vec<u8>> = sqlx::query_scalar(&format!(
-        "SELECT {column} FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))"
-    ))
-    .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
-    .fetch_all(db)
-    .await?;
     let mut subs = Vec::new();
-    for blob in blobs {
+    for blob in range.blobs(db, &column, &range.inside()).await? {
         decode_summary(&blob, &mut subs);
     }
     Ok(subs)
