@@ -4,7 +4,8 @@ against GPUPlane on the same machine. Run through bench/peers.sh, which
 installs the peers from PyPI into a virtualenv and builds GPUPlane.
 
 Figures: metric ingest (points/s) and reading back one 100,000-point metric;
-parsing a 1,000,000-scalar TensorBoard file written by tensorboardX.
+parsing a 1,000,000-scalar TensorBoard file written by tensorboardX, and the
+bytes a point of that file against GPUPlane's database holding its scalars.
 """
 
 import json
@@ -150,6 +151,10 @@ def tensorboard(results):
     output = subprocess.run([os.path.join(RELEASE, "gpuplane-bench"), "tfevents", path], capture_output=True, text=True, check=True).stdout
     scalars, seconds = output.split()
     results.append(("tfevents", f"GPUPlane agent reader, CRC on every record ({size_mb:.0f} MB)", int(scalars) / float(seconds), "scalars/s"))
+    results.append(("storage", "TensorBoard event file, bytes a point", os.path.getsize(path) / int(scalars), "B"))
+    output = subprocess.run([os.path.join(RELEASE, "gpuplane-bench"), "storage", path], capture_output=True, text=True, check=True).stdout
+    in_use = re.search(r"([0-9.]+) bytes a point in use", output)
+    results.append(("storage", "GPUPlane database, the same scalars through the server, bytes a point", float(in_use.group(1)), "B"))
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -188,7 +193,7 @@ def main():
     print()
     print(f"{'measure':<9} {'what':<92} {'figure':>14}")
     for measure, what, value, unit in results:
-        figure = f"{value:,.0f} {unit}" if unit != "s" else f"{value:.3f} s"
+        figure = f"{value:.3f} s" if unit == "s" else f"{value:.2f} B" if unit == "B" else f"{value:,.0f} {unit}"
         print(f"{measure:<9} {what:<92} {figure:>14}")
 
 
