@@ -448,7 +448,7 @@ impl ServerConfig {
         if s.alert_retry_initial_s < 1 || s.alert_max_attempts < 1 {
             bail!("alert_retry_initial_s and alert_max_attempts must be at least 1");
         }
-        crate::alerts::check_settings(s.smtp_url.as_deref(), &s.smtp_from)?;
+        crate::alerts::smtp::check(s.smtp_url.as_deref(), &s.smtp_from)?;
         if let Some(url) = &s.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {

@@ -12,6 +12,7 @@
 pub mod channels;
 pub mod deliveries;
 mod send;
+pub mod smtp;
 pub mod subscriptions;
 
 use crate::state::AppState;
@@ -27,11 +28,6 @@ const PARALLEL: usize = 8;
 /// The longest sleep between two looks at the events: a safety net for an
 /// event whose notification was missed.
 const POLL: Duration = Duration::from_secs(5);
-
-/// Checks `smtp_url` and `smtp_from` as the sender will read them.
-pub fn check_settings(smtp_url: Option<&str>, smtp_from: &str) -> anyhow::Result<()> {
-    Senders::new(smtp_url, smtp_from, String::new()).map(|_| ())
-}
 
 /// Fans events out to deliveries and sends them, until shutdown.
 pub async fn run(state: AppState) {

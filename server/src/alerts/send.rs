@@ -24,17 +24,10 @@ pub struct Senders {
 
 impl Senders {
     pub fn new(smtp_url: Option<&str>, from: &str, public_url: String) -> anyhow::Result<Senders> {
-        let smtp = match smtp_url {
-            Some(url) => Some(
-                AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-                    .map_err(|error| anyhow::anyhow!("smtp_url: {error}"))?
-                    .timeout(Some(TIMEOUT))
-                    .build(),
-            ),
-            None => None,
-        };
-        from.parse::<lettre::message::Mailbox>()
-            .map_err(|error| anyhow::anyhow!("smtp_from `{from}`: {error}"))?;
+        super::smtp::check(smtp_url, from)?;
+        let smtp = smtp_url
+            .map(|url| super::smtp::transport(url, TIMEOUT))
+            .transpose()?;
         Ok(Senders {
             http: reqwest::Client::builder()
                 .timeout(TIMEOUT)
