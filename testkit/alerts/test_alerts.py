@@ -77,7 +77,9 @@ def setup(tmp_path_factory):
                "--alert-retry-initial-s", "1", "--public-url", f"http://127.0.0.1:{port}"],
     )
     server.start()
-    server.start_agent(root / "jobs", gpus=1)
+    # A fixed free-space reading: a nearly full disk on the test machine
+    # would add a DISK_LOW alert to the ones the tests count.
+    server.start_agent(root / "jobs", gpus=1, flags=["--disk-free-percent-override", "50"])
     yield server, receiver, maildir
     server.stop()
     receiver.server.shutdown()
