@@ -414,7 +414,12 @@ impl Range<'_> {
     }
 
     /// One blob (or blob expression) of every chunk matching `condition`.
-    async fn blobs(&self, db: &SqlitePool, column: &str, condition: &str) -> Result<Vec<Vec<u8>>, Error> {
+    async fn blobs(
+        &self,
+        db: &mut SqliteConnection,
+        column: &str,
+        condition: &str,
+    ) -> Result<Vec<Vec<u8>>, Error> {
         let blobs: Vec<(Vec<u8>,)> = self
             .bind(sqlx::query_as(&format!(
                 "SELECT {column} FROM metric_chunks WHERE {condition}"
@@ -436,6 +441,10 @@ fn decode_all(blobs: &[Vec<u8>]) -> Result<Vec<RawPoint>, Error> {
 /// One series over a range: points when there are at most `max_points`,
 /// else at most `max_points` buckets with min, max, last and non-finite counts.
 pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Series, Error> {
+    // One read transaction: every statement below sees the same chunks,
+    // even while compaction replaces some of them.
+    let mut snapshot = db.begin().await?;
+    let db = &mut *snapshot;
     let (from, to) = (
         query.from.unwrap_or(f64::NEG_INFINITY),
         query.to.unwrap_or(f64::INFINITY),
@@ -462,7 +471,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
             inside = range.inside(),
             overlapping = range.overlapping(),
         )))
-        .fetch_one(db)
+        .fetch_one(&mut *db)
         .await?;
     let in_range = |p: &RawPoint| {
         let x = match query.axis {
@@ -479,13 +488,13 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         Axis::Time => (i64::MIN, i64::MAX),
     };
     let mut edge_points = Vec::new();
-    for blob in range.blobs(db, "points", &cut).await? {
+    for blob in range.blobs(&mut *db, "points", &cut).await? {
         decode_steps(&blob, first, last, &mut edge_points).map_err(anyhow::Error::from)?;
     }
     edge_points.retain(in_range);
     let total = inside_points as usize + edge_points.len();
     if total <= query.max_points {
-        let mut points = decode_all(&range.blobs(db, "points", &range.inside()).await?)?;
+        let mut points = decode_all(&range.blobs(&mut *db, "points", &range.inside()).await?)?;
         points.extend(edge_points);
         points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
         return Ok(Series {
@@ -529,7 +538,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         .find(|level| total / buckets >= 2 * level.sub_points);
     let mut points = edge_points;
     if let Some(level) = level {
-        for sub in load_summaries(&range, db, *level).await? {
+        for sub in load_summaries(&range, &mut *db, *level).await? {
             let x = match query.axis {
                 Axis::Step => sub.step_from as f64,
                 Axis::Time => sub.time_min,
@@ -537,7 +546,9 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
             add(index(x), &sub);
         }
     } else {
-        points.extend(decode_all(&range.blobs(db, "points", &range.inside()).await?)?);
+        points.extend(decode_all(
+            &range.blobs(&mut *db, "points", &range.inside()).await?,
+        )?);
     }
     for point in points {
         let x = match query.axis {
@@ -632,7 +643,11 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
 /// The summaries at `level` of the chunks wholly inside the range, or at
 /// the next finer level a chunk has (chunks from before the coarser levels
 /// have them empty).
-async fn load_summaries(range: &Range<'_>, db: &SqlitePool, level: Level) -> Result<Vec<Sub>, Error> {
+async fn load_summaries(
+    range: &Range<'_>,
+    db: &mut SqliteConnection,
+    level: Level,
+) -> Result<Vec<Sub>, Error> {
     // This level, then each finer one, down to the finest.
     let columns: Vec<&str> = LEVELS
         .iter()
