@@ -151,30 +151,9 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     );
     // The same query in this process over the same database file: SQLite
     // and the aggregation without HTTP and JSON.
-    let pool = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}?mode=ro",
-        server.data_dir().join("gpuplane.db").display()
-    ))
-    .await?;
-    let query = gpuplane_server::metrics::Query {
-        key: "train/loss".into(),
-        max_points: 2000,
-        axis: gpuplane_server::metrics::Axis::Step,
-        from: None,
-        to: None,
-    };
-    let mut inner = Vec::new();
-    for _ in 0..30 {
-        let started = Instant::now();
-        gpuplane_server::metrics::query(&pool, &run_id, &query)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        inner.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    inner.sort_by(f64::total_cmp);
+    let inner = in_process_p50(&server.data_dir(), &run_id).await?;
     println!(
-        "metrics: the same query in-process (SQLite read + aggregation, no HTTP/JSON): p50 {:.1} ms",
-        percentile(&inner, 0.5)
+        "metrics: the same query in-process (SQLite read + aggregation, no HTTP/JSON): p50 {inner:.1} ms"
     );
     let mut zoom = Vec::new();
     for i in 0..30 {
@@ -199,4 +178,33 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     );
     tokio::time::sleep(Duration::from_millis(10)).await;
     Ok(())
+}
+
+/// The p50 of `train/loss` of a run downsampled to 2,000 buckets in this
+/// process, over the server's database file: SQLite and the aggregation
+/// without HTTP and JSON.
+pub(crate) async fn in_process_p50(data_dir: &std::path::Path, run_id: &str) -> anyhow::Result<f64> {
+    let pool = sqlx::SqlitePool::connect(&format!(
+        "sqlite://{}?mode=ro",
+        data_dir.join("gpuplane.db").display()
+    ))
+    .await?;
+    let query = gpuplane_server::metrics::Query {
+        key: "train/loss".into(),
+        max_points: 2000,
+        axis: gpuplane_server::metrics::Axis::Step,
+        from: None,
+        to: None,
+    };
+    let mut times = Vec::new();
+    for _ in 0..30 {
+        let started = Instant::now();
+        gpuplane_server::metrics::query(&pool, run_id, &query)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    pool.close().await;
+    Ok(percentile(&times, 0.5))
 }

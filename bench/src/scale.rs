@@ -5,7 +5,7 @@
 //! then compacted the way the server does in the background.
 
 use crate::jobs::{percentile, release_binaries, start_server_process};
-use crate::metrics::create_run;
+use crate::metrics::{create_run, in_process_p50};
 use gpuplane_api::metric::{Batch, Point, Value};
 use std::time::Instant;
 
@@ -75,7 +75,7 @@ pub async fn run() -> anyhow::Result<()> {
             buckets = series["buckets"].as_array().map_or(0, Vec::len);
         }
         times.sort_by(f64::total_cmp);
-        let inner = in_process(&server.data_dir(), run_id).await?;
+        let inner = in_process_p50(&server.data_dir(), run_id).await?;
         println!(
             "scale: one metric of {points} points -> {buckets} buckets over HTTP: p50 {:.1} ms, p90 {:.1} ms (in process, no HTTP/JSON: p50 {inner:.1} ms)",
             percentile(&times, 0.5),
@@ -83,33 +83,6 @@ pub async fn run() -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The p50 of the same query in this process, over the same database file.
-async fn in_process(data_dir: &std::path::Path, run_id: &str) -> anyhow::Result<f64> {
-    let pool = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}?mode=ro",
-        data_dir.join("gpuplane.db").display()
-    ))
-    .await?;
-    let query = gpuplane_server::metrics::Query {
-        key: "train/loss".into(),
-        max_points: 2000,
-        axis: gpuplane_server::metrics::Axis::Step,
-        from: None,
-        to: None,
-    };
-    let mut times = Vec::new();
-    for _ in 0..30 {
-        let started = Instant::now();
-        gpuplane_server::metrics::query(&pool, run_id, &query)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    times.sort_by(f64::total_cmp);
-    pool.close().await;
-    Ok(percentile(&times, 0.5))
 }
 
 /// Stores `count` points of `train/loss` in batches of 100,000.
