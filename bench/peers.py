@@ -84,7 +84,8 @@ def gpuplane(results):
         series = http("GET", f"{base}/runs/{run_id}/metrics?key=train/loss&max_points=100000", token)
         seconds = time.perf_counter() - started
         assert len(series["points"]) == POINTS
-        results.append(("history", "GPUPlane, all 100,000 points of one metric", seconds, "s"))
+        results.append(("history", "GPUPlane, all 100,000 points of one metric, an object a point (urllib + json)", seconds, "s"))
+        history_with_the_sdk(results, f"http://127.0.0.1:{port}", token, run_id)
         started = time.perf_counter()
         series = http("GET", f"{base}/runs/{run_id}/metrics?key=train/loss&max_points=2000", token)
         results.append(("history", "GPUPlane, the same metric as 2,000 buckets", time.perf_counter() - started, "s"))
@@ -92,6 +93,35 @@ def gpuplane(results):
         server.send_signal(signal.SIGTERM)
         server.wait()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def median_seconds(read, repeat=9):
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        read()
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def history_with_the_sdk(results, server, token, run_id):
+    """gpuplane.history() end to end: as Arrow (pyarrow installed) and as JSON columns (without)."""
+    sys.path.insert(0, os.path.join(ROOT, "sdk", "python"))
+    import gpuplane
+
+    def read():
+        history = gpuplane.history(run_id, "train/loss", server=server, token=token)
+        assert len(history.values) == POINTS
+
+    results.append(("history", "GPUPlane SDK history(), 100,000 points as Arrow into pyarrow (median of 9)", median_seconds(read), "s"))
+    arrow = sys.modules.pop("pyarrow.ipc", None)
+    sys.modules["pyarrow.ipc"] = None  # read as where pyarrow is not installed
+    try:
+        results.append(("history", "GPUPlane SDK history(), 100,000 points as JSON columns (median of 9)", median_seconds(read), "s"))
+    finally:
+        del sys.modules["pyarrow.ipc"]
+        if arrow is not None:
+            sys.modules["pyarrow.ipc"] = arrow
 
 
 def mlflow(results):

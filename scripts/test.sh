@@ -14,6 +14,8 @@ MCP_CLIENT_VERSION=2.3.0
 JSONSCHEMA_VERSION=4.26.0
 # A real SMTP server process for the alert email test.
 AIOSMTPD_VERSION=1.4.6
+# The SDK reads metric history as Arrow when pyarrow is there (tested both ways).
+PYARROW_VERSION=26.0.1
 started=$(date +%s)
 current=""
 step() {
@@ -49,10 +51,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest, the official MCP client and an SMTP server (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server and pyarrow (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
-  "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION"
+  "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
+  "pyarrow==$PYARROW_VERSION"
 
 step "cargo fmt --check"
 cargo fmt --all --check

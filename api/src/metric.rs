@@ -188,6 +188,88 @@ pub struct Series {
     pub buckets: Option<Vec<Bucket>>,
 }
 
+/// `GET /api/v1/runs/{run_id}/metrics?format=columns`: the same answer as
+/// [`Series`], one array per field, for clients that read many points
+/// (a notebook, a script) and would rather not parse an object per point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SeriesColumns {
+    pub key: String,
+    /// Raw points, when the range holds at most `max_points`: the i-th point
+    /// is `steps[i]`, `times[i]` (seconds since the epoch), `values[i]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<Value>>,
+    /// Else the buckets, one array per [`Bucket`] field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buckets: Option<BucketColumns>,
+}
+
+/// Buckets as columns: the i-th bucket is the i-th element of each.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BucketColumns {
+    pub step_from: Vec<i64>,
+    pub step_to: Vec<i64>,
+    pub time_from: Vec<f64>,
+    pub time_to: Vec<f64>,
+    pub min: Vec<Option<Value>>,
+    pub max: Vec<Option<Value>>,
+    pub last: Vec<Value>,
+    pub count: Vec<u64>,
+    pub non_finite: Vec<u64>,
+}
+
+impl From<Series> for SeriesColumns {
+    fn from(series: Series) -> Self {
+        let points = series.points.map(|points| {
+            let steps = points.iter().map(|p| p.step).collect();
+            let times = points.iter().map(|p| p.wall_time).collect();
+            let values = points.iter().map(|p| p.value).collect();
+            (steps, times, values)
+        });
+        let buckets = series.buckets.map(|buckets| {
+            let mut columns = BucketColumns::default();
+            for b in buckets {
+                columns.step_from.push(b.step_from);
+                columns.step_to.push(b.step_to);
+                columns.time_from.push(b.time_from);
+                columns.time_to.push(b.time_to);
+                columns.min.push(b.min);
+                columns.max.push(b.max);
+                columns.last.push(b.last);
+                columns.count.push(b.count);
+                columns.non_finite.push(b.non_finite);
+            }
+            columns
+        });
+        let (steps, times, values) = match points {
+            Some((steps, times, values)) => (Some(steps), Some(times), Some(values)),
+            None => (None, None, None),
+        };
+        SeriesColumns {
+            key: series.key,
+            steps,
+            times,
+            values,
+            buckets,
+        }
+    }
+}
+
+/// A metric query's JSON answer: [`Series`] (one object per point, the
+/// default) or, with `format=columns`, [`SeriesColumns`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum SeriesAnswer {
+    Points(Series),
+    Columns(Box<SeriesColumns>),
+}
+
 /// The latest point of a metric in a run summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -37,15 +37,21 @@ class Client:
 
     def request(self, method, path, body=None):
         data = None if body is None else json.dumps(body, allow_nan=False).encode()
+        text = self.request_bytes(method, path, data)
+        return json.loads(text) if text else None
+
+    def request_bytes(self, method, path, data=None, accept=None):
+        """The body of an answer, as bytes; JSON `data` when given."""
         request = urllib.request.Request(f"{self.server}/api/v1{path}", data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.token}")
         request.add_header("User-Agent", "gpuplane-python")
         if data is not None:
             request.add_header("Content-Type", "application/json")
+        if accept is not None:
+            request.add_header("Accept", accept)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                text = response.read()
-                return json.loads(text) if text else None
+                return response.read()
         except urllib.error.HTTPError as error:
             body = error.read().decode(errors="replace")
             if error.code >= 500 or error.code == 429:

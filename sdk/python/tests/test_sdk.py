@@ -307,3 +307,58 @@ def test_gpuctl_sync_replays_what_the_sdk_spooled_offline(stopped_server):
 
     again = subprocess.run([GPUCTL_BIN, "sync"], env=env, capture_output=True, text=True)
     assert again.returncode == 0 and "replayed 0 spool file(s)" in again.stdout
+
+
+def logged_run(server, name):
+    """A run whose loss has 5,000 points with NaN, both infinities and -0.0 among them."""
+    run = gpuplane.init(project="default", name=name, server=server.url, token=server.token)
+    special = {10: math.nan, 11: math.inf, 12: -math.inf, 13: -0.0}
+    expected = []
+    for step in range(5000):
+        value = special.get(step, 1.0 / (step + 1))
+        run.log({"train/loss": value}, step=step, wall_time=1.7e9 + step / 8)
+        expected.append(value)
+    run.finish()
+    return run.run_id, expected
+
+
+def bits(values):
+    import struct
+
+    return [struct.pack("<d", v) for v in values]
+
+
+def test_history_reads_every_point_exactly_as_arrow_and_as_json(server, monkeypatch):
+    run_id, expected = logged_run(server, "history")
+    arrow = gpuplane.history(run_id, "train/loss", server=server.url, token=server.token)
+    assert arrow._table is not None, "pyarrow is installed, so the answer came as Arrow"
+    monkeypatch.setitem(sys.modules, "pyarrow.ipc", None)  # as where pyarrow is missing
+    columns = gpuplane.history(run_id, "train/loss", server=server.url, token=server.token)
+    assert columns._table is None
+    for history in (arrow, columns):
+        assert not history.downsampled and len(history) == 5000
+        assert history.steps == list(range(5000))
+        assert history.times[4999] == 1.7e9 + 4999 / 8
+        assert bits(history.values) == bits(expected)
+    # A range, by wall time.
+    part = gpuplane.history(run_id, "train/loss", x="time", start=1.7e9 + 100, end=1.7e9 + 101, server=server.url, token=server.token)
+    assert part.steps == list(range(800, 809))
+    assert columns.to_arrow().num_rows == 5000
+
+
+def test_history_of_more_points_than_asked_is_buckets_and_says_so(server, monkeypatch):
+    run_id, _ = logged_run(server, "history-buckets")
+    for without_arrow in (False, True):
+        if without_arrow:
+            monkeypatch.setitem(sys.modules, "pyarrow.ipc", None)
+        history = gpuplane.history(run_id, "train/loss", max_points=100, server=server.url, token=server.token)
+        assert history.downsampled and len(history) == 100
+        assert sum(history.columns["count"]) == 5000
+        assert sum(history.columns["non_finite"]) == 3
+        assert history.columns["min"][0] == 0.0 and history.columns["max"][0] == 1.0
+        try:
+            history.values
+        except ValueError as error:
+            assert "buckets" in str(error)
+        else:
+            raise AssertionError("values of buckets must not pass for points")

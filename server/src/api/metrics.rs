@@ -11,8 +11,9 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::metric::{Batch, IngestResult, Series, TextPage};
+use gpuplane_api::metric::{Batch, IngestResult, SeriesAnswer, TextPage};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 
@@ -91,39 +92,73 @@ async fn read_limited(body: axum::body::Body) -> Result<Bytes, ApiError> {
     Ok(Bytes::from(bytes))
 }
 
+/// Most points (or buckets) in one answer of an object per point.
+const MAX_POINTS: usize = 100_000;
+/// Most in one answer of columns or Arrow, which cost a fraction as much a point.
+const MAX_POINTS_AS_COLUMNS: usize = 1_000_000;
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct MetricQuery {
     /// The metric, e.g. `train/loss`.
     key: String,
-    /// At most this many points, else this many buckets (1–100000, default 2000).
+    /// At most this many points, else this many buckets (default 2000; 1–100000,
+    /// or 1–1000000 as columns or Arrow).
     max_points: Option<usize>,
     /// `step` (default) or `time` (wall time, seconds).
     x: Option<String>,
     /// Range on the x axis (inclusive).
     from: Option<f64>,
     to: Option<f64>,
+    /// `points` (default: an object per point or bucket) or `columns` (an
+    /// array per field). `Accept: application/vnd.apache.arrow.stream`
+    /// answers an Arrow IPC stream instead of JSON.
+    format: Option<String>,
 }
 
-/// One metric over a range: raw points, or buckets (min, max, last, count, non-finite).
+/// One metric over a range: raw points, or buckets (min, max, last, count,
+/// non-finite); as JSON objects, JSON columns or an Arrow IPC stream.
 #[utoipa::path(get, path = "/runs/{run_id}/metrics", tag = "runs",
     security(("bearer" = ["read"])),
     params(("run_id" = String, Path), MetricQuery),
-    responses((status = 200, body = Series), AuthErrors,
+    responses((status = 200, content((SeriesAnswer = "application/json"), ("application/vnd.apache.arrow.stream"))),
+        AuthErrors,
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn query_metrics(
     auth: Authed<Read>,
     State(state): State<AppState>,
     Path(run_id): Path<String>,
+    headers: HeaderMap,
     ApiQuery(query): ApiQuery<MetricQuery>,
-) -> Result<Json<Series>, ApiError> {
+) -> Result<Response, ApiError> {
     let mut errors = Vec::new();
+    let arrow = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains(metrics::arrow::MEDIA_TYPE));
+    let columns = match query.format.as_deref() {
+        None | Some("points") => false,
+        Some("columns") => true,
+        Some(other) => {
+            errors.push(FieldError {
+                field: "format".into(),
+                message: format!("must be `points` or `columns`, not `{other}`"),
+            });
+            false
+        }
+    };
+    let limit = if arrow || columns {
+        MAX_POINTS_AS_COLUMNS
+    } else {
+        MAX_POINTS
+    };
     let max_points = query.max_points.unwrap_or(2000);
-    if !(1..=100_000).contains(&max_points) {
+    if !(1..=limit).contains(&max_points) {
         errors.push(FieldError {
             field: "max_points".into(),
-            message: "must be between 1 and 100000".into(),
+            message: format!("must be between 1 and {limit}"),
         });
     }
     let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
@@ -138,7 +173,17 @@ pub async fn query_metrics(
         from: query.from,
         to: query.to,
     };
-    Ok(Json(metrics::query(&state.db, &run_id, &query).await?))
+    let series = metrics::query(&state.db, &run_id, &query).await?;
+    if arrow {
+        let stream = metrics::arrow::encode(&series).map_err(anyhow::Error::from)?;
+        return Ok(([(header::CONTENT_TYPE, metrics::arrow::MEDIA_TYPE)], stream).into_response());
+    }
+    let answer = if columns {
+        SeriesAnswer::Columns(Box::new(series.into()))
+    } else {
+        SeriesAnswer::Points(series)
+    };
+    Ok(Json(answer).into_response())
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

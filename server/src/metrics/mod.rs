@@ -3,6 +3,7 @@
 //! values, and per-run summaries. NaN, +∞ and −∞ are stored with their
 //! exact bits and never become null or zero.
 
+pub mod arrow;
 pub mod chart;
 pub mod chunk;
 pub mod codec;

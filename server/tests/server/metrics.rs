@@ -961,3 +961,115 @@ async fn values_come_back_bit_for_bit() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn columns_and_arrow_answer_what_objects_do() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float64Type, Int64Type, UInt64Type};
+
+    let f = Fixture::new().await;
+    let run = f.run("columns").await;
+    let points: Vec<Value> = (0..300)
+        .map(|step| {
+            let value = match step {
+                7 => json!("NaN"),
+                8 => json!("Infinity"),
+                9 => json!("-Infinity"),
+                _ => json!(1.0 / (step as f64 + 1.0)),
+            };
+            point("train/loss", step, value)
+        })
+        .collect();
+    let (status, body) = f.ingest(&run, json!({"batch_id": "b", "points": points})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let path = format!("/runs/{run}/metrics?key=train/loss");
+
+    // Points: the same steps, times and values, NaN and infinities as strings.
+    let objects = f.get(&path).await;
+    let columns = f.get(&format!("{path}&format=columns")).await;
+    let objects = objects["points"].as_array().unwrap();
+    assert!(columns.get("buckets").is_none());
+    assert_eq!(columns["key"], "train/loss");
+    for (i, point) in objects.iter().enumerate() {
+        assert_eq!(columns["steps"][i], point["step"]);
+        assert_eq!(columns["times"][i], point["wall_time"]);
+        assert_eq!(columns["values"][i], point["value"]);
+    }
+    assert_eq!(columns["values"][7], "NaN");
+    assert_eq!(columns["steps"].as_array().unwrap().len(), 300);
+
+    // Buckets: one array per field.
+    let objects = f.get(&format!("{path}&max_points=100")).await;
+    let columns = f.get(&format!("{path}&max_points=100&format=columns")).await;
+    assert!(columns.get("steps").is_none());
+    let buckets = objects["buckets"].as_array().unwrap();
+    for field in [
+        "step_from",
+        "step_to",
+        "time_from",
+        "time_to",
+        "min",
+        "max",
+        "last",
+        "count",
+        "non_finite",
+    ] {
+        let column: Vec<&Value> = columns["buckets"][field].as_array().unwrap().iter().collect();
+        let expected: Vec<&Value> = buckets.iter().map(|b| &b[field]).collect();
+        assert_eq!(column, expected, "{field}");
+    }
+
+    // Arrow: the same, with IEEE NaN and infinities.
+    let arrow = |max_points: usize| {
+        let request = f
+            .server
+            .http
+            .get(f.server.api_url(&format!("{path}&max_points={max_points}")))
+            .bearer_auth(&f.token)
+            .header("accept", "application/vnd.apache.arrow.stream");
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(
+                response.headers()["content-type"],
+                "application/vnd.apache.arrow.stream"
+            );
+            let bytes = response.bytes().await.unwrap();
+            let mut reader = arrow_ipc::reader::StreamReader::try_new(&bytes[..], None).unwrap();
+            reader.next().unwrap().unwrap()
+        }
+    };
+    let batch = arrow(1000).await;
+    assert_eq!(batch.schema().metadata()["gpuplane.kind"], "points");
+    let steps = batch.column_by_name("step").unwrap().as_primitive::<Int64Type>();
+    let values = batch
+        .column_by_name("value")
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    assert_eq!(steps.len(), 300);
+    assert_eq!(steps.value(299), 299);
+    assert!(values.value(7).is_nan());
+    assert_eq!(values.value(8), f64::INFINITY);
+    assert_eq!(values.value(9), f64::NEG_INFINITY);
+    assert_eq!(values.value(3), 0.25);
+    let batch = arrow(100).await;
+    assert_eq!(batch.schema().metadata()["gpuplane.kind"], "buckets");
+    let counts = batch
+        .column_by_name("count")
+        .unwrap()
+        .as_primitive::<UInt64Type>();
+    assert_eq!(counts.values().iter().sum::<u64>(), 300);
+    assert_eq!(batch.num_rows(), buckets.len());
+
+    // Limits by format, and an unknown format named.
+    let (status, body) = f
+        .send("GET", &format!("{path}&max_points=200000"), &f.token, None)
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.to_string().contains("between 1 and 100000"), "{body}");
+    let columns = f.get(&format!("{path}&max_points=1000000&format=columns")).await;
+    assert_eq!(columns["steps"].as_array().unwrap().len(), 300);
+    let (status, body) = f.send("GET", &format!("{path}&format=csv"), &f.token, None).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(body["error"]["details"][0]["field"], "format", "{body}");
+}
