@@ -1,11 +1,11 @@
-//! The runs table: 10,000 runs with 50 config keys and 3 metrics each,
+//! The runs table: 10,000 runs with 50 config keys and 50 metrics each,
 //! listed a page at a time filtered and sorted the ways the console does,
 //! timed as the server's own work (`runs::list`) and as a whole HTTP request.
 
 use crate::jobs::percentile;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::experiment::{ConfigFilter, RunSort};
-use gpuplane_api::metric::{Batch, NewRun, Point, Value};
+use gpuplane_api::metric::{Batch, Goal, NewRun, Point, SetPrimaryMetric, Value};
 use gpuplane_server::identity::access::{Principal, Visible};
 use gpuplane_server::runs::{self, details::Filters};
 use gpuplane_testkit::{start_server, user_token};
@@ -14,6 +14,8 @@ use std::time::Instant;
 
 const RUNS: usize = 10_000;
 const CONFIG_KEYS: usize = 50;
+/// Metrics a run logs: the three the cases sort by, and 47 more.
+const METRICS: usize = 50;
 const PAGE: i64 = 50;
 
 pub async fn run() -> anyhow::Result<()> {
@@ -51,11 +53,10 @@ pub async fn run() -> anyhow::Result<()> {
             notes: String::new(),
         };
         let run_id = runs::create(&db, &principal, &new).await?;
-        let points = ["train/loss", "eval/accuracy", "eval/loss"]
-            .iter()
+        let points = metric_keys()
             .enumerate()
             .map(|(k, key)| Point {
-                key: key.to_string(),
+                key,
                 step: 100,
                 wall_time: 1_764_460_800.0,
                 value: Value(((i * 13 + k * 7) % 997) as f64 / 997.0),
@@ -66,13 +67,20 @@ pub async fn run() -> anyhow::Result<()> {
             points,
             texts: Vec::new(),
         };
-        let mut conn = db.acquire().await?;
-        gpuplane_server::metrics::ingest(&mut conn, &run_id, &batch, "loss").await?;
+        // One transaction a batch, as the server's ingest route does.
+        let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+        gpuplane_server::metrics::ingest(&mut tx, &run_id, &batch, "loss").await?;
+        tx.commit().await?;
     }
     println!(
-        "runs: seeded {RUNS} runs x {CONFIG_KEYS} config keys + 3 metrics in {:.1} s",
+        "runs: seeded {RUNS} runs x {CONFIG_KEYS} config keys + {METRICS} metrics in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    let primary = SetPrimaryMetric {
+        key: "eval/accuracy".into(),
+        goal: Goal::Max,
+    };
+    runs::primary::set_for_project(&db, "default", &primary).await?;
     let filter = |key: &str, text: &str| ConfigFilter::parse(key, text).expect("a valid filter");
     let cases = [
         ("newest first, no filter", "newest", None, vec![], "sort=newest"),
@@ -89,6 +97,13 @@ pub async fn run() -> anyhow::Result<()> {
             None,
             vec![],
             "sort=-eval/accuracy",
+        ),
+        (
+            "sorted by the primary metric's best value",
+            "-primary",
+            None,
+            vec![],
+            "sort=-primary",
         ),
         (
             "filtered by tag and 2 config values, sorted by a metric",
@@ -137,4 +152,12 @@ pub async fn run() -> anyhow::Result<()> {
         );
     }
     server.stop().await
+}
+
+/// The keys every run logs: the three the cases sort by first.
+fn metric_keys() -> impl Iterator<Item = String> {
+    ["train/loss", "eval/accuracy", "eval/loss"]
+        .into_iter()
+        .map(String::from)
+        .chain((3..METRICS).map(|k| format!("train/metric_{k}")))
 }
