@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 /// One scalar read from an event file.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scalar {
-    pub tag: String,
+    /// The index of its tag in [`Found::tags`].
+    pub tag: u32,
     pub step: i64,
     pub wall_time: f64,
     pub value: f64,
@@ -43,6 +44,8 @@ pub struct EventFile {
 #[derive(Debug, Default)]
 pub struct Found {
     pub scalars: Vec<Scalar>,
+    /// The tags of the scalars, each once.
+    pub tags: Vec<String>,
     /// Hyperparameters of the `hparams` plugin: numbers, strings, booleans.
     pub hparams: BTreeMap<String, serde_json::Value>,
     /// The offset just after the last complete record read.
@@ -50,6 +53,9 @@ pub struct Found {
 }
 
 const MAX_READ: u64 = 64 << 20;
+/// Bytes read from the file at once, into one buffer a read reuses (a
+/// record longer than this is read in several).
+const PIECE: u64 = 4 << 20;
 
 impl EventFile {
     pub fn new(path: &Path, offset: u64) -> EventFile {
@@ -82,31 +88,175 @@ impl EventFile {
             return Ok(found);
         }
         file.seek(SeekFrom::Start(self.offset))?;
-        let mut bytes = Vec::new();
-        file.take((length - self.offset).min(MAX_READ))
-            .read_to_end(&mut bytes)?;
-        let mut at = 0usize;
-        while let Some(record) = next_record(&bytes[at..]) {
-            match record {
-                Ok((data, size)) => {
-                    self.event(data, &mut found);
-                    at += size;
-                }
-                Err(reason) => {
-                    self.corrupt = Some(Corruption {
-                        offset: self.offset + at as u64,
-                        reason,
-                    });
-                    break;
-                }
+        let mut rest = file.take((length - self.offset).min(MAX_READ));
+        // `buffer` holds the bytes from `self.offset` on that are not parsed
+        // yet (at most the start of a record) and then the next piece.
+        let mut buffer = Vec::new();
+        while (&mut rest).take(PIECE).read_to_end(&mut buffer)? > 0 {
+            let parsed = self.parse(&buffer, &mut found);
+            self.offset += parsed as u64;
+            if self.corrupt.is_some() {
+                break;
             }
+            buffer.drain(..parsed);
         }
-        self.offset += at as u64;
         found.end = self.offset;
         Ok(found)
     }
 
-    fn event(&mut self, data: &[u8], found: &mut Found) {
+    /// Parses the complete records at the start of `bytes` (which start at
+    /// `self.offset`) into `found` and says how many bytes they took. A
+    /// corrupt record sets `self.corrupt` and ends the parse before it.
+    ///
+    /// The records are framed here, then checked and decoded in order on
+    /// one thread, or, when there are many, in contiguous groups on several
+    /// whose results are joined in order.
+    fn parse(&mut self, bytes: &[u8], found: &mut Found) -> usize {
+        let mut records = Vec::new();
+        let mut framed = 0;
+        while let Some(size) = frame(&bytes[framed..]) {
+            records.push((framed, size));
+            framed += size;
+        }
+        // A length that fails its CRC is found by the decoder of its record
+        // (the records framed after it are dropped), or here when it makes
+        // the record look cut off.
+        let bad_length = (bytes.len() - framed >= 12 && !length_is_intact(&bytes[framed..]))
+            .then(|| (framed, BAD_LENGTH.to_string()));
+        let threads = if records.len() >= PARALLEL_RECORDS {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS))
+        } else {
+            1
+        };
+        let groups: Vec<&[(usize, usize)]> = records.chunks(records.len().div_ceil(threads).max(1)).collect();
+        let decoders: Vec<Decoder> = if groups.len() <= 1 {
+            vec![Decoder::default().run(bytes, groups.first().copied().unwrap_or_default())]
+        } else {
+            std::thread::scope(|scope| {
+                let running: Vec<_> = groups
+                    .iter()
+                    .map(|group| scope.spawn(move || Decoder::default().run(bytes, group)))
+                    .collect();
+                running
+                    .into_iter()
+                    .map(|thread| {
+                        thread
+                            .join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                    })
+                    .collect()
+            })
+        };
+        for decoder in decoders {
+            let corrupt = decoder.corrupt.clone();
+            self.join(decoder, found);
+            if let Some((at, reason)) = corrupt {
+                self.corrupt = Some(Corruption {
+                    offset: self.offset + at as u64,
+                    reason,
+                });
+                return at;
+            }
+        }
+        if let Some((at, reason)) = bad_length {
+            self.corrupt = Some(Corruption {
+                offset: self.offset + at as u64,
+                reason,
+            });
+        }
+        framed
+    }
+
+    /// Adds what a decoder found after what came before it: its tensors of
+    /// tags it saw no plugin for are scalars if the tag was last declared a
+    /// `scalars` one before it, else dropped; its declarations then hold.
+    fn join(&mut self, decoder: Decoder, found: &mut Found) {
+        let Decoder {
+            found: mut decoded,
+            declared,
+            pending,
+            ..
+        } = decoder;
+        if !pending.is_empty() {
+            let mut pending = pending.into_iter().peekable();
+            let mut index = 0;
+            decoded.scalars.retain(|scalar| {
+                let keep = pending.next_if_eq(&index).is_none()
+                    || self.scalar_tags.get(&decoded.tags[scalar.tag as usize]) == Some(&true);
+                index += 1;
+                keep
+            });
+        }
+        self.scalar_tags.extend(declared);
+        found.hparams.extend(decoded.hparams);
+        // The decoder's tag numbers, renumbered in `found`.
+        let numbers: Vec<u32> = decoded
+            .tags
+            .into_iter()
+            .map(|tag| match found.tags.iter().position(|known| *known == tag) {
+                Some(at) => at as u32,
+                None => {
+                    found.tags.push(tag);
+                    found.tags.len() as u32 - 1
+                }
+            })
+            .collect();
+        if found.scalars.is_empty() && numbers.iter().enumerate().all(|(i, n)| i as u32 == *n) {
+            found.scalars = decoded.scalars;
+        } else {
+            found
+                .scalars
+                .extend(decoded.scalars.into_iter().map(|scalar| Scalar {
+                    tag: numbers[scalar.tag as usize],
+                    ..scalar
+                }));
+        }
+    }
+}
+
+/// Reads with at least this many records are decoded on several threads.
+const PARALLEL_RECORDS: usize = 4096;
+/// At most this many threads decode one read (the agent shares its host
+/// with training jobs).
+const MAX_THREADS: usize = 4;
+
+/// Checks and decodes a run of records; one per thread.
+#[derive(Default)]
+struct Decoder {
+    /// Its scalars, numbered by its own tags (`found.tags`).
+    found: Found,
+    /// The number of each tag, by its bytes in the file.
+    numbers: rustc_hash::FxHashMap<Box<[u8]>, u32>,
+    /// The plugin each tag was last declared with in these records.
+    declared: HashMap<String, bool>,
+    /// Indices in `found.scalars` of tensors whose tag was not declared in
+    /// these records: scalars only if it was declared so before them.
+    pending: Vec<usize>,
+    /// The first record whose data fails its CRC: its offset and why.
+    corrupt: Option<(usize, String)>,
+}
+
+impl Decoder {
+    /// Checks and decodes `records` (offset and size in `bytes`) in order,
+    /// up to the first whose data fails its CRC.
+    fn run(mut self, bytes: &[u8], records: &[(usize, usize)]) -> Decoder {
+        for &(start, size) in records {
+            let record = &bytes[start..start + size];
+            if !length_is_intact(record) {
+                self.corrupt = Some((start, BAD_LENGTH.into()));
+                break;
+            }
+            let (data, crc) = record[12..].split_at(size - 16);
+            if masked_crc(data) != u32::from_le_bytes(crc.try_into().expect("four bytes")) {
+                self.corrupt = Some((start, "the record's data fails its CRC".into()));
+                break;
+            }
+            self.event(data);
+        }
+        self
+    }
+
+    fn event(&mut self, data: &[u8]) {
         let event = Fields::new(data);
         let (mut wall_time, mut step, mut summary) = (0.0, 0i64, None);
         for (field, value) in event {
@@ -123,21 +273,29 @@ impl EventFile {
             let (1, Wire::Bytes(value)) = (field, value) else {
                 continue;
             };
-            match self.summary_value(value) {
-                Some(Kept::Scalar(tag, value)) => found.scalars.push(Scalar {
-                    tag,
-                    step,
-                    wall_time,
-                    value,
-                }),
-                Some(Kept::Hparams(hparams)) => found.hparams.extend(hparams),
-                None => {}
-            }
+            let (tag, value) = match self.summary_value(value) {
+                Some(Kept::Scalar(tag, value)) => (tag, value),
+                Some(Kept::Undeclared(tag, value)) => {
+                    self.pending.push(self.found.scalars.len());
+                    (tag, value)
+                }
+                Some(Kept::Hparams(hparams)) => {
+                    self.found.hparams.extend(hparams);
+                    continue;
+                }
+                None => continue,
+            };
+            self.found.scalars.push(Scalar {
+                tag,
+                step,
+                wall_time,
+                value,
+            });
         }
     }
 
-    /// A `Summary.Value` when it is a scalar or the `hparams` plugin's
-    /// session start info; its fields are read once.
+    /// A `Summary.Value` when it is a scalar (or may be one) or the
+    /// `hparams` plugin's session start info; its fields are read once.
     fn summary_value(&mut self, data: &[u8]) -> Option<Kept> {
         let fields = Fields::new(data);
         let (mut tag, mut simple, mut tensor, mut plugin) = (None, None, None, None);
@@ -153,28 +311,44 @@ impl EventFile {
         if let Some((b"hparams", content)) = plugin {
             return session_hparams(content).map(Kept::Hparams);
         }
-        let tag = String::from_utf8_lossy(tag?).into_owned();
+        let tag = self.number(tag?);
         if let Some(value) = simple {
             return Some(Kept::Scalar(tag, value));
         }
-        let is_scalar = match plugin.map(|(name, _)| name) {
+        let declared = match plugin.map(|(name, _)| name) {
             Some(name) => {
                 let scalars = name == b"scalars";
-                self.scalar_tags.insert(tag.clone(), scalars);
-                scalars
+                self.declared
+                    .insert(self.found.tags[tag as usize].clone(), scalars);
+                Some(scalars)
             }
-            None => self.scalar_tags.get(&tag).copied().unwrap_or(false),
+            None => self.declared.get(&self.found.tags[tag as usize]).copied(),
         };
-        if !is_scalar {
-            return None;
+        match declared {
+            Some(false) => None,
+            Some(true) => tensor_scalar(tensor?).map(|value| Kept::Scalar(tag, value)),
+            None => tensor_scalar(tensor?).map(|value| Kept::Undeclared(tag, value)),
         }
-        tensor_scalar(tensor?).map(|value| Kept::Scalar(tag, value))
+    }
+
+    /// The number of the tag of these bytes (not valid UTF-8: the lossy
+    /// form), numbered on first sight.
+    fn number(&mut self, bytes: &[u8]) -> u32 {
+        if let Some(number) = self.numbers.get(bytes) {
+            return *number;
+        }
+        let number = self.found.tags.len() as u32;
+        self.found.tags.push(String::from_utf8_lossy(bytes).into_owned());
+        self.numbers.insert(bytes.into(), number);
+        number
     }
 }
 
 /// What one `Summary.Value` held that the reader keeps.
 enum Kept {
-    Scalar(String, f64),
+    Scalar(u32, f64),
+    /// A tensor of a tag with no plugin declared in the records decoded so far.
+    Undeclared(u32, f64),
     Hparams(BTreeMap<String, serde_json::Value>),
 }
 
@@ -340,28 +514,20 @@ fn half(bits: u16) -> f64 {
     }
 }
 
-/// The data of the next complete record and its size in bytes; `None` when
-/// the record is not complete yet.
-fn next_record(bytes: &[u8]) -> Option<Result<(&[u8], usize), String>> {
-    if bytes.len() < 12 {
-        return None;
-    }
-    let length_bytes = &bytes[..8];
-    let length = u64::from_le_bytes(length_bytes.try_into().ok()?) as usize;
-    let length_crc = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
-    if masked_crc(length_bytes) != length_crc {
-        return Some(Err("the record's length fails its CRC".into()));
-    }
-    let total = 12usize.checked_add(length)?.checked_add(4)?;
-    if bytes.len() < total {
-        return None;
-    }
-    let data = &bytes[12..12 + length];
-    let data_crc = u32::from_le_bytes(bytes[12 + length..total].try_into().ok()?);
-    if masked_crc(data) != data_crc {
-        return Some(Err("the record's data fails its CRC".into()));
-    }
-    Some(Ok((data, total)))
+/// The size in bytes of the next complete record as its length says
+/// (checked later); `None` when the record is not complete yet.
+fn frame(bytes: &[u8]) -> Option<usize> {
+    let length = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let total = 16usize.checked_add(usize::try_from(length).ok()?)?;
+    (bytes.len() >= total).then_some(total)
+}
+
+const BAD_LENGTH: &str = "the record's length fails its CRC";
+
+/// Whether a record's length (its first 8 bytes) matches the CRC after it.
+fn length_is_intact(record: &[u8]) -> bool {
+    let crc = u32::from_le_bytes(record[8..12].try_into().expect("four bytes"));
+    masked_crc(&record[..8]) == crc
 }
 
 /// TFRecord's masked CRC32C.
@@ -452,10 +618,14 @@ mod tests {
 
     fn check_fixture(path: PathBuf) {
         let mut file = EventFile::new(&path, 0);
-        let scalars = file.read().unwrap().scalars;
+        let found = file.read().unwrap();
+        let scalars = &found.scalars;
         assert!(file.corrupt.is_none());
         assert_eq!(scalars.len(), 100, "two tags x 50 steps");
-        let loss: Vec<&Scalar> = scalars.iter().filter(|s| s.tag == "train/loss").collect();
+        let loss: Vec<&Scalar> = scalars
+            .iter()
+            .filter(|s| found.tags[s.tag as usize] == "train/loss")
+            .collect();
         assert_eq!(loss.len(), 50);
         assert_eq!(
             (loss[0].step, loss[0].value, loss[0].wall_time),
@@ -465,9 +635,125 @@ mod tests {
         assert_eq!(loss[14].value, f64::INFINITY);
         assert_eq!(loss[15].value, f64::NEG_INFINITY);
         assert!((loss[49].value - 0.02).abs() < 1e-6);
-        let accuracy: Vec<&Scalar> = scalars.iter().filter(|s| s.tag == "eval/accuracy").collect();
+        let accuracy: Vec<&Scalar> = scalars
+            .iter()
+            .filter(|s| found.tags[s.tag as usize] == "eval/accuracy")
+            .collect();
         assert!((accuracy[25].value - 0.5).abs() < 1e-6);
         assert_eq!(accuracy[25].step, 25);
+    }
+
+    /// A TFRecord around `data`.
+    fn record(data: &[u8]) -> Vec<u8> {
+        let length = (data.len() as u64).to_le_bytes();
+        let mut record = length.to_vec();
+        record.extend(masked_crc(&length).to_le_bytes());
+        record.extend(data);
+        record.extend(masked_crc(data).to_le_bytes());
+        record
+    }
+
+    /// A length-delimited protobuf field.
+    fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![number << 3 | 2];
+        let mut length = bytes.len();
+        while length >= 0x80 {
+            out.push((length as u8) | 0x80);
+            length >>= 7;
+        }
+        out.push(length as u8);
+        out.extend(bytes);
+        out
+    }
+
+    /// An event at `step` with one summary value.
+    fn event(step: u8, value: Vec<u8>) -> Vec<u8> {
+        let mut event = vec![0x09];
+        event.extend((1_764_460_800.0 + f64::from(step)).to_le_bytes());
+        event.extend([0x10, step & 0x7f]);
+        event.extend(field(5, &field(1, &value)));
+        record(&event)
+    }
+
+    fn simple(tag: &str, value: f32) -> Vec<u8> {
+        let mut out = field(1, tag.as_bytes());
+        out.push(0x15);
+        out.extend(value.to_le_bytes());
+        out
+    }
+
+    /// A float tensor, with the plugin named in its metadata when given.
+    fn tensor(tag: &str, value: f32, plugin: Option<&str>) -> Vec<u8> {
+        let mut out = field(1, tag.as_bytes());
+        if let Some(plugin) = plugin {
+            out.extend(field(9, &field(1, &field(1, plugin.as_bytes()))));
+        }
+        let mut proto = vec![0x08, 1];
+        proto.extend(field(5, &value.to_le_bytes()));
+        out.extend(field(8, &proto));
+        out
+    }
+
+    #[test]
+    fn a_big_read_decoded_on_several_threads_keeps_order_declarations_and_corruption() {
+        // TF2 names a tag's plugin only in its first event: `t/scalar` as
+        // scalars, `t/hist` as something else. Those first events land in the
+        // first thread's records; the later threads see only plain tensors.
+        let mut bytes = event(0, tensor("t/scalar", -1.0, Some("scalars")));
+        bytes.extend(event(0, tensor("t/hist", -2.0, Some("histograms"))));
+        let records = 3 * PARALLEL_RECORDS;
+        for i in 0..records {
+            let step = (i % 100) as u8;
+            bytes.extend(match i % 3 {
+                0 => event(step, simple("simple", i as f32)),
+                1 => event(step, tensor("t/scalar", i as f32, None)),
+                _ => event(step, tensor("t/hist", i as f32, None)),
+            });
+        }
+        let dir = tempfile_dir("parallel");
+        let path = dir.join("events.out.tfevents.parallel");
+        std::fs::write(&path, &bytes).unwrap();
+        let mut file = EventFile::new(&path, 0);
+        let found = file.read().unwrap();
+        assert!(file.corrupt.is_none());
+        assert_eq!(file.offset, bytes.len() as u64);
+        let values: Vec<(&str, f64)> = found
+            .scalars
+            .iter()
+            .map(|s| (found.tags[s.tag as usize].as_str(), s.value))
+            .collect();
+        let mut expected = vec![("t/scalar", -1.0)];
+        for i in 0..records {
+            match i % 3 {
+                0 => expected.push(("simple", i as f64)),
+                1 => expected.push(("t/scalar", i as f64)),
+                _ => {}
+            }
+        }
+        assert_eq!(
+            values, expected,
+            "every scalar once, in file order, histograms left out"
+        );
+
+        // A record in the last third corrupted: everything before it kept.
+        let mut offset = 0;
+        let cut = records * 5 / 6;
+        for _ in 0..cut {
+            let length = u64::from_le_bytes(bytes[offset..offset + 8].try_into().unwrap()) as usize;
+            offset += 16 + length;
+        }
+        bytes[offset + 13] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let mut file = EventFile::new(&path, 0);
+        let found = file.read().unwrap();
+        assert_eq!(file.corrupt.as_ref().unwrap().offset, offset as u64);
+        assert_eq!(file.offset, offset as u64);
+        let kept = expected
+            .iter()
+            .take_while(|(_, v)| *v < (cut - 2) as f64 || *v == -1.0)
+            .count();
+        assert_eq!(found.scalars.len(), kept);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -536,7 +822,11 @@ mod tests {
         let expected = serde_json::json!({"amp": true, "depth": 12, "lr": 0.001, "optimizer": "adam"});
         assert_eq!(serde_json::to_value(&found.hparams).unwrap(), expected);
         // The scalar beside them is read as usual; the plugin's own records are not scalars.
-        let tags: Vec<&str> = found.scalars.iter().map(|s| s.tag.as_str()).collect();
+        let tags: Vec<&str> = found
+            .scalars
+            .iter()
+            .map(|s| found.tags[s.tag as usize].as_str())
+            .collect();
         assert_eq!(tags, ["eval/accuracy"]);
     }
 

@@ -185,11 +185,12 @@ impl Watcher {
             tracked.in_flight = None;
             return true;
         }
+        let tags = &found.tags;
         let points = found
             .scalars
-            .into_iter()
+            .iter()
             .map(|s| Point {
-                key: s.tag,
+                key: tags[s.tag as usize].clone(),
                 step: s.step,
                 wall_time: s.wall_time,
                 value: Value(s.value),

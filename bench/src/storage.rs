@@ -83,22 +83,19 @@ fn training_run(steps: i64) -> Vec<Point> {
 fn tfevents_points(path: &Path) -> anyhow::Result<Vec<Point>> {
     let size = std::fs::metadata(path)?.len();
     let mut file = gpuplane_agent::tfevents::EventFile::new(path, 0);
-    let mut keys: Vec<&'static str> = Vec::new();
     let mut points = Vec::new();
     loop {
         let found = file.read()?;
         if found.scalars.is_empty() && found.end >= size {
             break;
         }
+        let keys: Vec<&'static str> = found
+            .tags
+            .into_iter()
+            .map(|tag| &*Box::leak(tag.into_boxed_str()))
+            .collect();
         for scalar in found.scalars {
-            let key = match keys.iter().find(|k| **k == scalar.tag) {
-                Some(key) => *key,
-                None => {
-                    let key: &'static str = Box::leak(scalar.tag.clone().into_boxed_str());
-                    keys.push(key);
-                    key
-                }
-            };
+            let key = keys[scalar.tag as usize];
             points.push(Point {
                 key,
                 step: scalar.step,
