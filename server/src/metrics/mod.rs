@@ -100,6 +100,82 @@ pub fn matches_pattern(pattern: &str, key: &str) -> bool {
     true
 }
 
+/// A validated batch made ready to store: its points grouped by key,
+/// sorted, encoded into chunks with their summaries, and each key's
+/// figures for its summary row. All the work that needs no database, so it
+/// is done before the write transaction, by as many requests at once as
+/// there are cores.
+pub struct PreparedBatch<'a> {
+    batch: &'a Batch,
+    series: Vec<(&'a str, Vec<EncodedChunk>, SeriesUpdate)>,
+}
+
+/// What a batch changes in a key's summary row.
+struct SeriesUpdate {
+    points: i64,
+    non_finite: i64,
+    /// The batch's latest point: the last by step, then wall time.
+    newest: RawPoint,
+    /// The first non-finite point, by step.
+    first_bad: Option<RawPoint>,
+    /// The extremes of the finite values, at their first step.
+    min: Option<RawPoint>,
+    max: Option<RawPoint>,
+}
+
+impl SeriesUpdate {
+    /// Of a key's points, sorted by step.
+    fn of(points: &[RawPoint]) -> SeriesUpdate {
+        let (mut min, mut max): (Option<RawPoint>, Option<RawPoint>) = (None, None);
+        for point in points.iter().filter(|p| p.value.is_finite()) {
+            if min.is_none_or(|m| point.value < m.value) {
+                min = Some(*point);
+            }
+            if max.is_none_or(|m| point.value > m.value) {
+                max = Some(*point);
+            }
+        }
+        SeriesUpdate {
+            points: points.len() as i64,
+            non_finite: points.iter().filter(|p| !p.value.is_finite()).count() as i64,
+            newest: points[points.len() - 1],
+            first_bad: points.iter().find(|p| !p.value.is_finite()).copied(),
+            min,
+            max,
+        }
+    }
+}
+
+/// Prepares a validated batch (see [`PreparedBatch`]).
+pub fn prepare(batch: &Batch) -> PreparedBatch<'_> {
+    let mut by_key: BTreeMap<&str, Vec<RawPoint>> = BTreeMap::new();
+    for Point {
+        key,
+        step,
+        wall_time,
+        value,
+    } in &batch.points
+    {
+        by_key.entry(key.as_str()).or_default().push(RawPoint {
+            step: *step,
+            wall: codec::to_millis(*wall_time),
+            value: value.0,
+        });
+    }
+    let series = by_key
+        .into_iter()
+        .map(|(key, mut points)| {
+            sort_points(&mut points);
+            (
+                key,
+                encode_chunks(&points, CHUNK_POINTS),
+                SeriesUpdate::of(&points),
+            )
+        })
+        .collect();
+    PreparedBatch { batch, series }
+}
+
 /// Stores a validated batch for a run in the caller's transaction. A
 /// batch id already acknowledged for the run adds nothing. Raises LOSS_NAN
 /// once per run and loss-like key.
@@ -109,6 +185,17 @@ pub async fn ingest(
     batch: &Batch,
     loss_pattern: &str,
 ) -> Result<IngestResult, Error> {
+    store(conn, run_id, &prepare(batch), loss_pattern).await
+}
+
+/// [`ingest`] of a batch prepared before the transaction.
+pub async fn store(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    prepared: &PreparedBatch<'_>,
+    loss_pattern: &str,
+) -> Result<IngestResult, Error> {
+    let batch = prepared.batch;
     let now = now_ms();
     let fresh = sqlx::query(
         "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
@@ -126,24 +213,9 @@ pub async fn ingest(
             duplicate: true,
         });
     }
-    let mut by_key: BTreeMap<&str, Vec<RawPoint>> = BTreeMap::new();
-    for Point {
-        key,
-        step,
-        wall_time,
-        value,
-    } in &batch.points
-    {
-        by_key.entry(key.as_str()).or_default().push(RawPoint {
-            step: *step,
-            wall: codec::to_millis(*wall_time),
-            value: value.0,
-        });
-    }
-    for (key, mut points) in by_key {
-        sort_points(&mut points);
-        insert_chunks(conn, run_id, key, &points, CHUNK_POINTS).await?;
-        update_series(conn, run_id, key, &points, loss_pattern, now).await?;
+    for (key, chunks, update) in &prepared.series {
+        insert_encoded(conn, run_id, &[(key, chunks)]).await?;
+        update_series(conn, run_id, key, update, loss_pattern, now).await?;
     }
     texts::insert(conn, run_id, &batch.texts).await?;
     Ok(IngestResult {
@@ -169,6 +241,41 @@ pub(crate) async fn insert_chunks(
     insert_series_chunks(conn, run_id, &[(key, points)], chunk_points).await
 }
 
+/// A chunk ready to insert: its bounds, its summaries at every level and
+/// its encoded points.
+pub(crate) struct EncodedChunk {
+    step_min: i64,
+    step_max: i64,
+    time_min: f64,
+    time_max: f64,
+    count: i64,
+    summaries: [Vec<u8>; 3],
+    points: Vec<u8>,
+}
+
+/// Points of one series (sorted) as chunks of at most `chunk_points`.
+pub(crate) fn encode_chunks(points: &[RawPoint], chunk_points: usize) -> Vec<EncodedChunk> {
+    points
+        .chunks(chunk_points)
+        .map(|part| {
+            let (time_min, time_max) = part
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+                    (lo.min(p.wall), hi.max(p.wall))
+                });
+            EncodedChunk {
+                step_min: part[0].step,
+                step_max: part[part.len() - 1].step,
+                time_min,
+                time_max,
+                count: part.len() as i64,
+                summaries: LEVELS.map(|level| encode_summary(part, level.sub_points)),
+                points: encode_points(part),
+            }
+        })
+        .collect()
+}
+
 /// Chunks inserted by one statement: few enough for SQLite's bound
 /// parameters (11 each), enough to save the round trips of many small series.
 const CHUNKS_PER_STATEMENT: usize = 200;
@@ -182,9 +289,24 @@ pub(crate) async fn insert_series_chunks(
     series: &[(&str, &[RawPoint])],
     chunk_points: usize,
 ) -> Result<(), Error> {
-    let rows: Vec<(&str, &[RawPoint])> = series
+    let encoded: Vec<(&str, Vec<EncodedChunk>)> = series
         .iter()
-        .flat_map(|&(key, points)| points.chunks(chunk_points).map(move |part| (key, part)))
+        .map(|&(key, points)| (key, encode_chunks(points, chunk_points)))
+        .collect();
+    let encoded: Vec<(&str, &[EncodedChunk])> =
+        encoded.iter().map(|(key, chunks)| (*key, &chunks[..])).collect();
+    insert_encoded(conn, owner, &encoded).await
+}
+
+/// Inserts encoded chunks of several series of one owner, many rows per statement.
+async fn insert_encoded(
+    conn: &mut SqliteConnection,
+    owner: &str,
+    series: &[(&str, &[EncodedChunk])],
+) -> Result<(), Error> {
+    let rows: Vec<(&str, &EncodedChunk)> = series
+        .iter()
+        .flat_map(|&(key, chunks)| chunks.iter().map(move |chunk| (key, chunk)))
         .collect();
     let [fine, mid, coarse] = LEVELS;
     for statement in rows.chunks(CHUNKS_PER_STATEMENT) {
@@ -192,36 +314,31 @@ pub(crate) async fn insert_series_chunks(
             "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, {}, {}, {}, points) ",
             coarse.column, mid.column, fine.column
         ));
-        insert.push_values(statement, |mut row, &(key, part)| {
-            let (first, last) = (part[0], part[part.len() - 1]);
-            let (time_min, time_max) = part
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
-                    (lo.min(p.wall), hi.max(p.wall))
-                });
+        insert.push_values(statement, |mut row, &(key, chunk)| {
+            let [fine, mid, coarse] = &chunk.summaries;
             row.push_bind(owner)
                 .push_bind(key)
-                .push_bind(first.step)
-                .push_bind(last.step)
-                .push_bind(time_min)
-                .push_bind(time_max)
-                .push_bind(part.len() as i64)
-                .push_bind(encode_summary(part, coarse.sub_points))
-                .push_bind(encode_summary(part, mid.sub_points))
-                .push_bind(encode_summary(part, fine.sub_points))
-                .push_bind(encode_points(part));
+                .push_bind(chunk.step_min)
+                .push_bind(chunk.step_max)
+                .push_bind(chunk.time_min)
+                .push_bind(chunk.time_max)
+                .push_bind(chunk.count)
+                .push_bind(&coarse[..])
+                .push_bind(&mid[..])
+                .push_bind(&fine[..])
+                .push_bind(&chunk.points[..]);
         });
         insert.build().execute(&mut *conn).await?;
     }
     Ok(())
 }
 
-/// Updates a key's summary row with a batch's points (sorted by step).
+/// Updates a key's summary row with a batch's figures.
 async fn update_series(
     conn: &mut SqliteConnection,
     run_id: &str,
     key: &str,
-    points: &[RawPoint],
+    update: &SeriesUpdate,
     loss_pattern: &str,
     now: i64,
 ) -> Result<(), Error> {
@@ -232,23 +349,10 @@ async fn update_series(
     .bind(key)
     .fetch_optional(&mut *conn)
     .await?;
-    // The batch's latest point is the last one after sorting by step and wall time.
-    let newest = points[points.len() - 1];
-    let non_finite = points.iter().filter(|p| !p.value.is_finite()).count() as i64;
-    let first_bad = points.iter().find(|p| !p.value.is_finite()).map(|p| p.step);
+    let newest = update.newest;
     let newer = existing
         .as_ref()
         .is_none_or(|(latest, _, _)| newest.step >= *latest);
-    // The extremes of the finite values, at the first step (points are in step order).
-    let (mut min, mut max): (Option<&RawPoint>, Option<&RawPoint>) = (None, None);
-    for point in points.iter().filter(|p| p.value.is_finite()) {
-        if min.is_none_or(|m| point.value < m.value) {
-            min = Some(point);
-        }
-        if max.is_none_or(|m| point.value > m.value) {
-            max = Some(point);
-        }
-    }
     sqlx::query(
         "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
                                     first_non_finite_step, min_value, min_step, max_value, max_step)
@@ -274,29 +378,25 @@ async fn update_series(
     )
     .bind(run_id)
     .bind(key)
-    .bind(points.len() as i64)
-    .bind(non_finite)
+    .bind(update.points)
+    .bind(update.non_finite)
     .bind(newest.step)
     .bind(newest.wall)
     .bind(newest.value.to_bits() as i64)
-    .bind(first_bad)
+    .bind(update.first_bad.map(|p| p.step))
     .bind(newer)
-    .bind(min.map(|p| p.value))
-    .bind(min.map(|p| p.step))
-    .bind(max.map(|p| p.value))
-    .bind(max.map(|p| p.step))
+    .bind(update.min.map(|p| p.value))
+    .bind(update.min.map(|p| p.step))
+    .bind(update.max.map(|p| p.value))
+    .bind(update.max.map(|p| p.step))
     .execute(&mut *conn)
     .await?;
     let already_reported = existing.is_some_and(|(_, _, reported)| reported != 0);
-    if let Some(step) = first_bad
+    if let Some(first_bad) = update.first_bad
         && !already_reported
         && matches_pattern(loss_pattern, key)
     {
-        let bad = points
-            .iter()
-            .find(|p| !p.value.is_finite())
-            .map(|p| Value(p.value).describe())
-            .unwrap_or_default();
+        let (step, bad) = (first_bad.step, Value(first_bad.value).describe());
         sqlx::query("UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = ? AND key = ?")
             .bind(run_id)
             .bind(key)
