@@ -162,12 +162,53 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(oauth)
         .split_for_parts();
     doc.info.version = gpuplane_api::VERSION.to_string();
+    document_body_errors(&mut doc);
     let json = OpenApiJson(Arc::from(doc.to_pretty_json().unwrap_or_default()));
     let api = api
         .route(PREFIX, any(no_route))
         .route(&format!("{PREFIX}/{{*rest}}"), any(no_route))
         .layer(Extension(json));
     (api, doc)
+}
+
+/// Every route that reads a JSON body answers 400 when it is not JSON (or
+/// not sent as `application/json`) and 413 when it is too large
+/// ([`error::ApiJson`]): documented here once for all of them.
+fn document_body_errors(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    for item in doc.paths.paths.values_mut() {
+        let operations = [&mut item.post, &mut item.put, &mut item.patch, &mut item.delete];
+        for operation in operations.into_iter().flatten() {
+            let reads_json = operation
+                .request_body
+                .as_ref()
+                .is_some_and(|body| body.content.contains_key("application/json"));
+            if !reads_json {
+                continue;
+            }
+            for (status, description) in [
+                ("400", "The body is not JSON, or not sent as `application/json`"),
+                ("413", "The body is too large"),
+            ] {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.into())
+                    .or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(description)
+                            .content(
+                                "application/json",
+                                ContentBuilder::new()
+                                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                    .build(),
+                            )
+                            .build()
+                            .into()
+                    });
+            }
+        }
+    }
 }
 
 /// A place for one more live stream of `caller` (429 over the limit);

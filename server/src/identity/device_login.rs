@@ -10,10 +10,11 @@ use crate::store;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use axum::Extension;
+use axum::Json;
 use axum::extract::State;
+use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Form, Json};
 use base64::Engine;
 use gpuplane_api::auth::{ClientAddress, DeviceRequest, Scope};
 use rand::Rng;
@@ -37,6 +38,36 @@ fn oauth_error(status: StatusCode, error: &str, description: &str) -> Response {
         Json(json!({"error": error, "error_description": description})),
     )
         .into_response()
+}
+
+/// A form body (`application/x-www-form-urlencoded`, as RFC 6749 §4.1.3
+/// and RFC 8628 §3.1 require). A body of another type or one missing a
+/// field answers RFC 6749's 400 `invalid_request`, never axum's 415 or 422.
+pub struct OAuthForm<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for OAuthForm<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let invalid =
+            |description: String| oauth_error(StatusCode::BAD_REQUEST, "invalid_request", &description);
+        let form = request
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("application/x-www-form-urlencoded"));
+        if !form {
+            return Err(invalid(
+                "send the parameters as a form (Content-Type: application/x-www-form-urlencoded)".into(),
+            ));
+        }
+        let body = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| invalid(format!("cannot read the request body: {rejection}")))?;
+        serde_urlencoded::from_bytes(&body)
+            .map(OAuthForm)
+            .map_err(|error| invalid(error.to_string()))
+    }
 }
 
 /// `XXXXXXXX` from what a user typed: case, dashes and spaces do not matter.
@@ -77,11 +108,13 @@ pub struct AuthorizationRequest {
 #[utoipa::path(post, path = "/oauth/device_authorization", tag = "oauth",
     request_body(content = AuthorizationRequest, content_type = "application/x-www-form-urlencoded"),
     responses((status = 200, description = "device_code, user_code, verification_uri(_complete), expires_in, interval"),
-        (status = 400, description = "RFC 6749 error"), (status = 401, description = "invalid_client")))]
+        (status = 400, description = "RFC 6749 error"), (status = 401, description = "invalid_client"),
+        (status = 429, description = "slow_down: too many requests from this address"),
+        (status = 500, description = "server_error")))]
 pub async fn authorize(
     State(state): State<AppState>,
     Extension(ClientAddress(client)): Extension<ClientAddress>,
-    Form(request): Form<AuthorizationRequest>,
+    OAuthForm(request): OAuthForm<AuthorizationRequest>,
 ) -> Response {
     let limiter_key = client.to_string();
     if state.device_authorize_limiter.check(&limiter_key).is_err() {
@@ -179,8 +212,9 @@ struct Pending {
 /// or the access token (once).
 #[utoipa::path(post, path = "/oauth/token", tag = "oauth",
     request_body(content = TokenRequest, content_type = "application/x-www-form-urlencoded"),
-    responses((status = 200, description = "access_token, token_type, scope"), (status = 400, description = "RFC 6749 / 8628 error")))]
-pub async fn token(State(state): State<AppState>, Form(request): Form<TokenRequest>) -> Response {
+    responses((status = 200, description = "access_token, token_type, scope"), (status = 400, description = "RFC 6749 / 8628 error"),
+        (status = 500, description = "server_error")))]
+pub async fn token(State(state): State<AppState>, OAuthForm(request): OAuthForm<TokenRequest>) -> Response {
     if request.grant_type != DEVICE_GRANT {
         return oauth_error(
             StatusCode::BAD_REQUEST,

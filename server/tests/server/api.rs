@@ -512,3 +512,57 @@ async fn jobs_filter_by_user_and_text() {
     let (_, _, none) = f.get("/api/v1/jobs?q=nothing-like-this", Some(&alice)).await;
     assert_eq!(names(&none), Vec::<String>::new());
 }
+
+/// Every route that reads a JSON body documents 400 and 413, and a body
+/// that is not JSON gets a documented answer (what Schemathesis checks).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_is_not_json_gets_a_documented_400_on_every_route() {
+    let f = Fixture::new().await;
+    let db = f.server.db();
+    let admin = user_token(db, "root", Scope::Write, true).await;
+    let agent = agent_token(db).await;
+    let (_, _, doc) = f.get("/api/v1/openapi.json", None).await;
+    let mut checked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            if operation["requestBody"]["content"]
+                .get("application/json")
+                .is_none()
+            {
+                continue;
+            }
+            let responses = operation["responses"].as_object().unwrap();
+            for status in ["400", "413"] {
+                assert!(
+                    responses.contains_key(status),
+                    "{method} {path} documents no {status}"
+                );
+            }
+            let scopes = operation["security"][0]["bearer"].to_string();
+            let token = if scopes.contains("agent") { &agent } else { &admin };
+            // Path parameters filled with a made-up id.
+            let concrete = path
+                .split('/')
+                .map(|part| if part.starts_with('{') { "made-up" } else { part })
+                .collect::<Vec<_>>()
+                .join("/");
+            let response = f
+                .server
+                .http
+                .request(method.to_uppercase().parse().unwrap(), f.url(&concrete))
+                .bearer_auth(token)
+                .header("content-type", "application/json")
+                .body("{not json")
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16().to_string();
+            assert!(
+                responses.contains_key(&status),
+                "{method} {path} answered an undocumented {status}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} routes read JSON");
+}

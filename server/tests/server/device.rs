@@ -221,6 +221,31 @@ async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(error(&body), "invalid_client");
+
+    // A missing field, or JSON instead of a form: RFC 6749's 400
+    // invalid_request, never a bare 415 or 422.
+    let (status, body) = flow.form("/oauth/token", &[("device_code", "x")]).await;
+    assert_eq!(
+        (status, error(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{body}"
+    );
+    assert!(
+        body["error_description"].as_str().unwrap().contains("grant_type"),
+        "{body}"
+    );
+    for path in ["/oauth/token", "/oauth/device_authorization"] {
+        let response = flow
+            .http
+            .post(format!("{}{path}", flow.server.url))
+            .json(&serde_json::json!({"client_id": "gpuctl", "grant_type": device_login::DEVICE_GRANT}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(error(&body), "invalid_request", "{path}: {body}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
