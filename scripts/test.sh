@@ -16,6 +16,8 @@ JSONSCHEMA_VERSION=4.26.0
 AIOSMTPD_VERSION=1.4.6
 # The SDK reads metric history as Arrow when pyarrow is there (tested both ways).
 PYARROW_VERSION=26.0.1
+# Requests generated from the OpenAPI document (testkit/fuzz).
+SCHEMATHESIS_VERSION=4.32.5
 started=$(date +%s)
 current=""
 step() {
@@ -51,11 +53,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server and pyarrow (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow and Schemathesis (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
   "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
-  "pyarrow==$PYARROW_VERSION"
+  "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -73,8 +75,8 @@ cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 step "docs: commands, config keys and paths named in the docs exist"
 python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 
-step "pytest (the Python SDK, MCP through the official client, and alerts to real receivers, against the real server)"
-.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/alerts
+step "pytest (the Python SDK, MCP through the official client, alerts to real receivers, and Schemathesis, against the real server)"
+.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/alerts testkit/fuzz
 
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)

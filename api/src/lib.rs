@@ -73,6 +73,12 @@ pub mod user;
 /// safely inside i64 and exact in the f64 of JavaScript and Python clients.
 pub const MAX_I64_SAFE: i64 = 1 << 62;
 
+/// Whether a priority is within ±[`MAX_I64_SAFE`]. (Not `abs()`, which
+/// overflows on `i64::MIN`: Schemathesis sent one.)
+pub fn valid_priority(priority: i64) -> bool {
+    (-MAX_I64_SAFE..=MAX_I64_SAFE).contains(&priority)
+}
+
 /// The version of this build, the same for every GPUPlane binary.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

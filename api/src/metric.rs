@@ -263,11 +263,37 @@ impl From<Series> for SeriesColumns {
 /// A metric query's JSON answer: [`Series`] (one object per point, the
 /// default) or, with `format=columns`, [`SeriesColumns`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum SeriesAnswer {
     Points(Series),
     Columns(Box<SeriesColumns>),
+}
+
+/// `anyOf`, not `oneOf`: an answer with no points, `{"key": …, "points":
+/// []}`, fits both shapes.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for SeriesAnswer {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::ToSchema;
+        use utoipa::openapi::Ref;
+        use utoipa::openapi::schema::AnyOfBuilder;
+        AnyOfBuilder::new()
+            .item(Ref::from_schema_name(Series::name()))
+            .item(Ref::from_schema_name(SeriesColumns::name()))
+            .description(Some("Series, or SeriesColumns with format=columns"))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for SeriesAnswer {
+    fn schemas(schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>) {
+        use utoipa::{PartialSchema, ToSchema};
+        schemas.push((Series::name().into(), Series::schema()));
+        <Series as ToSchema>::schemas(schemas);
+        schemas.push((SeriesColumns::name().into(), SeriesColumns::schema()));
+        <SeriesColumns as ToSchema>::schemas(schemas);
+    }
 }
 
 /// The latest point of a metric in a run summary.

@@ -2,7 +2,6 @@
 //! 422 with every bad field, before anything is written), `gpuctl validate`
 //! and `gpuctl job submit` on the user's machine. Also `retry --set` changes.
 
-use crate::MAX_I64_SAFE;
 use crate::error::FieldError;
 use crate::job::{JobSpec, Runner};
 
@@ -149,7 +148,7 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
     } else if spec.resources.gpu > MAX_GPUS_PER_JOB {
         bad("resources.gpu", format!("must be at most {MAX_GPUS_PER_JOB}"));
     }
-    if spec.priority.abs() > MAX_I64_SAFE {
+    if !crate::valid_priority(spec.priority) {
         bad("priority", "must be between -2^62 and 2^62 (MAX_I64_SAFE)".into());
     }
     if spec.max_attempts < 1 {
@@ -379,6 +378,7 @@ fn valid_env_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_I64_SAFE;
     use expect_test::expect;
 
     fn check(spec: JobSpec) -> String {
@@ -416,6 +416,16 @@ mod tests {
             check(JobSpec::new("train", vec!["python".into(), "train.py".into()])),
             "ok"
         );
+    }
+
+    #[test]
+    fn the_lowest_i64_is_an_invalid_priority_not_a_panic() {
+        let mut spec = JobSpec::new("x", vec!["true".into()]);
+        spec.priority = i64::MIN;
+        let errors = validate(&spec, &Policy::default()).unwrap_err();
+        assert_eq!(errors[0].field, "priority");
+        spec.priority = -MAX_I64_SAFE;
+        assert!(validate(&spec, &Policy::default()).is_ok());
     }
 
     #[test]

@@ -162,7 +162,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .merge(oauth)
         .split_for_parts();
     doc.info.version = gpuplane_api::VERSION.to_string();
-    document_body_errors(&mut doc);
+    document_input_errors(&mut doc);
     let json = OpenApiJson(Arc::from(doc.to_pretty_json().unwrap_or_default()));
     let api = api
         .route(PREFIX, any(no_route))
@@ -173,23 +173,39 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 
 /// Every route that reads a JSON body answers 400 when it is not JSON (or
 /// not sent as `application/json`) and 413 when it is too large
-/// ([`error::ApiJson`]): documented here once for all of them.
-fn document_body_errors(doc: &mut utoipa::openapi::OpenApi) {
+/// ([`error::ApiJson`]); it and every route with query parameters answer
+/// 422 naming the field that does not fit, unknown ones included.
+/// Documented here once for all of them.
+fn document_input_errors(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::path::ParameterIn;
     use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
     for item in doc.paths.paths.values_mut() {
-        let operations = [&mut item.post, &mut item.put, &mut item.patch, &mut item.delete];
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ];
         for operation in operations.into_iter().flatten() {
             let reads_json = operation
                 .request_body
                 .as_ref()
                 .is_some_and(|body| body.content.contains_key("application/json"));
-            if !reads_json {
-                continue;
+            let reads_query = operation
+                .parameters
+                .iter()
+                .flatten()
+                .any(|parameter| parameter.parameter_in == ParameterIn::Query);
+            let mut answers = Vec::new();
+            if reads_json {
+                answers.push(("400", "The body is not JSON, or not sent as `application/json`"));
+                answers.push(("413", "The body is too large"));
             }
-            for (status, description) in [
-                ("400", "The body is not JSON, or not sent as `application/json`"),
-                ("413", "The body is too large"),
-            ] {
+            if reads_json || reads_query {
+                answers.push(("422", "A field or parameter does not fit (each one named)"));
+            }
+            for (status, description) in answers {
                 operation
                     .responses
                     .responses

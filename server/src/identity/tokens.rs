@@ -106,9 +106,16 @@ pub async fn create(
         (None, asked) => asked.clone(),
     };
     if let Some(project) = &request.project {
-        let allowed = access::role_in(db, principal, project)
+        // An admin has a role in every project name, even one that does not exist.
+        let exists = sqlx::query_scalar::<_, i64>("SELECT 1 FROM projects WHERE name = ?")
+            .bind(project)
+            .fetch_optional(db)
             .await?
-            .is_some_and(|role| role >= Role::Viewer);
+            .is_some();
+        let allowed = exists
+            && access::role_in(db, principal, project)
+                .await?
+                .is_some_and(|role| role >= Role::Viewer);
         if !allowed {
             bad(
                 "project",

@@ -419,7 +419,7 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
 /// Changes a QUEUED job's priority (and its spec's, so both agree); the
 /// next scheduling pass orders the queue by it.
 pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Result<(), Error> {
-    if priority.abs() > gpuplane_api::MAX_I64_SAFE {
+    if !gpuplane_api::valid_priority(priority) {
         return Err(Error::Invalid(vec![FieldError {
             field: "priority".into(),
             message: "must be between -2^62 and 2^62 (MAX_I64_SAFE)".into(),

@@ -513,28 +513,36 @@ async fn jobs_filter_by_user_and_text() {
     assert_eq!(names(&none), Vec::<String>::new());
 }
 
-/// Every route that reads a JSON body documents 400 and 413, and a body
-/// that is not JSON gets a documented answer (what Schemathesis checks).
+/// Every route that reads a JSON body documents 400, 413 and 422, every
+/// route with query parameters 422; a body that is not JSON and an unknown
+/// query parameter get a documented answer (what Schemathesis checks).
 #[tokio::test(flavor = "multi_thread")]
-async fn a_body_that_is_not_json_gets_a_documented_400_on_every_route() {
+async fn inputs_that_do_not_fit_get_documented_answers_on_every_route() {
     let f = Fixture::new().await;
     let db = f.server.db();
     let admin = user_token(db, "root", Scope::Write, true).await;
     let agent = agent_token(db).await;
     let (_, _, doc) = f.get("/api/v1/openapi.json", None).await;
-    let mut checked = 0;
+    let (mut bodies, mut queries) = (0, 0);
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
-            if operation["requestBody"]["content"]
+            let reads_json = operation["requestBody"]["content"]
                 .get("application/json")
-                .is_none()
-            {
-                continue;
-            }
+                .is_some();
+            let reads_query = operation["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|parameter| parameter["in"] == "query");
             let responses = operation["responses"].as_object().unwrap();
-            for status in ["400", "413"] {
+            let expected: &[&str] = match (reads_json, reads_query) {
+                (true, _) => &["400", "413", "422"],
+                (false, true) => &["422"],
+                (false, false) => continue,
+            };
+            for status in expected {
                 assert!(
-                    responses.contains_key(status),
+                    responses.contains_key(*status),
                     "{method} {path} documents no {status}"
                 );
             }
@@ -546,23 +554,29 @@ async fn a_body_that_is_not_json_gets_a_documented_400_on_every_route() {
                 .map(|part| if part.starts_with('{') { "made-up" } else { part })
                 .collect::<Vec<_>>()
                 .join("/");
-            let response = f
+            let mut request = f
                 .server
                 .http
                 .request(method.to_uppercase().parse().unwrap(), f.url(&concrete))
-                .bearer_auth(token)
-                .header("content-type", "application/json")
-                .body("{not json")
-                .send()
-                .await
-                .unwrap();
-            let status = response.status().as_u16().to_string();
+                .bearer_auth(token);
+            if reads_json {
+                request = request
+                    .header("content-type", "application/json")
+                    .body("{not json");
+                bodies += 1;
+            } else {
+                request = request.query(&[("no-such-parameter", "1")]);
+                queries += 1;
+            }
+            let status = request.send().await.unwrap().status().as_u16().to_string();
             assert!(
                 responses.contains_key(&status),
                 "{method} {path} answered an undocumented {status}"
             );
-            checked += 1;
         }
     }
-    assert!(checked >= 20, "only {checked} routes read JSON");
+    assert!(
+        bodies >= 20 && queries >= 15,
+        "only {bodies} routes read JSON, {queries} a query"
+    );
 }

@@ -292,6 +292,18 @@ async fn a_project_limited_token_mints_only_limited_tokens() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"]["details"][0]["field"], "project");
+
+    // Not even an admin limits a token to a project that does not exist
+    // (found by Schemathesis: the insert failed its foreign key, a 500).
+    let (status, body) = f
+        .post(
+            "/tokens",
+            &admin,
+            json!({"name": "ghost", "scope": "read", "project": "no-such-project"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "project");
 }
 
 /// Events of an SDK run (no job) belong to the run's project.
