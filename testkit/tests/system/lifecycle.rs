@@ -67,6 +67,11 @@ sys.exit(3)
         .submit(json!({"name": "still-running", "command": sh("echo started; sleep 60"), "resources": {"gpu": 1}}))
         .await;
     let running = cluster.wait_for(&running.id, JobStatus::Running).await;
+    // Its line counts in the project's usage below once it has arrived.
+    eventually("the running job's line", WAIT, || async {
+        (cluster.logs(&running.id, "").await.lines.len() == 1).then_some(())
+    })
+    .await;
     for (method, path) in [
         (Method::POST, format!("/runs/{}/archive", running.run_id)),
         (Method::DELETE, format!("/runs/{}", running.run_id)),
