@@ -163,7 +163,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .split_for_parts();
     doc.info.version = gpuplane_api::VERSION.to_string();
     document_input_errors(&mut doc);
-    let json = OpenApiJson(Arc::from(doc.to_pretty_json().unwrap_or_default()));
+    link_created_resources(&mut doc);
+    let json = OpenApiJson(Arc::from(openapi_text(&doc)));
     let api = api
         .route(PREFIX, any(no_route))
         .route(&format!("{PREFIX}/{{*rest}}"), any(no_route))
@@ -225,6 +226,127 @@ fn document_input_errors(doc: &mut utoipa::openapi::OpenApi) {
             }
         }
     }
+}
+
+/// OpenAPI links from each creation (`POST P` answering 201) to every
+/// operation on `P/{param}…`, the new resource's `id` (or `name`) filling
+/// `param` and the request's own path parameters the rest: what a client
+/// generator or Schemathesis' stateful phase follows to reach a resource it
+/// made instead of guessing ids.
+fn link_created_resources(doc: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::link::LinkBuilder;
+    use utoipa::openapi::{RefOr, Schema};
+    // Where an answer of schema `name` keeps the value of path parameter
+    // `param`: a field of that name (`job_id`), else `id` (or `name` for
+    // `{name}`), at the top or one object down (`link.id`).
+    let schemas = doc
+        .components
+        .as_ref()
+        .map(|c| c.schemas.clone())
+        .unwrap_or_default();
+    let pointer = |name: &str, param: &str| -> Option<String> {
+        let fields = |name: &str| match schemas.get(name) {
+            Some(RefOr::T(Schema::Object(object))) => Some(object.properties.clone()),
+            _ => None,
+        };
+        let properties = fields(name)?;
+        let key = if param == "name" { "name" } else { "id" };
+        for field in [param, key] {
+            if properties.contains_key(field) {
+                return Some(format!("/{field}"));
+            }
+        }
+        properties.iter().find_map(|(field, schema)| match schema {
+            RefOr::Ref(reference) => {
+                let inner = reference.ref_location.rsplit('/').next()?;
+                fields(inner)?
+                    .contains_key(key)
+                    .then(|| format!("/{field}/{key}"))
+            }
+            _ => None,
+        })
+    };
+    let targets: Vec<(String, String)> = doc
+        .paths
+        .paths
+        .iter()
+        .flat_map(|(path, item)| {
+            [&item.get, &item.post, &item.put, &item.patch, &item.delete]
+                .into_iter()
+                .flatten()
+                .filter_map(|operation| Some((path.clone(), operation.operation_id.clone()?)))
+        })
+        .collect();
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let Some(create) = item.post.as_mut() else {
+            continue;
+        };
+        let Some(RefOr::T(created)) = create.responses.responses.get_mut("201") else {
+            continue;
+        };
+        let Some(RefOr::Ref(body)) = created
+            .content
+            .get("application/json")
+            .and_then(|content| content.schema.clone())
+        else {
+            continue;
+        };
+        let Some(schema) = body.ref_location.rsplit('/').next() else {
+            continue;
+        };
+        let own: Vec<&str> = path
+            .split('/')
+            .filter_map(|part| part.strip_prefix('{')?.strip_suffix('}'))
+            .collect();
+        for (target, operation_id) in &targets {
+            let Some(rest) = target.strip_prefix(&format!("{path}/{{")) else {
+                continue;
+            };
+            let Some((param, _)) = rest.split_once('}') else {
+                continue;
+            };
+            let Some(pointer) = pointer(schema, param) else {
+                continue;
+            };
+            let mut link = LinkBuilder::new()
+                .operation_id(operation_id.clone())
+                .parameter(param, format!("$response.body#{pointer}"));
+            for name in &own {
+                link = link.parameter(*name, format!("$request.path.{name}"));
+            }
+            created.links.insert(operation_id.clone(), RefOr::T(link.build()));
+        }
+    }
+}
+
+/// The document as served. utoipa 5.5 writes a link's fields in snake
+/// case (`operation_id`); OpenAPI and its readers want `operationId`.
+fn openapi_text(doc: &utoipa::openapi::OpenApi) -> String {
+    fn values(value: Option<&mut serde_json::Value>) -> impl Iterator<Item = &mut serde_json::Value> {
+        value
+            .and_then(serde_json::Value::as_object_mut)
+            .into_iter()
+            .flat_map(|object| object.values_mut())
+    }
+    let mut value = serde_json::to_value(doc).unwrap_or_default();
+    for item in values(value.get_mut("paths")) {
+        for operation in values(Some(item)) {
+            for response in values(operation.get_mut("responses")) {
+                for link in values(response.get_mut("links")).filter_map(|link| link.as_object_mut()) {
+                    for (snake, camel) in [
+                        ("operation_id", "operationId"),
+                        ("operation_ref", "operationRef"),
+                        ("request_body", "requestBody"),
+                    ] {
+                        if let Some(field) = link.remove(snake) {
+                            link.insert(camel.into(), field);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    serde_json::to_string_pretty(&value).unwrap_or_default()
 }
 
 /// A place for one more live stream of `caller` (429 over the limit);

@@ -580,3 +580,48 @@ async fn inputs_that_do_not_fit_get_documented_answers_on_every_route() {
         "only {bodies} routes read JSON, {queries} a query"
     );
 }
+
+/// A creation (`POST` answering 201) links to the operations on what it
+/// made, with the new id or name filled in, so Schemathesis' stateful phase
+/// and client generators follow real ids.
+#[tokio::test(flavor = "multi_thread")]
+async fn creations_link_to_the_operations_on_what_they_made() {
+    let f = Fixture::new().await;
+    let (_, _, doc) = f.get("/api/v1/openapi.json", None).await;
+    let links = |path: &str| doc["paths"][path]["post"]["responses"]["201"]["links"].clone();
+    let runs = links("/api/v1/runs");
+    assert_eq!(runs["get_run"]["parameters"]["run_id"], "$response.body#/id");
+    assert_eq!(runs["create_share"]["parameters"]["run_id"], "$response.body#/id");
+    let users = links("/api/v1/users");
+    assert_eq!(users["change_user"]["parameters"]["name"], "$response.body#/name");
+    let evaluations = links("/api/v1/evaluations");
+    assert_eq!(
+        evaluations["get_evaluation"]["parameters"]["job_id"],
+        "$response.body#/job_id"
+    );
+    let shares = links("/api/v1/runs/{run_id}/shares");
+    assert_eq!(
+        shares["share_views"]["parameters"],
+        json!({"share_id": "$response.body#/link/id", "run_id": "$request.path.run_id"})
+    );
+    // Every link names an operation that exists.
+    let operations: Vec<&Value> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|item| item.as_object().unwrap().values())
+        .collect();
+    let mut count = 0;
+    for operation in &operations {
+        for (status, response) in operation["responses"].as_object().unwrap() {
+            for (name, link) in response["links"].as_object().into_iter().flatten() {
+                assert!(
+                    operations.iter().any(|o| o["operationId"] == link["operationId"]),
+                    "{status} link {name} names no operation"
+                );
+                count += 1;
+            }
+        }
+    }
+    assert!(count >= 30, "{count} links");
+}
