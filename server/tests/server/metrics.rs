@@ -334,6 +334,26 @@ async fn texts_ride_in_batches_once_and_bad_ones_are_refused_clearly() {
             .await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
     }
+    // The same for its metrics in every format, Arrow included.
+    let (status, body) = f
+        .send(
+            "GET",
+            &format!("/runs/{hidden_id}/metrics?key=k&format=columns"),
+            &f.token,
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let arrow = f
+        .server
+        .http
+        .get(f.server.api_url(&format!("/runs/{hidden_id}/metrics?key=k")))
+        .bearer_auth(&f.token)
+        .header("accept", "application/vnd.apache.arrow.stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(arrow.status(), StatusCode::NOT_FOUND);
 }
 
 #[tokio::test(flavor = "multi_thread")]
