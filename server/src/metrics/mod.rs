@@ -213,8 +213,14 @@ pub async fn store(
             duplicate: true,
         });
     }
-    for (key, chunks, update) in &prepared.series {
-        insert_encoded(conn, run_id, &[(key, chunks)]).await?;
+    // Every key's chunks in as few statements as fit, then each key's summary row.
+    let chunks: Vec<(&str, &[EncodedChunk])> = prepared
+        .series
+        .iter()
+        .map(|(key, chunks, _)| (*key, &chunks[..]))
+        .collect();
+    insert_encoded(conn, run_id, &chunks).await?;
+    for (key, _, update) in &prepared.series {
         update_series(conn, run_id, key, update, loss_pattern, now).await?;
     }
     texts::insert(conn, run_id, &batch.texts).await?;
