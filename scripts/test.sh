@@ -2,7 +2,8 @@
 # Runs every GPUPlane check: formatting, clippy, the Rust tests (real server,
 # agent, CLI and SQLite), the docs (scripts/check-docs.py), the Python SDK
 # and MCP tests (pytest against the real server, agent and gpuctl), and the
-# browser tests (Playwright + Chromium).
+# browser tests (Playwright + Chromium), and the benchmark report in smoke
+# mode (bench/report.sh --smoke).
 # On a fresh machine it first installs what it needs; every install step is
 # skipped when its tool is already there. `.ci/run` calls exactly this.
 set -euo pipefail
@@ -81,6 +82,9 @@ step "pytest (the Python SDK, MCP through the official client, alerts to real re
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)
 
+step "benchmarks: the report in smoke mode (every benchmark and the peers at toy sizes; installs MLflow and TensorBoard into target/bench-venv)"
+bash bench/report.sh --smoke
+
 current=""
 echo
-echo "PASSED: fmt, clippy, Rust tests, docs, SDK tests, browser tests in $(( $(date +%s) - started ))s"
+echo "PASSED: fmt, clippy, Rust tests, docs, SDK tests, browser tests, benchmark smoke in $(( $(date +%s) - started ))s"

@@ -11,7 +11,10 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 const KEYS: usize = 20;
-const POINTS_PER_KEY: usize = 1_000_000;
+/// Points each metric gets: 1,000,000 (a few thousand in smoke mode).
+fn points_per_key() -> usize {
+    crate::report::size(1_000_000, 5_000)
+}
 const STEPS_PER_BATCH: usize = 500;
 
 pub async fn run() -> anyhow::Result<()> {
@@ -65,12 +68,12 @@ fn metric_keys() -> Vec<String> {
         .collect()
 }
 
-/// Sends [`KEYS`] metrics × [`POINTS_PER_KEY`] points (a NaN now and then)
+/// Sends [`KEYS`] metrics × [`points_per_key`] points (a NaN now and then)
 /// to a run through the ingest API.
 async fn fill_run(http: &reqwest::Client, server: &ServerProcess, run_id: &str) -> anyhow::Result<()> {
     let keys = metric_keys();
     let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
-    for first_step in (0..POINTS_PER_KEY).step_by(STEPS_PER_BATCH) {
+    for first_step in (0..points_per_key()).step_by(STEPS_PER_BATCH) {
         let mut points = Vec::with_capacity(KEYS * STEPS_PER_BATCH);
         for step in first_step..first_step + STEPS_PER_BATCH {
             for (k, key) in keys.iter().enumerate() {
@@ -144,7 +147,8 @@ pub async fn compare() -> anyhow::Result<()> {
         second?;
     }
     println!(
-        "compare: stored {RUNS} runs × {KEYS} metrics × {POINTS_PER_KEY} points in {:.0} s",
+        "compare: stored {RUNS} runs × {KEYS} metrics × {} points in {:.0} s",
+        points_per_key(),
         started.elapsed().as_secs_f64()
     );
     tokio::time::sleep(std::time::Duration::from_secs(30)).await;
@@ -173,13 +177,14 @@ async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
     let started = Instant::now();
     fill_run(&http, &server, &run_id).await?;
     println!(
-        "console: stored {KEYS} metrics × {POINTS_PER_KEY} points in {:.1} s",
+        "console: stored {KEYS} metrics × {} points in {:.1} s",
+        points_per_key(),
         started.elapsed().as_secs_f64()
     );
 
     // The server merges the batches' small chunks in the background, 2 s after ingest stops.
     let compacting = Instant::now();
-    tokio::time::sleep(std::time::Duration::from_secs(15)).await;
+    tokio::time::sleep(std::time::Duration::from_secs(crate::report::size(15, 3))).await;
     println!(
         "console: waited {:.0} s for chunk compaction",
         compacting.elapsed().as_secs_f64()
@@ -189,11 +194,17 @@ async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
     let (times, size, charts) = render_times(&http, &page_url, &cookie).await?;
     anyhow::ensure!(charts == KEYS, "the page drew {charts} charts, not {KEYS}");
     println!(
-        "console: run page server render, {KEYS} metrics × 1,000,000 points, {charts} SVG charts inline ({} KiB of HTML): p50 {:.1} ms, p95 {:.1} ms (20 renders, 1 client)",
+        "console: run page server render, {KEYS} metrics × {} points, {charts} SVG charts inline ({} KiB of HTML): p50 {:.1} ms, p95 {:.1} ms (20 renders, 1 client)",
+        points_per_key(),
         size / 1024,
         percentile(&times, 0.5),
         percentile(&times, 0.95)
     );
+    let what = format!(
+        "a run page rendered by the server, {KEYS} metrics × {} points, {charts} charts, p50",
+        crate::report::count(points_per_key())
+    );
+    crate::report::record("console.run_page", what, "ms", percentile(&times, 0.5));
 
     let query_url = format!(
         "{}/api/v1/runs/{run_id}/metrics?key=train/metric_0&max_points=400",
@@ -216,7 +227,8 @@ async fn run_page(binaries: &Binaries) -> anyhow::Result<()> {
         }
         times.sort_by(f64::total_cmp);
         println!(
-            "console: one metric of 1,000,000 points, 400 buckets, as {name}: p50 {:.1} ms, p95 {:.1} ms",
+            "console: one metric of {} points, 400 buckets, as {name}: p50 {:.1} ms, p95 {:.1} ms",
+            points_per_key(),
             percentile(&times, 0.5),
             percentile(&times, 0.95)
         );

@@ -2,6 +2,7 @@
 //! submit → RUNNING latency with an idle agent, log ingest through the
 //! server, agent idle CPU, server memory with 10,000 queued jobs.
 
+use crate::report::{count, record, size};
 use anyhow::Context;
 use gpuplane_api::agent::{AgentHello, Report, ReportItem};
 use gpuplane_api::auth::Scope;
@@ -28,6 +29,7 @@ pub async fn run() -> anyhow::Result<()> {
     let binaries = release_binaries()?;
     submit_to_running(&binaries).await?;
     log_ingest(&binaries).await?;
+    live_log_latency(&binaries).await?;
     agent_idle_cpu(&binaries).await?;
     server_rss(&binaries).await?;
     Ok(())
@@ -98,7 +100,7 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
             any_end: i % 20 == 0,
         }];
     }
-    let statuses: HashMap<String, JobStatus> = (0..10_000)
+    let statuses: HashMap<String, JobStatus> = (0..queue.len())
         .step_by(10)
         .map(|i| {
             (
@@ -140,11 +142,17 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
         preempted = result.preemptions.len();
     }
     times.sort_by(f64::total_cmp);
+    let what = format!(
+        "scheduling pass (dependencies, fair share, quotas, preemption), {} queued × {} nodes",
+        count(queue.len()),
+        count(nodes.len())
+    );
     println!(
-        "scheduling: full pure pass (dependencies + fair share + plan with quotas and preemption), 10,000 queued x 1,000 nodes: p50 {:.2} ms, max {:.2} ms ({placed} placed, {preempted} preempted, {waiting} waiting for other jobs)",
+        "scheduling: {what}: p50 {:.2} ms, max {:.2} ms ({placed} placed, {preempted} preempted, {waiting} waiting for other jobs)",
         percentile(&times, 0.5),
         times[times.len() - 1]
     );
+    record("scheduling.pass", what, "ms", percentile(&times, 0.5));
 }
 
 pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -163,7 +171,8 @@ const RULES: Rules = Rules {
 /// preemption), then the server's whole pass (load from SQLite, plan,
 /// write reasons) on the real database.
 async fn scheduling_pass() -> anyhow::Result<()> {
-    let nodes: Vec<NodeCapacity> = (0..1000)
+    let (queued, node_count) = (size(10_000, 500), size(1000, 50));
+    let nodes: Vec<NodeCapacity> = (0..node_count)
         .map(|i| NodeCapacity {
             id: format!("node_{i}"),
             name: format!("n{i:04}"),
@@ -186,7 +195,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             window: None,
         })
         .collect();
-    let queue: Vec<QueuedJob> = (0..10_000)
+    let queue: Vec<QueuedJob> = (0..queued)
         .map(|i| QueuedJob {
             id: format!("job_{i}"),
             gpus: [1, 1, 2, 4, 8, 0][i % 6],
@@ -223,7 +232,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         }
         times.sort_by(f64::total_cmp);
         println!(
-            "scheduling: plan() over 10,000 queued jobs x 1,000 nodes{what}: p50 {:.2} ms, max {:.2} ms ({placed} placed, the rest with reasons)",
+            "scheduling: plan() over {queued} queued jobs x {node_count} nodes{what}: p50 {:.2} ms, max {:.2} ms ({placed} placed, the rest with reasons)",
             percentile(&times, 0.5),
             times[times.len() - 1]
         );
@@ -241,7 +250,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         project: None,
     };
     let mut tx = state.db.begin().await?;
-    for i in 0..1000 {
+    for i in 0..node_count {
         let hello = AgentHello {
             name: format!("n{i:04}"),
             hostname: format!("n{i:04}"),
@@ -254,14 +263,14 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     }
     tx.commit().await?;
     // Fill every GPU and cpu slot first, so the 10,000 jobs all stay queued.
-    let fillers = 1000 * 8 / 8 + 1000 * 4;
+    let fillers = node_count * 8 / 8 + node_count * 4;
     for i in 0..fillers {
         let mut spec = JobSpec::new(format!("filler-{i}"), vec!["true".into()]);
-        spec.resources.gpu = if i < 1000 { 8 } else { 0 };
+        spec.resources.gpu = if i < node_count { 8 } else { 0 };
         gpuplane_server::jobs::store::submit(&state.db, &state.secret, &spec, &user).await?;
     }
     gpuplane_server::jobs::scheduler::pass(&state).await?;
-    for i in 0..10_000 {
+    for i in 0..queued {
         let mut spec = JobSpec::new(format!("queued-{i}"), vec!["true".into()]);
         spec.resources.gpu = [1, 1, 2, 4, 8, 0][i % 6];
         spec.priority = (i % 5) as i64;
@@ -300,14 +309,24 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     plan(&queue, &nodes, &Quotas::default(), RULES, 0);
     let planned = started.elapsed().as_secs_f64() * 1000.0;
     println!(
-        "scheduling: server pass (SQLite load + plan + apply), 10,000 queued x 1,000 nodes: first {first:.1} ms (writes 10,000 reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",
+        "scheduling: server pass (SQLite load + plan + apply), {queued} queued x {node_count} nodes: first {first:.1} ms (writes {queued} reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",
         percentile(&steady, 0.5)
+    );
+    record(
+        "scheduling.server_pass",
+        format!(
+            "the server's pass (SQLite load, plan, apply), {} queued × {} nodes",
+            count(queued),
+            count(node_count)
+        ),
+        "ms",
+        percentile(&steady, 0.5),
     );
     server.stop().await?;
     Ok(())
 }
 
-fn simulated_gpu(index: u32) -> Gpu {
+pub(crate) fn simulated_gpu(index: u32) -> Gpu {
     Gpu {
         index,
         uuid: format!("GPU-{index}"),
@@ -474,31 +493,11 @@ async fn submit_to_running(binaries: &Binaries) -> anyhow::Result<()> {
     wait_for_node(&http, &server).await?;
     let mut client_ms = Vec::new();
     let mut server_ms = Vec::new();
-    for i in 0..200 {
-        let started = Instant::now();
-        let job: serde_json::Value = http
-            .post(format!("{}/api/v1/jobs", server.url))
-            .bearer_auth(&server.token)
-            .json(&serde_json::json!({"name": format!("latency-{i}"), "resources": {"gpu": 1}, "command": ["sleep", "0.2"]}))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let id = job["id"].as_str().context("no job id")?.to_string();
-        let job = loop {
-            let job: serde_json::Value = http
-                .get(format!("{}/api/v1/jobs/{id}", server.url))
-                .bearer_auth(&server.token)
-                .send()
-                .await?
-                .json()
-                .await?;
-            if job["status"] == "RUNNING" || job["status"] == "SUCCEEDED" {
-                break job;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        };
-        client_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    let jobs = size(200, 10);
+    for i in 0..jobs {
+        let (job, ms) =
+            submit_until_running(&http, &server, &format!("latency-{i}"), &["sleep", "0.2"]).await?;
+        client_ms.push(ms);
         let created = parse_time(job["created_at"].as_str().unwrap_or_default());
         let running = parse_time(job["attempts"][0]["started_at"].as_str().unwrap_or_default());
         server_ms.push((running - created) as f64);
@@ -506,13 +505,59 @@ async fn submit_to_running(binaries: &Binaries) -> anyhow::Result<()> {
     client_ms.sort_by(f64::total_cmp);
     server_ms.sort_by(f64::total_cmp);
     println!(
-        "dispatch: submit -> RUNNING, idle agent, 200 jobs: client-observed p50 {:.1} ms, p99 {:.1} ms; server timestamps p50 {:.0} ms, p99 {:.0} ms",
+        "dispatch: submit -> RUNNING, idle agent, {jobs} jobs: client-observed p50 {:.1} ms, p99 {:.1} ms; server timestamps p50 {:.0} ms, p99 {:.0} ms",
         percentile(&client_ms, 0.5),
         percentile(&client_ms, 0.99),
         percentile(&server_ms, 0.5),
         percentile(&server_ms, 0.99)
     );
+    for (id, p) in [("dispatch.p50", 0.5), ("dispatch.p99", 0.99)] {
+        let what = format!(
+            "submit → RUNNING, one idle agent, {jobs} jobs one after another, p{}",
+            p * 100.0
+        );
+        record(id, what, "ms", percentile(&client_ms, p));
+    }
     Ok(())
+}
+
+/// Submits a 1-GPU job and polls it every millisecond until it runs (or
+/// already ended); the job as then shown, and the milliseconds from the
+/// POST to that GET by this process's clock.
+pub(crate) async fn submit_until_running(
+    http: &reqwest::Client,
+    server: &ServerProcess,
+    name: &str,
+    command: &[&str],
+) -> anyhow::Result<(serde_json::Value, f64)> {
+    let started = Instant::now();
+    let job: serde_json::Value = http
+        .post(format!("{}/api/v1/jobs", server.url))
+        .bearer_auth(&server.token)
+        .json(&serde_json::json!({"name": name, "resources": {"gpu": 1}, "command": command}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let id = job["id"].as_str().context("no job id")?.to_string();
+    loop {
+        let job: serde_json::Value = http
+            .get(format!("{}/api/v1/jobs/{id}", server.url))
+            .bearer_auth(&server.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if job["status"] == "RUNNING" || job["status"] == "SUCCEEDED" {
+            return Ok((job, started.elapsed().as_secs_f64() * 1000.0));
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "job {id} never ran: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// Milliseconds since the epoch of an RFC 3339 time with millisecond precision (UTC).
@@ -556,7 +601,7 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     }
     let line = "step 1234 | loss 0.123456 | lr 3.0e-04 | tokens/s 152340 | grad_norm 1.02".to_string();
     let batch = 5_000;
-    let batches = 200;
+    let batches = size(200, 4);
     let started = Instant::now();
     for b in 0..batches {
         let report = Report {
@@ -589,9 +634,19 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
         line.len(),
         total as f64 / seconds
     );
+    record(
+        "logs.ingest",
+        format!(
+            "log lines ingested over HTTP, batches of {batch} lines of {} bytes",
+            line.len()
+        ),
+        "lines/s",
+        total as f64 / seconds,
+    );
     drop(server);
 
     // The whole path: a job prints a million lines; until the server has the last one.
+    let lines = size(1_000_000, 20_000);
     let server = start_server_process(binaries, &[]).await?;
     let jobs_dir = tempfile::tempdir()?;
     let _agent = start_agent(binaries, &server, 1, jobs_dir.path(), &[])?;
@@ -600,7 +655,7 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     let job: serde_json::Value = http
         .post(format!("{}/api/v1/jobs", server.url))
         .bearer_auth(&server.token)
-        .json(&serde_json::json!({"name": "million", "command": ["seq", "1", "1000000"]}))
+        .json(&serde_json::json!({"name": "million", "command": ["seq", "1", lines.to_string()]}))
         .send()
         .await?
         .json()
@@ -617,7 +672,7 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
             .await?
             .json()
             .await?;
-        if logs["lines"][0]["text"] == "1000000" {
+        if logs["lines"][0]["text"] == lines.to_string().as_str() {
             break;
         }
         anyhow::ensure!(
@@ -628,8 +683,17 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "logs: a job printing 1,000,000 lines, submit -> last line on the server through the agent: {seconds:.2} s ({:.0} lines/s)",
-        1_000_000.0 / seconds
+        "logs: a job printing {lines} lines, submit -> last line on the server through the agent: {seconds:.2} s ({:.0} lines/s)",
+        lines as f64 / seconds
+    );
+    record(
+        "logs.job",
+        format!(
+            "a job printing {} lines: submit → its last line on the server, through the agent",
+            count(lines)
+        ),
+        "lines/s",
+        lines as f64 / seconds,
     );
     Ok(())
 }
@@ -655,16 +719,22 @@ async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
     let agent = start_agent(binaries, &server, 8, jobs_dir.path(), &[])?;
     let http = reqwest::Client::new();
     wait_for_node(&http, &server).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(size(2, 1))).await;
     let pid = agent.0.id();
     let before = cpu_seconds(pid)?;
-    let window = Duration::from_secs(20);
+    let window = Duration::from_secs(size(20, 2));
     tokio::time::sleep(window).await;
     let used = cpu_seconds(pid)? - before;
     println!(
         "agent: idle with 8 simulated GPUs read every second (one poll per second): {:.4}% of a core over {}s",
         used / window.as_secs_f64() * 100.0,
         window.as_secs()
+    );
+    record(
+        "agent.idle_cpu",
+        "the agent, idle, reading 8 simulated GPUs every second",
+        "% of a core",
+        used / window.as_secs_f64() * 100.0,
     );
     Ok(())
 }
@@ -712,7 +782,8 @@ async fn server_rss(binaries: &Binaries) -> anyhow::Result<()> {
     let pid = server.process.0.id();
     let idle = rss_mib(pid)?;
     let http = reqwest::Client::new();
-    for i in 0..10_000 {
+    let queued = size(10_000, 200);
+    for i in 0..queued {
         let response = http
             .post(format!("{}/api/v1/jobs", server.url))
             .bearer_auth(&server.token)
@@ -735,9 +806,88 @@ async fn server_rss(binaries: &Binaries) -> anyhow::Result<()> {
         .json()
         .await?;
     println!(
-        "server: RSS idle {idle:.1} MiB; with 10,000 queued jobs (no node online) {:.1} MiB; reason shown: {}",
+        "server: RSS idle {idle:.1} MiB; with {queued} queued jobs (no node online) {:.1} MiB; reason shown: {}",
         rss_mib(pid)?,
         listed["items"][0]["queued_reason"]
     );
+    record("server.rss_idle", "the server's memory (RSS), idle", "MiB", idle);
+    record(
+        "server.rss_queued",
+        format!("the server's memory (RSS) with {} queued jobs", count(queued)),
+        "MiB",
+        rss_mib(pid)?,
+    );
+    Ok(())
+}
+
+/// Live logs: a job prints the time (in nanoseconds) ten times a second; a
+/// client follows `GET /jobs/{id}/logs/stream` (server-sent events) and
+/// takes each line's age when it arrives: through the agent, the server's
+/// store and the stream.
+async fn live_log_latency(binaries: &Binaries) -> anyhow::Result<()> {
+    let server = start_server_process(binaries, &[]).await?;
+    let jobs_dir = tempfile::tempdir()?;
+    let _agent = start_agent(binaries, &server, 1, jobs_dir.path(), &[])?;
+    let http = reqwest::Client::new();
+    wait_for_node(&http, &server).await?;
+    let lines = size(100, 10);
+    let script = format!("for i in $(seq {lines}); do date +%s%N; sleep 0.1; done");
+    let job: serde_json::Value = http
+        .post(format!("{}/api/v1/jobs", server.url))
+        .bearer_auth(&server.token)
+        .json(&serde_json::json!({"name": "live", "command": ["sh", "-c", script]}))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    let job_id = job["id"].as_str().context("no job id")?.to_string();
+    let mut response = http
+        .get(format!(
+            "{}/api/v1/jobs/{job_id}/logs/stream?stream=stdout",
+            server.url
+        ))
+        .bearer_auth(&server.token)
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut ages = Vec::new();
+    let mut pending = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ages.len() < lines {
+        let chunk = tokio::time::timeout_at(deadline.into(), response.chunk())
+            .await
+            .context("the lines stopped coming")??
+            .context("the stream ended early")?;
+        let now_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos() as f64;
+        pending.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<serde_json::Value>(data.trim()) else {
+                continue;
+            };
+            if let Some(printed) = event["text"].as_str().and_then(|t| t.trim().parse::<f64>().ok()) {
+                ages.push((now_ns - printed) / 1e6);
+            }
+        }
+    }
+    ages.sort_by(f64::total_cmp);
+    println!(
+        "logs: live, printed -> arrived at a client following the stream, {lines} lines: p50 {:.1} ms, p99 {:.1} ms",
+        percentile(&ages, 0.5),
+        percentile(&ages, 0.99)
+    );
+    for (id, p) in [("logs.live.p50", 0.5), ("logs.live.p99", 0.99)] {
+        let what = format!(
+            "live log line, printed → shown to a client following the stream, p{}",
+            p * 100.0
+        );
+        record(id, what, "ms", percentile(&ages, p));
+    }
     Ok(())
 }

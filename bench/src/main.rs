@@ -1,13 +1,18 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|scale|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|scale|cluster|all|tfevents FILE]`: measures and prints.
+//! `gpuplane-bench report [--smoke] [--repeat N] [--peers PYTHON] [--out DIR]`
+//! runs them all with the peers and writes the report (see `report.rs`;
+//! `bench/report.sh` is the documented way).
 //!
 //! Uses the release binaries of the server and agent (`cargo build
 //! --release -p gpuplane-server -p gpuplane-agent` first) where a figure is
 //! about a process (latency, CPU, memory), and the server library in this
 //! process for the scheduler's pass.
 
+mod cluster;
 mod console;
 mod jobs;
 mod metrics;
+mod report;
 mod runs;
 mod scale;
 mod storage;
@@ -51,6 +56,11 @@ fn main() -> anyhow::Result<()> {
         "runs" => runtime.block_on(runs::run()),
         "telemetry" => runtime.block_on(telemetry::run()),
         "scale" => runtime.block_on(scale::run()),
+        "cluster" => runtime.block_on(cluster::run()),
+        "report" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            runtime.block_on(report::run(report::Options::parse(&args)?))
+        }
         "storage" => {
             let file = std::env::args().nth(2).map(std::path::PathBuf::from);
             runtime.block_on(storage::run(file.as_deref()))
@@ -70,7 +80,7 @@ fn main() -> anyhow::Result<()> {
             storage::run(None).await
         }),
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry, storage, scale or all"
+            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry, storage, scale, cluster, report or all"
         ),
     }
 }

@@ -1,8 +1,9 @@
-//! Metrics: ingest over HTTP on loopback (batches of 10,000 points), one
-//! metric of 1,000,000 points downsampled to 2,000 buckets, server RSS
-//! during sustained ingest.
+//! Metrics: ingest over HTTP on loopback (batches of 10,000 points) by 1, 2
+//! and 4 clients at once, one metric of 1,000,000 points downsampled to
+//! 2,000 buckets, server RSS during sustained ingest.
 
 use crate::jobs::{Binaries, ServerProcess, percentile, release_binaries, rss_mib, start_server_process};
+use crate::report::{count, record, size};
 use anyhow::Context;
 use std::time::{Duration, Instant};
 
@@ -79,9 +80,10 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
 
     // One key, 1,000,000 points, batches of 10,000: bodies prepared first so
     // the figure is the server's, not the client's JSON encoding.
+    let points = size(1_000_000, 40_000);
     let keys = vec!["train/loss".to_string()];
-    let bodies: Vec<String> = (0..100)
-        .map(|b| batch(&format!("b{b}"), &keys, b * 10_000, 10_000))
+    let bodies: Vec<String> = (0..points / 10_000)
+        .map(|b| batch(&format!("b{b}"), &keys, b as i64 * 10_000, 10_000))
         .collect();
     let mut peak_rss: f64 = 0.0;
     let started = Instant::now();
@@ -91,39 +93,37 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     }
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "metrics: ingest 1,000,000 points of one key over HTTP, batches of 10,000 ({} KiB each), one client: {:.0} points/s ({seconds:.2} s); server RSS peak {peak_rss:.1} MiB",
+        "metrics: ingest {} points of one key over HTTP, batches of 10,000 ({} KiB each), one client: {:.0} points/s ({seconds:.2} s); server RSS peak {peak_rss:.1} MiB",
+        count(points),
         bodies[0].len() / 1024,
-        1_000_000.0 / seconds
+        points as f64 / seconds
     );
 
-    // Two clients at once, 8 keys per batch (another run, so series differ).
-    let keys: Vec<String> = (0..8).map(|k| format!("train/metric_{k}")).collect();
-    let run2 = create_run(&http, &server, "bench-2").await?;
-    let url2 = format!("{}/api/v1/runs/{run2}/metrics", server.url);
-    let bodies: Vec<String> = (0..100)
-        .map(|b| batch(&format!("c{b}"), &keys, b * 1250, 10_000))
-        .collect();
-    let started = Instant::now();
-    let mut tasks = Vec::new();
-    for half in bodies.chunks(50) {
-        let half: Vec<String> = half.to_vec();
-        let (http, url, token) = (http.clone(), url2.clone(), server.token.clone());
-        tasks.push(tokio::spawn(async move {
-            for body in half {
-                ingest(&http, &url, &token, body).await?;
-            }
-            anyhow::Ok(())
-        }));
+    let mut one_client = 0.0;
+    for clients in [1, 2, 4] {
+        let rate = ingest_by_clients(&http, &server, clients, points).await?;
+        println!(
+            "metrics: ingest {points} points of 8 keys, batches of 10,000, {clients} client(s) at once, a run each: {rate:.0} points/s; server RSS {:.1} MiB",
+            rss_mib(pid)?
+        );
+        let who = if clients == 1 {
+            "1 client".to_string()
+        } else {
+            format!("{clients} clients at once")
+        };
+        let what = format!("{who} (Rust, 10,000 points of 8 keys a request, a run each)");
+        record(&format!("ingest.rust.{clients}"), what, "points/s", rate);
+        if clients == 1 {
+            one_client = rate;
+        } else if clients == 2 {
+            record(
+                "ingest.rust.2_over_1",
+                "2 clients' ingest over 1 client's",
+                "×",
+                rate / one_client,
+            );
+        }
     }
-    for task in tasks {
-        task.await??;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    println!(
-        "metrics: ingest 1,000,000 points of 8 keys, batches of 10,000, two clients: {:.0} points/s; server RSS {:.1} MiB",
-        1_000_000.0 / seconds,
-        rss_mib(pid)?
-    );
 
     // One metric of 1,000,000 points downsampled to 2,000 buckets.
     let mut times = Vec::new();
@@ -145,10 +145,15 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     }
     times.sort_by(f64::total_cmp);
     println!(
-        "metrics: 1,000,000 points -> {buckets} buckets over HTTP (query, aggregate, JSON): p50 {:.1} ms, p90 {:.1} ms",
+        "metrics: {points} points -> {buckets} buckets over HTTP (query, aggregate, JSON): p50 {:.1} ms, p90 {:.1} ms",
         percentile(&times, 0.5),
         percentile(&times, 0.9)
     );
+    let what = format!(
+        "one metric of {} points → {buckets} buckets over HTTP (Rust client), p50",
+        count(points)
+    );
+    record("downsample.1m", what, "ms", percentile(&times, 0.5));
     // The same query in this process over the same database file: SQLite
     // and the aggregation without HTTP and JSON.
     let inner = in_process_p50(&server.data_dir(), &run_id).await?;
@@ -156,14 +161,15 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
         "metrics: the same query in-process (SQLite read + aggregation, no HTTP/JSON): p50 {inner:.1} ms"
     );
     let mut zoom = Vec::new();
+    let span = points as i64 / 20;
     for i in 0..30 {
-        let from = i * 30_000;
+        let from = i * (points as i64 - span) / 30;
         let started = Instant::now();
         let response = http
             .get(format!(
                 "{}/api/v1/runs/{run_id}/metrics?key=train/loss&max_points=2000&from={from}&to={}",
                 server.url,
-                from + 50_000
+                from + span
             ))
             .bearer_auth(&server.token)
             .send()
@@ -173,9 +179,15 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     }
     zoom.sort_by(f64::total_cmp);
     println!(
-        "metrics: zoom to 50,000 of the 1,000,000 points -> 2,000 buckets: p50 {:.1} ms",
+        "metrics: zoom to {span} of the {points} points -> 2,000 buckets: p50 {:.1} ms",
         percentile(&zoom, 0.5)
     );
+    let what = format!(
+        "zoom into {} of the {} points → 2,000 buckets over HTTP, p50",
+        count(span as usize),
+        count(points)
+    );
+    record("zoom.1m", what, "ms", percentile(&zoom, 0.5));
     tokio::time::sleep(Duration::from_millis(10)).await;
     Ok(())
 }
@@ -207,4 +219,40 @@ pub(crate) async fn in_process_p50(data_dir: &std::path::Path, run_id: &str) -> 
     times.sort_by(f64::total_cmp);
     pool.close().await;
     Ok(percentile(&times, 0.5))
+}
+
+/// `clients` clients at once, each sending `points` points of 8 keys to a
+/// run of its own in batches of 10,000 (bodies prepared first); points a
+/// second over all of them.
+async fn ingest_by_clients(
+    http: &reqwest::Client,
+    server: &ServerProcess,
+    clients: usize,
+    points: usize,
+) -> anyhow::Result<f64> {
+    let keys: Vec<String> = (0..8).map(|k| format!("train/metric_{k}")).collect();
+    let mut work = Vec::new();
+    for client in 0..clients {
+        let run_id = create_run(http, server, &format!("clients-{clients}-{client}")).await?;
+        let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
+        let bodies: Vec<String> = (0..points / 10_000)
+            .map(|b| batch(&format!("c{b}"), &keys, b as i64 * 1250, 10_000))
+            .collect();
+        work.push((url, bodies));
+    }
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (url, bodies) in work {
+        let (http, token) = (http.clone(), server.token.clone());
+        tasks.push(tokio::spawn(async move {
+            for body in bodies {
+                ingest(&http, &url, &token, body).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    Ok((clients * points) as f64 / started.elapsed().as_secs_f64())
 }

@@ -6,6 +6,7 @@
 
 use crate::jobs::{percentile, release_binaries, start_server_process};
 use crate::metrics::{create_run, in_process_p50};
+use crate::report::{count, record, size};
 use gpuplane_api::metric::{Batch, Point, Value};
 use std::time::Instant;
 
@@ -23,7 +24,8 @@ pub async fn run() -> anyhow::Result<()> {
     server.process.0.wait()?;
 
     let db = gpuplane_server::store::open(&server.data_dir()).await?;
-    for (run_id, points) in [(&small, 1_000_000), (&large, 100_000_000)] {
+    let (small_points, large_points) = (size(1_000_000, 10_000), size(100_000_000, 200_000));
+    for (run_id, points) in [(&small, small_points), (&large, large_points)] {
         let started = Instant::now();
         store(&db, run_id, points).await?;
         let stored = started.elapsed().as_secs_f64();
@@ -50,12 +52,15 @@ pub async fn run() -> anyhow::Result<()> {
 
     let server = crate::jobs::restart_server_process(&binaries, server).await?;
     // Alternately, so both see the same machine.
-    for (run_id, points) in [
-        (&small, 1_000_000),
-        (&large, 100_000_000),
-        (&small, 1_000_000),
-        (&large, 100_000_000),
-    ] {
+    for (round, (run_id, points)) in [
+        (&small, small_points),
+        (&large, large_points),
+        (&small, small_points),
+        (&large, large_points),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let url = format!(
             "{}/api/v1/runs/{run_id}/metrics?key=train/loss&max_points=2000",
             server.url
@@ -81,6 +86,13 @@ pub async fn run() -> anyhow::Result<()> {
             percentile(&times, 0.5),
             percentile(&times, 0.9)
         );
+        if round == 3 {
+            let what = format!(
+                "one metric of {} points → {buckets} buckets over HTTP (Rust client), p50",
+                count(points as usize)
+            );
+            record("downsample.100m", what, "ms", percentile(&times, 0.5));
+        }
     }
     Ok(())
 }

@@ -30,10 +30,15 @@ pub async fn run(tfevents: Option<&Path>) -> anyhow::Result<()> {
         ),
         None => (
             "a training run (loss + lr every step, accuracy every 1,000)".to_string(),
-            training_run(400_000),
+            training_run(crate::report::size(400_000, 5_000)),
         ),
     };
-    measure(&binaries, &what, &points).await
+    let bytes = measure(&binaries, &what, &points).await?;
+    if tfevents.is_none() {
+        let what = format!("{what}, {} points", crate::report::count(points.len()));
+        crate::report::record("storage.training_run", what, "B", bytes);
+    }
+    Ok(())
 }
 
 /// A run of `steps` steps at about 10 steps a second.
@@ -107,7 +112,9 @@ fn tfevents_points(path: &Path) -> anyhow::Result<Vec<Point>> {
     Ok(points)
 }
 
-async fn measure(binaries: &Binaries, what: &str, points: &[Point]) -> anyhow::Result<()> {
+/// Sends `points` through a server and gives the bytes a point its database
+/// file holds in use after compaction.
+async fn measure(binaries: &Binaries, what: &str, points: &[Point]) -> anyhow::Result<f64> {
     let empty = empty_database_bytes().await?;
     let server = start_server_process(binaries, &[]).await?;
     let http = reqwest::Client::new();
@@ -194,8 +201,8 @@ async fn checkpoint(db: &sqlx::SqlitePool) -> anyhow::Result<()> {
 }
 
 /// Bytes per point: of the whole database file (its WAL checkpointed, less
-/// an empty database), and of each series' chunk blobs.
-async fn report(server: &ServerProcess, run_id: &str, points: usize, empty: u64) -> anyhow::Result<()> {
+/// an empty database), and of each series' chunk blobs; gives the first.
+async fn report(server: &ServerProcess, run_id: &str, points: usize, empty: u64) -> anyhow::Result<f64> {
     let path = server.data_dir().join("gpuplane.db");
     let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await?;
     checkpoint(&db).await?;
@@ -228,7 +235,7 @@ async fn report(server: &ServerProcess, run_id: &str, points: usize, empty: u64)
         );
     }
     db.close().await;
-    Ok(())
+    Ok(used as f64 / points as f64)
 }
 
 /// A small deterministic generator (xorshift64*), so every run measures the same data.

@@ -133,7 +133,7 @@ async fn server_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn batch(node_id: &str, round: usize, node: usize) -> TelemetryBatch {
+pub(crate) fn batch(node_id: &str, round: usize, node: usize) -> TelemetryBatch {
     let base = 1.8e9 + round as f64 * SAMPLE_EVERY_S * SAMPLES_PER_BATCH as f64;
     let samples = (0..SAMPLES_PER_BATCH)
         .map(|s| TelemetrySample {
