@@ -54,7 +54,7 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
         .bind(&node_id)
         .execute(&mut *conn)
         .await?;
-    write_gpus(conn, &node_id, &hello.gpus).await?;
+    write_gpus(&mut *conn, &node_id, &hello.gpus).await?;
     Ok((node_id, was_offline.as_deref() == Some("OFFLINE")))
 }
 
@@ -137,6 +137,20 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
 /// AGENT_RECONNECTED. Returns whether it was.
 pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<bool, Error> {
     let now = now_ms();
+    // The usual case, a node already ONLINE: two statements and no
+    // transaction (the readings need no atomicity with the time), since
+    // every agent sends this every couple of seconds.
+    let still_online = sqlx::query("UPDATE nodes SET last_seen_at = ? WHERE id = ? AND status = 'ONLINE'")
+        .bind(now)
+        .bind(node_id)
+        .execute(db)
+        .await?
+        .rows_affected()
+        == 1;
+    if still_online {
+        write_gpus(db, node_id, gpus).await?;
+        return Ok(false);
+    }
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let previous: Option<(String, String)> = sqlx::query_as("SELECT status, name FROM nodes WHERE id = ?")
         .bind(node_id)
@@ -148,7 +162,7 @@ pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<b
         .bind(node_id)
         .execute(&mut *tx)
         .await?;
-    write_gpus(&mut tx, node_id, gpus).await?;
+    write_gpus(&mut *tx, node_id, gpus).await?;
     let reconnected = previous == "OFFLINE";
     if reconnected {
         record_reconnect(&mut tx, node_id, &name, now).await?;
@@ -181,29 +195,38 @@ pub async fn record_reconnect(
     Ok(())
 }
 
-async fn write_gpus(conn: &mut SqliteConnection, node_id: &str, gpus: &[Gpu]) -> Result<(), Error> {
-    for gpu in gpus {
-        sqlx::query(
-            "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
-                               utilization_percent, temperature_c)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT (node_id, idx) DO UPDATE SET
-                 uuid = excluded.uuid, model = excluded.model, source = excluded.source,
-                 memory_total_mib = excluded.memory_total_mib, memory_used_mib = excluded.memory_used_mib,
-                 utilization_percent = excluded.utilization_percent, temperature_c = excluded.temperature_c",
-        )
-        .bind(node_id)
-        .bind(gpu.index as i64)
-        .bind(&gpu.uuid)
-        .bind(&gpu.model)
-        .bind(source_name(gpu.source))
-        .bind(gpu.memory_total_mib.map(|v| v as i64))
-        .bind(gpu.memory_used_mib.map(|v| v as i64))
-        .bind(gpu.utilization_percent.map(|v| v as i64))
-        .bind(gpu.temperature_c.map(|v| v as i64))
-        .execute(&mut *conn)
-        .await?;
+/// Every GPU's row in one statement (a heartbeat of 8 GPUs was 8 statements,
+/// each a round trip to the database thread).
+async fn write_gpus<'c>(
+    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
+    node_id: &str,
+    gpus: &[Gpu],
+) -> Result<(), Error> {
+    if gpus.is_empty() {
+        return Ok(());
     }
+    let mut insert = sqlx::QueryBuilder::new(
+        "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
+                           utilization_percent, temperature_c) ",
+    );
+    insert.push_values(gpus, |mut row, gpu| {
+        row.push_bind(node_id)
+            .push_bind(gpu.index as i64)
+            .push_bind(&gpu.uuid)
+            .push_bind(&gpu.model)
+            .push_bind(source_name(gpu.source))
+            .push_bind(gpu.memory_total_mib.map(|v| v as i64))
+            .push_bind(gpu.memory_used_mib.map(|v| v as i64))
+            .push_bind(gpu.utilization_percent.map(|v| v as i64))
+            .push_bind(gpu.temperature_c.map(|v| v as i64));
+    });
+    insert.push(
+        " ON CONFLICT (node_id, idx) DO UPDATE SET
+             uuid = excluded.uuid, model = excluded.model, source = excluded.source,
+             memory_total_mib = excluded.memory_total_mib, memory_used_mib = excluded.memory_used_mib,
+             utilization_percent = excluded.utilization_percent, temperature_c = excluded.temperature_c",
+    );
+    insert.build().execute(conn).await?;
     Ok(())
 }
 
@@ -330,7 +353,8 @@ fn one_node(rows: u64, name: &str) -> Result<(), Error> {
 /// Turns nodes OFFLINE once their last heartbeat is older than the timeout
 /// (AGENT_DISCONNECTED), and their active attempts LOST once the node has
 /// also missed the grace period (JOB_LOST; requeued when attempts remain).
-/// Sleeps until the next such deadline; heartbeats wake it early.
+/// Sleeps until the next such deadline; a node that says hello or comes
+/// back wakes it early (an ordinary heartbeat only moves a deadline later).
 pub async fn liveness_monitor(state: AppState, mut shutdown: watch::Receiver<bool>) {
     loop {
         let next_check = match check_liveness(&state).await {
