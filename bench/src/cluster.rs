@@ -11,9 +11,12 @@ use crate::jobs::{
     cpu_seconds, release_binaries, rss_mib, simulated_gpu, start_server_process, submit_until_running,
 };
 use crate::report::{count, record, size};
-use anyhow::Context;
-use gpuplane_api::agent::{AgentCommand, AgentHello, AttemptRef, Poll, PollAnswer, Report, ReportItem};
+use gpuplane_agent::client::Client;
+use gpuplane_api::agent::{
+    AgentCommand, AgentHello, AgentWelcome, AttemptRef, Poll, PollAnswer, Report, ReportItem,
+};
 use gpuplane_api::node::Gpu;
+use gpuplane_server::store::time::now_ms;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -43,9 +46,7 @@ pub async fn run() -> anyhow::Result<()> {
     let started = Instant::now();
     for (index, token) in tokens.into_iter().enumerate() {
         let agent = Agent {
-            http: http.clone(),
-            url: server.url.clone(),
-            token,
+            client: Client::new(&server.url, &token)?,
             node_id: String::new(),
             gpus: gpus.clone(),
             index,
@@ -140,11 +141,10 @@ async fn wait_for_online(
     anyhow::bail!("not every agent came online in 60 s")
 }
 
-/// One simulated agent: what `gpuplane-agent` says over HTTP, without processes.
+/// One simulated agent: what `gpuplane-agent` says over HTTP, through its
+/// own client, without processes.
 struct Agent {
-    http: reqwest::Client,
-    url: String,
-    token: String,
+    client: Client,
     node_id: String,
     gpus: Vec<Gpu>,
     /// This agent's place among `agents`, which spreads their telemetry over the period.
@@ -163,8 +163,8 @@ impl Agent {
             agent_version: "bench".into(),
             attempts: Vec::new(),
         };
-        let welcome: serde_json::Value = self.post("hello", &hello).await?.json().await?;
-        self.node_id = welcome["node_id"].as_str().context("no node id")?.to_string();
+        let welcome: AgentWelcome = self.client.post("agent/hello", &hello).await?;
+        self.node_id = welcome.node_id;
         let mut running: Vec<(AttemptRef, Instant)> = Vec::new();
         let mut telemetry_at =
             Instant::now() + TELEMETRY_EVERY.mul_f64(self.index as f64 / self.agents as f64);
@@ -172,7 +172,7 @@ impl Agent {
         loop {
             if Instant::now() >= telemetry_at {
                 let batch = crate::telemetry::batch(&self.node_id, round, self.index);
-                self.post("telemetry", &batch).await?;
+                self.client.post::<_, ()>("agent/telemetry", &batch).await?;
                 telemetry_at += TELEMETRY_EVERY;
                 round += 1;
             }
@@ -194,7 +194,7 @@ impl Agent {
             }
             let answer: PollAnswer = tokio::select! {
                 _ = stopped.changed() => return Ok(()),
-                response = self.post("poll", &poll) => response?.json().await?,
+                answer = self.client.post("agent/poll", &poll) => answer?,
             };
             let mut started = Vec::new();
             for command in answer.commands {
@@ -223,24 +223,12 @@ impl Agent {
         }
     }
 
-    async fn post(&self, route: &str, body: &impl serde::Serialize) -> anyhow::Result<reqwest::Response> {
-        let response = self
-            .http
-            .post(format!("{}/api/v1/agent/{route}", self.url))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await?;
-        anyhow::ensure!(response.status().is_success(), "{route}: {}", response.status());
-        Ok(response)
-    }
-
     async fn report(&self, items: Vec<ReportItem>) -> anyhow::Result<()> {
         let report = Report {
             node_id: self.node_id.clone(),
             items,
         };
-        self.post("report", &report).await.map(drop)
+        Ok(self.client.post::<_, ()>("agent/report", &report).await?)
     }
 }
 
@@ -256,10 +244,4 @@ fn exited(attempt: AttemptRef) -> ReportItem {
         time: now_ms(),
         eval_result: None,
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -179,7 +179,7 @@ struct Figure {
 impl Figure {
     fn of(measured: &[&Measured]) -> Figure {
         let first = measured[0];
-        let mut samples: Vec<f64> = measured.iter().map(|m| m.value).collect();
+        let samples: Vec<f64> = measured.iter().map(|m| m.value).collect();
         let mut sorted = samples.clone();
         sorted.sort_by(f64::total_cmp);
         let middle = sorted.len() / 2;
@@ -188,7 +188,6 @@ impl Figure {
         } else {
             (sorted[middle - 1] + sorted[middle]) / 2.0
         };
-        samples.shrink_to_fit();
         Figure {
             id: first.id.clone(),
             what: first.what.clone(),
