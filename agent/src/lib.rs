@@ -26,6 +26,7 @@ use reporter::Reporter;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// The longest wait between reconnection attempts.
@@ -219,13 +220,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         attempts: manager.known(),
     };
     tokio::pin!(shutdown);
-    let mut backoff = Duration::from_millis(200);
+    const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+    let mut backoff = FIRST_BACKOFF;
     let result = loop {
+        let connected = AtomicBool::new(false);
         let session = async {
             let welcome: AgentWelcome = match client.post("agent/hello", &hello(probe.read())).await {
                 Ok(welcome) => welcome,
                 Err(error) => return error,
             };
+            connected.store(true, Ordering::Relaxed);
             tracing::info!(
                 node_id = welcome.node_id,
                 server_id = welcome.server_id,
@@ -249,10 +253,18 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             ClientError::Refused { .. } => break Err(error.into()),
             ClientError::UnknownNode => {
                 tracing::warn!("the server forgot this node; registering again");
-                backoff = Duration::from_millis(200);
+                backoff = FIRST_BACKOFF;
                 continue;
             }
-            other => tracing::warn!(error = %other, retry_in = ?backoff, "lost the server; will reconnect"),
+            other => {
+                // A server that answered this session and then went away
+                // (restarted) is tried again soon; only failures in a row
+                // wait longer and longer, up to MAX_BACKOFF.
+                if connected.load(Ordering::Relaxed) {
+                    backoff = FIRST_BACKOFF;
+                }
+                tracing::warn!(error = %other, retry_in = ?backoff, "lost the server; will reconnect")
+            }
         }
         tokio::select! {
             () = tokio::time::sleep(backoff) => {}

@@ -7,9 +7,7 @@
 //! agents keep polling. The agents run in this process, on the same cores
 //! as the server.
 
-use crate::jobs::{
-    cpu_seconds, release_binaries, rss_mib, simulated_gpu, start_server_process, submit_until_running,
-};
+use crate::jobs::{cpu_seconds, release_binaries, rss_mib, start_server_process, submit_until_running};
 use crate::report::{count, record, size};
 use gpuplane_agent::client::Client;
 use gpuplane_api::agent::{
@@ -17,6 +15,7 @@ use gpuplane_api::agent::{
 };
 use gpuplane_api::node::Gpu;
 use gpuplane_server::store::time::now_ms;
+use gpuplane_testkit::simulated_gpu;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;

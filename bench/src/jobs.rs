@@ -9,11 +9,10 @@ use gpuplane_api::auth::Scope;
 use gpuplane_api::job::JobSpec;
 use gpuplane_api::job::{Dependency, JobStatus};
 use gpuplane_api::log::LogStream;
-use gpuplane_api::node::{Gpu, GpuSource};
 use gpuplane_server::jobs::dependencies::{Verdict, verdict};
 use gpuplane_server::jobs::fair_share::{self, Usage};
 use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, Rules, RunningAttempt, plan};
-use gpuplane_testkit::{agent_token, start_server_with, user_token};
+use gpuplane_testkit::{agent_token, simulated_gpu, start_server_with, user_token};
 use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -324,19 +323,6 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     );
     server.stop().await?;
     Ok(())
-}
-
-pub(crate) fn simulated_gpu(index: u32) -> Gpu {
-    Gpu {
-        index,
-        uuid: format!("GPU-{index}"),
-        model: "Simulated GPU".into(),
-        source: GpuSource::Simulated,
-        memory_total_mib: Some(81920),
-        memory_used_mib: Some(0),
-        utilization_percent: Some(0),
-        temperature_c: None,
-    }
 }
 
 pub(crate) struct Proc(pub Child);

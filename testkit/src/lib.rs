@@ -2,7 +2,8 @@
 //! server on a free port over a real SQLite file, bootstrapped users and
 //! tokens, the workspace's real binaries, [`TestServer`] (a server and an
 //! HTTP client that speaks `/api/v1`), and [`cluster::Cluster`] — the
-//! server plus real agent processes running real jobs. No mocks.
+//! server plus real agent processes running real jobs, and
+//! [`process::ServerProcess`] — the server binary as a process to kill. No mocks.
 //!
 //! The cross-process system tests (scheduling, diagnosis, gpuctl against
 //! real agents, faults) are this crate's own tests, in `tests/system/`.
@@ -10,10 +11,12 @@
 pub mod cluster;
 pub mod gpuctl;
 pub mod http;
+pub mod process;
 
 pub use http::TestServer;
 
 use gpuplane_api::auth::Scope;
+use gpuplane_api::node::{Gpu, GpuSource};
 use gpuplane_server::config::ServerConfig;
 use gpuplane_server::identity::credentials::{NewToken, create_token};
 use gpuplane_server::{RunningServer, admin, start};
@@ -106,5 +109,20 @@ where
             panic!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A simulated 80 GiB GPU, idle, as an agent with `--fake-gpus` reports it
+/// (for tests and benchmarks that speak the agent protocol themselves).
+pub fn simulated_gpu(index: u32) -> Gpu {
+    Gpu {
+        index,
+        uuid: format!("GPU-{index}"),
+        model: "Simulated GPU".into(),
+        source: GpuSource::Simulated,
+        memory_total_mib: Some(81920),
+        memory_used_mib: Some(0),
+        utilization_percent: Some(0),
+        temperature_c: None,
     }
 }

@@ -80,8 +80,12 @@ pub async fn commands_for(
     let preemption_grace_ms = state.config.settings.preemption_grace_s.saturating_mul(1000);
     let mut commands = Vec::new();
     let mut unopenable = Vec::new();
+    let mut cancelled_before_start = Vec::new();
     for row in &active {
-        if row.cancel_requested_at.is_some() {
+        let started = row.status == "RUNNING" || running.contains(&(row.job_id.as_str(), row.n));
+        if row.cancel_requested_at.is_some() && !started {
+            cancelled_before_start.push((row.job_id.as_str(), row.n));
+        } else if row.cancel_requested_at.is_some() {
             commands.push(AgentCommand::Cancel {
                 job_id: row.job_id.clone(),
                 attempt: row.n,
@@ -93,7 +97,7 @@ pub async fn commands_for(
                 attempt: row.n,
                 grace_ms: preemption_grace_ms,
             });
-        } else if row.status == "DISPATCHING" && !running.contains(&(row.job_id.as_str(), row.n)) {
+        } else if !started {
             let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;
             // The agent gets the secret values, and only in its dispatch. A
             // value this server's key cannot open fails the dispatch: a job
@@ -143,6 +147,15 @@ pub async fn commands_for(
         }
     }
     commands.extend(state.agents.take_pending(node_id));
+    if !cancelled_before_start.is_empty() {
+        let now = now_ms();
+        let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+        for (job_id, attempt) in cancelled_before_start {
+            lifecycle::cancel_before_start(&mut tx, job_id, attempt, now).await?;
+        }
+        tx.commit().await?;
+        state.jobs_changed();
+    }
     if !unopenable.is_empty() {
         let report = Report {
             node_id: node_id.to_string(),

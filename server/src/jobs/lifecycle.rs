@@ -247,13 +247,47 @@ pub async fn lose_attempt(
 
 /// Ends the active attempt of a job and the job itself (used by cancel while offline).
 pub async fn cancel_offline(conn: &mut SqliteConnection, job_id: &str, now: i64) -> Result<(), Error> {
+    end_cancelled(conn, job_id, "cancelled while its node was offline", now).await
+}
+
+/// Ends a job cancelled while DISPATCHING whose agent has not started it
+/// (its poll does not list the attempt, so a dispatch was never received:
+/// lost with a poll answer when the server crashed): there is nothing to
+/// stop, and a cancel sent instead of the dispatch would wait forever. If
+/// the agent did run it after all, its late report only puts the real exit
+/// on record. Nothing happens if the attempt is no longer DISPATCHING.
+pub async fn cancel_before_start(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    now: i64,
+) -> Result<(), Error> {
+    let dispatching: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = ? AND n = ? AND status = 'DISPATCHING')",
+    )
+    .bind(job_id)
+    .bind(attempt)
+    .fetch_one(&mut *conn)
+    .await?;
+    if dispatching {
+        end_cancelled(conn, job_id, "cancelled before its agent started it", now).await?;
+    }
+    Ok(())
+}
+
+/// Ends the job's active attempt (if any) and the job as CANCELLED.
+async fn end_cancelled(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    detail: &str,
+    now: i64,
+) -> Result<(), Error> {
     let attempt: Option<i64> = sqlx::query_scalar(
         "SELECT n FROM attempts WHERE job_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
     )
     .bind(job_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let detail = "cancelled while its node was offline";
     if let Some(attempt) = attempt {
         let end = AttemptEnd::without_exit(JobStatus::Cancelled, None, detail, now);
         end_attempt(conn, job_id, attempt, end).await?;

@@ -4,7 +4,8 @@
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
 use gpuplane_testkit::cluster::{Cluster, sh};
-use gpuplane_testkit::eventually;
+use gpuplane_testkit::{eventually, simulated_gpu};
+use reqwest::Method;
 use serde_json::json;
 use std::time::Duration;
 
@@ -171,4 +172,44 @@ async fn a_lost_job_without_attempts_left_is_lost() {
     let job = cluster.job(&job.id).await;
     assert_eq!(job.status, JobStatus::Lost, "a stale end does not change the job");
     assert_eq!(job.attempts[0].signal, Some(15), "but its real end is on record");
+}
+
+/// A dispatch lost with its poll answer (the server crashed while sending
+/// it), then a cancel: the agent's next poll does not list the attempt, so
+/// it never started, and the job ends CANCELLED at once. (It stayed
+/// DISPATCHING for good: the server sent a cancel the agent could not
+/// match to anything, found by `crash.rs`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_cancelled_before_its_agent_got_the_dispatch_ends_cancelled() {
+    let cluster = Cluster::start().await;
+    let token = cluster.agent_token("by-hand");
+    let gpu = simulated_gpu(0);
+    let hello = json!({"name": "by-hand", "hostname": "by-hand", "gpus": [gpu], "agent_version": "test"});
+    let (status, welcome) = cluster
+        .call(Method::POST, "/agent/hello", Some(hello), &token)
+        .await;
+    assert_eq!(status, 200, "{welcome}");
+    let poll = json!({"node_id": welcome["node_id"], "gpus": [gpu], "running": []});
+    let job = cluster
+        .submit(json!({"name": "never-received", "command": ["true"], "resources": {"gpu": 1}}))
+        .await;
+    cluster.wait_for(&job.id, JobStatus::Dispatching).await;
+    // The answer carrying the dispatch is lost: the test does not poll.
+
+    let (status, body) = cluster
+        .post(&format!("/jobs/{}/cancel", job.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, answer) = cluster
+        .call(Method::POST, "/agent/poll", Some(poll), &token)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["commands"], json!([]), "nothing to start, nothing to stop");
+    let job = cluster.job(&job.id).await;
+    assert_eq!(job.status, JobStatus::Cancelled);
+    assert_eq!(job.attempts[0].status, JobStatus::Cancelled);
+    assert_eq!(
+        job.failure_detail.as_deref(),
+        Some("cancelled before its agent started it")
+    );
 }

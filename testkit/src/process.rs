@@ -1,0 +1,137 @@
+//! The real `gpuplane-server` binary as a child process over a data dir
+//! that outlives it: started, killed with SIGKILL (no shutdown code runs),
+//! checked while it is down, and started again on the same address so its
+//! agents and clients reconnect. For faults an in-process server cannot have.
+
+use crate::binary;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct ServerProcess {
+    pub data_dir: PathBuf,
+    pub url: String,
+    port: u16,
+    flags: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    /// Starts the server over `data_dir` (bootstrapped by the caller) on a
+    /// free port with `flags` after `serve`; its log goes to `server.log`
+    /// beside the data dir, appended across restarts.
+    pub async fn start(data_dir: &Path, flags: &[&str]) -> ServerProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let mut server = ServerProcess {
+            data_dir: data_dir.to_path_buf(),
+            url: format!("http://127.0.0.1:{port}"),
+            port,
+            flags: flags.iter().map(|flag| flag.to_string()).collect(),
+            log: data_dir.with_file_name("server.log"),
+            child: None,
+        };
+        server.restart().await;
+        server
+    }
+
+    /// Starts the process again (same data, address and flags) and waits
+    /// until it answers its health check; returns how long that took.
+    pub async fn restart(&mut self) -> Duration {
+        assert!(self.child.is_none(), "the server is already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("the server log opens");
+        let started = Instant::now();
+        let child = Command::new(binary("gpuplane-server"))
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .args(["serve", "--bind", &format!("127.0.0.1:{}", self.port)])
+            .args(&self.flags)
+            .env("GPUPLANE_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the server starts");
+        self.child = Some(child);
+        let http = reqwest::Client::new();
+        while started.elapsed() < crate::WAIT {
+            let health = http.get(format!("{}/api/v1/health", self.url)).send().await;
+            if health.is_ok_and(|answer| answer.status().is_success()) {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the server did not answer its health check; its log:\n{}",
+            self.log()
+        );
+    }
+
+    /// SIGKILL: the process ends mid-whatever, as in a crash or an OOM kill.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then waits for the graceful shutdown.
+    pub fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let status = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            assert!(status.is_ok_and(|s| s.success()), "kill -TERM");
+            let _ = child.wait();
+        }
+    }
+
+    /// The server's log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SQLite's `integrity_check` and `foreign_key_check` of the database
+    /// while the server is down: `ok`, else what they found.
+    pub async fn integrity_check(&self) -> String {
+        assert!(
+            self.child.is_none(),
+            "check the database while the server is down"
+        );
+        let path = self.data_dir.join(gpuplane_server::store::DATABASE_FILE);
+        let mut conn = SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await
+            .expect("the database opens");
+        let integrity: Vec<String> = sqlx::query_scalar("PRAGMA integrity_check")
+            .fetch_all(&mut conn)
+            .await
+            .expect("integrity_check runs");
+        let foreign_keys: Vec<(String, Option<i64>, String, i64)> =
+            sqlx::query_as("PRAGMA foreign_key_check")
+                .fetch_all(&mut conn)
+                .await
+                .expect("foreign_key_check runs");
+        conn.close().await.expect("the database closes");
+        if integrity == ["ok"] && foreign_keys.is_empty() {
+            "ok".to_string()
+        } else {
+            format!("integrity_check: {integrity:?}; foreign_key_check: {foreign_keys:?}")
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
