@@ -4,6 +4,7 @@
 //! agents and clients reconnect. For faults an in-process server cannot have.
 
 use crate::binary;
+use serde_json::Value;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 use std::path::{Path, PathBuf};
@@ -94,6 +95,18 @@ impl ServerProcess {
         }
     }
 
+    /// The API (under `/api/v1`) with `token`; requests time out after 10 s.
+    pub fn api(&self, token: &str) -> Api {
+        Api {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("an HTTP client"),
+            url: format!("{}/api/v1", self.url),
+            token: token.to_string(),
+        }
+    }
+
     /// The server's log so far (for failure messages).
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -126,6 +139,54 @@ impl ServerProcess {
             "ok".to_string()
         } else {
             format!("integrity_check: {integrity:?}; foreign_key_check: {foreign_keys:?}")
+        }
+    }
+}
+
+/// A client of the API with one token. Errors are the transport's (the
+/// server is down, say); answers are (status, JSON body or `null`).
+#[derive(Clone)]
+pub struct Api {
+    pub http: reqwest::Client,
+    /// Ends in `/api/v1`.
+    pub url: String,
+    pub token: String,
+}
+
+impl Api {
+    pub async fn get(&self, path: &str) -> reqwest::Result<(u16, Value)> {
+        self.send(self.http.get(format!("{}{path}", self.url))).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Result<(u16, Value)> {
+        self.send(self.http.post(format!("{}{path}", self.url)).json(body))
+            .await
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder) -> reqwest::Result<(u16, Value)> {
+        let answer = request.bearer_auth(&self.token).send().await?;
+        let status = answer.status().as_u16();
+        let body = answer.bytes().await?;
+        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
+    }
+
+    /// Every item of a list (`/jobs?q=x`), all pages of 500, newest first;
+    /// panics unless each page answers 200.
+    pub async fn pages(&self, list: &str) -> Vec<Value> {
+        let mut items = Vec::new();
+        let mut before: Option<i64> = None;
+        loop {
+            let cursor = before.map(|c| format!("&before={c}")).unwrap_or_default();
+            let (status, page) = self
+                .get(&format!("{list}&limit=500{cursor}"))
+                .await
+                .expect("the server answers");
+            assert_eq!(status, 200, "{list}: {page}");
+            items.extend(page["items"].as_array().into_iter().flatten().cloned());
+            match page["next_before"].as_i64() {
+                Some(cursor) => before = Some(cursor),
+                None => return items,
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 
 use futures_util::StreamExt;
 use gpuplane_api::auth::Scope;
-use gpuplane_testkit::process::ServerProcess;
+use gpuplane_testkit::process::{Api, ServerProcess};
 use gpuplane_testkit::{agent_token, binary, eventually, user_token};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -85,20 +85,13 @@ async fn the_server_killed_at_random_moments_loses_and_repeats_nothing_acknowled
         "60000",
     ];
     let mut server = ServerProcess::start(&data, &flags).await;
-    let api = Api {
-        http: reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap(),
-        url: format!("{}/api/v1", server.url),
-        token,
-    };
+    let api = server.api(&token);
     let _agents: Vec<AgentProcess> = AGENTS
         .iter()
         .zip(&agent_tokens)
         .map(|(name, token)| AgentProcess::start(dir.path(), &server.url, name, token))
         .collect();
-    api.wait_for_agents().await;
+    wait_for_agents(&api).await;
 
     // Jobs no node can take (more GPUs than any has): the queue that must
     // come back from every crash in the same order, with the same reasons.
@@ -109,7 +102,7 @@ async fn the_server_killed_at_random_moments_loses_and_repeats_nothing_acknowled
         assert_eq!(status, 201, "{body}");
     }
     let queue_before = eventually("the waiting jobs' reasons", gpuplane_testkit::WAIT, || async {
-        let queue = api.waiting_queue().await.ok()?;
+        let queue = waiting_queue(&api).await.ok()?;
         queue
             .iter()
             .all(|(_, _, reason)| reason.contains("no node can ever fit"))
@@ -141,7 +134,7 @@ async fn the_server_killed_at_random_moments_loses_and_repeats_nothing_acknowled
         let integrity = server.integrity_check().await;
         assert_eq!(integrity, "ok", "round {round}: the database after kill -9");
         restarts.push(server.restart().await);
-        let queue = api.waiting_queue().await.unwrap();
+        let queue = waiting_queue(&api).await.unwrap();
         assert_eq!(
             queue, queue_before,
             "round {round}: the waiting queue after the restart"
@@ -150,7 +143,7 @@ async fn the_server_killed_at_random_moments_loses_and_repeats_nothing_acknowled
     let load_seconds = started.elapsed().as_secs_f64();
     // An agent that backed off too long after the last restart shows here:
     // its node times out (an AGENT_DISCONNECTED event, checked below).
-    api.wait_for_agents().await;
+    wait_for_agents(&api).await;
 
     // Drain: the clients stop sending; every job they got acknowledged ends.
     stop.store(true, Ordering::SeqCst);
@@ -293,7 +286,7 @@ async fn check_jobs(api: &Api, sent: &Sent, work: &Path) -> (usize, usize) {
         "jobs launched twice: {:?}",
         launched.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
     );
-    let jobs = api.all_jobs("churn-").await;
+    let jobs = api.pages("/jobs?q=churn-").await;
     let mut by_name: HashMap<String, Vec<&Value>> = HashMap::new();
     for job in &jobs {
         by_name
@@ -360,27 +353,12 @@ async fn check_jobs(api: &Api, sent: &Sent, work: &Path) -> (usize, usize) {
 async fn check_events(api: &Api, sent: &Sent) {
     let received = &sent.events;
     assert!(!received.is_empty(), "the follower received events");
-    let mut recorded = Vec::new();
-    let mut before: Option<i64> = None;
-    loop {
-        let path = match before {
-            Some(cursor) => format!("/events?limit=500&before={cursor}"),
-            None => "/events?limit=500".to_string(),
-        };
-        let (status, page) = api.get(&path).await.unwrap();
-        assert_eq!(status, 200, "{page}");
-        recorded.extend(
-            page["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|e| e["id"].as_str().unwrap().to_string()),
-        );
-        match page["next_before"].as_i64() {
-            Some(cursor) => before = Some(cursor),
-            None => break,
-        }
-    }
+    let mut recorded: Vec<String> = api
+        .pages("/events?")
+        .await
+        .iter()
+        .map(|event| event["id"].as_str().unwrap().to_string())
+        .collect();
     recorded.reverse();
     let first = recorded
         .iter()
@@ -530,81 +508,35 @@ async fn follow_events(api: Api, stop: Arc<AtomicBool>) -> (Vec<String>, usize) 
     (received, resumes.saturating_sub(1))
 }
 
-/// The API with the test's token; errors are the transport's (the server
-/// is down), answers are (status, JSON body).
-#[derive(Clone)]
-struct Api {
-    http: reqwest::Client,
-    url: String,
-    token: String,
+/// Waits until every agent's node is ONLINE.
+async fn wait_for_agents(api: &Api) {
+    eventually("every agent online", gpuplane_testkit::WAIT, || async {
+        let (_, nodes) = api.get("/nodes").await.ok()?;
+        let online = nodes["items"]
+            .as_array()?
+            .iter()
+            .filter(|n| n["status"] == "ONLINE")
+            .count();
+        (online == AGENTS.len()).then_some(())
+    })
+    .await;
 }
 
-impl Api {
-    async fn get(&self, path: &str) -> reqwest::Result<(u16, Value)> {
-        self.send(self.http.get(format!("{}{path}", self.url))).await
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> reqwest::Result<(u16, Value)> {
-        self.send(self.http.post(format!("{}{path}", self.url)).json(body))
-            .await
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> reqwest::Result<(u16, Value)> {
-        let answer = request.bearer_auth(&self.token).send().await?;
-        let status = answer.status().as_u16();
-        let body = answer.bytes().await?;
-        Ok((status, serde_json::from_slice(&body).unwrap_or(Value::Null)))
-    }
-
-    /// Waits until every agent's node is ONLINE.
-    async fn wait_for_agents(&self) {
-        eventually("every agent online", gpuplane_testkit::WAIT, || async {
-            let (_, nodes) = self.get("/nodes").await.ok()?;
-            let online = nodes["items"]
-                .as_array()?
-                .iter()
-                .filter(|n| n["status"] == "ONLINE")
-                .count();
-            (online == AGENTS.len()).then_some(())
+/// The queued `waiting-` jobs: id, priority and reason, in list order.
+async fn waiting_queue(api: &Api) -> reqwest::Result<Vec<(String, i64, String)>> {
+    let (_, page) = api.get("/jobs?status=QUEUED&q=waiting-&limit=500").await?;
+    Ok(page["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|job| {
+            (
+                job["id"].as_str().unwrap_or_default().to_string(),
+                job["priority"].as_i64().unwrap_or_default(),
+                job["queued_reason"].as_str().unwrap_or_default().to_string(),
+            )
         })
-        .await;
-    }
-
-    /// The queued `waiting-` jobs: id, priority and reason, in list order.
-    async fn waiting_queue(&self) -> reqwest::Result<Vec<(String, i64, String)>> {
-        let (_, page) = self.get("/jobs?status=QUEUED&q=waiting-&limit=500").await?;
-        Ok(page["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|job| {
-                (
-                    job["id"].as_str().unwrap_or_default().to_string(),
-                    job["priority"].as_i64().unwrap_or_default(),
-                    job["queued_reason"].as_str().unwrap_or_default().to_string(),
-                )
-            })
-            .collect())
-    }
-
-    /// Every job whose name contains `text`, all pages.
-    async fn all_jobs(&self, text: &str) -> Vec<Value> {
-        let mut jobs = Vec::new();
-        let mut before: Option<i64> = None;
-        loop {
-            let cursor = before.map(|c| format!("&before={c}")).unwrap_or_default();
-            let (status, page) = self
-                .get(&format!("/jobs?q={text}&limit=500{cursor}"))
-                .await
-                .unwrap();
-            assert_eq!(status, 200, "{page}");
-            jobs.extend(page["items"].as_array().unwrap().iter().cloned());
-            match page["next_before"].as_i64() {
-                Some(cursor) => before = Some(cursor),
-                None => return jobs,
-            }
-        }
-    }
+        .collect())
 }
 
 /// A real agent process with 4 simulated GPUs, killed when the test ends.
