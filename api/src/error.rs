@@ -48,6 +48,7 @@ pub mod codes {
     pub const NOT_FOUND: &str = "not_found";
     pub const CONFLICT: &str = "conflict";
     pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    pub const REQUEST_TIMEOUT: &str = "request_timeout";
     /// 503: an agent the request needs is offline.
     pub const UNAVAILABLE: &str = "unavailable";
     pub const INTERNAL: &str = "internal_error";

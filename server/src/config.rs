@@ -162,6 +162,19 @@ settings! {
         #[arg(long, env = "GPUPLANE_MAX_STREAMS_PER_USER", value_name = "N")]
         max_streams_per_user: u32,
 
+        /// Open HTTP connections at once; more wait to be accepted.
+        #[arg(long, env = "GPUPLANE_MAX_CONNECTIONS", value_name = "N")]
+        max_connections: usize,
+
+        /// A connection whose next request head has not fully arrived this long
+        /// after it opened or its last answer (idle, or a slow client) is closed, in seconds.
+        #[arg(long, env = "GPUPLANE_HEADER_TIMEOUT_S", value_name = "S")]
+        header_timeout_s: u64,
+
+        /// A request body not received in full this long after its head answers 408, in seconds.
+        #[arg(long, env = "GPUPLANE_REQUEST_BODY_TIMEOUT_S", value_name = "S")]
+        request_body_timeout_s: u64,
+
         /// Fair share: among jobs of equal priority, the project (then the user)
         /// with fewer GPU-hours in this many seconds goes first; 0 turns it off (FIFO).
         #[arg(long, env = "GPUPLANE_FAIR_SHARE_WINDOW_S", value_name = "S")]
@@ -348,6 +361,8 @@ pub const CONFIG_FILE: &str = "gpuplane.toml";
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
+    /// Connections, and how long a request's head and body may take.
+    pub http_limits: crate::http::Limits,
     pub settings: SettingValues,
     pub site_root: PathBuf,
     pub heartbeat_interval: Duration,
@@ -439,6 +454,9 @@ impl ServerConfig {
         if s.max_streams_per_user < 1 {
             bail!("max_streams_per_user must be at least 1");
         }
+        if s.max_connections < 1 {
+            bail!("max_connections must be at least 1");
+        }
         if s.heartbeat_interval_ms < 1 {
             bail!("heartbeat_interval_ms must be at least 1");
         }
@@ -467,6 +485,11 @@ impl ServerConfig {
             silence_warning: seconds(s.silence_warning_s, "silence_warning_s")?,
             compaction_delay: Duration::from_secs(2),
             stream_max: seconds(s.stream_max_s, "stream_max_s")?,
+            http_limits: crate::http::Limits {
+                max_connections: s.max_connections,
+                header_timeout: seconds(s.header_timeout_s, "header_timeout_s")?,
+                body_timeout: seconds(s.request_body_timeout_s, "request_body_timeout_s")?,
+            },
             scheduling_windows: s
                 .scheduling_windows
                 .iter()

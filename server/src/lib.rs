@@ -9,6 +9,7 @@ pub mod config;
 pub mod console;
 pub mod diagnosis;
 pub mod events;
+pub mod http;
 pub mod identity;
 pub mod jobs;
 pub mod logs;
@@ -25,7 +26,6 @@ use axum::Router;
 use axum::extract::{MatchedPath, Request};
 use config::{Cli, Command, ConfigCommand, ServerConfig};
 use state::AppState;
-use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -58,8 +58,12 @@ pub fn app(state: AppState) -> Router {
         ))
         // MCP takes bearer tokens only: no session or cookie layer.
         .merge(mcp);
+    let body_timeout = state.config.http_limits.body_timeout;
     console::security_headers(app)
         .layer(axum::middleware::from_fn(api::error::log_internal_errors))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            http::limit_body_time(body_timeout, request, next)
+        }))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let route = request
                 .extensions()
@@ -84,19 +88,12 @@ pub async fn serve(
     let compactor = tokio::spawn(metrics::compact::run(state.clone()));
     // A try cut short is made again after a restart: aborting it loses nothing.
     let alerter = tokio::spawn(alerts::run(state.clone()));
-    let mut graceful = state.shutdown.clone();
     let stopper = state.clone();
-    let server = axum::serve(
-        listener,
-        app(state).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = graceful.wait_for(|stop| *stop).await;
-    })
-    .into_future();
+    let (limits, stop) = (state.config.http_limits, state.shutdown.clone());
+    let server = http::serve(listener, app(state), limits, stop);
     tokio::pin!(server);
     tokio::select! {
-        result = &mut server => result.context("the HTTP server failed")?,
+        () = &mut server => {},
         () = shutdown => {
             tracing::info!("shutting down");
             stopper.begin_shutdown();
@@ -235,6 +232,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let file = config::load_file(cli.config.as_deref(), &data_dir)?;
             let config = ServerConfig::resolve(data_dir, file.overlaid(*args)?)?;
             let (listener, state) = bind_and_open(config).await?;
+            let limits = state.config.http_limits;
+            match http::raise_open_file_limit() {
+                Some(files) if (files as usize) < limits.max_connections + 256 => tracing::warn!(
+                    files,
+                    max_connections = limits.max_connections,
+                    "the open-file limit is below max_connections (and some to spare): clients beyond it wait"
+                ),
+                _ => {}
+            }
             tracing::info!(
                 url = state.config.public_url(),
                 data_dir = %state.config.data_dir.display(),

@@ -41,6 +41,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// 408: the body did not arrive in time (`crate::http::limit_body_time`).
+    #[error("{0}")]
+    RequestTimeout(String),
     /// 503: something the request needs (an agent) is not reachable now.
     #[error("{0}")]
     Unavailable(String),
@@ -115,6 +118,7 @@ impl IntoResponse for ApiError {
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE),
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, codes::REQUEST_TIMEOUT),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
         };
@@ -225,8 +229,20 @@ async fn read_body<S: Send + Sync>(request: Request, state: &S) -> Result<axum::
             StatusCode::PAYLOAD_TOO_LARGE => {
                 ApiError::PayloadTooLarge("the request body is too large".into())
             }
-            _ => ApiError::BadRequest(format!("cannot read the request body: {rejection}")),
+            _ => body_read_failed(&rejection),
         })
+}
+
+/// The answer to a body that could not be read: 408 when it came too
+/// slowly, else 400.
+pub fn body_read_failed(error: &(dyn std::error::Error + 'static)) -> ApiError {
+    if crate::http::body_timed_out(error) {
+        ApiError::RequestTimeout(format!(
+            "{error}; send the body faster (the limit is request_body_timeout_s)"
+        ))
+    } else {
+        ApiError::BadRequest(format!("cannot read the request body: {error}"))
+    }
 }
 
 /// Parses a JSON document, naming the offending field on a shape error.

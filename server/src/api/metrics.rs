@@ -78,7 +78,7 @@ async fn read_limited(body: axum::body::Body) -> Result<Bytes, ApiError> {
     let mut bytes = Vec::new();
     let mut total = 0usize;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| ApiError::BadRequest(format!("cannot read the request body: {e}")))?;
+        let chunk = chunk.map_err(|e| super::error::body_read_failed(&e))?;
         total += chunk.len();
         if total <= MAX_INGEST_BYTES {
             bytes.extend_from_slice(&chunk);

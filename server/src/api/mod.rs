@@ -202,6 +202,10 @@ fn document_input_errors(doc: &mut utoipa::openapi::OpenApi) {
             if reads_json {
                 answers.push(("400", "The body is not JSON, or not sent as `application/json`"));
                 answers.push(("413", "The body is too large"));
+                answers.push((
+                    "408",
+                    "The body did not arrive in full within `request_body_timeout_s`",
+                ));
             }
             if reads_json || reads_query {
                 answers.push(("422", "A field or parameter does not fit (each one named)"));

@@ -8,6 +8,7 @@ mod diagnosis;
 mod evaluations;
 mod faults;
 mod gpuctl;
+mod hostile;
 mod jobs;
 mod lifecycle;
 mod scheduling;
