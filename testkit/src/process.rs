@@ -21,6 +21,24 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
+    /// Makes `dir/data` a data dir with an admin's write token and
+    /// `agents` agent tokens, ready for [`ServerProcess::start`]; returns
+    /// the data dir, the user token and the agent tokens.
+    pub async fn bootstrap(dir: &Path, agents: usize) -> (PathBuf, String, Vec<String>) {
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).expect("the data dir is made");
+        let db = gpuplane_server::store::open(&data)
+            .await
+            .expect("the database opens");
+        let token = crate::user_token(&db, "tester", gpuplane_api::auth::Scope::Write, true).await;
+        let mut agent_tokens = Vec::new();
+        for _ in 0..agents {
+            agent_tokens.push(crate::agent_token(&db).await);
+        }
+        db.close().await;
+        (data, token, agent_tokens)
+    }
+
     /// Starts the server over `data_dir` (bootstrapped by the caller) on a
     /// free port with `flags` after `serve`; its log goes to `server.log`
     /// beside the data dir, appended across restarts.

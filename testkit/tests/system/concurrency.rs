@@ -8,9 +8,7 @@
 //! it, and each change has its audit entry. `GPUPLANE_CONCURRENCY_JOBS`
 //! (jobs per writer, default 4) makes the long version.
 
-use gpuplane_api::auth::Scope;
 use gpuplane_testkit::process::{Api, ServerProcess};
-use gpuplane_testkit::user_token;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -41,11 +39,7 @@ fn jobs_per_writer() -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn fifty_writers_ingest_and_compaction_at_once_lose_nothing_and_never_fail() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let db = gpuplane_server::store::open(&data).await.unwrap();
-    let token = user_token(&db, "writer", Scope::Write, true).await;
-    db.close().await;
+    let (data, token, _) = ServerProcess::bootstrap(dir.path(), 0).await;
     let mut server = ServerProcess::start(&data, &[]).await;
     let api = server.api(&token);
     let shared = submit(&api, "shared", 0).await;

@@ -12,9 +12,8 @@
 //! RELIABILITY.md.
 
 use futures_util::StreamExt;
-use gpuplane_api::auth::Scope;
 use gpuplane_testkit::process::{Api, ServerProcess};
-use gpuplane_testkit::{agent_token, binary, eventually, user_token};
+use gpuplane_testkit::{binary, eventually};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -64,15 +63,7 @@ async fn the_server_killed_at_random_moments_loses_and_repeats_nothing_acknowled
     let mut rng = StdRng::seed_from_u64(seed);
 
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let db = gpuplane_server::store::open(&data).await.unwrap();
-    let token = user_token(&db, "crash", Scope::Write, true).await;
-    let mut agent_tokens = Vec::new();
-    for _ in AGENTS {
-        agent_tokens.push(agent_token(&db).await);
-    }
-    db.close().await;
+    let (data, token, agent_tokens) = ServerProcess::bootstrap(dir.path(), AGENTS.len()).await;
     // An agent reconnects within the node timeout of 3 s (it did not: its
     // backoff doubled with every restart); were it late, its jobs are still
     // not LOST: the grace is a minute.

@@ -4,9 +4,7 @@
 //! dawdles past its timeouts (408 for a body) and holds no more
 //! connections than `--max-connections`.
 
-use gpuplane_api::auth::Scope;
 use gpuplane_testkit::process::ServerProcess;
-use gpuplane_testkit::user_token;
 use serde_json::json;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,11 +15,7 @@ const SLOW: usize = 25;
 
 async fn server(flags: &[&str]) -> (tempfile::TempDir, ServerProcess, String) {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let db = gpuplane_server::store::open(&data).await.unwrap();
-    let token = user_token(&db, "user", Scope::Write, true).await;
-    db.close().await;
+    let (data, token, _) = ServerProcess::bootstrap(dir.path(), 0).await;
     let server = ServerProcess::start(&data, flags).await;
     (dir, server, token)
 }
