@@ -49,6 +49,7 @@ pub mod codes {
     pub const CONFLICT: &str = "conflict";
     pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
     pub const REQUEST_TIMEOUT: &str = "request_timeout";
+    pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";
     /// 503: an agent the request needs is offline.
     pub const UNAVAILABLE: &str = "unavailable";
     pub const INTERNAL: &str = "internal_error";

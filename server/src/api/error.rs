@@ -44,6 +44,9 @@ pub enum ApiError {
     /// 408: the body did not arrive in time (`crate::http::limit_body_time`).
     #[error("{0}")]
     RequestTimeout(String),
+    /// 507: the server's disk is full; nothing of the request was kept.
+    #[error("{0}")]
+    InsufficientStorage(String),
     /// 503: something the request needs (an agent) is not reachable now.
     #[error("{0}")]
     Unavailable(String),
@@ -69,9 +72,31 @@ impl From<store::Error> for ApiError {
             store::Error::Invalid(fields) => ApiError::Validation(fields),
             store::Error::Forbidden(message) => ApiError::Forbidden(message),
             store::Error::Limited(message) => ApiError::RateLimited(message),
+            store::Error::Internal(error) if storage_full(&error) => ApiError::InsufficientStorage(
+                "the server's disk is full: nothing of this request was kept; retry once space is freed \
+                 (the SDK keeps what it could not send and sends it then)"
+                    .into(),
+            ),
             store::Error::Internal(error) => ApiError::Internal(error),
         }
     }
+}
+
+/// Whether a storage failure is a full disk: SQLite's SQLITE_FULL, or a
+/// file write that got ENOSPC.
+fn storage_full(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        if let Some(sqlx::Error::Database(database)) = cause.downcast_ref::<sqlx::Error>() {
+            // The extended result code; SQLITE_FULL (13) has no extended forms.
+            return database
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| code & 0xff == 13);
+        }
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+    })
 }
 
 impl From<crate::identity::auth::TokenError> for ApiError {
@@ -120,6 +145,9 @@ impl IntoResponse for ApiError {
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, codes::REQUEST_TIMEOUT),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
+            ApiError::InsufficientStorage(_) => {
+                (StatusCode::INSUFFICIENT_STORAGE, codes::INSUFFICIENT_STORAGE)
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
         };
         let message = match &self {

@@ -206,6 +206,10 @@ fn document_input_errors(doc: &mut utoipa::openapi::OpenApi) {
                     "408",
                     "The body did not arrive in full within `request_body_timeout_s`",
                 ));
+                answers.push((
+                    "507",
+                    "The server's disk is full; nothing of the request was kept",
+                ));
             }
             if reads_json || reads_query {
                 answers.push(("422", "A field or parameter does not fit (each one named)"));

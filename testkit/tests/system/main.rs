@@ -5,6 +5,7 @@
 mod concurrency;
 mod crash;
 mod diagnosis;
+mod diskfull;
 mod evaluations;
 mod faults;
 mod gpuctl;
