@@ -1,0 +1,125 @@
+"""The SDK under faults, with real script processes (RELIABILITY.md): a
+server down while a script logs 100,000 points, a script killed with
+SIGKILL while it spools, and two processes of one run spooling at once.
+Every point once after replay; a second replay adds nothing."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import gpuplane
+from gpuplane._spool import spool_dir
+
+
+def steps(server, run_id, key):
+    answer = server.get(f"/runs/{run_id}/metrics?key={key}&max_points=1000000&format=columns")
+    return answer["steps"]
+
+
+def script(code, **env):
+    """A Python process running `code` with the SDK, the test's spool dir and `env`."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(process, timeout=120):
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err
+    return out
+
+
+def test_a_server_down_while_a_script_logs_100000_points_loses_and_repeats_nothing(server):
+    logger = script(
+        """
+        import time, gpuplane
+        run = gpuplane.init(project="default", name="down-meanwhile")
+        print(run.run_id, flush=True)
+        for step in range(100_000):
+            run.log({"train/loss": 1.0 / (step + 1)}, step=step)
+            if step % 1000 == 0:
+                time.sleep(0.05)
+        run.finish()
+        """,
+        GPUCTL_SERVER=server.url,
+        GPUCTL_TOKEN=server.token,
+    )
+    run_id = logger.stdout.readline().strip()
+    time.sleep(1.0)
+    server.stop()  # down while the script goes on logging
+    time.sleep(3.0)
+    server.start()
+    finished(logger)
+    # What the script could not send before it ended waits in the spool.
+    first = gpuplane.sync(server=server.url, token=server.token)
+    assert first.skipped == 0
+    assert steps(server, run_id, "train/loss") == list(range(100_000))
+    assert gpuplane.sync(server=server.url, token=server.token).sent == 0, "a second replay adds nothing"
+    assert len(steps(server, run_id, "train/loss")) == 100_000
+    assert server.get(f"/runs/{run_id}")["status"] == "FINISHED"
+
+
+def test_a_script_killed_mid_spool_replays_its_complete_records_and_counts_the_torn_one(stopped_server):
+    logger = script(
+        """
+        import gpuplane
+        run = gpuplane.init(project="default", name="killed")
+        step = 0
+        while True:
+            run.log({"train/loss": float(step)}, step=step)
+            step += 1
+            if step % 50 == 0:
+                run.flush()
+        """,
+        GPUCTL_SERVER=stopped_server.url,
+        GPUCTL_TOKEN=stopped_server.token,
+    )
+    time.sleep(2.0)
+    logger.send_signal(signal.SIGKILL)
+    logger.wait()
+    stopped_server.start()
+    result = gpuplane.sync(server=stopped_server.url, token=stopped_server.token)
+    assert result.skipped <= 1, "at most the record being written when it died is torn"
+    [run_id] = result.run_ids.values()
+    found = steps(stopped_server, run_id, "train/loss")
+    assert result.sent > 0 and len(found) == result.sent
+    assert found == list(range(len(found))), "the complete records, each once, in order"
+    assert gpuplane.sync(server=stopped_server.url, token=stopped_server.token).sent == 0
+    print(f"killed mid-spool: {result.sent} points replayed, {result.skipped} torn record skipped")
+
+
+def test_two_processes_of_one_run_spool_at_once_and_both_are_replayed(server):
+    run = gpuplane.init(project="default", name="two-writers", server=server.url, token=server.token)
+    run.flush()
+    server.stop()
+    writers = [
+        script(
+            f"""
+            import gpuplane
+            run = gpuplane.init()
+            for step in range(5000):
+                run.log({{"proc{n}/loss": float(step)}}, step=step)
+            run.finish()
+            """,
+            GPUCTL_SERVER=server.url,
+            GPUCTL_TOKEN=server.token,
+            GPUCTL_RUN_ID=run.run_id,
+        )
+        for n in range(2)
+    ]
+    for writer in writers:
+        finished(writer)
+    assert len(os.listdir(spool_dir())) == 2, "a spool file each"
+    server.start()
+    result = gpuplane.sync(server=server.url, token=server.token)
+    assert (result.sent, result.skipped) == (10_000, 0)
+    for n in range(2):
+        assert steps(server, run.run_id, f"proc{n}/loss") == list(range(5000))
+    assert gpuplane.sync(server=server.url, token=server.token).sent == 0
