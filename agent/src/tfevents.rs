@@ -610,6 +610,58 @@ pub fn is_event_file(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Parses `bytes` as a fresh file would be read: in one go, or in two
+    /// reads split at `split` (the second starting where the first stopped).
+    fn parse_in(bytes: &[u8], split: Option<usize>) -> (Vec<Scalar>, usize, Option<usize>) {
+        let mut file = EventFile::new(Path::new("fuzz"), 0);
+        let mut found = Found::default();
+        let mut parsed = 0;
+        if let Some(split) = split {
+            parsed = file.parse(&bytes[..split.min(bytes.len())], &mut found);
+            assert!(parsed <= split.min(bytes.len()));
+        }
+        if file.corrupt.is_none() {
+            parsed += file.parse(&bytes[parsed..], &mut found);
+        }
+        assert!(parsed <= bytes.len());
+        let corrupt = file.corrupt.map(|c| c.offset as usize);
+        (found.scalars, parsed, corrupt)
+    }
+
+    /// Fuzz: any bytes, read in one go or in two pieces, give the same
+    /// scalars and stop at the same place; never a panic.
+    #[test]
+    fn fuzz_event_file_bytes() {
+        bolero::check!()
+            .with_type::<(Vec<u8>, u16)>()
+            .for_each(|(bytes, split)| {
+                let whole = parse_in(bytes, None);
+                let pieces = parse_in(bytes, Some(*split as usize));
+                assert_eq!(whole.0.len(), pieces.0.len());
+                assert_eq!(whole.1, pieces.1);
+            });
+    }
+
+    /// Fuzz: records with intact framing and CRCs around any payload (so
+    /// the event decoder sees them, not just the framing) are all consumed,
+    /// none is corrupt, and never a panic.
+    #[test]
+    fn fuzz_event_records() {
+        bolero::check!().with_type::<Vec<Vec<u8>>>().for_each(|payloads| {
+            let mut bytes = Vec::new();
+            for payload in payloads {
+                let length = (payload.len() as u64).to_le_bytes();
+                bytes.extend_from_slice(&length);
+                bytes.extend_from_slice(&masked_crc(&length).to_le_bytes());
+                bytes.extend_from_slice(payload);
+                bytes.extend_from_slice(&masked_crc(payload).to_le_bytes());
+            }
+            let (_, parsed, corrupt) = parse_in(&bytes, None);
+            assert_eq!(corrupt, None);
+            assert_eq!(parsed, bytes.len());
+        });
+    }
+
     fn fixture(name: &str) -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")

@@ -381,6 +381,68 @@ mod tests {
     use crate::MAX_I64_SAFE;
     use expect_test::expect;
 
+    /// Fuzz: any bytes, and any JSON object of a spec's fields with any
+    /// values, parse and validate without a panic (an `i64::MIN` priority
+    /// once did).
+    #[test]
+    fn fuzz_job_spec() {
+        bolero::check!().for_each(|bytes: &[u8]| {
+            if let Ok(spec) = serde_json::from_slice::<JobSpec>(bytes) {
+                let _ = validate(&spec, &Policy::default());
+            }
+        });
+        // Integers near the edges (where overflows live) half of the time.
+        let edgy = |(pick, raw): (u8, i64)| -> i64 {
+            let edges = [
+                i64::MIN,
+                i64::MIN + 1,
+                -1,
+                0,
+                1,
+                MAX_I64_SAFE,
+                MAX_I64_SAFE + 1,
+                i64::MAX,
+            ];
+            if pick % 2 == 0 {
+                edges[(pick as usize / 2) % edges.len()]
+            } else {
+                raw
+            }
+        };
+        type Number = (u8, i64);
+        type Fields = (
+            String,
+            Number,
+            Number,
+            Number,
+            (Number, Number, Vec<String>, String),
+            (String, String, bool),
+        );
+        let validated = std::sync::atomic::AtomicUsize::new(0);
+        bolero::check!().with_type::<Fields>().for_each(
+            |(
+                name,
+                priority,
+                max_attempts,
+                gpus,
+                (time_limit, cooldown, command, working_dir),
+                (image, env, interactive),
+            )| {
+                let spec = serde_json::json!({
+                    "name": name, "priority": edgy(*priority), "max_attempts": edgy(*max_attempts),
+                    "resources": {"gpu": edgy(*gpus)}, "time_limit_s": edgy(*time_limit),
+                    "retry_cooldown_s": edgy(*cooldown), "command": command, "working_dir": working_dir,
+                    "image": image, "env": {env: env}, "allow_interactive": interactive,
+                });
+                if let Ok(spec) = serde_json::from_value::<JobSpec>(spec) {
+                    let _ = validate(&spec, &Policy::default());
+                    validated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            },
+        );
+        assert!(validated.into_inner() > 0, "the generated specs reach validation");
+    }
+
     fn check(spec: JobSpec) -> String {
         match validate(&spec, &Policy::default()) {
             Ok(()) => "ok".into(),

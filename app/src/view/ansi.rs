@@ -109,6 +109,19 @@ mod tests {
         pieces(line).into_iter().map(|piece| piece.text).collect()
     }
 
+    /// Fuzz: any line becomes pieces whose text has no escape left and is
+    /// the line's characters in order (escapes dropped, nothing added); never
+    /// a panic.
+    #[test]
+    fn fuzz_ansi_pieces() {
+        bolero::check!().with_type::<String>().for_each(|line| {
+            let text = plain(line);
+            assert!(!text.contains('\u{1b}'), "{line:?} → {text:?}");
+            let mut rest = line.chars();
+            assert!(text.chars().all(|c| rest.any(|d| d == c)), "{line:?} → {text:?}");
+        });
+    }
+
     #[test]
     fn colours_and_bold_become_classes() {
         let got = pieces("ok \u{1b}[1;31mFAILED\u{1b}[0m done");

@@ -783,6 +783,73 @@ async fn load_summaries(
 mod tests {
     use super::*;
 
+    /// Fuzz: any request body goes through the ingest decoder (JSON, then
+    /// validation, then encoding into chunks) without a panic, and what it
+    /// accepts decodes back to its points, bit for bit.
+    #[test]
+    fn fuzz_metric_batch() {
+        bolero::check!().for_each(|bytes: &[u8]| {
+            if let Ok(batch) = crate::api::error::parse_json::<Batch>(bytes)
+                && validate(&batch).is_ok()
+            {
+                let _ = prepare(&batch);
+            }
+        });
+        // Steps at the edges of i64 (delta-of-delta encoding's hard cases)
+        // half of the time; any value bits, non-finite sent as "NaN".
+        type Points = Vec<(u8, (u8, i64), u32, u64)>;
+        let encoded = std::sync::atomic::AtomicUsize::new(0);
+        bolero::check!().with_type::<Points>().for_each(|points| {
+            let edges = [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX];
+            let points: Vec<serde_json::Value> = points
+                .iter()
+                .map(|(key, (pick, raw), wall, bits)| {
+                    let step = if pick % 2 == 0 { edges[(*pick as usize / 2) % edges.len()] } else { *raw };
+                    let value = f64::from_bits(*bits);
+                    let value = if value.is_finite() { serde_json::json!(value) } else { serde_json::json!("NaN") };
+                    let wall = 1.7e9 + *wall as f64 / 1000.0;
+                    serde_json::json!({"key": format!("k{}", key % 4), "step": step, "wall_time": wall, "value": value})
+                })
+                .collect();
+            let body = serde_json::json!({"batch_id": "fuzz", "points": points}).to_string();
+            let batch = crate::api::error::parse_json::<Batch>(body.as_bytes()).expect("a well-formed batch parses");
+            validate(&batch).expect("a well-formed batch is valid");
+            for (key, chunks, _) in prepare(&batch).series {
+                let mut decoded = Vec::new();
+                for chunk in &chunks {
+                    chunk::decode_points(&chunk.points, &mut decoded).expect("a chunk it wrote decodes");
+                }
+                let mut sent: Vec<(i64, u64)> = batch
+                    .points
+                    .iter()
+                    .filter(|p| p.key == key)
+                    .map(|p| (p.step, p.value.0.to_bits()))
+                    .collect();
+                let mut got: Vec<(i64, u64)> = decoded.iter().map(|p| (p.step, p.value.to_bits())).collect();
+                sent.sort_unstable();
+                got.sort_unstable();
+                assert_eq!(got, sent, "{key}: every point once, its value bit for bit");
+            }
+            encoded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        assert!(encoded.into_inner() > 0);
+    }
+
+    /// Fuzz: stored chunk bytes that are not what the encoder wrote (a
+    /// damaged database) are an error, never a panic or an endless loop.
+    #[test]
+    fn fuzz_chunk_decoder() {
+        bolero::check!()
+            .with_type::<(Vec<u8>, i64, i64)>()
+            .for_each(|(bytes, from, to)| {
+                let mut out = Vec::new();
+                let _ = chunk::decode_points(bytes, &mut out);
+                let _ = chunk::decode_steps(bytes, *from, *to, &mut out);
+                let mut subs = Vec::new();
+                chunk::decode_summary(bytes, &mut subs);
+            });
+    }
+
     #[test]
     fn loss_patterns_are_globs() {
         assert!(matches_pattern("*loss*", "train/loss"));
