@@ -8,6 +8,7 @@
 //! | `dispatch.json` | agent | the attempt as the server sent it (mode 0600: it holds the job's token) |
 //! | `stdout.log`, `stderr.log` | the job | its whole output |
 //! | `shim.json` | shim | the job started: its pid |
+//! | `exit.room` | shim | room for `exit.json`, taken at the start and renamed to it at the end, so a full disk keeps the exit |
 //! | `exit.json` | shim | the job ended: code, signal, OOM kill |
 //! | `cancelled` | agent | the server asked to stop it |
 //! | `timed_out` | agent | it reached its time limit and was stopped |

@@ -499,6 +499,9 @@ impl Attempt {
                     spawn_error: None,
                 });
                 self.process.store(0, Ordering::Relaxed);
+                // A job that filled its disk and died between two readings
+                // still gets its DISK_LOW, before its exit is classified.
+                self.report_disk();
                 let item = ReportItem::Exited {
                     job_id: self.dispatch.job_id.clone(),
                     attempt: self.dispatch.attempt,

@@ -22,6 +22,9 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
     }
     let dispatch: Dispatch = files::read_json(&dir.join(DISPATCH))
         .ok_or_else(|| anyhow::anyhow!("cannot read {}", dir.join(DISPATCH).display()))?;
+    // Room for `exit.json`, taken before the job starts: a job that fills
+    // the disk must not cost the record of how it ended.
+    let _ = take_exit_room(dir);
     let stdout = files::append_private(&dir.join("stdout.log"))?;
     let stderr = files::append_private(&dir.join("stderr.log"))?;
     let (program, args, working_dir, env) = command_line(&dispatch, dir);
@@ -52,7 +55,7 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
                 ended_at: now_ms(),
                 spawn_error: Some(format!("cannot start {}: {error}", program.display())),
             };
-            return files::write_json(&dir.join(EXIT), &state);
+            return record_exit(dir, &state);
         }
     };
     files::write_json(
@@ -73,7 +76,43 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
         ended_at: now_ms(),
         spawn_error: None,
     };
-    files::write_json(&dir.join(EXIT), &state)
+    record_exit(dir, &state)
+}
+
+/// The file that holds `exit.json`'s room until the job ends.
+const EXIT_ROOM: &str = "exit.room";
+const EXIT_ROOM_BYTES: usize = 1024;
+
+/// Makes `exit.room`, private like the attempt's other files.
+fn take_exit_room(dir: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(dir.join(EXIT_ROOM))?
+        .write_all(&[b' '; EXIT_ROOM_BYTES])
+}
+
+/// Writes `exit.json`: into the room taken at the start (overwritten in
+/// place, padded with spaces, which JSON allows, then renamed), so no new
+/// block is needed on a disk the job filled; else as a new file.
+fn record_exit(dir: &Path, state: &ExitState) -> anyhow::Result<()> {
+    use std::io::Write;
+    let json = serde_json::to_vec(state)?;
+    let room = dir.join(EXIT_ROOM);
+    if json.len() <= EXIT_ROOM_BYTES
+        && let Ok(mut file) = std::fs::OpenOptions::new().write(true).open(&room)
+    {
+        let mut padded = json;
+        padded.resize(EXIT_ROOM_BYTES, b' ');
+        if file.write_all(&padded).is_ok() && std::fs::rename(&room, dir.join(EXIT)).is_ok() {
+            return Ok(());
+        }
+    }
+    files::write_json(&dir.join(EXIT), state)
 }
 
 fn now_ms() -> i64 {

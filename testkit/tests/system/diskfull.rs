@@ -1,10 +1,14 @@
-//! A full disk under the server's data dir (a small tmpfs the test mounts;
-//! it needs root, and says so and stops where it cannot mount): ingest
-//! answers 507 with a clear message, never a 2xx it cannot keep; health
-//! still answers; once space returns ingest resumes, and after a `kill -9`
-//! and a restart every acknowledged point is there once and the database
-//! passes its integrity check.
+//! Full disks, on small tmpfs file systems the tests mount (they need root,
+//! and say so and stop where they cannot mount). Under the server's data
+//! dir: ingest answers 507 with a clear message, never a 2xx it cannot
+//! keep; health still answers; once space returns ingest resumes, and after
+//! a `kill -9` and a restart every acknowledged point is there once and the
+//! database passes its integrity check. Under a job's working dir on an
+//! agent: DISK_LOW, a failure explained as a full disk, and a retry that
+//! succeeds once space returns.
 
+use gpuplane_api::job::JobStatus;
+use gpuplane_testkit::cluster::{Agent, Cluster, sh};
 use gpuplane_testkit::process::ServerProcess;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -141,5 +145,66 @@ async fn a_full_disk_answers_507_keeps_everything_acknowledged_and_recovers() {
          after a remount to 64 MiB they went in, and after kill -9 all {} points were there once",
         refused.len(),
         total * STEPS_PER_BATCH
+    );
+}
+
+/// The agent's side: a job whose working dir (and the agent's jobs dir) is
+/// a 4 MiB tmpfs fills it with a checkpoint and fails. DISK_LOW is raised
+/// for it, its failure is explained as a full disk, the agent keeps its
+/// files, and once space returns the job's retry succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_disk_on_the_agent_is_disk_low_then_a_clear_failure_and_a_retry_succeeds() {
+    let cluster = Cluster::start().await;
+    let disk = cluster.dir.path().join("agent-disk");
+    if !mount_tmpfs(&disk, "4m") {
+        println!(
+            "diskfull: skipped: this process cannot mount a tmpfs (run the tests as root to include it)"
+        );
+        return;
+    }
+    let _mounted = Mounted(&disk);
+    let jobs_dir = disk.join("jobs");
+    // No --disk-free-percent-override: the agent reads the tmpfs itself.
+    let mut command = cluster.agent_command("small-disk", 1, &jobs_dir);
+    command.args(["--token", &cluster.agent_token("small-disk")]);
+    let _agent = Agent {
+        child: command.spawn().unwrap(),
+        jobs_dir: jobs_dir.clone(),
+    };
+    cluster.wait_for_nodes(1).await;
+    let work = disk.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let job = cluster
+        .submit(json!({
+            "name": "fills-its-disk", "working_dir": work, "max_attempts": 1,
+            "command": sh("echo saving; dd if=/dev/zero of=checkpoint.bin bs=64k count=1000 2>/dev/null || exit 3"),
+        }))
+        .await;
+    let failed = cluster.wait_for(&job.id, JobStatus::Failed).await;
+    assert_eq!(
+        failed.attempts[0].exit_code,
+        Some(3),
+        "{}",
+        serde_json::to_string_pretty(&failed).unwrap()
+    );
+    let disk_low = cluster.events(&format!("job_id={}&kind=DISK_LOW", job.id)).await;
+    assert_eq!(disk_low.len(), 1, "one DISK_LOW for the attempt");
+    let run_id = failed.run_id.clone();
+    let (status, explanation) = cluster.get(&format!("/runs/{run_id}/failure")).await;
+    assert_eq!(status, 200, "{explanation}");
+    assert_eq!(explanation["category"], "disk full", "{explanation}");
+    assert!(
+        jobs_dir.join(&job.id).join("attempt-1").is_dir(),
+        "the agent keeps the attempt's files"
+    );
+
+    // Space returns: the same job, retried, runs to its end.
+    remount(&disk, "64m");
+    let (status, body) = cluster.post(&format!("/jobs/{}/retry", job.id), json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let done = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    assert_eq!(done.attempts.len(), 2);
+    println!(
+        "diskfull: the agent's 4 MiB disk filled: DISK_LOW, failure explained as `disk full`; after a remount the retry succeeded"
     );
 }
