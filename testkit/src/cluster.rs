@@ -87,7 +87,20 @@ impl Cluster {
 
     /// Starts an agent over an existing jobs dir (a restarted agent).
     pub fn agent_in(&self, name: &str, gpus: u32, jobs_dir: &std::path::Path, extra: &[&str]) -> Agent {
-        let mut command = self.agent_command(name, gpus, jobs_dir);
+        self.agent_at(&self.server.url, name, gpus, jobs_dir, extra)
+    }
+
+    /// Starts an agent that reaches the server at `server` (a
+    /// [`crate::netcut::Link`] to it, say).
+    pub fn agent_at(
+        &self,
+        server: &str,
+        name: &str,
+        gpus: u32,
+        jobs_dir: &std::path::Path,
+        extra: &[&str],
+    ) -> Agent {
+        let mut command = self.agent_command_at(server, name, gpus, jobs_dir);
         command.args(["--token", &self.agent_token(name)]).args(extra);
         // The test host's own disk may be nearly full; a DISK_LOW event
         // would then change what a failure is explained as. Tests of
@@ -104,6 +117,10 @@ impl Cluster {
     /// The command line of an agent named `name`, without its token, its
     /// log appended to `agent-NAME.log` (a restarted agent's follows the first's).
     pub fn agent_command(&self, name: &str, gpus: u32, jobs_dir: &std::path::Path) -> Command {
+        self.agent_command_at(&self.server.url, name, gpus, jobs_dir)
+    }
+
+    fn agent_command_at(&self, server: &str, name: &str, gpus: u32, jobs_dir: &std::path::Path) -> Command {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -111,7 +128,7 @@ impl Cluster {
             .unwrap();
         let mut command = Command::new(binary("gpuplane-agent"));
         command
-            .args(["--server", &self.server.url, "--name", name])
+            .args(["--server", server, "--name", name])
             .args(["--fake-gpus", &gpus.to_string()])
             .arg("--jobs-dir")
             .arg(jobs_dir)
@@ -119,6 +136,20 @@ impl Cluster {
             .stdout(Stdio::null())
             .stderr(log);
         command
+    }
+
+    /// Every point of the run's `key` as (step, value), none thinned out.
+    pub async fn series(&self, run_id: &str, key: &str) -> Vec<(i64, Value)> {
+        let (status, body) = self
+            .get(&format!("/runs/{run_id}/metrics?key={key}&max_points=100000"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["step"].as_i64().unwrap(), p["value"].clone()))
+            .collect()
     }
 
     /// Waits until `count` nodes are ONLINE.

@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod gpuctl;
 pub mod http;
+pub mod netcut;
 pub mod process;
 
 pub use http::TestServer;
@@ -44,6 +45,35 @@ pub fn binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A long-version knob of a fault test: the number in the environment
+/// variable `name`, or `default` when it is unset.
+pub fn size_from_env(name: &str, default: usize) -> usize {
+    match std::env::var(name) {
+        Ok(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is a number, not {value:?}")),
+        Err(_) => default,
+    }
+}
+
+/// A fault test's seed: the number in the environment variable `name`, a
+/// new random one when it is set but empty, or `default` when it is unset.
+pub fn seed_from_env(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(seed) if seed.is_empty() => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
+        }
+        Ok(seed) => seed
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is a number, not {seed:?}")),
+        Err(_) => default,
+    }
 }
 
 /// Starts a server on `127.0.0.1:0` with its database in `data_dir`, fast

@@ -30,10 +30,7 @@ struct Expected {
 
 /// Jobs each writer takes through its changes.
 fn jobs_per_writer() -> usize {
-    std::env::var("GPUPLANE_CONCURRENCY_JOBS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(4)
+    gpuplane_testkit::size_from_env("GPUPLANE_CONCURRENCY_JOBS", 4)
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -50,15 +50,8 @@ struct Sent {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_server_killed_at_random_moments_loses_and_repeats_nothing_acknowledged() {
-    let rounds: usize = std::env::var("GPUPLANE_CRASH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(6);
-    let seed: u64 = match std::env::var("GPUPLANE_CRASH_SEED") {
-        Ok(seed) if seed.is_empty() => rand::random(),
-        Ok(seed) => seed.parse().expect("GPUPLANE_CRASH_SEED is a number"),
-        Err(_) => 20261202,
-    };
+    let rounds = gpuplane_testkit::size_from_env("GPUPLANE_CRASH_ROUNDS", 6);
+    let seed = gpuplane_testkit::seed_from_env("GPUPLANE_CRASH_SEED", 20261202);
     println!("crash: {rounds} rounds, seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
 

@@ -112,7 +112,14 @@ async fn a_cut_longer_than_the_grace_period_loses_the_attempt_and_requeues_the_j
     let agent = cluster.agent("box", 1, &[]);
     cluster.wait_for_nodes(1).await;
     let work = cluster.workdir("long-cut");
-    let job = cluster.submit(counting_job(&work, 80, 2)).await;
+    // Each attempt also appends its number to `copies` as it counts, so an
+    // orphan still running beside its successor shows.
+    let job = cluster
+        .submit(json!({
+            "name": "counter", "working_dir": work, "max_attempts": 2, "retry_cooldown_s": 0,
+            "command": sh("echo x >> starts; i=1; while [ $i -le 120 ]; do echo $i; echo $GPUCTL_ATTEMPT >> copies; i=$((i+1)); sleep 0.05; done"),
+        }))
+        .await;
     cluster.wait_for(&job.id, JobStatus::Running).await;
 
     agent.signal("STOP");
@@ -136,7 +143,18 @@ async fn a_cut_longer_than_the_grace_period_loses_the_attempt_and_requeues_the_j
     assert_eq!(starts(&work), 2);
     let logs = cluster.logs(&job.id, "stream=stdout&tail=10000&attempt=2").await;
     let lines: Vec<String> = logs.lines.into_iter().map(|l| l.text).collect();
-    assert_eq!(lines, expected_lines(80));
+    assert_eq!(lines, expected_lines(120));
+    let copies = std::fs::read_to_string(work.join("copies")).unwrap();
+    let copies: Vec<&str> = copies.lines().collect();
+    let second = copies.iter().position(|c| *c == "2").unwrap();
+    assert!(
+        copies[second..].iter().all(|c| *c == "2"),
+        "attempt 1 stopped before attempt 2 started: {copies:?}"
+    );
+    assert!(
+        copies[..second].len() < 120,
+        "the orphan was stopped, not left to finish"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,26 +6,13 @@
 
 use gpuplane_api::job::JobStatus;
 use gpuplane_testkit::cluster::{Cluster, sh};
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn fixture(name: &str) -> String {
     format!(
         "{}/tests/fixtures/{name}",
         concat!(env!("CARGO_MANIFEST_DIR"), "/../agent")
     )
-}
-
-async fn series(cluster: &Cluster, run_id: &str, key: &str) -> Vec<(i64, Value)> {
-    let (status, body) = cluster
-        .get(&format!("/runs/{run_id}/metrics?key={key}&max_points=100000"))
-        .await;
-    assert_eq!(status, 200, "{body}");
-    body["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["step"].as_i64().unwrap(), p["value"].clone()))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -45,12 +32,12 @@ async fn event_files_in_watch_dirs_become_metrics_with_non_finite_values_kept() 
         )
         .await;
     let done = cluster.wait_for(&simple.id, JobStatus::Succeeded).await;
-    let loss = series(&cluster, &done.run_id, "train/loss").await;
+    let loss = cluster.series(&done.run_id, "train/loss").await;
     assert_eq!(loss.len(), 50, "only the watched dir");
     assert_eq!(loss[13].1, "NaN");
     assert_eq!(loss[14].1, "Infinity");
     assert_eq!(loss[15].1, "-Infinity");
-    assert_eq!(series(&cluster, &done.run_id, "eval/accuracy").await.len(), 50);
+    assert_eq!(cluster.series(&done.run_id, "eval/accuracy").await.len(), 50);
 
     // The tensor form, found in a subdirectory of the watch dir.
     let work = cluster.workdir("tb2");
@@ -58,7 +45,7 @@ async fn event_files_in_watch_dirs_become_metrics_with_non_finite_values_kept() 
         .submit(json!({"name": "tb2", "working_dir": work, "watch_dirs": ["tb"], "command": sh(&script)}))
         .await;
     let done = cluster.wait_for(&tensor.id, JobStatus::Succeeded).await;
-    let loss = series(&cluster, &done.run_id, "train/loss").await;
+    let loss = cluster.series(&done.run_id, "train/loss").await;
     assert_eq!(loss.len(), 100, "both files: 50 simple + 50 tensor");
     let (_, run) = cluster.get(&format!("/runs/{}", done.run_id)).await;
     assert_eq!(run["latest"]["eval/accuracy"]["step"], 49);
@@ -97,7 +84,7 @@ async fn tensorboard_hyperparameters_become_the_runs_config_beside_the_sdks() {
         "{run}"
     );
     assert_eq!(run["tags"], json!(["tb"]));
-    assert_eq!(series(&cluster, &done.run_id, "eval/accuracy").await.len(), 1);
+    assert_eq!(cluster.series(&done.run_id, "eval/accuracy").await.len(), 1);
     let (_, found) = cluster
         .get("/runs?config.optimizer=adam&config.depth=%3E%3D12&tag=tb")
         .await;
@@ -163,7 +150,7 @@ async fn an_agent_killed_while_a_file_grows_sends_every_point_once() {
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Running).await;
     gpuplane_testkit::eventually("the first half's points", gpuplane_testkit::WAIT, || async {
-        let points = series(&cluster, &job.run_id, "train/loss").await.len();
+        let points = cluster.series(&job.run_id, "train/loss").await.len();
         (points > 0).then_some(())
     })
     .await;
@@ -171,7 +158,7 @@ async fn an_agent_killed_while_a_file_grows_sends_every_point_once() {
     std::fs::write(work.join("go"), "").unwrap();
     let _again = cluster.agent_in("box", 1, &agent.jobs_dir.clone(), &[]);
     cluster.wait_for(&job.id, JobStatus::Succeeded).await;
-    let loss = series(&cluster, &job.run_id, "train/loss").await;
+    let loss = cluster.series(&job.run_id, "train/loss").await;
     let steps: Vec<i64> = loss.iter().map(|(step, _)| *step).collect();
     assert_eq!(
         steps,
