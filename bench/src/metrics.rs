@@ -2,7 +2,9 @@
 //! and 4 clients at once, one metric of 1,000,000 points downsampled to
 //! 2,000 buckets, server RSS during sustained ingest.
 
-use crate::jobs::{Binaries, ServerProcess, percentile, release_binaries, rss_mib, start_server_process};
+use crate::jobs::{
+    Binaries, ServerProcess, cpu_seconds, percentile, release_binaries, rss_mib, start_server_process,
+};
 use crate::report::{count, record, size};
 use anyhow::Context;
 use std::time::{Duration, Instant};
@@ -240,6 +242,8 @@ async fn ingest_by_clients(
             .collect();
         work.push((url, bodies));
     }
+    let pid = server.process.0.id();
+    let (server_cpu, bench_cpu) = (cpu_seconds(pid)?, cpu_seconds(std::process::id())?);
     let started = Instant::now();
     let mut tasks = Vec::new();
     for (url, bodies) in work {
@@ -254,5 +258,11 @@ async fn ingest_by_clients(
     for task in tasks {
         task.await??;
     }
-    Ok((clients * points) as f64 / started.elapsed().as_secs_f64())
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "metrics: {clients} client(s): the server kept {:.2} cores busy, this benchmark's client {:.2}",
+        (cpu_seconds(pid)? - server_cpu) / seconds,
+        (cpu_seconds(std::process::id())? - bench_cpu) / seconds
+    );
+    Ok((clients * points) as f64 / seconds)
 }

@@ -67,9 +67,9 @@ pub async fn run() -> anyhow::Result<()> {
             points,
             texts: Vec::new(),
         };
-        // One transaction a batch, as the server's ingest route does.
-        let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
-        gpuplane_server::metrics::ingest(&mut tx, &run_id, &batch, "loss").await?;
+        // One transaction a batch.
+        let mut tx = gpuplane_server::store::write(&db).await?;
+        gpuplane_server::metrics::ingest(&mut tx, &run_id, batch, "loss").await?;
         tx.commit().await?;
     }
     println!(

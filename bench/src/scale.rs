@@ -115,7 +115,7 @@ async fn store(db: &sqlx::SqlitePool, run_id: &str, count: i64) -> anyhow::Resul
             texts: Vec::new(),
         };
         let mut tx = db.begin().await?;
-        gpuplane_server::metrics::ingest(&mut tx, run_id, &batch, "*loss*")
+        gpuplane_server::metrics::ingest(&mut tx, run_id, batch, "*loss*")
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         tx.commit().await?;

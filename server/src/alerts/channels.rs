@@ -225,7 +225,7 @@ pub async fn create(
 /// Removes a channel and its subscriptions; its pending deliveries fail
 /// with the reason when their turn comes.
 pub async fn delete(db: &SqlitePool, name: &str) -> Result<(), Error> {
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     sqlx::query("DELETE FROM alert_subscriptions WHERE channel = ?")
         .bind(name)
         .execute(&mut *tx)

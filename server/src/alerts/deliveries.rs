@@ -41,7 +41,7 @@ pub async fn fan_out(db: &SqlitePool) -> Result<usize, Error> {
         return Ok(0);
     }
     let rules = subscriptions::rules(db).await?;
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let cursor: i64 = sqlx::query_scalar("SELECT seq FROM alert_cursor")
         .fetch_one(&mut *tx)
         .await?;

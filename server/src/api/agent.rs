@@ -30,7 +30,7 @@ pub async fn hello(
     ApiJson(hello): ApiJson<AgentHello>,
 ) -> Result<Json<AgentWelcome>, ApiError> {
     validate_hello(&hello)?;
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     bind_token_to_node(&mut tx, &auth.caller, &hello.name).await?;
     let (node_id, was_offline) = nodes::register(&mut tx, &hello).await?;
     if was_offline {
@@ -138,7 +138,7 @@ pub async fn telemetry(
 ) -> Result<StatusCode, ApiError> {
     require_own_node(&state.db, &auth.caller, &batch.node_id).await?;
     nodes::telemetry::validate(&batch)?;
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     let ingested = nodes::telemetry::ingest(&mut tx, &batch.node_id, &batch).await?;
     tx.commit().await?;
     if ingested.faults > 0 {

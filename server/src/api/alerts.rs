@@ -331,7 +331,7 @@ pub async fn raise_run_alert(
         text => format!("{title}: {text}"),
     };
     let now = now_ms();
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     if alert.wait_s > 0 {
         let recent: Option<i64> = sqlx::query_scalar(
             "SELECT 1 FROM events WHERE run_id = ? AND kind = ? AND time > ?

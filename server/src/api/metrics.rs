@@ -57,12 +57,11 @@ pub async fn ingest(
         other => other,
     })?;
     metrics::validate(&batch)?;
-    // Encoded before taking the write lock, so requests encode in parallel
-    // and the lock is held only to insert.
-    let prepared = metrics::prepare(&batch);
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
-    let result = metrics::store(&mut tx, &run_id, &prepared, &state.config.settings.loss_pattern).await?;
-    tx.commit().await?;
+    // Decoded and encoded here, by as many requests at once as there are
+    // cores; stored with the batches of other requests waiting at the same
+    // moment, in one transaction (`metrics::group`).
+    let prepared = metrics::prepare(batch);
+    let result = state.metric_writer.store(run_id, prepared).await?;
     if !result.duplicate {
         let _ = state.event_recorded.send(());
     }

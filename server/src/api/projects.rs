@@ -68,7 +68,7 @@ pub async fn create_project(
         ));
     }
     let now = now_ms();
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     sqlx::query("INSERT INTO projects (name, created_at) VALUES (?, ?)")
         .bind(&new.name)
         .bind(now)

@@ -385,7 +385,7 @@ pub async fn update_config(
     ApiJson(update): ApiJson<ConfigUpdate>,
 ) -> Result<Json<Run>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     runs::details::update_config(&mut tx, &run_id, &update.config).await?;
     tx.commit().await?;
     Ok(Json(runs::get(&state.db, &run_id).await?))
@@ -406,7 +406,7 @@ pub async fn change_run(
     ApiJson(changes): ApiJson<RunChanges>,
 ) -> Result<Json<Run>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Editor).await?;
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     runs::details::change(&mut tx, &run_id, &changes).await?;
     if let Some(finished) = changes.finished {
         runs::set_finished(&mut tx, &run_id, finished).await?;

@@ -244,7 +244,7 @@ async fn redeem(
     client_id: Option<&str>,
 ) -> Result<Response, store::Error> {
     let now = now_ms();
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     let pending: Option<Pending> = sqlx::query_as(
         "SELECT id, client_id, client_host, status, user_id, interval_s, last_poll_at, expires_at
          FROM device_authorizations WHERE device_code_hash = ?",

@@ -352,7 +352,7 @@ async fn provision(
             format!("{base}-{}", attempt + 1)
         };
         // The user and their membership, together or not at all.
-        let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = crate::store::write(&state.db).await?;
         let inserted = sqlx::query(
             "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES (?, ?, ?, ?, 0, ?)
              ON CONFLICT (name) DO NOTHING",

@@ -71,7 +71,7 @@ pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
     }
     let id = new_id("usr");
     let password_hash = hash_password(&new.password)?;
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let inserted = sqlx::query(
         "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?, ?)",
     )

@@ -149,7 +149,7 @@ pub async fn commands_for(
     commands.extend(state.agents.take_pending(node_id));
     if !cancelled_before_start.is_empty() {
         let now = now_ms();
-        let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = crate::store::write(&state.db).await?;
         for (job_id, attempt) in cancelled_before_start {
             lifecycle::cancel_before_start(&mut tx, job_id, attempt, now).await?;
         }

@@ -41,7 +41,7 @@ struct Reporter<'a> {
 /// Applies an agent's report in one transaction.
 pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, Error> {
     let node_id = report.node_id.as_str();
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     let node_name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
         .bind(node_id)
         .fetch_optional(&mut *tx)
@@ -462,7 +462,7 @@ async fn points_read(
         return Ok(false);
     }
     let run_id = run_of(conn, job_id).await?;
-    crate::metrics::ingest(conn, &run_id, &batch, &node.state.config.settings.loss_pattern).await?;
+    crate::metrics::ingest(conn, &run_id, batch, &node.state.config.settings.loss_pattern).await?;
     Ok(true)
 }
 

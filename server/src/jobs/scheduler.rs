@@ -144,7 +144,7 @@ pub fn fair_share_policy(state: &AppState) -> fair_share::Policy {
 /// preemption grace. The job is queued again when the attempt ends.
 async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Result<(), Error> {
     let grace = gpuplane_api::duration::format_seconds(state.config.settings.preemption_grace_s as i64);
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     let mut nodes = Vec::new();
     for p in preemptions {
         // It may have ended, or been preempted already, since the nodes were read.
@@ -236,7 +236,7 @@ type Split = (Vec<QueuedJob>, Vec<(String, String)>, Vec<(String, String)>);
 
 /// Fails queued jobs whose `after` can no longer be met (DEPENDENCY_FAILED).
 async fn fail_dependents(state: &AppState, never: &[(String, String)], now: i64) -> Result<(), Error> {
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     for (job_id, detail) in never {
         // It may have been cancelled or held since the queue was read.
         let still_queued: Option<String> =
@@ -459,7 +459,7 @@ async fn apply(
     if placements.is_empty() && changed.is_empty() {
         return Ok(());
     }
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     let mut dispatched_to = Vec::new();
     for placement in placements {
         // The job may have been cancelled since the queue was read.

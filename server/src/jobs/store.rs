@@ -30,7 +30,7 @@ pub async fn submit(
     principal: &Principal,
 ) -> Result<String, Error> {
     check_references(db, spec, principal).await?;
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let job_id = insert(&mut tx, secret, spec, principal.user_id.as_deref()).await?;
     tx.commit().await?;
     Ok(job_id)
@@ -369,7 +369,7 @@ pub enum Cancelled {
 /// Cancels a job that has not ended; 409 for one that has.
 pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
     let now = now_ms();
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let status = current_status(&mut tx, job_id).await?;
     let outcome = match status {
         JobStatus::Queued => {
@@ -425,7 +425,7 @@ pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Resul
             message: "must be between -2^62 and 2^62 (MAX_I64_SAFE)".into(),
         }]));
     }
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "given a new priority").await?;
     sqlx::query(
         "UPDATE jobs SET priority = ?, spec = json_set(spec, '$.priority', ?), updated_at = ? WHERE id = ?",
@@ -444,7 +444,7 @@ pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Resul
 /// until [`release`]; its reason says so.
 pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(), Error> {
     let now = now_ms();
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "held").await?;
     let reason = format!(
         "held by {} since {}: `gpuctl job release {job_id}` lets it start",
@@ -467,7 +467,7 @@ pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(),
 
 /// Lets a held job be scheduled again.
 pub async fn release(db: &SqlitePool, job_id: &str) -> Result<(), Error> {
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "released").await?;
     sqlx::query(
         "UPDATE jobs SET held_by = NULL, held_at = NULL, queued_reason = ?, updated_at = ?
@@ -523,7 +523,7 @@ pub async fn retry(
         )));
     }
     let now = now_ms();
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     if changed {
         // Keep the sealed secrets the shown spec leaves out.
         let sealed: Option<String> =

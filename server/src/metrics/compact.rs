@@ -2,15 +2,17 @@
 //! agents send telemetry every 10 s) leave many small chunks, and a query
 //! pays per chunk row. A background task merges a series' chunks by size
 //! class — tiny ones first, then small ones, then the full chunks of ingest
-//! into chunks of up to [`MERGED_CHUNK_POINTS`] — many series per
-//! transaction, so readers see either the old chunks or the new ones, never
-//! a mix.
+//! into chunks of up to [`MERGED_CHUNK_POINTS`]. Merges are read, decoded
+//! and re-encoded outside any write transaction, then applied many series
+//! per transaction, so ingest waits for the write lock only while rows are
+//! swapped, and readers see either the old chunks or the new ones, never a
+//! mix.
 
 use super::chunk::{CHUNK_POINTS, MERGED_CHUNK_POINTS, RawPoint, decode_points};
-use super::{insert_chunks, sort_points};
+use super::{EncodedChunk, encode_chunks, insert_encoded, sort_points};
 use crate::state::AppState;
 use crate::store::Error;
-use sqlx::{SqliteConnection, SqlitePool};
+use sqlx::SqlitePool;
 use std::time::Duration;
 
 /// Chunks with fewer points than this count as small.
@@ -69,35 +71,39 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
     .fetch_all(db)
     .await?;
     *seen = newest;
-    let mut compacted = 0;
-    if due.is_empty() {
-        return Ok(0);
-    }
-    // Many series per transaction (one commit, not one per series), but
-    // short ones: ingest waits while a transaction writes.
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
-    let mut rewritten = 0;
-    for (run_id, key) in &due {
-        let mut merged_any = false;
-        for (lower, upper) in [(0, TINY), (TINY, SMALL), (SMALL, UNMERGED)] {
-            loop {
-                let merged = merge(&mut tx, run_id, key, lower, upper).await?;
-                if merged == 0 {
-                    break;
-                }
-                merged_any = true;
-                rewritten += merged;
-                if rewritten >= POINTS_PER_TRANSACTION {
-                    tx.commit().await?;
-                    tx = db.begin_with("BEGIN IMMEDIATE").await?;
-                    rewritten = 0;
+    // Rounds: each plans at most one merge per series and size class,
+    // reading and re-encoding outside any write transaction, then applies
+    // the plans in as few short write transactions as hold them. A series
+    // that merged is looked at again in the next round.
+    let mut compacted = std::collections::BTreeSet::new();
+    let mut pending = due;
+    while !pending.is_empty() {
+        let mut again = Vec::new();
+        let mut plans = Vec::new();
+        let mut planned_points = 0;
+        for (run_id, key) in pending {
+            let mut merged_any = false;
+            for (lower, upper) in [(0, TINY), (TINY, SMALL), (SMALL, UNMERGED)] {
+                if let Some(plan) = plan(db, &run_id, &key, lower, upper).await? {
+                    planned_points += plan.points;
+                    plans.push(plan);
+                    merged_any = true;
                 }
             }
+            if planned_points >= POINTS_PER_TRANSACTION {
+                apply(db, &plans).await?;
+                plans.clear();
+                planned_points = 0;
+            }
+            if merged_any {
+                compacted.insert((run_id.clone(), key.clone()));
+                again.push((run_id, key));
+            }
         }
-        compacted += usize::from(merged_any);
+        apply(db, &plans).await?;
+        pending = again;
     }
-    tx.commit().await?;
-    Ok(compacted)
+    Ok(compacted.len())
 }
 
 /// Chunks below this many points are merged among themselves first; the
@@ -106,22 +112,32 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
 /// few times on its way to a full chunk, not once per merge.
 const TINY: i64 = 64;
 
-/// Points rewritten in one transaction before it commits (tens of milliseconds).
+/// Points of planned merges applied by one write transaction (a few milliseconds).
 const POINTS_PER_TRANSACTION: usize = 262_144;
 
 /// Chunks merged at once, at most.
 const MERGE_AT_MOST: i64 = 64;
 
-/// Merges up to [`MERGE_AT_MOST`] of the series' chunks of `lower..upper`
-/// points (the earliest by step) into as few as fit, when it has enough of
-/// them, in the caller's transaction; how many points it rewrote.
-async fn merge(
-    conn: &mut SqliteConnection,
+/// A merge worked out outside the write transaction: the chunks it
+/// replaces and the chunks that replace them, encoded.
+struct Plan {
+    run_id: String,
+    key: String,
+    ids: Vec<i64>,
+    points: usize,
+    merged: Vec<EncodedChunk>,
+}
+
+/// Plans the merge of up to [`MERGE_AT_MOST`] of the series' chunks of
+/// `lower..upper` points (the earliest by step) into as few as fit, when it
+/// has enough of them.
+async fn plan(
+    db: &SqlitePool,
     run_id: &str,
     key: &str,
     lower: i64,
     upper: i64,
-) -> Result<usize, Error> {
+) -> Result<Option<Plan>, Error> {
     let small: Vec<(i64, Vec<u8>)> = sqlx::query_as(
         "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND count >= ? AND count < ?
          ORDER BY step_min, id LIMIT ?",
@@ -131,10 +147,10 @@ async fn merge(
     .bind(lower)
     .bind(upper)
     .bind(MERGE_AT_MOST)
-    .fetch_all(&mut *conn)
+    .fetch_all(db)
     .await?;
     if (small.len() as i64) < CHUNKS_BEFORE_COMPACTING {
-        return Ok(0);
+        return Ok(None);
     }
     let mut points: Vec<RawPoint> = Vec::new();
     let mut ids = Vec::with_capacity(small.len());
@@ -143,17 +159,46 @@ async fn merge(
         ids.push(*id);
     }
     sort_points(&mut points);
-    sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
-        .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
-        .execute(&mut *conn)
+    Ok(Some(Plan {
+        run_id: run_id.to_string(),
+        key: key.to_string(),
+        ids,
+        points: points.len(),
+        merged: encode_chunks(&points, MERGED_CHUNK_POINTS),
+    }))
+}
+
+/// Applies plans in one write transaction: each replaces its chunks unless
+/// one of them is gone since it was planned (the run was deleted).
+async fn apply(db: &SqlitePool, plans: &[Plan]) -> Result<(), Error> {
+    if plans.is_empty() {
+        return Ok(());
+    }
+    let mut tx = crate::store::write(db).await?;
+    for plan in plans {
+        let ids = serde_json::to_string(&plan.ids).map_err(anyhow::Error::from)?;
+        let present: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(&ids)
+        .fetch_one(&mut *tx)
         .await?;
-    insert_chunks(conn, run_id, key, &points, MERGED_CHUNK_POINTS).await?;
-    tracing::debug!(
-        run_id,
-        key,
-        chunks = ids.len(),
-        points = points.len(),
-        "compacted a series"
-    );
-    Ok(points.len())
+        if present != plan.ids.len() as i64 {
+            continue;
+        }
+        sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await?;
+        insert_encoded(&mut tx, &plan.run_id, &[(&plan.key, &plan.merged[..])]).await?;
+        tracing::debug!(
+            run_id = plan.run_id,
+            key = plan.key,
+            chunks = plan.ids.len(),
+            points = plan.points,
+            "compacted a series"
+        );
+    }
+    tx.commit().await?;
+    Ok(())
 }

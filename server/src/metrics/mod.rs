@@ -8,6 +8,7 @@ pub mod chart;
 pub mod chunk;
 pub mod codec;
 pub mod compact;
+pub mod group;
 pub mod texts;
 
 use crate::events::{self, Links};
@@ -19,7 +20,7 @@ use chunk::{
 };
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
-use gpuplane_api::metric::{Batch, Bucket, IngestResult, Latest, Point, Series, SeriesPoint, Value};
+use gpuplane_api::metric::{Batch, Bucket, IngestResult, Latest, Point, Series, SeriesPoint, Text, Value};
 use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::{BTreeMap, HashMap};
 
@@ -105,9 +106,18 @@ pub fn matches_pattern(pattern: &str, key: &str) -> bool {
 /// figures for its summary row. All the work that needs no database, so it
 /// is done before the write transaction, by as many requests at once as
 /// there are cores.
-pub struct PreparedBatch<'a> {
-    batch: &'a Batch,
-    series: Vec<(&'a str, Vec<EncodedChunk>, SeriesUpdate)>,
+pub struct PreparedBatch {
+    batch_id: String,
+    points: usize,
+    texts: Vec<Text>,
+    series: Vec<(String, Vec<EncodedChunk>, SeriesUpdate)>,
+}
+
+impl PreparedBatch {
+    /// The points it holds.
+    pub fn points(&self) -> usize {
+        self.points
+    }
 }
 
 /// What a batch changes in a key's summary row.
@@ -147,7 +157,7 @@ impl SeriesUpdate {
 }
 
 /// Prepares a validated batch (see [`PreparedBatch`]).
-pub fn prepare(batch: &Batch) -> PreparedBatch<'_> {
+pub fn prepare(batch: Batch) -> PreparedBatch {
     let mut by_key: BTreeMap<&str, Vec<RawPoint>> = BTreeMap::new();
     for Point {
         key,
@@ -167,13 +177,18 @@ pub fn prepare(batch: &Batch) -> PreparedBatch<'_> {
         .map(|(key, mut points)| {
             sort_points(&mut points);
             (
-                key,
+                key.to_string(),
                 encode_chunks(&points, CHUNK_POINTS),
                 SeriesUpdate::of(&points),
             )
         })
         .collect();
-    PreparedBatch { batch, series }
+    PreparedBatch {
+        points: batch.points.len(),
+        batch_id: batch.batch_id,
+        texts: batch.texts,
+        series,
+    }
 }
 
 /// Stores a validated batch for a run in the caller's transaction. A
@@ -182,7 +197,7 @@ pub fn prepare(batch: &Batch) -> PreparedBatch<'_> {
 pub async fn ingest(
     conn: &mut SqliteConnection,
     run_id: &str,
-    batch: &Batch,
+    batch: Batch,
     loss_pattern: &str,
 ) -> Result<IngestResult, Error> {
     store(conn, run_id, &prepare(batch), loss_pattern).await
@@ -192,18 +207,17 @@ pub async fn ingest(
 pub async fn store(
     conn: &mut SqliteConnection,
     run_id: &str,
-    prepared: &PreparedBatch<'_>,
+    prepared: &PreparedBatch,
     loss_pattern: &str,
 ) -> Result<IngestResult, Error> {
-    let batch = prepared.batch;
     let now = now_ms();
     let fresh = sqlx::query(
         "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
          ON CONFLICT (run_id, batch_id) DO NOTHING",
     )
     .bind(run_id)
-    .bind(&batch.batch_id)
-    .bind(batch.points.len() as i64)
+    .bind(&prepared.batch_id)
+    .bind(prepared.points as i64)
     .bind(now)
     .execute(&mut *conn)
     .await?;
@@ -217,15 +231,15 @@ pub async fn store(
     let chunks: Vec<(&str, &[EncodedChunk])> = prepared
         .series
         .iter()
-        .map(|(key, chunks, _)| (*key, &chunks[..]))
+        .map(|(key, chunks, _)| (key.as_str(), &chunks[..]))
         .collect();
     insert_encoded(conn, run_id, &chunks).await?;
     for (key, _, update) in &prepared.series {
         update_series(conn, run_id, key, update, loss_pattern, now).await?;
     }
-    texts::insert(conn, run_id, &batch.texts).await?;
+    texts::insert(conn, run_id, &prepared.texts).await?;
     Ok(IngestResult {
-        accepted: (batch.points.len() + batch.texts.len()) as u64,
+        accepted: (prepared.points + prepared.texts.len()) as u64,
         duplicate: false,
     })
 }
@@ -305,7 +319,7 @@ pub(crate) async fn insert_series_chunks(
 }
 
 /// Inserts encoded chunks of several series of one owner, many rows per statement.
-async fn insert_encoded(
+pub(crate) async fn insert_encoded(
     conn: &mut SqliteConnection,
     owner: &str,
     series: &[(&str, &[EncodedChunk])],
@@ -792,7 +806,7 @@ mod tests {
             if let Ok(batch) = crate::api::error::parse_json::<Batch>(bytes)
                 && validate(&batch).is_ok()
             {
-                let _ = prepare(&batch);
+                let _ = prepare(batch);
             }
         });
         // Steps at the edges of i64 (delta-of-delta encoding's hard cases)
@@ -814,7 +828,7 @@ mod tests {
             let body = serde_json::json!({"batch_id": "fuzz", "points": points}).to_string();
             let batch = crate::api::error::parse_json::<Batch>(body.as_bytes()).expect("a well-formed batch parses");
             validate(&batch).expect("a well-formed batch is valid");
-            for (key, chunks, _) in prepare(&batch).series {
+            for (key, chunks, _) in prepare(batch.clone()).series {
                 let mut decoded = Vec::new();
                 for chunk in &chunks {
                     chunk::decode_points(&chunk.points, &mut decoded).expect("a chunk it wrote decodes");

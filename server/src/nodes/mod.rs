@@ -104,7 +104,7 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let current: Option<String> = sqlx::query_scalar("SELECT admin_labels FROM nodes WHERE name = ?")
         .bind(name)
         .fetch_optional(&mut *tx)
@@ -151,7 +151,7 @@ pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<b
         write_gpus(db, node_id, gpus).await?;
         return Ok(false);
     }
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let previous: Option<(String, String)> = sqlx::query_as("SELECT status, name FROM nodes WHERE id = ?")
         .bind(node_id)
         .fetch_optional(&mut *tx)
@@ -378,7 +378,7 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     let timeout_ms = state.config.node_timeout.as_millis() as i64;
     let grace_ms = state.config.lost_grace.as_millis() as i64;
     let now = now_ms();
-    let mut tx = state.db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(&state.db).await?;
     let expired: Vec<(String, String)> = sqlx::query_as(
         "UPDATE nodes SET status = 'OFFLINE' WHERE status = 'ONLINE' AND last_seen_at <= ? RETURNING id, name",
     )

@@ -325,7 +325,7 @@ async fn downsample(
     since: i64,
     until: i64,
 ) -> Result<usize, Error> {
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
         "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND step_max >= ? AND step_min < ?",
     )

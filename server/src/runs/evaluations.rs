@@ -98,7 +98,7 @@ pub async fn create(
     // Evaluations run as processes: no image, so no image policy applies.
     spec::validate(&spec, &spec::Policy::default()).map_err(Error::Invalid)?;
 
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let job_id = store::insert(&mut tx, secret, &spec, principal.user_id.as_deref()).await?;
     sqlx::query(
         "INSERT INTO evaluations (job_id, run_id, checkpoint, step, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -219,7 +219,7 @@ pub async fn accept(
             .collect();
         return Ok(Err(format!("the metrics were refused: {}", problems.join("; "))));
     }
-    metrics::ingest(conn, &run_id, &batch, loss_pattern).await?;
+    metrics::ingest(conn, &run_id, batch, loss_pattern).await?;
     sqlx::query("UPDATE evaluations SET metrics = ? WHERE job_id = ?")
         .bind(serde_json::to_string(&metrics).map_err(anyhow::Error::from)?)
         .bind(job_id)

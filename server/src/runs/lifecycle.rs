@@ -65,7 +65,7 @@ pub async fn set_archived(
     archive: bool,
     by: Option<&str>,
 ) -> Result<(), Error> {
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let job_id = job_of(&mut tx, run_id).await?;
     if archive {
         check_finished(&mut tx, run_id, job_id.as_deref()).await?;
@@ -88,7 +88,7 @@ pub async fn set_archived(
 
 /// Deletes a run and its job with everything recorded about them.
 pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> {
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     let job_id = job_of(&mut tx, run_id).await?;
     check_finished(&mut tx, run_id, job_id.as_deref()).await?;
     let metric_points: i64 =

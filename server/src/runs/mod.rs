@@ -370,7 +370,7 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
         return Err(Error::Invalid(errors));
     }
     let id = new_id("run");
-    let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = crate::store::write(db).await?;
     sqlx::query(
         "INSERT INTO runs (id, job_id, project, name, created_at, created_by) VALUES (?, NULL, ?, ?, ?, ?)",
     )

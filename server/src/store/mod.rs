@@ -58,6 +58,63 @@ async fn no_transaction_left_open(conn: &mut sqlx::SqliteConnection) -> Result<b
     Ok(true)
 }
 
+/// A write transaction (`BEGIN IMMEDIATE`), begun in its turn. SQLite lets
+/// one connection write to a database file at a time, and a connection that
+/// finds the lock taken polls for it, sleeping longer each time (up to
+/// 100 ms): under load a writer slept on while the lock sat free, and
+/// writers overtook one another. So this process's writers queue here, in
+/// order, and begin only when the lock is theirs. It derefs to the
+/// connection, like sqlx's transaction; dropped without
+/// [`WriteTx::commit`], it rolls back.
+pub struct WriteTx {
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    _turn: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl WriteTx {
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.tx.commit().await
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = sqlx::SqliteConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+/// Begins a write transaction on `db` when it is this writer's turn (see [`WriteTx`]).
+pub async fn write(db: &SqlitePool) -> Result<WriteTx, sqlx::Error> {
+    let turn = writers_of(db)
+        .acquire_owned()
+        .await
+        .expect("the writers' queue is never closed");
+    let tx = db.begin_with("BEGIN IMMEDIATE").await?;
+    Ok(WriteTx { tx, _turn: turn })
+}
+
+/// The queue of writers to `db`'s file in this process: one per file, as
+/// SQLite's write lock is (tests run several servers in one process).
+fn writers_of(db: &SqlitePool) -> std::sync::Arc<tokio::sync::Semaphore> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    static QUEUES: Mutex<Option<HashMap<std::path::PathBuf, Arc<tokio::sync::Semaphore>>>> = Mutex::new(None);
+    let file = db.connect_options().get_filename().to_path_buf();
+    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    queues
+        .get_or_insert_default()
+        .entry(file)
+        .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(1)))
+        .clone()
+}
+
 /// What domain and storage code answers when it cannot do what was asked.
 /// It names no HTTP status: the API turns each kind into one, in one place
 /// (`impl From<store::Error> for ApiError`).
@@ -130,6 +187,39 @@ mod tests {
             assert!(
                 started.elapsed() < Duration::from_secs(1),
                 "round {round}: waited for the write lock"
+            );
+        }
+    }
+
+    /// A writer cancelled while it waits for its turn or while it begins
+    /// gives the turn up: the next writer begins at once.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_cancelled_writer_gives_its_turn_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = open(dir.path()).await.unwrap();
+        let holder = write(&pool).await.unwrap();
+        // Waiting behind the holder, then cancelled.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), write(&pool))
+                .await
+                .is_err()
+        );
+        drop(holder);
+        for round in 0..200u64 {
+            let _ = tokio::time::timeout(Duration::from_micros(round % 40 * 5), write(&pool)).await;
+            let started = std::time::Instant::now();
+            let mut tx = tokio::time::timeout(Duration::from_secs(5), write(&pool))
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: the turn was never given up"))
+                .unwrap();
+            sqlx::query("CREATE TABLE IF NOT EXISTS turns (n INTEGER)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "round {round}: waited for the turn"
             );
         }
     }

@@ -132,6 +132,67 @@ async fn a_replayed_batch_adds_nothing() {
     );
 }
 
+/// Batches waiting for the writer at the same moment are stored in one
+/// transaction; each gets its own answer, a resent batch id within the
+/// group adds nothing, and a batch that fails fails alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn batches_sent_at_once_are_stored_together_and_one_that_fails_fails_alone() {
+    use gpuplane_api::metric::Batch;
+    use gpuplane_server::metrics::prepare;
+    let f = Fixture::new().await;
+    let (a, b) = (f.run("group-a").await, f.run("group-b").await);
+    let state = &f.server.server.state;
+    let batch = |id: &str, key: &str, value: Value| -> Batch {
+        serde_json::from_value(json!({"batch_id": id, "points": [point(key, 1, value)]})).unwrap()
+    };
+    let send = |run: &str, batch: Batch| {
+        let writer = state.metric_writer.clone();
+        let run = run.to_string();
+        tokio::spawn(async move { writer.store(run, prepare(batch)).await })
+    };
+
+    // The writer takes the first batch and waits for the write lock, held
+    // here; the others queue behind it and are stored as one group.
+    let turn = gpuplane_server::store::write(&state.db).await.unwrap();
+    let first = send(&a, batch("first", "train/acc", json!(0.5)));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let group = [
+        send(&a, batch("twice", "train/loss", json!(1.0))),
+        send(&a, batch("twice", "train/loss", json!(1.0))),
+        // A NaN loss of a run that does not exist: raising LOSS_NAN fails.
+        send("no-such-run", batch("bad", "train/loss", json!("NaN"))),
+        send(&b, batch("other", "train/loss", json!(2.0))),
+    ];
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(turn);
+
+    let first = first.await.unwrap().unwrap();
+    assert!(!first.duplicate);
+    let mut answers = Vec::new();
+    for sent in group {
+        answers.push(sent.await.unwrap());
+    }
+    let twice: Vec<bool> = answers[..2]
+        .iter()
+        .map(|answer| answer.as_ref().unwrap().duplicate)
+        .collect();
+    assert_eq!(
+        twice.iter().filter(|d| **d).count(),
+        1,
+        "one of the two sends of a batch id is the duplicate"
+    );
+    assert!(answers[2].is_err(), "the bad batch fails");
+    assert_eq!(answers[3].as_ref().unwrap().accepted, 1);
+    let loss = |run: &str| format!("/runs/{run}/metrics?key=train/loss");
+    assert_eq!(f.get(&loss(&a)).await["points"].as_array().unwrap().len(), 1);
+    assert_eq!(f.get(&loss(&b)).await["points"][0]["value"], 2.0);
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM metric_batches WHERE run_id = 'no-such-run'")
+        .fetch_one(&state.db)
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "nothing of the bad batch was kept");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn downsampling_keeps_spikes_counts_and_non_finite_points() {
     let f = Fixture::new().await;
