@@ -83,6 +83,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), state.shutdown.clone()));
+    let heartbeats = tokio::spawn(nodes::heartbeats::writer(state.clone()));
     let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
     let sweeper = tokio::spawn(housekeeping(state.clone()));
     let compactor = tokio::spawn(metrics::compact::run(state.clone()));
@@ -104,6 +105,7 @@ pub async fn serve(
     }
     stopper.begin_shutdown();
     let _ = monitor.await;
+    let _ = heartbeats.await;
     let _ = scheduler.await;
     let _ = compactor.await;
     sweeper.abort();

@@ -30,6 +30,8 @@ pub struct AppState {
     pub agents: Arc<AgentLink>,
     /// The id of a job with new output lines (for SSE followers).
     pub log_appended: broadcast::Sender<String>,
+    /// Agents' heartbeats waiting to be written, all in one transaction.
+    pub heartbeats: Arc<crate::nodes::heartbeats::Heartbeats>,
     /// Stores metric batches sent to the API, several per transaction.
     pub metric_writer: crate::metrics::group::GroupCommit,
     /// Something was recorded in `events` (for SSE followers).
@@ -71,6 +73,7 @@ impl AppState {
             user_code_limiter: Arc::new(Limiter::new(10, Duration::from_secs(10 * 60))),
             device_authorize_limiter: Arc::new(Limiter::new(30, Duration::from_secs(10 * 60))),
             streams: Arc::default(),
+            heartbeats: Arc::default(),
             metric_writer: crate::metrics::group::GroupCommit::start(
                 db.clone(),
                 config.settings.loss_pattern.clone(),

@@ -7,7 +7,6 @@ use crate::identity::access::Caller;
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
 use crate::state::AppState;
-use crate::store;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::body::Body;
@@ -65,25 +64,13 @@ pub async fn hello(
 pub async fn poll(
     auth: Authed<Agent>,
     State(state): State<AppState>,
-    ApiJson(poll): ApiJson<Poll>,
+    ApiJson(mut poll): ApiJson<Poll>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     require_own_node(&state.db, &auth.caller, &poll.node_id).await?;
-    let reconnected = nodes::heartbeat(&state.db, &poll.node_id, &poll.gpus)
-        .await
-        .map_err(|error| match error {
-            store::Error::NotFound(_) => ApiError::NotFound(format!(
-                "node {} is not registered; send hello first",
-                poll.node_id
-            )),
-            other => other.into(),
-        })?;
-    // A heartbeat only moves its node's deadline later, so the liveness
-    // monitor needs no wake-up for it (it did wake on every poll: with
-    // 1,000 agents, a write transaction 500 times a second).
-    if reconnected {
-        state.nodes_changed.notify_one();
-        state.jobs_changed();
-    }
+    // Written with other nodes' heartbeats within a moment (`nodes::heartbeats`).
+    state
+        .heartbeats
+        .record(&poll.node_id, std::mem::take(&mut poll.gpus));
     let waker = state.agents.waker(&poll.node_id);
     let deadline = tokio::time::Instant::now() + state.config.heartbeat_interval;
     let mut shutdown = state.shutdown.clone();

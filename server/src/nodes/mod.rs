@@ -1,8 +1,9 @@
-//! Nodes: registration and heartbeats from agents, the liveness monitor that
+//! Nodes: registration and heartbeats from agents (`heartbeats`: written in groups), the liveness monitor that
 //! turns silent nodes OFFLINE (and their jobs LOST after a grace period), and
 //! the node list.
 
 pub mod agent_link;
+pub mod heartbeats;
 pub mod telemetry;
 
 use crate::events::{self, Links};
@@ -132,45 +133,6 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
     Ok(())
 }
 
-/// Records a heartbeat (an agent's poll); `NotFound` when the node is unknown
-/// (the agent then says hello again). A node that was OFFLINE is back:
-/// AGENT_RECONNECTED. Returns whether it was.
-pub async fn heartbeat(db: &SqlitePool, node_id: &str, gpus: &[Gpu]) -> Result<bool, Error> {
-    let now = now_ms();
-    // The usual case, a node already ONLINE: two statements and no
-    // transaction (the readings need no atomicity with the time), since
-    // every agent sends this every couple of seconds.
-    let still_online = sqlx::query("UPDATE nodes SET last_seen_at = ? WHERE id = ? AND status = 'ONLINE'")
-        .bind(now)
-        .bind(node_id)
-        .execute(db)
-        .await?
-        .rows_affected()
-        == 1;
-    if still_online {
-        write_gpus(db, node_id, gpus).await?;
-        return Ok(false);
-    }
-    let mut tx = crate::store::write(db).await?;
-    let previous: Option<(String, String)> = sqlx::query_as("SELECT status, name FROM nodes WHERE id = ?")
-        .bind(node_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let (previous, name) = previous.ok_or(Error::NotFound("not found".into()))?;
-    sqlx::query("UPDATE nodes SET status = 'ONLINE', last_seen_at = ? WHERE id = ?")
-        .bind(now)
-        .bind(node_id)
-        .execute(&mut *tx)
-        .await?;
-    write_gpus(&mut *tx, node_id, gpus).await?;
-    let reconnected = previous == "OFFLINE";
-    if reconnected {
-        record_reconnect(&mut tx, node_id, &name, now).await?;
-    }
-    tx.commit().await?;
-    Ok(reconnected)
-}
-
 /// AGENT_RECONNECTED for a node that was OFFLINE.
 pub async fn record_reconnect(
     conn: &mut SqliteConnection,
@@ -197,7 +159,7 @@ pub async fn record_reconnect(
 
 /// Every GPU's row in one statement (a heartbeat of 8 GPUs was 8 statements,
 /// each a round trip to the database thread).
-async fn write_gpus<'c>(
+pub(crate) async fn write_gpus<'c>(
     conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
     node_id: &str,
     gpus: &[Gpu],
@@ -377,6 +339,8 @@ pub async fn liveness_monitor(state: AppState, mut shutdown: watch::Receiver<boo
 async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     let timeout_ms = state.config.node_timeout.as_millis() as i64;
     let grace_ms = state.config.lost_grace.as_millis() as i64;
+    // Heartbeats waiting to be written count: no node is judged on a stale time.
+    state.heartbeats.flush(state).await?;
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
     let expired: Vec<(String, String)> = sqlx::query_as(

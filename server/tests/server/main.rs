@@ -11,6 +11,7 @@ mod charts;
 mod device;
 mod experiments;
 mod metrics;
+mod nodes;
 mod security;
 mod sessions;
 mod shares;

@@ -1,0 +1,125 @@
+//! Heartbeats written in groups. Every agent polls every couple of seconds,
+//! and each poll was two write statements, each its own commit waiting for
+//! the disk: with 1,000 agents, 1,000 commits a second and most of a core.
+//! A poll now leaves its node's time and GPU readings here and goes on; one
+//! task writes all the readings waiting, in one transaction, at most every
+//! [`Heartbeats::flush_every`]. The liveness check writes what is waiting
+//! before it judges, so no node is marked OFFLINE on a stale time.
+//! A node that was OFFLINE comes back (AGENT_RECONNECTED) when its reading
+//! is written.
+
+use super::{record_reconnect, write_gpus};
+use crate::state::AppState;
+use crate::store::Error;
+use crate::store::time::now_ms;
+use gpuplane_api::node::Gpu;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The readings waiting to be written, a node's latest only.
+#[derive(Default)]
+pub struct Heartbeats {
+    waiting: Mutex<HashMap<String, Reading>>,
+    arrived: Notify,
+    /// Held while readings are written, so a flush waits for one in progress.
+    writing: tokio::sync::Mutex<()>,
+}
+
+struct Reading {
+    at: i64,
+    gpus: Vec<Gpu>,
+}
+
+impl Heartbeats {
+    /// How often readings are written at most: a quarter of the heartbeat
+    /// interval, and at least every 250 ms (a node's last-seen time in the
+    /// database is that much behind at most; the node timeout is many
+    /// heartbeats).
+    pub fn flush_every(heartbeat_interval: Duration) -> Duration {
+        (heartbeat_interval / 4).min(Duration::from_millis(250))
+    }
+
+    /// A node's heartbeat: its time now and its GPUs' readings.
+    pub fn record(&self, node_id: &str, gpus: Vec<Gpu>) {
+        let reading = Reading { at: now_ms(), gpus };
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node_id.to_string(), reading);
+        self.arrived.notify_one();
+    }
+
+    /// Writes every waiting reading in one transaction. A node that was
+    /// OFFLINE is ONLINE again, with its AGENT_RECONNECTED event; then the
+    /// liveness monitor and the scheduler are woken.
+    pub async fn flush(&self, state: &AppState) -> Result<(), Error> {
+        let _writing = self.writing.lock().await;
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        let mut tx = crate::store::write(&state.db).await?;
+        let mut reconnected = false;
+        for (node_id, reading) in &waiting {
+            let still_online = sqlx::query(
+                "UPDATE nodes SET last_seen_at = max(last_seen_at, ?) WHERE id = ? AND status = 'ONLINE'",
+            )
+            .bind(reading.at)
+            .bind(node_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !still_online {
+                let Some((status, name)) =
+                    sqlx::query_as::<_, (String, String)>("SELECT status, name FROM nodes WHERE id = ?")
+                        .bind(node_id)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                else {
+                    continue; // deleted since it polled
+                };
+                sqlx::query(
+                    "UPDATE nodes SET status = 'ONLINE', last_seen_at = max(last_seen_at, ?) WHERE id = ?",
+                )
+                .bind(reading.at)
+                .bind(node_id)
+                .execute(&mut *tx)
+                .await?;
+                if status == "OFFLINE" {
+                    record_reconnect(&mut tx, node_id, &name, reading.at).await?;
+                    reconnected = true;
+                }
+            }
+            write_gpus(&mut *tx, node_id, &reading.gpus).await?;
+        }
+        tx.commit().await?;
+        if reconnected {
+            state.nodes_changed.notify_one();
+            state.jobs_changed();
+        }
+        Ok(())
+    }
+}
+
+/// Runs until shutdown: writes the waiting readings when some arrive, at
+/// most every [`Heartbeats::flush_every`].
+pub async fn writer(state: AppState) {
+    let every = Heartbeats::flush_every(state.config.heartbeat_interval);
+    let mut shutdown = state.shutdown.clone();
+    loop {
+        tokio::select! {
+            () = state.heartbeats.arrived.notified() => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+        if let Err(error) = state.heartbeats.flush(&state).await {
+            tracing::warn!(%error, "writing heartbeats failed; will try again");
+        }
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Heartbeats written in groups: a poll's reading reaches the database
+//! within a moment, a node that was OFFLINE comes back with
+//! AGENT_RECONNECTED, and the liveness check never judges a node on a
+//! heartbeat still waiting to be written.
+
+use gpuplane_api::node::Gpu;
+use gpuplane_testkit::{TestServer, agent_token};
+use reqwest::StatusCode;
+use serde_json::json;
+use std::time::Duration;
+
+fn gpu(utilization: u32) -> Gpu {
+    Gpu {
+        utilization_percent: Some(utilization),
+        ..gpuplane_testkit::simulated_gpu(0)
+    }
+}
+
+async fn last_seen(db: &sqlx::SqlitePool, node: &str) -> (String, i64) {
+    sqlx::query_as("SELECT status, last_seen_at FROM nodes WHERE id = ?")
+        .bind(node)
+        .fetch_one(db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn heartbeats_are_written_together_and_never_judged_stale() {
+    // Heartbeats written every 250 ms at most; a node times out after 8 s.
+    let f = TestServer::start_with(|config| {
+        config.heartbeat_interval = Duration::from_secs(4);
+        config.node_timeout = Duration::from_secs(8);
+    })
+    .await;
+    let state = &f.server.state;
+    let token = agent_token(&state.db).await;
+    let hello = json!({"name": "box", "hostname": "box", "gpus": [gpu(0)], "agent_version": "test"});
+    let (status, welcome) = f.post("/agent/hello", &token, hello).await;
+    assert_eq!(status, StatusCode::OK, "{welcome}");
+    let node = welcome["node_id"].as_str().unwrap().to_string();
+
+    // A reading reaches the database at once when the writer is idle.
+    let before = last_seen(&state.db, &node).await.1;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    state.heartbeats.record(&node, vec![gpu(42)]);
+    gpuplane_testkit::eventually("the reading written", Duration::from_secs(5), || async {
+        (last_seen(&state.db, &node).await.1 > before).then_some(())
+    })
+    .await;
+    let utilization: i64 = sqlx::query_scalar("SELECT utilization_percent FROM gpus WHERE node_id = ?")
+        .bind(&node)
+        .fetch_one(&state.db)
+        .await
+        .unwrap();
+    assert_eq!(utilization, 42);
+
+    // The writer now waits 250 ms before its next write. Meanwhile the
+    // database says the node is long silent, a fresh reading waits, and
+    // the liveness check runs: it must write the reading first.
+    sqlx::query("UPDATE nodes SET last_seen_at = 0 WHERE id = ?")
+        .bind(&node)
+        .execute(&state.db)
+        .await
+        .unwrap();
+    state.heartbeats.record(&node, vec![gpu(7)]);
+    state.nodes_changed.notify_one();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        last_seen(&state.db, &node).await.0,
+        "ONLINE",
+        "not judged on the old time"
+    );
+
+    // A node that was OFFLINE comes back when its reading is written.
+    sqlx::query("UPDATE nodes SET status = 'OFFLINE' WHERE id = ?")
+        .bind(&node)
+        .execute(&state.db)
+        .await
+        .unwrap();
+    state.heartbeats.record(&node, vec![gpu(9)]);
+    gpuplane_testkit::eventually("the node back", Duration::from_secs(5), || async {
+        (last_seen(&state.db, &node).await.0 == "ONLINE").then_some(())
+    })
+    .await;
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events WHERE node_id = ? ORDER BY seq")
+        .bind(&node)
+        .fetch_all(&state.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        kinds,
+        ["AGENT_RECONNECTED"],
+        "and no AGENT_DISCONNECTED: {kinds:?}"
+    );
+}
