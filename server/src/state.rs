@@ -15,8 +15,19 @@ use tokio::sync::{Notify, broadcast, watch};
 /// What each project keeps, and when it was measured.
 pub type MeasuredUsage = (std::time::Instant, Vec<gpuplane_api::experiment::ProjectUsage>);
 
+/// Cloned for every request and task: one pointer to the shared [`Shared`].
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct Shared {
     pub db: SqlitePool,
     pub config: Arc<ServerConfig>,
     pub leptos: LeptosOptions,
@@ -33,7 +44,9 @@ pub struct AppState {
     /// Agents' heartbeats waiting to be written, all in one transaction.
     pub heartbeats: Arc<crate::nodes::heartbeats::Heartbeats>,
     /// Stores metric batches sent to the API, several per transaction.
-    pub metric_writer: crate::metrics::group::GroupCommit,
+    pub metric_writer: crate::metrics::group::MetricWriter,
+    /// Stores agents' telemetry batches, several per transaction.
+    pub telemetry_writer: crate::nodes::telemetry::TelemetryWriter,
     /// Something was recorded in `events` (for SSE followers).
     pub event_recorded: broadcast::Sender<()>,
     /// Console sessions.
@@ -66,7 +79,7 @@ impl AppState {
             .site_addr(config.settings.bind)
             .build();
         let (shutdown_sender, shutdown) = watch::channel(false);
-        AppState {
+        AppState(Arc::new(Shared {
             sessions: HashedIdStore::new(db.clone()),
             sign_in_limiter: Arc::new(Limiter::new(5, Duration::from_secs(15 * 60))),
             sign_in_limiter_ip: Arc::new(Limiter::new(30, Duration::from_secs(15 * 60))),
@@ -74,10 +87,8 @@ impl AppState {
             device_authorize_limiter: Arc::new(Limiter::new(30, Duration::from_secs(10 * 60))),
             streams: Arc::default(),
             heartbeats: Arc::default(),
-            metric_writer: crate::metrics::group::GroupCommit::start(
-                db.clone(),
-                config.settings.loss_pattern.clone(),
-            ),
+            telemetry_writer: crate::nodes::telemetry::start_writer(db.clone()),
+            metric_writer: crate::metrics::group::start(db.clone(), config.settings.loss_pattern.clone()),
             db,
             config: Arc::new(config),
             leptos,
@@ -91,7 +102,7 @@ impl AppState {
             usage: Arc::default(),
             shutdown,
             shutdown_sender: Arc::new(shutdown_sender),
-        }
+        }))
     }
 
     /// After a commit that changed jobs or recorded events: a scheduling

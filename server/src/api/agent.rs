@@ -66,7 +66,7 @@ pub async fn poll(
     State(state): State<AppState>,
     ApiJson(mut poll): ApiJson<Poll>,
 ) -> Result<Json<PollAnswer>, ApiError> {
-    require_own_node(&state.db, &auth.caller, &poll.node_id).await?;
+    require_own_node(&state, &auth.caller, &poll.node_id).await?;
     // Written with other nodes' heartbeats within a moment (`nodes::heartbeats`).
     state
         .heartbeats
@@ -99,7 +99,7 @@ pub async fn report(
     State(state): State<AppState>,
     ApiJson(report): ApiJson<Report>,
 ) -> Result<StatusCode, ApiError> {
-    require_own_node(&state.db, &auth.caller, &report.node_id).await?;
+    require_own_node(&state, &auth.caller, &report.node_id).await?;
     let applied = reports::apply_report(&state, &report).await?;
     for job_id in applied.logs_for {
         let _ = state.log_appended.send(job_id);
@@ -123,11 +123,12 @@ pub async fn telemetry(
     State(state): State<AppState>,
     ApiJson(batch): ApiJson<TelemetryBatch>,
 ) -> Result<StatusCode, ApiError> {
-    require_own_node(&state.db, &auth.caller, &batch.node_id).await?;
+    require_own_node(&state, &auth.caller, &batch.node_id).await?;
     nodes::telemetry::validate(&batch)?;
-    let mut tx = crate::store::write(&state.db).await?;
-    let ingested = nodes::telemetry::ingest(&mut tx, &batch.node_id, &batch).await?;
-    tx.commit().await?;
+    let ingested = state
+        .telemetry_writer
+        .store((batch.node_id.clone(), batch))
+        .await?;
     if ingested.faults > 0 {
         let _ = state.event_recorded.send(());
     }
@@ -208,11 +209,12 @@ async fn bind_token_to_node(
 
 /// Passes when `node_id` is the node the caller's agent token speaks for;
 /// 404 when no such node is registered (the agent then says hello again).
-async fn require_own_node(db: &sqlx::SqlitePool, caller: &Caller, node_id: &str) -> Result<(), ApiError> {
-    let name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
-        .bind(node_id)
-        .fetch_optional(db)
-        .await?;
+async fn require_own_node(state: &AppState, caller: &Caller, node_id: &str) -> Result<(), ApiError> {
+    let name = state
+        .agents
+        .node_name(&state.db, node_id)
+        .await
+        .map_err(crate::store::Error::from)?;
     let name = name
         .ok_or_else(|| ApiError::NotFound(format!("node {node_id} is not registered; send hello first")))?;
     match &caller.node {

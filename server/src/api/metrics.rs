@@ -61,7 +61,7 @@ pub async fn ingest(
     // cores; stored with the batches of other requests waiting at the same
     // moment, in one transaction (`metrics::group`).
     let prepared = metrics::prepare(batch);
-    let result = state.metric_writer.store(run_id, prepared).await?;
+    let result = state.metric_writer.store((run_id, prepared)).await?;
     if !result.duplicate {
         let _ = state.event_recorded.send(());
     }

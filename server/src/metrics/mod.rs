@@ -258,7 +258,7 @@ pub(crate) async fn insert_chunks(
     points: &[RawPoint],
     chunk_points: usize,
 ) -> Result<(), Error> {
-    insert_series_chunks(conn, run_id, &[(key, points)], chunk_points).await
+    insert_series_chunks(conn, &[(run_id, key, points)], chunk_points).await
 }
 
 /// A chunk ready to insert: its bounds, its summaries at every level and
@@ -300,22 +300,23 @@ pub(crate) fn encode_chunks(points: &[RawPoint], chunk_points: usize) -> Vec<Enc
 /// parameters (11 each), enough to save the round trips of many small series.
 const CHUNKS_PER_STATEMENT: usize = 200;
 
-/// Stores the points of several series of one owner (each sorted) as chunks
-/// of at most `chunk_points`, many rows per statement, each with its
-/// summaries at every level.
+/// Stores the points of several series (each sorted, each with its owner:
+/// a run or a node) as chunks of at most `chunk_points`, many rows per
+/// statement, each with its summaries at every level.
 pub(crate) async fn insert_series_chunks(
     conn: &mut SqliteConnection,
-    owner: &str,
-    series: &[(&str, &[RawPoint])],
+    series: &[(&str, &str, &[RawPoint])],
     chunk_points: usize,
 ) -> Result<(), Error> {
-    let encoded: Vec<(&str, Vec<EncodedChunk>)> = series
+    let encoded: Vec<(&str, &str, Vec<EncodedChunk>)> = series
         .iter()
-        .map(|&(key, points)| (key, encode_chunks(points, chunk_points)))
+        .map(|&(owner, key, points)| (owner, key, encode_chunks(points, chunk_points)))
         .collect();
-    let encoded: Vec<(&str, &[EncodedChunk])> =
-        encoded.iter().map(|(key, chunks)| (*key, &chunks[..])).collect();
-    insert_encoded(conn, owner, &encoded).await
+    let rows: Vec<(&str, &str, &EncodedChunk)> = encoded
+        .iter()
+        .flat_map(|(owner, key, chunks)| chunks.iter().map(move |chunk| (*owner, *key, chunk)))
+        .collect();
+    insert_chunk_rows(conn, &rows).await
 }
 
 /// Inserts encoded chunks of several series of one owner, many rows per statement.
@@ -324,17 +325,25 @@ pub(crate) async fn insert_encoded(
     owner: &str,
     series: &[(&str, &[EncodedChunk])],
 ) -> Result<(), Error> {
-    let rows: Vec<(&str, &EncodedChunk)> = series
+    let rows: Vec<(&str, &str, &EncodedChunk)> = series
         .iter()
-        .flat_map(|&(key, chunks)| chunks.iter().map(move |chunk| (key, chunk)))
+        .flat_map(|&(key, chunks)| chunks.iter().map(move |chunk| (owner, key, chunk)))
         .collect();
+    insert_chunk_rows(conn, &rows).await
+}
+
+/// Inserts encoded chunks, each as (owner, key, chunk), many rows per statement.
+async fn insert_chunk_rows(
+    conn: &mut SqliteConnection,
+    rows: &[(&str, &str, &EncodedChunk)],
+) -> Result<(), Error> {
     let [fine, mid, coarse] = LEVELS;
     for statement in rows.chunks(CHUNKS_PER_STATEMENT) {
         let mut insert = sqlx::QueryBuilder::new(format!(
             "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, {}, {}, {}, points) ",
             coarse.column, mid.column, fine.column
         ));
-        insert.push_values(statement, |mut row, &(key, chunk)| {
+        insert.push_values(statement, |mut row, &(owner, key, chunk)| {
             let [fine, mid, coarse] = &chunk.summaries;
             row.push_bind(owner)
                 .push_bind(key)

@@ -1,6 +1,8 @@
 //! The live side of the agent protocol, in memory: wakers for long polls,
 //! one-shot commands waiting for a node's next poll, and full-log fetches
-//! relayed from an agent's upload to the user who asked.
+//! relayed from an agent's upload to the user who asked; and the name of
+//! each node id seen, which never changes (nodes are neither renamed nor
+//! deleted), so an agent's poll checks its node without a query.
 
 use axum::body::Body;
 use gpuplane_api::agent::AgentCommand;
@@ -17,9 +19,32 @@ pub struct AgentLink {
     pending: Mutex<HashMap<String, Vec<AgentCommand>>>,
     /// Fetches waiting for an upload: the node asked (by name) and the reader.
     fetches: Mutex<HashMap<String, (String, oneshot::Sender<Upload>)>>,
+    /// Node id → node name, for the nodes looked up so far.
+    names: Mutex<HashMap<String, String>>,
 }
 
 impl AgentLink {
+    /// The name of the node with id `node_id`, or `None` if no such node
+    /// is registered.
+    pub async fn node_name(
+        &self,
+        db: &sqlx::SqlitePool,
+        node_id: &str,
+    ) -> Result<Option<String>, sqlx::Error> {
+        if let Some(name) = self.names.lock().unwrap_or_else(|e| e.into_inner()).get(node_id) {
+            return Ok(Some(name.clone()));
+        }
+        let name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+            .bind(node_id)
+            .fetch_optional(db)
+            .await?;
+        if let Some(name) = &name {
+            let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            names.insert(node_id.to_string(), name.clone());
+        }
+        Ok(name)
+    }
+
     /// The notifier a node's long poll waits on.
     pub fn waker(&self, node_id: &str) -> Arc<Notify> {
         let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());

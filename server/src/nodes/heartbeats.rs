@@ -13,7 +13,7 @@ use crate::state::AppState;
 use crate::store::Error;
 use crate::store::time::now_ms;
 use gpuplane_api::node::Gpu;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -61,18 +61,23 @@ impl Heartbeats {
             return Ok(());
         }
         let mut tx = crate::store::write(&state.db).await?;
+        // Most nodes are ONLINE: their times are written in one statement.
+        let times: Vec<(&str, i64)> = waiting.iter().map(|(id, r)| (id.as_str(), r.at)).collect();
+        let online: HashSet<String> = sqlx::query_scalar(
+            "UPDATE nodes SET last_seen_at = max(last_seen_at, reading.value ->> 1)
+             FROM json_each(?) AS reading
+             WHERE nodes.id = reading.value ->> 0 AND nodes.status = 'ONLINE'
+             RETURNING nodes.id",
+        )
+        .bind(serde_json::to_string(&times).map_err(anyhow::Error::from)?)
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
         let mut reconnected = false;
+        let mut gpus = Vec::with_capacity(waiting.len());
         for (node_id, reading) in &waiting {
-            let still_online = sqlx::query(
-                "UPDATE nodes SET last_seen_at = max(last_seen_at, ?) WHERE id = ? AND status = 'ONLINE'",
-            )
-            .bind(reading.at)
-            .bind(node_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                == 1;
-            if !still_online {
+            if !online.contains(node_id) {
                 let Some((status, name)) =
                     sqlx::query_as::<_, (String, String)>("SELECT status, name FROM nodes WHERE id = ?")
                         .bind(node_id)
@@ -93,8 +98,9 @@ impl Heartbeats {
                     reconnected = true;
                 }
             }
-            write_gpus(&mut *tx, node_id, &reading.gpus).await?;
+            gpus.push((node_id.as_str(), &reading.gpus[..]));
         }
+        write_gpus(&mut *tx, &gpus).await?;
         tx.commit().await?;
         if reconnected {
             state.nodes_changed.notify_one();

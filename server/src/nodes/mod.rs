@@ -55,7 +55,7 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
         .bind(&node_id)
         .execute(&mut *conn)
         .await?;
-    write_gpus(&mut *conn, &node_id, &hello.gpus).await?;
+    write_gpus(&mut *conn, &[(&node_id, &hello.gpus)]).await?;
     Ok((node_id, was_offline.as_deref() == Some("OFFLINE")))
 }
 
@@ -157,38 +157,48 @@ pub async fn record_reconnect(
     Ok(())
 }
 
-/// Every GPU's row in one statement (a heartbeat of 8 GPUs was 8 statements,
-/// each a round trip to the database thread).
+/// Writes the GPUs of several nodes (index, model, latest readings), all in
+/// one statement, over what was there for the same indices.
 pub(crate) async fn write_gpus<'c>(
     conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
-    node_id: &str,
-    gpus: &[Gpu],
+    nodes: &[(&str, &[Gpu])],
 ) -> Result<(), Error> {
-    if gpus.is_empty() {
+    let rows: Vec<serde_json::Value> = nodes
+        .iter()
+        .flat_map(|&(node_id, gpus)| {
+            gpus.iter().map(move |gpu| {
+                serde_json::json!([
+                    node_id,
+                    gpu.index,
+                    gpu.uuid,
+                    gpu.model,
+                    source_name(gpu.source),
+                    gpu.memory_total_mib,
+                    gpu.memory_used_mib,
+                    gpu.utilization_percent,
+                    gpu.temperature_c,
+                ])
+            })
+        })
+        .collect();
+    if rows.is_empty() {
         return Ok(());
     }
-    let mut insert = sqlx::QueryBuilder::new(
+    // `WHERE true` tells SQLite's parser the ON CONFLICT is the upsert's.
+    sqlx::query(
         "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
-                           utilization_percent, temperature_c) ",
-    );
-    insert.push_values(gpus, |mut row, gpu| {
-        row.push_bind(node_id)
-            .push_bind(gpu.index as i64)
-            .push_bind(&gpu.uuid)
-            .push_bind(&gpu.model)
-            .push_bind(source_name(gpu.source))
-            .push_bind(gpu.memory_total_mib.map(|v| v as i64))
-            .push_bind(gpu.memory_used_mib.map(|v| v as i64))
-            .push_bind(gpu.utilization_percent.map(|v| v as i64))
-            .push_bind(gpu.temperature_c.map(|v| v as i64));
-    });
-    insert.push(
-        " ON CONFLICT (node_id, idx) DO UPDATE SET
+                           utilization_percent, temperature_c)
+         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
+                value ->> 5, value ->> 6, value ->> 7, value ->> 8
+         FROM json_each(?) WHERE true
+         ON CONFLICT (node_id, idx) DO UPDATE SET
              uuid = excluded.uuid, model = excluded.model, source = excluded.source,
              memory_total_mib = excluded.memory_total_mib, memory_used_mib = excluded.memory_used_mib,
              utilization_percent = excluded.utilization_percent, temperature_c = excluded.temperature_c",
-    );
-    insert.build().execute(conn).await?;
+    )
+    .bind(serde_json::Value::Array(rows).to_string())
+    .execute(conn)
+    .await?;
     Ok(())
 }
 

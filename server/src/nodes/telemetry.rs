@@ -10,14 +10,15 @@ use crate::events::{self, Links};
 use crate::metrics::chunk::{CHUNK_POINTS, RawPoint, decode_points};
 use crate::metrics::codec::to_millis;
 use crate::metrics::{self, Axis, Query};
-use crate::store::Error;
+use crate::store::group::{GroupCommit, GroupStore, Limits};
 use crate::store::time::now_ms;
+use crate::store::{Error, WriteTx};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::metric::Series;
 use gpuplane_api::telemetry::{GpuFault, GpuFaultKind, TelemetryBatch, gpu_key, process_key};
 use sqlx::{SqliteConnection, SqlitePool};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 /// The most samples one batch may carry (over an hour at one every 2 s).
@@ -82,30 +83,104 @@ pub struct Ingested {
     pub faults: usize,
 }
 
-/// Stores a validated batch in the caller's transaction; a batch id seen
-/// before for the node adds nothing. Each GPU fault becomes a `GPU_ERROR`
-/// event on the node and on the job that held the GPU then.
-pub async fn ingest(
-    conn: &mut SqliteConnection,
-    node_id: &str,
-    batch: &TelemetryBatch,
-) -> Result<Ingested, Error> {
-    let fresh = sqlx::query(
-        "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT (run_id, batch_id) DO NOTHING",
+/// A node's checked batch, as the telemetry writer takes it.
+pub type NodeBatch = (String, TelemetryBatch);
+
+/// The handle the telemetry route stores batches through.
+pub type TelemetryWriter = GroupCommit<Telemetry>;
+
+/// Stores nodes' telemetry batches, a group in a few statements.
+pub struct Telemetry;
+
+/// How long a batch waits for others before they are written together.
+/// Agents send every few seconds each, so batches come steadily but apart:
+/// with 1,000 agents, a group of a tenth of a second is a dozen batches in
+/// one commit instead of a dozen commits.
+const GATHER: Duration = Duration::from_millis(100);
+
+/// Starts the telemetry writer over `db`.
+pub fn start_writer(db: SqlitePool) -> TelemetryWriter {
+    let limits = Limits {
+        most: 4 * MAX_BATCH_SAMPLES,
+        gather: GATHER,
+    };
+    GroupCommit::start(db, Telemetry, limits)
+}
+
+impl GroupStore for Telemetry {
+    type Item = NodeBatch;
+    type Answer = Ingested;
+
+    fn weight((_, batch): &NodeBatch) -> usize {
+        batch.samples.len().max(1)
+    }
+
+    async fn store(&self, tx: &mut WriteTx, items: &[NodeBatch]) -> Result<Vec<Ingested>, Error> {
+        ingest(tx, items).await
+    }
+}
+
+/// Stores validated batches of nodes in the caller's transaction, all in a
+/// few statements; a batch id seen before for its node adds nothing. Each
+/// GPU fault becomes a `GPU_ERROR` event on the node and on the job that
+/// held the GPU then.
+pub async fn ingest(conn: &mut SqliteConnection, batches: &[NodeBatch]) -> Result<Vec<Ingested>, Error> {
+    let ids: Vec<(&str, &str, usize)> = batches
+        .iter()
+        .map(|(node_id, batch)| (node_id.as_str(), batch.batch_id.as_str(), batch.samples.len()))
+        .collect();
+    // A batch sent twice in one group is claimed by its first copy only.
+    let mut claimed: HashSet<(String, String)> = sqlx::query_as(
+        "INSERT INTO metric_batches (run_id, batch_id, points, received_at)
+         SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM json_each(?) WHERE true
+         ON CONFLICT (run_id, batch_id) DO NOTHING
+         RETURNING run_id, batch_id",
     )
-    .bind(node_id)
-    .bind(&batch.batch_id)
-    .bind(batch.samples.len() as i64)
     .bind(now_ms())
+    .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .collect();
+    let mut ingested = Vec::with_capacity(batches.len());
+    let mut series: Vec<(&str, String, Vec<RawPoint>)> = Vec::new();
+    for (node_id, batch) in batches {
+        if !claimed.remove(&(node_id.clone(), batch.batch_id.clone())) {
+            ingested.push(Ingested::default());
+            continue;
+        }
+        for fault in &batch.faults {
+            record_fault(conn, node_id, fault).await?;
+        }
+        series.extend(
+            series_of(batch)
+                .into_iter()
+                .map(|(key, points)| (node_id.as_str(), key, points)),
+        );
+        ingested.push(Ingested {
+            samples: batch.samples.len(),
+            faults: batch.faults.len(),
+        });
+    }
+    let chunks: Vec<(&str, &str, &[RawPoint])> = series
+        .iter()
+        .map(|(node_id, key, points)| (*node_id, key.as_str(), &points[..]))
+        .collect();
+    metrics::insert_series_chunks(conn, &chunks, CHUNK_POINTS).await?;
+    // Every key in one statement: most are known already.
+    let keys: Vec<(&str, &str)> = chunks.iter().map(|&(node_id, key, _)| (node_id, key)).collect();
+    sqlx::query(
+        "INSERT INTO telemetry_series (node_id, key) SELECT value ->> 0, value ->> 1 FROM json_each(?) WHERE true
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(serde_json::to_string(&keys).map_err(anyhow::Error::from)?)
     .execute(&mut *conn)
     .await?;
-    if fresh.rows_affected() == 0 {
-        return Ok(Ingested::default());
-    }
-    for fault in &batch.faults {
-        record_fault(conn, node_id, fault).await?;
-    }
+    Ok(ingested)
+}
+
+/// A batch's readings as series: each key's points, sorted.
+fn series_of(batch: &TelemetryBatch) -> BTreeMap<String, Vec<RawPoint>> {
     let mut by_key: BTreeMap<String, Vec<RawPoint>> = BTreeMap::new();
     for sample in &batch.samples {
         let point = |value: f64| RawPoint {
@@ -135,25 +210,7 @@ pub async fn ingest(
     for points in by_key.values_mut() {
         metrics::sort_points(points);
     }
-    let series: Vec<(&str, &[RawPoint])> = by_key
-        .iter()
-        .map(|(key, points)| (key.as_str(), &points[..]))
-        .collect();
-    metrics::insert_series_chunks(conn, node_id, &series, CHUNK_POINTS).await?;
-    // Every key in one statement: most are known already.
-    let keys: Vec<&str> = by_key.keys().map(String::as_str).collect();
-    sqlx::query(
-        "INSERT INTO telemetry_series (node_id, key) SELECT ?, value FROM json_each(?) WHERE true
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(node_id)
-    .bind(serde_json::to_string(&keys).map_err(anyhow::Error::from)?)
-    .execute(&mut *conn)
-    .await?;
-    Ok(Ingested {
-        samples: batch.samples.len(),
-        faults: batch.faults.len(),
-    })
+    by_key
 }
 
 /// A `GPU_ERROR` event for a fault, linked to the job whose attempt held the

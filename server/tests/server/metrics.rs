@@ -148,7 +148,7 @@ async fn batches_sent_at_once_are_stored_together_and_one_that_fails_fails_alone
     let send = |run: &str, batch: Batch| {
         let writer = state.metric_writer.clone();
         let run = run.to_string();
-        tokio::spawn(async move { writer.store(run, prepare(batch)).await })
+        tokio::spawn(async move { writer.store((run, prepare(batch))).await })
     };
 
     // The writer takes the first batch and waits for the write lock, held

@@ -1,7 +1,8 @@
 //! Heartbeats written in groups: a poll's reading reaches the database
 //! within a moment, a node that was OFFLINE comes back with
 //! AGENT_RECONNECTED, and the liveness check never judges a node on a
-//! heartbeat still waiting to be written.
+//! heartbeat still waiting to be written. Telemetry batches sent at once
+//! are stored together, each once.
 
 use gpuplane_api::node::Gpu;
 use gpuplane_testkit::{TestServer, agent_token};
@@ -92,4 +93,80 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
         ["AGENT_RECONNECTED"],
         "and no AGENT_DISCONNECTED: {kinds:?}"
     );
+}
+
+/// A telemetry batch of `node` with one sample of GPU 0 per second from
+/// `first` (seconds since the epoch), reading `utilization`.
+fn telemetry(node: &str, batch_id: &str, first: u64, samples: u64, utilization: f64) -> serde_json::Value {
+    let samples: Vec<_> = (0..samples)
+        .map(|i| json!({"wall_time": (first + i) as f64, "gpus": [{"index": 0, "utilization_percent": utilization}]}))
+        .collect();
+    json!({"node_id": node, "batch_id": batch_id, "samples": samples})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn telemetry_sent_at_once_is_stored_together_and_each_batch_once() {
+    let f = TestServer::start().await;
+    let state = &f.server.state;
+    let mut nodes = Vec::new();
+    for name in ["box-a", "box-b"] {
+        let token = agent_token(&state.db).await;
+        let hello = json!({"name": name, "hostname": name, "gpus": [gpu(0)], "agent_version": "test"});
+        let (status, welcome) = f.post("/agent/hello", &token, hello).await;
+        assert_eq!(status, StatusCode::OK, "{welcome}");
+        nodes.push((welcome["node_id"].as_str().unwrap().to_string(), token));
+    }
+    let [(a, a_token), (b, b_token)] = &nodes[..] else {
+        unreachable!()
+    };
+    let sends = [
+        (a_token, telemetry(a, "a-1", 1_000, 5, 10.0)),
+        (a_token, telemetry(a, "a-2", 1_005, 5, 20.0)),
+        // The same batch again, in the same group (an agent retrying).
+        (a_token, telemetry(a, "a-1", 1_000, 5, 10.0)),
+        (b_token, telemetry(b, "b-1", 1_000, 3, 30.0)),
+    ];
+    // Holding the write turn makes the four one group.
+    let turn = gpuplane_server::store::write(&state.db).await.unwrap();
+    const TELEMETRY: &str = "/agent/telemetry";
+    let [one, two, three, four] = sends.map(|(token, batch)| f.post(TELEMETRY, token, batch));
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(turn);
+    };
+    let (_, one, two, three, four) = tokio::join!(release, one, two, three, four);
+    for (status, body) in [one, two, three, four] {
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    }
+
+    let stored = |node: &str| {
+        let node = node.to_string();
+        async move {
+            sqlx::query_as::<_, (i64, f64)>(
+                "SELECT count, time_min FROM metric_chunks WHERE run_id = ? AND key = 'gpu0.utilization_percent'
+                 ORDER BY step_min",
+            )
+            .bind(node)
+            .fetch_all(&state.db)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(
+        stored(a).await,
+        vec![(5, 1_000.0), (5, 1_005.0)],
+        "a-1 once, a-2 once"
+    );
+    assert_eq!(stored(b).await, vec![(3, 1_000.0)]);
+    let batches: Vec<(String, String)> = sqlx::query_as(
+        "SELECT run_id, batch_id FROM metric_batches WHERE batch_id LIKE '_-_' ORDER BY batch_id",
+    )
+    .fetch_all(&state.db)
+    .await
+    .unwrap();
+    let expected: Vec<(String, String)> = [(a, "a-1"), (a, "a-2"), (b, "b-1")]
+        .iter()
+        .map(|(node, id)| (node.to_string(), id.to_string()))
+        .collect();
+    assert_eq!(batches, expected);
 }
