@@ -234,9 +234,7 @@ pub async fn store(
         .map(|(key, chunks, _)| (key.as_str(), &chunks[..]))
         .collect();
     insert_encoded(conn, run_id, &chunks).await?;
-    for (key, _, update) in &prepared.series {
-        update_series(conn, run_id, key, update, loss_pattern, now).await?;
-    }
+    update_series(conn, run_id, &prepared.series, loss_pattern, now).await?;
     texts::insert(conn, run_id, &prepared.texts).await?;
     Ok(IngestResult {
         accepted: (prepared.points + prepared.texts.len()) as u64,
@@ -362,89 +360,106 @@ async fn insert_chunk_rows(
     Ok(())
 }
 
-/// Updates a key's summary row with a batch's figures.
+/// Keys whose summary rows one statement updates at most (13 bound
+/// parameters each, well within SQLite's limit).
+const SERIES_PER_STATEMENT: usize = 500;
+
+/// Updates each key's summary row with a batch's figures, many keys per
+/// statement; raises LOSS_NAN for a loss key's first non-finite value.
 async fn update_series(
     conn: &mut SqliteConnection,
     run_id: &str,
-    key: &str,
-    update: &SeriesUpdate,
+    series: &[(String, Vec<EncodedChunk>, SeriesUpdate)],
     loss_pattern: &str,
     now: i64,
 ) -> Result<(), Error> {
-    let existing: Option<(i64, Option<i64>, i64)> = sqlx::query_as(
-        "SELECT latest_step, first_non_finite_step, loss_nan_reported FROM metric_series WHERE run_id = ? AND key = ?",
-    )
-    .bind(run_id)
-    .bind(key)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let newest = update.newest;
-    let newer = existing
-        .as_ref()
-        .is_none_or(|(latest, _, _)| newest.step >= *latest);
-    sqlx::query(
-        "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
-                                    first_non_finite_step, min_value, min_step, max_value, max_step)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10, ?11, ?12, ?13)
-         ON CONFLICT (run_id, key) DO UPDATE SET
-             min_step = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
-                               OR (excluded.min_value = min_value AND excluded.min_step < min_step)
-                             THEN coalesce(excluded.min_step, min_step) ELSE min_step END,
-             min_value = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
-                              THEN coalesce(excluded.min_value, min_value) ELSE min_value END,
-             max_step = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
-                               OR (excluded.max_value = max_value AND excluded.max_step < max_step)
-                             THEN coalesce(excluded.max_step, max_step) ELSE max_step END,
-             max_value = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
-                              THEN coalesce(excluded.max_value, max_value) ELSE max_value END,
-             points = points + excluded.points,
-             non_finite = non_finite + excluded.non_finite,
-             latest_step = CASE WHEN ?9 THEN excluded.latest_step ELSE latest_step END,
-             latest_wall = CASE WHEN ?9 THEN excluded.latest_wall ELSE latest_wall END,
-             latest_bits = CASE WHEN ?9 THEN excluded.latest_bits ELSE latest_bits END,
-             first_non_finite_step = min(coalesce(first_non_finite_step, excluded.first_non_finite_step),
-                                         coalesce(excluded.first_non_finite_step, first_non_finite_step))",
-    )
-    .bind(run_id)
-    .bind(key)
-    .bind(update.points)
-    .bind(update.non_finite)
-    .bind(newest.step)
-    .bind(newest.wall)
-    .bind(newest.value.to_bits() as i64)
-    .bind(update.first_bad.map(|p| p.step))
-    .bind(newer)
-    .bind(update.min.map(|p| p.value))
-    .bind(update.min.map(|p| p.step))
-    .bind(update.max.map(|p| p.value))
-    .bind(update.max.map(|p| p.step))
-    .execute(&mut *conn)
-    .await?;
-    let already_reported = existing.is_some_and(|(_, _, reported)| reported != 0);
-    if let Some(first_bad) = update.first_bad
-        && !already_reported
-        && matches_pattern(loss_pattern, key)
-    {
-        let (step, bad) = (first_bad.step, Value(first_bad.value).describe());
-        sqlx::query("UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = ? AND key = ?")
-            .bind(run_id)
-            .bind(key)
-            .execute(&mut *conn)
-            .await?;
-        let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
-            .bind(run_id)
-            .fetch_one(&mut *conn)
-            .await?;
-        let links = Links {
-            job_id: job_id.as_deref(),
-            run_id: Some(run_id),
-            node_id: None,
-        };
-        let message = format!(
-            "{key} became {bad} at step {step}: check the learning rate, AMP / loss scaling and the input data"
+    for statement in series.chunks(SERIES_PER_STATEMENT) {
+        let mut upsert = sqlx::QueryBuilder::new(
+            "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
+                                        first_non_finite_step, min_value, min_step, max_value, max_step) ",
         );
-        events::record(conn, now, Severity::Critical, EventKind::LossNan, links, &message).await?;
+        upsert.push_values(statement, |mut row, (key, _, update)| {
+            row.push_bind(run_id)
+                .push_bind(key)
+                .push_bind(update.points)
+                .push_bind(update.non_finite)
+                .push_bind(update.newest.step)
+                .push_bind(update.newest.wall)
+                .push_bind(update.newest.value.to_bits() as i64)
+                .push_bind(update.first_bad.map(|p| p.step))
+                .push_bind(update.min.map(|p| p.value))
+                .push_bind(update.min.map(|p| p.step))
+                .push_bind(update.max.map(|p| p.value))
+                .push_bind(update.max.map(|p| p.step));
+        });
+        // The latest point moves only forward (a batch of older steps
+        // sent late leaves it).
+        upsert.push(
+            " ON CONFLICT (run_id, key) DO UPDATE SET
+                 min_step = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
+                                   OR (excluded.min_value = min_value AND excluded.min_step < min_step)
+                                 THEN coalesce(excluded.min_step, min_step) ELSE min_step END,
+                 min_value = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
+                                  THEN coalesce(excluded.min_value, min_value) ELSE min_value END,
+                 max_step = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
+                                   OR (excluded.max_value = max_value AND excluded.max_step < max_step)
+                                 THEN coalesce(excluded.max_step, max_step) ELSE max_step END,
+                 max_value = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
+                                  THEN coalesce(excluded.max_value, max_value) ELSE max_value END,
+                 points = points + excluded.points,
+                 non_finite = non_finite + excluded.non_finite,
+                 latest_wall = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_wall ELSE latest_wall END,
+                 latest_bits = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_bits ELSE latest_bits END,
+                 latest_step = max(excluded.latest_step, latest_step),
+                 first_non_finite_step = min(coalesce(first_non_finite_step, excluded.first_non_finite_step),
+                                             coalesce(excluded.first_non_finite_step, first_non_finite_step))",
+        );
+        upsert.build().execute(&mut *conn).await?;
     }
+    for (key, _, update) in series {
+        if let Some(first_bad) = update.first_bad
+            && matches_pattern(loss_pattern, key)
+        {
+            report_loss_nan(conn, run_id, key, first_bad, now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A LOSS_NAN event for a loss key's first non-finite value, once per key.
+async fn report_loss_nan(
+    conn: &mut SqliteConnection,
+    run_id: &str,
+    key: &str,
+    first_bad: RawPoint,
+    now: i64,
+) -> Result<(), Error> {
+    let newly_reported = sqlx::query(
+        "UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = ? AND key = ? AND loss_nan_reported = 0",
+    )
+    .bind(run_id)
+    .bind(key)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if !newly_reported {
+        return Ok(());
+    }
+    let (step, bad) = (first_bad.step, Value(first_bad.value).describe());
+    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+        .bind(run_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let links = Links {
+        job_id: job_id.as_deref(),
+        run_id: Some(run_id),
+        node_id: None,
+    };
+    let message = format!(
+        "{key} became {bad} at step {step}: check the learning rate, AMP / loss scaling and the input data"
+    );
+    events::record(conn, now, Severity::Critical, EventKind::LossNan, links, &message).await?;
     Ok(())
 }
 

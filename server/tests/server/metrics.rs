@@ -109,6 +109,21 @@ async fn nan_and_infinities_survive_the_round_trip_and_flag_the_summary() {
             .unwrap()
             .starts_with("train/loss became NaN at step 2")
     );
+
+    // A batch of older steps, sent late, counts but leaves the latest point.
+    let (_, late) = f
+        .ingest(
+            &run,
+            json!({"batch_id": "b3", "points": [point("train/loss", 1, json!(0.5))]}),
+        )
+        .await;
+    assert_eq!(late["accepted"], 1);
+    let latest = &f.get(&format!("/runs/{run}")).await["latest"]["train/loss"];
+    assert_eq!(
+        (latest["step"].clone(), latest["count"].clone()),
+        (json!(3), json!(4))
+    );
+    assert_eq!(latest["value"], "NaN");
 }
 
 #[tokio::test(flavor = "multi_thread")]

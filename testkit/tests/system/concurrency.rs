@@ -231,9 +231,13 @@ async fn change_jobs(api: Api, writer: usize, shared: String) -> (Vec<(String, E
 }
 
 /// Batches of 50 steps of one key, each a new small chunk for compaction
-/// to merge; every one must be acknowledged the first time.
+/// to merge; every one must be acknowledged the first time. Sent over at
+/// least 3 s, so the compactor (2 s after the first batch) runs while they
+/// still come, however fast the server takes them.
 async fn ingest_metrics(api: Api, run_id: String) -> String {
+    let pace = std::time::Duration::from_millis(3_000 / BATCHES_PER_CLIENT as u64);
     for batch in 0..BATCHES_PER_CLIENT {
+        tokio::time::sleep(pace).await;
         let points: Vec<Value> = (batch * STEPS_PER_BATCH..(batch + 1) * STEPS_PER_BATCH)
             .map(|step| json!({"key": "train/loss", "step": step, "wall_time": 1.7e9 + step as f64, "value": 1.0 / (1.0 + step as f64)}))
             .collect();
