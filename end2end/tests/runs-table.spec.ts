@@ -16,6 +16,19 @@ const RUNS: [string, number, string, number][] = [
 /** The run names down the table, top to bottom. */
 const names = (page: Page) => page.getByTestId('runs').locator('tbody tr td:nth-child(2) a').allTextContents();
 
+/**
+ * Applies a config filter and waits until the page it leads to is hydrated:
+ * typing into a page that is not yet would be overwritten by hydration,
+ * which sets each field from the URL.
+ */
+async function applyFilter(page: Page, condition: string) {
+  const filters = page.getByTestId('run-filters');
+  await filters.getByLabel('Config', { exact: true }).fill(condition);
+  await filters.getByRole('button', { name: 'Apply' }).click();
+  await expect(page).toHaveURL((at) => at.searchParams.get('where') === condition);
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+}
+
 test('the runs table sorts, filters, keeps a selection in its URL and compares', async ({ page, browser, request }) => {
   const project = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: PROJECT } });
   expect(project.status(), await project.text()).toBe(201);
@@ -49,12 +62,9 @@ test('the runs table sorts, filters, keeps a selection in its URL and compares',
   await expect.poll(() => names(page)).toEqual(['lr-mid', 'lr-big', 'lr-small', 'lr-huge']);
 
   // A config condition filters.
-  const filters = page.getByTestId('run-filters');
-  await filters.getByLabel('Config', { exact: true }).fill('config.lr >= 0.001; config.optimizer = sgd');
-  await filters.getByRole('button', { name: 'Apply' }).click();
+  await applyFilter(page, 'config.lr >= 0.001; config.optimizer = sgd');
   await expect.poll(() => names(page)).toEqual(['lr-big', 'lr-huge']);
-  await filters.getByLabel('Config', { exact: true }).fill('config.lr >= 0.001');
-  await filters.getByRole('button', { name: 'Apply' }).click();
+  await applyFilter(page, 'config.lr >= 0.001');
   await expect.poll(() => names(page)).toEqual(['lr-mid', 'lr-big', 'lr-huge']);
 
   // Ticked runs go into the URL.

@@ -130,9 +130,12 @@ async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_
     let done = maintain(db, now + 2 * day, retention).await.unwrap();
     assert!(done.downsampled_points >= utilization.len(), "{done:?}");
     let (_, aged) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
+    // A minute's mean is over all the GPU's samples in it: when the job's
+    // few seconds straddle a minute boundary, the minute it began in may
+    // hold mostly the idle samples from before it started.
     let minutes = values(&aged, "utilization_percent", Some(busy_gpu));
     assert!(minutes.len() <= 2, "{minutes:?}");
-    assert!(mean(&minutes) > 50.0, "{minutes:?}");
+    assert!(minutes.iter().any(|&minute| minute > 50.0), "{minutes:?}");
     maintain(db, now + 60 * day, retention).await.unwrap();
     let (_, gone) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
     assert!(
