@@ -360,7 +360,7 @@ async fn insert_chunk_rows(
     Ok(())
 }
 
-/// Keys whose summary rows one statement updates at most (13 bound
+/// Keys whose summary rows one statement updates at most (12 bound
 /// parameters each, well within SQLite's limit).
 const SERIES_PER_STATEMENT: usize = 500;
 
