@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { MAINTENANCE, NODE, PYTHON } from '../global-setup';
-import { signIn, url } from './helpers';
+import { hydrated, signIn, url } from './helpers';
 
 const auth = () => ({ Authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` });
 
@@ -63,6 +63,8 @@ async function lastTick(page: Page): Promise<number> {
 }
 
 test('dashboard → jobs → job → run: NaN marker, non-finite badge, shared view, live log', async ({ page, browser, request }) => {
+  // A whole user journey, 20-30 s on an idle machine: three times the usual limit.
+  test.slow();
   const stop = path.join(mkdtempSync(path.join(tmpdir(), 'console-stop-')), 'stop');
   const job = await submitJob(request, 'console-e2e', stop);
   try {
@@ -119,6 +121,7 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await page.getByLabel('Search the log').fill('tick 3');
   await page.getByLabel('Search the log').press('Enter');
   await expect(page).toHaveURL(/q=tick(\+|%20)3/);
+  await hydrated(page);
   await expect(log.locator('mark').first()).toHaveText('tick 3');
   await page.getByRole('button', { name: 'Show full stdout' }).click();
   await expect(page.getByTestId('full-log')).toContainText('training started');
@@ -156,6 +159,7 @@ async function followTheJob(page: Page, browser: Browser, request: APIRequestCon
   await expect(page).toHaveURL(/metric=train%2Floss/);
   await expect(page.locator('figure.chart')).toHaveCount(1);
   await expect(page).toHaveURL(/from=5&to=25|to=25.*from=5|from=5.*to=25/);
+  await hydrated(page);
   await page.getByRole('link', { name: 'Diagnosis' }).click();
   await expect(page).toHaveURL(/tab=diagnosis/);
   await expect(page.getByTestId('diagnosis')).toContainText('LOSS_NAN');

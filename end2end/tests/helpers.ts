@@ -14,5 +14,14 @@ export async function signIn(page: Page, next = '/', user = ADMIN_USER, password
   await expect(page.getByTestId('signed-in-as')).toHaveText(user);
 }
 
+/**
+ * Waits until the page's WebAssembly has hydrated it. A plain GET form (the
+ * filters, the log search, the chart view) loads a new page from the server:
+ * a click on a button that needs the hydrated page is lost before then.
+ */
+export async function hydrated(page: Page) {
+  await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+}
+
 /** The admin's bearer token header, for setting up and checking through the API. */
 export const asAdmin = () => ({ authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` });
