@@ -2,6 +2,7 @@
 """Check that the docs name only things that exist (mechanical drift).
 
 1. Commands: every `gpuctl …`, `gpuplane-server …` and `gpuplane-agent …`
+   (also after `sudo [-u USER]`)
    command line in README.md (code blocks, and inline `code` in prose) names
    real subcommands, and each -f/--flag it uses is an option in that
    command's --help. Words after a literal `--` are the job's own command;
@@ -18,6 +19,10 @@
    Rust fn, const or static; a Python def).
    Skipped: URLs, routes (`/…`, `{id}`), globs, `~/…`, placeholders
    (`DATA_DIR/…`, `<n>`, `$VAR`) and paths git ignores (`target/site`).
+4. Service units: the `ExecStart=` command of each dist/systemd/*.service
+   is checked as in 1, and where `systemd-analyze` is installed, `verify`
+   (with the binaries of --bin-dir in place of /opt/gpuplane/bin) reports
+   nothing: no unknown key, no bad value.
 Exits 1 with one line per problem, else prints a one-line summary.
 """
 import argparse
@@ -25,8 +30,10 @@ import functools
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = ("gpuctl", "gpuplane-server", "gpuplane-agent")
@@ -82,14 +89,17 @@ def helps(binary, path=()):
     return out, subs, {flag for pair in options for flag in pair if flag}
 
 
-def check_command(line):
+def check_command(line, source=None):
     """Check one shell command; return 1 when it runs one of ours with arguments."""
+    source = source or README
     try:
         words = shlex.split(line)
     except ValueError:
         words = line.split()
     while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
         words.pop(0)  # VAR=value before the command
+    if words[:1] == ["sudo"]:
+        words = words[3:] if words[1:2] == ["-u"] else words[1:]  # sudo [-u USER] COMMAND
     if not words or os.path.basename(words[0]) not in BINARIES:
         return 0
     binary, path, unmatched = os.path.basename(words[0]), [], []
@@ -100,7 +110,7 @@ def check_command(line):
         if re.match(r"^--?[A-Za-z]", word):
             flag = word.split("=")[0]
             if flag not in flags and not (subs and unmatched):  # else reported below
-                problems.append(f"{README}: `{line}`: {flag} is not an option of `{' '.join([binary, *path])}`")
+                problems.append(f"{source}: `{line}`: {flag} is not an option of `{' '.join([binary, *path])}`")
         elif word in subs:
             path.append(word)
             unmatched = []
@@ -108,7 +118,7 @@ def check_command(line):
         elif subs:
             unmatched.append(word)
     if subs and unmatched:
-        problems.append(f"{README}: `{line}`: `{' '.join([binary, *path])}` has no subcommand {unmatched[0]!r}")
+        problems.append(f"{source}: `{line}`: `{' '.join([binary, *path])}` has no subcommand {unmatched[0]!r}")
     return int(len(words) > 1)  # a bare name is a mention, not a command
 
 
@@ -194,6 +204,31 @@ def check_paths(docs, files, folders):
     return len(candidates)
 
 
+UNITS = "dist/systemd"
+INSTALLED_BIN = "/opt/gpuplane/bin"
+
+
+def check_units():
+    """Check each service unit's command, and the unit itself where systemd can."""
+    names = sorted(n for n in os.listdir(os.path.join(ROOT, UNITS)) if n.endswith(".service"))
+    verify = shutil.which("systemd-analyze")
+    with tempfile.TemporaryDirectory() as copies:
+        for name in names:
+            text = read(os.path.join(UNITS, name))
+            commands = re.findall(r"^ExecStart=(.*)$", text, re.M)
+            if len(commands) != 1:
+                problems.append(f"{UNITS}/{name}: {len(commands)} ExecStart= lines, not one")
+            for command in commands:
+                if not command.startswith(INSTALLED_BIN + "/") or not check_command(command, f"{UNITS}/{name}"):
+                    problems.append(f"{UNITS}/{name}: ExecStart= does not run one of ours from {INSTALLED_BIN}")
+            with open(os.path.join(copies, name), "w", encoding="utf-8") as f:
+                f.write(text.replace(INSTALLED_BIN, BIN_DIR))
+        if verify and names:
+            _, out = run(verify, "verify", *(os.path.join(copies, n) for n in names))
+            problems.extend(f"{UNITS}: systemd-analyze verify: {line}" for line in out.splitlines() if line.strip())
+    return len(names), bool(verify)
+
+
 def main():
     global BIN_DIR, README
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -212,10 +247,12 @@ def main():
     commands = check_commands(blocks, prose)
     keys, variables = check_settings(blocks, readme, files)
     paths = check_paths([README if d == "README.md" else d for d in args.docs], files, folders)
+    units, verified = check_units()
     if problems:
         print(f"docs: {len(problems)} problem(s):", *problems, sep="\n  ", file=sys.stderr)
         return 1
-    print(f"docs: {commands} commands, {keys} toml keys, {variables} variables, {paths} paths checked")
+    print(f"docs: {commands} commands, {keys} toml keys, {variables} variables, {paths} paths, "
+          f"{units} service units ({'verified by systemd-analyze' if verified else 'no systemd-analyze here'}) checked")
     return 0
 
 
