@@ -2,8 +2,9 @@
 # Runs every GPUPlane check: formatting, clippy, the Rust tests (real server,
 # agent, CLI and SQLite), the docs (scripts/check-docs.py), the Python SDK
 # and MCP tests (pytest against the real server, agent and gpuctl), and the
-# browser tests (Playwright + Chromium), and the benchmark report in smoke
-# mode (bench/report.sh --smoke).
+# browser tests (Playwright + Chromium), the benchmark report in smoke
+# mode (bench/report.sh --smoke), and the release package built with the
+# debug profile (cargo xtask dist --debug, checked by scripts/check-dist.py).
 # On a fresh machine it first installs what it needs; every install step is
 # skipped when its tool is already there. `.ci/run` calls exactly this.
 set -euo pipefail
@@ -85,6 +86,11 @@ step "browser tests (Playwright, headless Chromium)"
 step "benchmarks: the report in smoke mode (every benchmark and the peers at toy sizes; installs MLflow and TensorBoard into target/bench-venv)"
 bash bench/report.sh --smoke
 
+# Last: the packaged server embeds the console, which rebuilds the server crate.
+step "package: cargo xtask dist --debug, then scripts/check-dist.py unpacks and runs it"
+cargo xtask dist --debug
+python3 scripts/check-dist.py "${CARGO_TARGET_DIR:-target}"/dist/gpuplane-*-linux-debug.tar.gz
+
 current=""
 echo
-echo "PASSED: fmt, clippy, Rust tests, docs, SDK tests, browser tests, benchmark smoke in $(( $(date +%s) - started ))s"
+echo "PASSED: fmt, clippy, Rust tests, docs, SDK tests, browser tests, benchmark smoke, package in $(( $(date +%s) - started ))s"

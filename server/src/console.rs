@@ -35,11 +35,38 @@ pub fn router(state: &AppState) -> Router<AppState> {
         }
     };
     let options = state.leptos.clone();
-    Router::new()
+    let router = Router::new()
         .leptos_routes_with_context(state, generate_route_list(App), context.clone(), move || {
             shell(options.clone())
         })
-        .fallback(file_and_error_handler_with_context::<AppState, _>(context, shell))
+        .fallback(file_and_error_handler_with_context::<AppState, _>(context, shell));
+    EMBEDDED.iter().fold(router, |router, &(path, body)| {
+        let headers = [(header::CONTENT_TYPE, content_type(path))];
+        router.route(
+            &format!("/{path}"),
+            axum::routing::get(move || async move { (headers, body) }),
+        )
+    })
+}
+
+/// The console's files compiled into this binary (`cargo xtask dist`; see
+/// `server/build.rs`), as (path under the site root, contents); empty in
+/// other builds, which serve the files of `site_root`.
+pub static EMBEDDED: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/embedded_site.rs"));
+
+/// The media type of a console file, by its extension.
+fn content_type(path: &str) -> &'static str {
+    match path.rsplit_once('.').map_or("", |(_, extension)| extension) {
+        "js" => "text/javascript",
+        "wasm" => "application/wasm",
+        "css" => "text/css",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "ico" => "image/x-icon",
+        "json" | "webmanifest" => "application/json",
+        "txt" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
 }
 
 /// What a console page may load: its own scripts (the hydrate bundle, and

@@ -250,11 +250,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "GPUPlane server listening on http://{}",
                 state.config.settings.bind
             );
-            if !state.config.site_root.join("pkg").exists() {
+            if !console::EMBEDDED.is_empty() {
+                tracing::info!(
+                    files = console::EMBEDDED.len(),
+                    "the console's files are built into this binary"
+                );
+            } else if !state.config.site_root.join("pkg").exists() {
                 tracing::warn!(
                     site_root = %state.config.site_root.display(),
                     "no console bundle found: pages render but stay non-interactive (build it with `cargo xtask site`)"
                 );
+            } else {
+                tracing::info!(site_root = %state.config.site_root.display(), "serving the console's files from the site root");
             }
             serve(listener, state, shutdown).await
         }

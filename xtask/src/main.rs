@@ -1,3 +1,5 @@
+//! Build tasks that plain `cargo build` cannot do.
+//!
 //! `cargo xtask site [--release]`: builds the console's hydrate bundle and
 //! static site into `target/site` without cargo-leptos or wasm-bindgen-cli.
 //!
@@ -6,8 +8,22 @@
 //!    same version as the `wasm-bindgen` crate), into `target/site/pkg`;
 //! 3. with `--release`, `wasm-opt` when npm's binaryen is installed;
 //! 4. the stylesheet and `public/` beside it.
+//!
+//! `cargo xtask dist [--debug]`: a release package in `target/dist`:
+//!
+//! 1. the site (release bundle) into `target/dist/site`;
+//! 2. `gpuplane-server`, `gpuplane-agent` and `gpuctl` built with
+//!    `GPUPLANE_EMBED_SITE` pointing there, so the server carries the
+//!    console inside it (`server/build.rs`);
+//! 3. `gpuplane-VERSION-ARCH-linux/` with `bin/`, the systemd units, the
+//!    container recipe and `SHA256SUMS`, then its `.tar.gz` and the
+//!    tarball's own `.sha256`.
+//!
+//! `--debug` builds both with the debug profiles instead: seconds instead of
+//! many minutes, which is how the test script checks the packaging.
 
 use anyhow::{Context, bail};
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -26,10 +42,12 @@ fn main() {
 fn run() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["site"] => build_site(false),
-        ["site", "--release"] => build_site(true),
+        ["site"] => build_site(false, &target_dir().join("site")),
+        ["site", "--release"] => build_site(true, &target_dir().join("site")),
+        ["dist"] => dist(true),
+        ["dist", "--debug"] => dist(false),
         _ => {
-            eprintln!("usage: cargo xtask site [--release]");
+            eprintln!("usage: cargo xtask site [--release]\n       cargo xtask dist [--debug]");
             bail!("unknown arguments: {args:?}")
         }
     }
@@ -42,20 +60,28 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn build_site(release: bool) -> anyhow::Result<()> {
-    let root = workspace_root();
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let site = target_dir.join("site");
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn cargo() -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.current_dir(workspace_root());
+    command
+}
+
+/// Builds the console's site into `site`.
+fn build_site(release: bool, site: &Path) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let target_dir = target_dir();
     let pkg = site.join("pkg");
     let profile = if release { "wasm-release" } else { "dev" };
     let started = Instant::now();
 
     eprintln!("xtask: building the hydrate bundle ({profile} profile)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(&root)
+    let status = cargo()
         .args([
             "build",
             "--package",
@@ -97,7 +123,7 @@ fn build_site(release: bool) -> anyhow::Result<()> {
         pkg.join(format!("{OUTPUT_NAME}.css")),
     )
     .context("cannot copy style/main.css")?;
-    copy_dir(&root.join("public"), &site)?;
+    copy_dir(&root.join("public"), site)?;
 
     let wasm_size = std::fs::metadata(&bundle)?.len();
     let js_size = std::fs::metadata(pkg.join(format!("{OUTPUT_NAME}.js")))?.len();
@@ -109,6 +135,122 @@ fn build_site(release: bool) -> anyhow::Result<()> {
         js_size / 1024
     );
     Ok(())
+}
+
+/// The binaries a package carries, as cargo names their packages and files.
+const BINARIES: [&str; 3] = ["gpuplane-server", "gpuplane-agent", "gpuctl"];
+
+/// Builds the release package (see the module docs).
+fn dist(release: bool) -> anyhow::Result<()> {
+    let root = workspace_root();
+    let out = target_dir().join("dist");
+    let started = Instant::now();
+
+    let site = out.join("site");
+    if site.exists() {
+        std::fs::remove_dir_all(&site)?;
+    }
+    build_site(release, &site)?;
+
+    eprintln!("xtask: building {} with the console inside", BINARIES.join(", "));
+    let mut build = cargo();
+    build.args(["build", "--locked"]);
+    if release {
+        build.arg("--release");
+    }
+    for binary in BINARIES {
+        build.args(["--package", binary]);
+    }
+    let status = build
+        .env("GPUPLANE_EMBED_SITE", std::path::absolute(&site)?)
+        .status()
+        .context("cannot run cargo")?;
+    if !status.success() {
+        bail!("the build of the binaries failed");
+    }
+
+    let name = format!(
+        "gpuplane-{}-{}-linux{}",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::ARCH,
+        if release { "" } else { "-debug" }
+    );
+    let package = out.join(&name);
+    if package.exists() {
+        std::fs::remove_dir_all(&package)?;
+    }
+    std::fs::create_dir_all(package.join("bin"))?;
+    let binaries = target_dir().join(if release { "release" } else { "debug" });
+    for binary in BINARIES {
+        std::fs::copy(binaries.join(binary), package.join("bin").join(binary))
+            .with_context(|| format!("cannot copy {binary}"))?;
+    }
+    copy_dir(&root.join("dist/systemd"), &package.join("systemd"))?;
+    std::fs::copy(root.join("dist/container/Dockerfile"), package.join("Dockerfile"))?;
+    std::fs::copy(root.join("README.md"), package.join("README.md"))?;
+    std::fs::write(package.join("SHA256SUMS"), checksums(&package)?)?;
+
+    let tarball = out.join(format!("{name}.tar.gz"));
+    let status = Command::new("tar")
+        .arg("-C")
+        .arg(&out)
+        .arg("-czf")
+        .arg(&tarball)
+        .arg(&name)
+        .status()
+        .context("cannot run tar")?;
+    if !status.success() {
+        bail!("tar failed");
+    }
+    let tarball_name = format!("{name}.tar.gz");
+    std::fs::write(
+        out.join(format!("{tarball_name}.sha256")),
+        format!("{}  {tarball_name}\n", sha256_of(&tarball)?),
+    )?;
+    eprintln!(
+        "xtask: {} ({} MiB) in {:.1}s",
+        tarball.display(),
+        std::fs::metadata(&tarball)?.len() / (1024 * 1024),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `sha256sum` lines (`HEX  PATH`) for every file under `dir`, by path.
+fn checksums(dir: &Path) -> anyhow::Result<String> {
+    let mut files = Vec::new();
+    list_files(dir, dir, &mut files)?;
+    files.sort();
+    let mut lines = String::new();
+    for file in files {
+        lines += &format!("{}  {file}\n", sha256_of(&dir.join(&file))?);
+    }
+    Ok(lines)
+}
+
+fn list_files(root: &Path, dir: &Path, files: &mut Vec<String>) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            list_files(root, &path, files)?;
+        } else {
+            let relative = path.strip_prefix(root)?;
+            files.push(
+                relative
+                    .to_str()
+                    .context("a file name that is not UTF-8")?
+                    .to_string(),
+            );
+        }
+    }
+    Ok(())
+}
+
+fn sha256_of(path: &Path) -> anyhow::Result<String> {
+    let mut hasher = Sha256::new();
+    let mut file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Runs npm binaryen's `wasm-opt` (Debian's older one breaks hydration) when it is installed.
