@@ -15,9 +15,9 @@
 //! 2. `gpuplane-server`, `gpuplane-agent` and `gpuctl` built with
 //!    `GPUPLANE_EMBED_SITE` pointing there, so the server carries the
 //!    console inside it (`server/build.rs`);
-//! 3. `gpuplane-VERSION-ARCH-linux/` with `bin/`, the systemd units, the
-//!    container recipe and `SHA256SUMS`, then its `.tar.gz` and the
-//!    tarball's own `.sha256`.
+//! 3. `gpuplane-VERSION-ARCH-linux/` with `bin/` (the binaries stripped of
+//!    their symbols), the systemd units, the container recipe and
+//!    `SHA256SUMS`, then its `.tar.gz` and the tarball's own `.sha256`.
 //!
 //! `--debug` builds both with the debug profiles instead: seconds instead of
 //! many minutes, which is how the test script checks the packaging.
@@ -182,8 +182,18 @@ fn dist(release: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(package.join("bin"))?;
     let binaries = target_dir().join(if release { "release" } else { "debug" });
     for binary in BINARIES {
-        std::fs::copy(binaries.join(binary), package.join("bin").join(binary))
-            .with_context(|| format!("cannot copy {binary}"))?;
+        let copy = package.join("bin").join(binary);
+        std::fs::copy(binaries.join(binary), &copy).with_context(|| format!("cannot copy {binary}"))?;
+        if release {
+            // Symbols are half of a release binary; a panic still names its file and line.
+            let status = Command::new("strip")
+                .arg(&copy)
+                .status()
+                .context("cannot run strip (binutils)")?;
+            if !status.success() {
+                bail!("strip {binary} failed");
+            }
+        }
     }
     copy_dir(&root.join("dist/systemd"), &package.join("systemd"))?;
     std::fs::copy(root.join("dist/container/Dockerfile"), package.join("Dockerfile"))?;
