@@ -39,7 +39,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git), then npm packages"
+step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL), then npm packages"
 missing=()
 # git: the traceability tests make real checkouts (gpuctl and the browser test).
 command -v git >/dev/null 2>&1 || missing+=(git)
@@ -48,6 +48,8 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# PostgreSQL: the tests start their own servers from its binaries (testkit/src/postgres.rs).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   as_root apt-get update -qq

@@ -2,12 +2,16 @@
 //! files under DIR are compiled into the binary (`console.rs::EMBEDDED`),
 //! so a release is one file to copy. Without it the table is empty and the
 //! server serves the files of its `site_root`.
+//!
+//! It also has cargo rebuild the crate when a migration is added or changed
+//! (`sqlx::migrate!` embeds them, and a proc macro cannot say so itself).
 
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 fn main() {
     println!("cargo:rerun-if-env-changed=GPUPLANE_EMBED_SITE");
+    println!("cargo:rerun-if-changed=../migrations");
     let mut files = Vec::new();
     if let Some(dir) = std::env::var_os("GPUPLANE_EMBED_SITE") {
         let dir = PathBuf::from(dir);

@@ -3,7 +3,8 @@
 //! tokens, the workspace's real binaries, [`TestServer`] (a server and an
 //! HTTP client that speaks `/api/v1`), and [`cluster::Cluster`] — the
 //! server plus real agent processes running real jobs, and
-//! [`process::ServerProcess`] — the server binary as a process to kill. No mocks.
+//! [`process::ServerProcess`] — the server binary as a process to kill, and
+//! [`postgres::Postgres`] — a real PostgreSQL server of its own. No mocks.
 //!
 //! The cross-process system tests (scheduling, diagnosis, gpuctl against
 //! real agents, faults) are this crate's own tests, in `tests/system/`.
@@ -12,6 +13,7 @@ pub mod cluster;
 pub mod gpuctl;
 pub mod http;
 pub mod netcut;
+pub mod postgres;
 pub mod process;
 
 pub use http::TestServer;

@@ -38,7 +38,7 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
         .connect_with(options)
         .await
         .with_context(|| format!("cannot open database {}", path.display()))?;
-    sqlx::migrate!("../migrations")
+    sqlx::migrate!("../migrations/sqlite")
         .run(&pool)
         .await
         .with_context(|| format!("cannot migrate database {}", path.display()))?;
@@ -241,7 +241,7 @@ mod tests {
         ))
         .await
         .unwrap();
-        let mut before = sqlx::migrate!("../migrations");
+        let mut before = sqlx::migrate!("../migrations/sqlite");
         before.migrations = before
             .migrations
             .iter()
@@ -261,7 +261,7 @@ mod tests {
         .execute(&pool)
         .await
         .unwrap();
-        sqlx::migrate!("../migrations").run(&pool).await.unwrap();
+        sqlx::migrate!("../migrations/sqlite").run(&pool).await.unwrap();
         let blobs: (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) = sqlx::query_as(
             "SELECT summary_coarse, summary_mid, summary, points FROM metric_chunks WHERE id = 7",
         )

@@ -12,6 +12,7 @@ mod device;
 mod experiments;
 mod metrics;
 mod nodes;
+mod schema;
 mod security;
 mod sessions;
 mod shares;
