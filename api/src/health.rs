@@ -1,11 +1,12 @@
-//! `GET /api/v1/health`.
+//! `GET /api/v1/health` and `GET /api/v1/ready`.
 
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
-    /// Always `ok` when the server answers and its database is reachable.
+    /// `ok` from `health` (the server answers and its database is
+    /// reachable); `ready` from `ready` (send it traffic).
     pub status: String,
     pub version: String,
 }

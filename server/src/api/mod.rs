@@ -64,6 +64,7 @@ impl Modify for BearerScheme {
 pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let api = OpenApiRouter::new()
         .routes(routes!(health::health))
+        .routes(routes!(health::ready))
         .routes(routes!(auth::whoami))
         .routes(routes!(nodes::list_nodes))
         .routes(routes!(nodes::drain_node))

@@ -73,6 +73,24 @@ async fn health_answers_without_a_token() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn ready_answers_503_once_the_database_is_gone() {
+    let f = Fixture::new().await;
+    let (status, _, body) = f.get("/api/v1/ready", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "ready");
+
+    // The pool closed: every query fails, as with a database that went away.
+    f.server.db().close().await;
+    let (status, _, body) = f.get("/api/v1/ready", None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["code"], "unavailable");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("the database is not reachable"), "{message}");
+    let (status, _, _) = f.get("/api/v1/health", None).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn whoami_names_the_user_and_scope() {
     let f = Fixture::new().await;
     let token = user_token(f.server.db(), "alice", Scope::Write, true).await;
@@ -121,7 +139,7 @@ async fn bearer_errors_follow_rfc_6750() {
     );
 
     let hash = gpuplane_server::identity::credentials::hash_token(&token);
-    sqlx::query("UPDATE api_tokens SET expires_at = 1 WHERE token_hash = ?")
+    sqlx::query("UPDATE api_tokens SET expires_at = 1 WHERE token_hash = $1")
         .bind(&hash)
         .execute(db)
         .await
@@ -131,7 +149,7 @@ async fn bearer_errors_follow_rfc_6750() {
         "the token has expired",
     );
 
-    sqlx::query("UPDATE api_tokens SET expires_at = NULL, revoked_at = 1 WHERE token_hash = ?")
+    sqlx::query("UPDATE api_tokens SET expires_at = NULL, revoked_at = 1 WHERE token_hash = $1")
         .bind(&hash)
         .execute(db)
         .await
@@ -308,6 +326,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/quotas  bearer ["read"]
         delete /api/v1/quotas/{kind}/{name}  bearer ["write"]
         put    /api/v1/quotas/{kind}/{name}  bearer ["write"]
+        get    /api/v1/ready  public
         get    /api/v1/runs  bearer ["read"]
         post   /api/v1/runs  bearer ["sdk", "write"]
         get    /api/v1/runs/scatter.svg  bearer ["read"]
