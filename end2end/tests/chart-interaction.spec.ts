@@ -15,20 +15,30 @@ test('pointing at a chart reads the nearest point; dragging zooms and the URL ke
   await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
   const figure = page.locator('figure.chart[data-key="train/loss"]');
   const svg = figure.locator('svg');
-  await svg.scrollIntoViewIfNeeded();
   const attribute = async (name: string) => Number(await svg.getAttribute(name));
-  const [left, right, xMin, xMax, width] = await Promise.all(
-    ['data-plot-left', 'data-plot-right', 'data-x-min', 'data-x-max', 'width'].map(attribute));
-  const box = (await svg.boundingBox())!;
-  const scale = box.width / width;
-  // The page x of a step, and the step at a fraction of the plot.
-  const pageX = (step: number) => box.x + (left + (step - xMin) / (xMax - xMin) * (right - left)) * scale;
-  const y = box.y + box.height / 2;
+  // The page x of a step, and the y of the plot's middle, measured afresh:
+  // the page may still move (a section above it filling in) after hydration.
+  const place = async () => {
+    await svg.scrollIntoViewIfNeeded();
+    const [left, right, xMin, xMax, width] = await Promise.all(
+      ['data-plot-left', 'data-plot-right', 'data-x-min', 'data-x-max', 'width'].map(attribute));
+    const box = (await svg.boundingBox())!;
+    const scale = box.width / width;
+    return {
+      pageX: (step: number) => box.x + (left + (step - xMin) / (xMax - xMin) * (right - left)) * scale,
+      y: box.y + box.height / 2,
+    };
+  };
 
-  await page.mouse.move(pageX(40), y);
-  await page.mouse.move(pageX(40) + 1, y);
   const readout = figure.getByTestId('chart-readout');
-  await expect(readout).toContainText('step 40: 80 at ');
+  let { pageX, y } = await place();
+  // Pointing again after a miss: a pointer that does not move sends no event.
+  await expect(async () => {
+    ({ pageX, y } = await place());
+    await page.mouse.move(pageX(40), y);
+    await page.mouse.move(pageX(40) + 1, y);
+    await expect(readout).toContainText('step 40: 80 at ', { timeout: 2_000 });
+  }).toPass({ timeout: 30_000 });
 
   await page.mouse.move(pageX(20), y);
   await page.mouse.down();
