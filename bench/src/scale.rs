@@ -38,7 +38,7 @@ pub async fn run() -> anyhow::Result<()> {
         {
             seen = 0;
         }
-        let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM metric_chunks WHERE run_id = ?")
+        let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM metric_chunks WHERE run_id = $1")
             .bind(run_id)
             .fetch_one(&db)
             .await?;

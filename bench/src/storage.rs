@@ -222,7 +222,7 @@ async fn report(server: &ServerProcess, run_id: &str, points: usize, empty: u64)
     );
     let series: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT key, sum(count), sum(length(points)), sum(length(summary)), count(*) FROM metric_chunks
-         WHERE run_id = ? GROUP BY key ORDER BY key",
+         WHERE run_id = $1 GROUP BY key ORDER BY key",
     )
     .bind(run_id)
     .fetch_all(&db)

@@ -44,7 +44,7 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             if scope == Scope::Agent {
                 bail!("agent tokens belong to no user: use `admin create-agent-token`");
             }
-            let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = ?")
+            let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
                 .bind(&user)
                 .fetch_optional(db)
                 .await?;

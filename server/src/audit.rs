@@ -59,7 +59,7 @@ pub async fn record(
 ) -> Result<(), Error> {
     sqlx::query(
         "INSERT INTO audit_log (time, actor, user_id, token, address, action, target, detail)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(now_ms())
     .bind(&actor.name)
@@ -112,9 +112,9 @@ pub async fn list(
     );
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT seq, time, actor, token, address, action, target, detail FROM audit_log
-         WHERE (?1 IS NULL OR actor = ?1) AND (?2 IS NULL OR action = ?2) AND (?3 IS NULL OR target = ?3)
-           AND (?4 IS NULL OR seq < ?4)
-         ORDER BY seq DESC LIMIT ?5",
+         WHERE ($1 IS NULL OR actor = $1) AND ($2 IS NULL OR action = $2) AND ($3 IS NULL OR target = $3)
+           AND ($4 IS NULL OR seq < $4)
+         ORDER BY seq DESC LIMIT $5",
     )
     .bind(&filter.actor)
     .bind(filter.action.map(AuditAction::as_str))

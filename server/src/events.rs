@@ -27,8 +27,8 @@ pub async fn record(
 ) -> Result<i64, Error> {
     let seq: i64 = sqlx::query_scalar(
         "INSERT INTO events (id, time, severity, kind, job_id, run_id, node_id, message, project)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
-                 coalesce((SELECT project FROM jobs WHERE id = ?5), (SELECT project FROM runs WHERE id = ?6)))
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+                 coalesce((SELECT project FROM jobs WHERE id = $5), (SELECT project FROM runs WHERE id = $6)))
          RETURNING seq",
     )
     .bind(new_id("evt"))
@@ -144,10 +144,10 @@ async fn query(
     let order = if newest_first { "DESC" } else { "ASC" };
     let rows: Vec<EventRow> = sqlx::query_as(&format!(
         "SELECT {EVENT_COLUMNS} FROM events e
-         WHERE (?1 IS NULL OR run_id = ?1) AND (?2 IS NULL OR job_id = ?2) AND (?3 IS NULL OR severity = ?3)
-           AND (?4 IS NULL OR kind = ?4) AND (?5 IS NULL OR seq < ?5) AND (?6 IS NULL OR seq > ?6)
-           AND (?8 IS NULL OR project IS NULL OR project IN (SELECT value FROM json_each(?8)))
-         ORDER BY seq {order} LIMIT ?7"
+         WHERE ($1 IS NULL OR run_id = $1) AND ($2 IS NULL OR job_id = $2) AND ($3 IS NULL OR severity = $3)
+           AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR seq < $5) AND ($6 IS NULL OR seq > $6)
+           AND ($8 IS NULL OR project IS NULL OR project IN (SELECT value FROM json_each($8)))
+         ORDER BY seq {order} LIMIT $7"
     ))
     .bind(&filter.run_id)
     .bind(&filter.job_id)

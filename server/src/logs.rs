@@ -39,7 +39,7 @@ pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) ->
     let json = serde_json::to_string(&clipped).map_err(|e| Error::Internal(e.into()))?;
     sqlx::query(
         "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
-         SELECT ?1, ?2, ?3, ?4 + key, ?5, value FROM json_each(?6)",
+         SELECT $1, $2, $3, $4 + key, $5, value FROM json_each($6)",
     )
     .bind(job_id)
     .bind(attempt)
@@ -50,7 +50,7 @@ pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) ->
     .execute(&mut *conn)
     .await?;
     let last_n = first_n + lines.len() as i64 - 1;
-    sqlx::query("DELETE FROM log_lines WHERE job_id = ? AND attempt = ? AND stream = ? AND n <= ?")
+    sqlx::query("DELETE FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND n <= $4")
         .bind(job_id)
         .bind(attempt)
         .bind(stream.as_str())
@@ -79,7 +79,7 @@ pub async fn last_n(
     stream: LogStream,
 ) -> Result<i64, Error> {
     let n: Option<i64> =
-        sqlx::query_scalar("SELECT max(n) FROM log_lines WHERE job_id = ? AND attempt = ? AND stream = ?")
+        sqlx::query_scalar("SELECT max(n) FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3")
             .bind(job_id)
             .bind(attempt)
             .bind(stream.as_str())
@@ -123,7 +123,7 @@ pub async fn resolve_attempt(db: &SqlitePool, job_id: &str, attempt: Option<i64>
     if let Some(attempt) = attempt {
         return Ok(attempt);
     }
-    let latest: Option<i64> = sqlx::query_scalar("SELECT max(n) FROM attempts WHERE job_id = ?")
+    let latest: Option<i64> = sqlx::query_scalar("SELECT max(n) FROM attempts WHERE job_id = $1")
         .bind(job_id)
         .fetch_one(db)
         .await?;
@@ -140,8 +140,8 @@ pub async fn tail(
 ) -> Result<(Vec<(i64, LogLine)>, Logs), Error> {
     let mut rows: Vec<LineRow> = sqlx::query_as(
         "SELECT id, attempt, stream, n, time, text FROM log_lines
-         WHERE job_id = ?1 AND attempt = ?2 AND (?3 IS NULL OR stream = ?3)
-         ORDER BY id DESC LIMIT ?4",
+         WHERE job_id = $1 AND attempt = $2 AND ($3 IS NULL OR stream = $3)
+         ORDER BY id DESC LIMIT $4",
     )
     .bind(job_id)
     .bind(attempt)
@@ -166,7 +166,7 @@ pub async fn tail(
 /// meanwhile are not skipped.
 pub async fn start_of_attempt(db: &SqlitePool, job_id: &str, attempt: i64) -> Result<i64, Error> {
     let id: Option<i64> =
-        sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = ? AND attempt < ?")
+        sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = $1 AND attempt < $2")
             .bind(job_id)
             .bind(attempt)
             .fetch_one(db)
@@ -186,8 +186,8 @@ pub async fn after(
 ) -> Result<Vec<(i64, LogLine)>, Error> {
     let rows: Vec<LineRow> = sqlx::query_as(
         "SELECT id, attempt, stream, n, time, text FROM log_lines
-         WHERE job_id = ?1 AND (?2 IS NULL OR attempt = ?2) AND (?3 IS NULL OR stream = ?3) AND id > ?4
-         ORDER BY id LIMIT ?5",
+         WHERE job_id = $1 AND ($2 IS NULL OR attempt = $2) AND ($3 IS NULL OR stream = $3) AND id > $4
+         ORDER BY id LIMIT $5",
     )
     .bind(job_id)
     .bind(attempt)
@@ -207,7 +207,7 @@ pub async fn recent_text(
     limit: i64,
 ) -> Result<Vec<String>, Error> {
     let mut lines: Vec<String> = sqlx::query_scalar(
-        "SELECT text FROM log_lines WHERE job_id = ? AND attempt = ? ORDER BY id DESC LIMIT ?",
+        "SELECT text FROM log_lines WHERE job_id = $1 AND attempt = $2 ORDER BY id DESC LIMIT $3",
     )
     .bind(job_id)
     .bind(attempt)

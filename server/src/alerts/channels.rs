@@ -70,7 +70,7 @@ pub async fn list(db: &SqlitePool, for_admin: bool) -> Result<Vec<Channel>, Erro
 
 /// The channel named `name` as the sender needs it, or `None` once removed.
 pub async fn target(db: &SqlitePool, secret_key: &SecretKey, name: &str) -> Result<Option<Target>, Error> {
-    let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM alert_channels WHERE name = ?"))
+    let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM alert_channels WHERE name = $1"))
         .bind(name)
         .fetch_optional(db)
         .await?;
@@ -95,7 +95,7 @@ pub async fn target(db: &SqlitePool, secret_key: &SecretKey, name: &str) -> Resu
 
 /// Whether `name` is a channel.
 pub async fn exists(db: &SqlitePool, name: &str) -> Result<bool, Error> {
-    let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM alert_channels WHERE name = ?")
+    let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM alert_channels WHERE name = $1")
         .bind(name)
         .fetch_optional(db)
         .await?;
@@ -197,7 +197,7 @@ pub async fn create(
     let now = now_ms();
     let inserted = sqlx::query(
         "INSERT INTO alert_channels (name, kind, url, recipients, sealed_secret, created_at, created_by)
-         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
     )
     .bind(&new.name)
     .bind(new.kind.as_str())
@@ -226,11 +226,11 @@ pub async fn create(
 /// with the reason when their turn comes.
 pub async fn delete(db: &SqlitePool, name: &str) -> Result<(), Error> {
     let mut tx = crate::store::write(db).await?;
-    sqlx::query("DELETE FROM alert_subscriptions WHERE channel = ?")
+    sqlx::query("DELETE FROM alert_subscriptions WHERE channel = $1")
         .bind(name)
         .execute(&mut *tx)
         .await?;
-    let deleted = sqlx::query("DELETE FROM alert_channels WHERE name = ?")
+    let deleted = sqlx::query("DELETE FROM alert_channels WHERE name = $1")
         .bind(name)
         .execute(&mut *tx)
         .await?;

@@ -49,7 +49,7 @@ pub async fn fan_out(db: &SqlitePool) -> Result<usize, Error> {
         "SELECT e.seq, e.kind, e.severity, e.project,
                 coalesce((SELECT submitted_by FROM jobs WHERE id = e.job_id),
                          (SELECT created_by FROM runs WHERE id = e.run_id)) AS owner
-         FROM events e WHERE e.seq > ? ORDER BY e.seq LIMIT ?",
+         FROM events e WHERE e.seq > $1 ORDER BY e.seq LIMIT $2",
     )
     .bind(cursor)
     .bind(BATCH)
@@ -75,7 +75,7 @@ pub async fn fan_out(db: &SqlitePool) -> Result<usize, Error> {
             sqlx::query(
                 "INSERT INTO alert_deliveries (id, subscription_id, channel, project, user_id, event_seq,
                      status, attempts, next_attempt_at, created_at)
-                 VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8)
                  ON CONFLICT (channel, event_seq) DO NOTHING",
             )
             .bind(new_id("dlv"))
@@ -90,7 +90,7 @@ pub async fn fan_out(db: &SqlitePool) -> Result<usize, Error> {
             .await?;
         }
     }
-    sqlx::query("UPDATE alert_cursor SET seq = ?")
+    sqlx::query("UPDATE alert_cursor SET seq = $1")
         .bind(last)
         .execute(&mut *tx)
         .await?;
@@ -129,8 +129,8 @@ pub async fn due(db: &SqlitePool, now: i64, limit: i64) -> Result<Vec<Due>, Erro
                          (SELECT name FROM nodes WHERE id = e.node_id)) AS subject,
                 {EVENT_COLUMNS}
          FROM alert_deliveries d JOIN events e ON e.seq = d.event_seq
-         WHERE d.status = 'pending' AND d.next_attempt_at <= ?
-         ORDER BY d.next_attempt_at LIMIT ?"
+         WHERE d.status = 'pending' AND d.next_attempt_at <= $1
+         ORDER BY d.next_attempt_at LIMIT $2"
     ))
     .bind(now)
     .bind(limit)
@@ -188,8 +188,8 @@ pub async fn record_try(
     match outcome {
         Outcome::Sent => {
             sqlx::query(
-                "UPDATE alert_deliveries SET status = 'sent', attempts = attempts + 1, sent_at = ?,
-                     next_attempt_at = NULL WHERE id = ?",
+                "UPDATE alert_deliveries SET status = 'sent', attempts = attempts + 1, sent_at = $1,
+                     next_attempt_at = NULL WHERE id = $2",
             )
             .bind(now)
             .bind(id)
@@ -197,15 +197,15 @@ pub async fn record_try(
             .await?;
         }
         Outcome::Failed { error, final_try } => {
-            let attempts: i64 = sqlx::query_scalar("SELECT attempts + 1 FROM alert_deliveries WHERE id = ?")
+            let attempts: i64 = sqlx::query_scalar("SELECT attempts + 1 FROM alert_deliveries WHERE id = $1")
                 .bind(id)
                 .fetch_one(db)
                 .await?;
             let give_up = *final_try || attempts >= max_attempts;
             let next = (!give_up).then(|| now + backoff(retry_initial, attempts).as_millis() as i64);
             sqlx::query(
-                "UPDATE alert_deliveries SET status = ?, attempts = ?, last_error = ?, next_attempt_at = ?
-                 WHERE id = ?",
+                "UPDATE alert_deliveries SET status = $1, attempts = $2, last_error = $3, next_attempt_at = $4
+                 WHERE id = $5",
             )
             .bind(if give_up { "failed" } else { "pending" })
             .bind(attempts)
@@ -264,11 +264,11 @@ pub async fn list(
         "SELECT d.seq AS delivery_seq, d.id, d.channel, d.status, d.attempts, d.last_error,
                 d.next_attempt_at, d.sent_at, d.created_at, {EVENT_COLUMNS}
          FROM alert_deliveries d JOIN events e ON e.seq = d.event_seq
-         WHERE (?1 OR d.project IN (SELECT value FROM json_each(?2)) OR (?3 IS NOT NULL AND d.user_id = ?3))
-           AND (?4 IS NULL OR d.channel = ?4) AND (?5 IS NULL OR d.status = ?5)
-           AND (?6 IS NULL OR e.run_id = ?6) AND (?7 IS NULL OR e.job_id = ?7)
-           AND (?8 IS NULL OR d.seq < ?8)
-         ORDER BY d.seq DESC LIMIT ?9"
+         WHERE ($1 OR d.project IN (SELECT value FROM json_each($2)) OR ($3 IS NOT NULL AND d.user_id = $3))
+           AND ($4 IS NULL OR d.channel = $4) AND ($5 IS NULL OR d.status = $5)
+           AND ($6 IS NULL OR e.run_id = $6) AND ($7 IS NULL OR e.job_id = $7)
+           AND ($8 IS NULL OR d.seq < $8)
+         ORDER BY d.seq DESC LIMIT $9"
     ))
     .bind(visibility.all)
     .bind(&visibility.projects)

@@ -117,7 +117,7 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<(Rule, Subscription)>, Error> {
 
 /// One subscription, or 404.
 pub async fn get(db: &SqlitePool, id: &str) -> Result<(Rule, Subscription), Error> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE s.id = ?"))
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE s.id = $1"))
         .bind(id)
         .fetch_optional(db)
         .await?;
@@ -133,7 +133,7 @@ pub async fn create(db: &SqlitePool, rule: &Rule, by: Option<&str>) -> Result<Su
     kinds.dedup();
     sqlx::query(
         "INSERT INTO alert_subscriptions (id, channel, project, user_id, kinds, min_severity, created_at, created_by)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(&id)
     .bind(&rule.channel)
@@ -149,7 +149,7 @@ pub async fn create(db: &SqlitePool, rule: &Rule, by: Option<&str>) -> Result<Su
 }
 
 pub async fn delete(db: &SqlitePool, id: &str) -> Result<(), Error> {
-    let deleted = sqlx::query("DELETE FROM alert_subscriptions WHERE id = ?")
+    let deleted = sqlx::query("DELETE FROM alert_subscriptions WHERE id = $1")
         .bind(id)
         .execute(db)
         .await?;

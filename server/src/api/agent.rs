@@ -168,7 +168,7 @@ async fn bind_token_to_node(
 ) -> Result<(), ApiError> {
     // Read again inside the transaction: two first hellos of one token
     // with different names must not both bind it.
-    let bound: Option<String> = sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = ?")
+    let bound: Option<String> = sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = $1")
         .bind(&caller.token_id)
         .fetch_one(&mut *conn)
         .await?;
@@ -182,7 +182,7 @@ async fn bind_token_to_node(
         return Ok(());
     }
     let holder: Option<String> = sqlx::query_scalar(
-        "SELECT id FROM api_tokens WHERE node_name = ? AND scope = 'agent' AND revoked_at IS NULL AND id <> ?",
+        "SELECT id FROM api_tokens WHERE node_name = $1 AND scope = 'agent' AND revoked_at IS NULL AND id <> $2",
     )
     .bind(name)
     .bind(&caller.token_id)
@@ -194,7 +194,7 @@ async fn bind_token_to_node(
              (revoke the other one with `gpuplane-server admin revoke-agent-token {holder}` to move the node)"
         )));
     }
-    sqlx::query("UPDATE api_tokens SET node_name = ? WHERE id = ? AND node_name IS NULL")
+    sqlx::query("UPDATE api_tokens SET node_name = $1 WHERE id = $2 AND node_name IS NULL")
         .bind(name)
         .bind(&caller.token_id)
         .execute(&mut *conn)

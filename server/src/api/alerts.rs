@@ -334,8 +334,8 @@ pub async fn raise_run_alert(
     let mut tx = crate::store::write(&state.db).await?;
     if alert.wait_s > 0 {
         let recent: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM events WHERE run_id = ? AND kind = ? AND time > ?
-               AND (message = ? OR message LIKE ? ESCAPE '\\') LIMIT 1",
+            "SELECT 1 FROM events WHERE run_id = $1 AND kind = $2 AND time > $3
+               AND (message = $4 OR message LIKE $5 ESCAPE '\\') LIMIT 1",
         )
         .bind(&run_id)
         .bind(EventKind::RunAlert.as_str())
@@ -352,7 +352,7 @@ pub async fn raise_run_alert(
             }));
         }
     }
-    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
         .bind(&run_id)
         .fetch_one(&mut *tx)
         .await
@@ -363,7 +363,7 @@ pub async fn raise_run_alert(
         node_id: None,
     };
     let seq = events::record(&mut tx, now, alert.level, EventKind::RunAlert, links, &message).await?;
-    let event_id: String = sqlx::query_scalar("SELECT id FROM events WHERE seq = ?")
+    let event_id: String = sqlx::query_scalar("SELECT id FROM events WHERE seq = $1")
         .bind(seq)
         .fetch_one(&mut *tx)
         .await

@@ -251,7 +251,7 @@ pub async fn full_log(
     let stream = query.stream.unwrap_or(LogStream::Stdout);
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
     let node: Option<(String, String, String)> = sqlx::query_as(
-        "SELECT n.id, n.name, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id WHERE a.job_id = ? AND a.n = ?",
+        "SELECT n.id, n.name, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id WHERE a.job_id = $1 AND a.n = $2",
     )
     .bind(&job_id)
     .bind(attempt)

@@ -69,7 +69,7 @@ pub async fn create_project(
     }
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
-    sqlx::query("INSERT INTO projects (name, created_at) VALUES (?, ?)")
+    sqlx::query("INSERT INTO projects (name, created_at) VALUES ($1, $2)")
         .bind(&new.name)
         .bind(now)
         .execute(&mut *tx)
@@ -82,7 +82,7 @@ pub async fn create_project(
         })?;
     if let Some(user_id) = &auth.caller.user_id {
         sqlx::query(
-            "INSERT INTO project_members (project, user_id, role, added_at) VALUES (?, ?, 'admin', ?)",
+            "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, 'admin', $3)",
         )
         .bind(&new.name)
         .bind(user_id)
@@ -156,7 +156,7 @@ pub async fn change_project(
 
 /// A project as `role` sees it.
 async fn project(db: &SqlitePool, name: String, role: Role) -> Result<Project, store::Error> {
-    let share_links: bool = sqlx::query_scalar("SELECT share_links FROM projects WHERE name = ?")
+    let share_links: bool = sqlx::query_scalar("SELECT share_links FROM projects WHERE name = $1")
         .bind(&name)
         .fetch_optional(db)
         .await?
@@ -184,14 +184,14 @@ pub async fn set_member(
 ) -> Result<Json<Membership>, ApiError> {
     let principal = auth.caller.principal();
     require_admin(&state.db, &principal, &name).await?;
-    let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = ?")
+    let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
         .bind(&membership.user)
         .fetch_optional(&state.db)
         .await?;
     let user_id =
         user_id.ok_or_else(|| ApiError::field("user", format!("no user named `{}`", membership.user)))?;
     sqlx::query(
-        "INSERT INTO project_members (project, user_id, role, added_at) VALUES (?, ?, ?, ?)
+        "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (project, user_id) DO UPDATE SET role = excluded.role",
     )
     .bind(&name)
@@ -241,7 +241,7 @@ pub async fn list_members(
     .await?;
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
-         WHERE m.project = ? ORDER BY u.name",
+         WHERE m.project = $1 ORDER BY u.name",
     )
     .bind(&name)
     .fetch_all(&state.db)
@@ -264,7 +264,7 @@ pub async fn list_members(
 /// The project exists and the principal is its admin (404 for those who cannot see it).
 async fn require_admin(db: &SqlitePool, principal: &Principal, name: &str) -> Result<(), ApiError> {
     let not_found = || store::Error::NotFound(format!("no project {name}"));
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
         .bind(name)
         .fetch_optional(db)
         .await?;

@@ -186,7 +186,7 @@ async fn system(
     let rows: Vec<StartedAttempt> = sqlx::query_as(
         "SELECT a.job_id, a.n, a.node_id, n.name AS node, a.gpus, a.started_at, a.ended_at
          FROM runs r JOIN attempts a ON a.job_id = r.job_id JOIN nodes n ON n.id = a.node_id
-         WHERE r.id = ? AND a.started_at IS NOT NULL ORDER BY a.n",
+         WHERE r.id = $1 AND a.started_at IS NOT NULL ORDER BY a.n",
     )
     .bind(run_id)
     .fetch_all(&state.db)

@@ -72,7 +72,7 @@ async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &s
 async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64, f64)>, Error> {
     let rows: Vec<(String, i64)> = sqlx::query_as(
         "SELECT key, first_non_finite_step FROM metric_series
-         WHERE run_id = ? AND first_non_finite_step IS NOT NULL ORDER BY first_non_finite_step",
+         WHERE run_id = $1 AND first_non_finite_step IS NOT NULL ORDER BY first_non_finite_step",
     )
     .bind(run_id)
     .fetch_all(&state.db)
@@ -216,13 +216,13 @@ async fn loss_trend(
 /// No output for a long time while running.
 async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<Finding>, Error> {
     let last: Option<i64> =
-        sqlx::query_scalar("SELECT max(time) FROM log_lines WHERE job_id = ? AND attempt = ?")
+        sqlx::query_scalar("SELECT max(time) FROM log_lines WHERE job_id = $1 AND attempt = $2")
             .bind(job_id)
             .bind(attempt)
             .fetch_one(&state.db)
             .await?;
     let started: Option<i64> =
-        sqlx::query_scalar("SELECT started_at FROM attempts WHERE job_id = ? AND n = ?")
+        sqlx::query_scalar("SELECT started_at FROM attempts WHERE job_id = $1 AND n = $2")
             .bind(job_id)
             .bind(attempt)
             .fetch_one(&state.db)
@@ -256,7 +256,7 @@ async fn node_health(
     gpus: &[u32],
 ) -> Result<Vec<Finding>, Error> {
     let mut findings = Vec::new();
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE id = ?")
+    let status: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE id = $1")
         .bind(node_id)
         .fetch_optional(&state.db)
         .await?;

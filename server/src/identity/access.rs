@@ -85,7 +85,7 @@ pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<
     } else {
         let projects: Vec<String> = match &principal.user_id {
             Some(user_id) => {
-                sqlx::query_scalar("SELECT project FROM project_members WHERE user_id = ? ORDER BY project")
+                sqlx::query_scalar("SELECT project FROM project_members WHERE user_id = $1 ORDER BY project")
                     .bind(user_id)
                     .fetch_all(db)
                     .await?
@@ -113,7 +113,7 @@ pub async fn role_in(db: &SqlitePool, principal: &Principal, project: &str) -> R
         return Ok(None);
     };
     let role: Option<String> =
-        sqlx::query_scalar("SELECT role FROM project_members WHERE project = ? AND user_id = ?")
+        sqlx::query_scalar("SELECT role FROM project_members WHERE project = $1 AND user_id = $2")
             .bind(project)
             .bind(user_id)
             .fetch_optional(db)

@@ -45,7 +45,7 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, TokenE
         "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at, t.project, t.run_id, t.node_name,
                 u.id AS user_id, u.name AS user_name, u.is_admin, u.disabled_at
          FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
-         WHERE t.token_hash = ?",
+         WHERE t.token_hash = $1",
     )
     .bind(hash_token(token))
     .fetch_optional(db)
@@ -70,7 +70,7 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, TokenE
         .last_used_at
         .is_none_or(|used| now - used > LAST_USED_RESOLUTION_MS)
     {
-        sqlx::query("UPDATE api_tokens SET last_used_at = ? WHERE id = ?")
+        sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2")
             .bind(now)
             .bind(&row.id)
             .execute(db)

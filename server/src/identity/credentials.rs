@@ -76,7 +76,7 @@ pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String,
     let secret = generate_token();
     sqlx::query(
         "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, expires_at, project, node_name)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(&id)
     .bind(new.user_id)

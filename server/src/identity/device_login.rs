@@ -155,7 +155,7 @@ pub async fn authorize(
     let inserted = sqlx::query(
         "INSERT INTO device_authorizations (id, device_code_hash, user_code_hash, client_id, client_name, client_host,
                                             client_ip, status, interval_s, created_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10)",
     )
     .bind(new_id("dev"))
     .bind(hash_token(&device_code))
@@ -247,7 +247,7 @@ async fn redeem(
     let mut tx = crate::store::write(&state.db).await?;
     let pending: Option<Pending> = sqlx::query_as(
         "SELECT id, client_id, client_host, status, user_id, interval_s, last_poll_at, expires_at
-         FROM device_authorizations WHERE device_code_hash = ?",
+         FROM device_authorizations WHERE device_code_hash = $1",
     )
     .bind(hash_token(device_code))
     .fetch_optional(&mut *tx)
@@ -285,7 +285,7 @@ async fn redeem(
         && now - last < pending.interval_s * 1000
     {
         sqlx::query(
-            "UPDATE device_authorizations SET interval_s = interval_s + 5, last_poll_at = ? WHERE id = ?",
+            "UPDATE device_authorizations SET interval_s = interval_s + 5, last_poll_at = $1 WHERE id = $2",
         )
         .bind(now)
         .bind(&pending.id)
@@ -298,7 +298,7 @@ async fn redeem(
             "poll less often",
         ));
     }
-    sqlx::query("UPDATE device_authorizations SET last_poll_at = ? WHERE id = ?")
+    sqlx::query("UPDATE device_authorizations SET last_poll_at = $1 WHERE id = $2")
         .bind(now)
         .bind(&pending.id)
         .execute(&mut *tx)
@@ -306,7 +306,7 @@ async fn redeem(
     let answer = match (pending.status.as_str(), pending.user_id) {
         ("denied", _) => oauth_error(StatusCode::BAD_REQUEST, "access_denied", "the request was denied"),
         ("approved", Some(user_id)) => {
-            sqlx::query("UPDATE device_authorizations SET status = 'consumed' WHERE id = ?")
+            sqlx::query("UPDATE device_authorizations SET status = 'consumed' WHERE id = $1")
                 .bind(&pending.id)
                 .execute(&mut *tx)
                 .await?;
@@ -396,7 +396,7 @@ pub async fn lookup(
     let code = normalise_user_code(user_code);
     let row: Option<RequestRow> = sqlx::query_as(
         "SELECT client_name, client_host, client_ip, status, created_at, expires_at
-         FROM device_authorizations WHERE user_code_hash = ?",
+         FROM device_authorizations WHERE user_code_hash = $1",
     )
     .bind(hash_token(&code))
     .fetch_optional(&state.db)
@@ -435,8 +435,8 @@ pub async fn decide(
     }
     let code = normalise_user_code(user_code);
     let decided = sqlx::query(
-        "UPDATE device_authorizations SET status = ?, user_id = ?, decided_at = ?
-         WHERE user_code_hash = ? AND status = 'pending' AND expires_at > ?",
+        "UPDATE device_authorizations SET status = $1, user_id = $2, decided_at = $3
+         WHERE user_code_hash = $4 AND status = 'pending' AND expires_at > $5",
     )
     .bind(if approve { "approved" } else { "denied" })
     .bind(user_id)
@@ -455,7 +455,7 @@ pub async fn decide(
 /// Deletes device authorizations that expired more than a day ago (run from time to time).
 pub async fn delete_expired(db: &sqlx::SqlitePool) {
     let day_ago = now_ms() - 24 * 3600 * 1000;
-    if let Err(error) = sqlx::query("DELETE FROM device_authorizations WHERE expires_at < ?")
+    if let Err(error) = sqlx::query("DELETE FROM device_authorizations WHERE expires_at < $1")
         .bind(day_ago)
         .execute(db)
         .await

@@ -48,7 +48,7 @@ pub async fn resolve_user(
         let login_at: i64 = session.get(LOGIN_AT_KEY).await.ok().flatten().unwrap_or(0);
         let fresh = now_ms() - login_at < state.config.session_max.as_millis() as i64;
         let user: Option<(String, String, bool)> =
-            sqlx::query_as("SELECT id, name, is_admin FROM users WHERE id = ? AND disabled_at IS NULL")
+            sqlx::query_as("SELECT id, name, is_admin FROM users WHERE id = $1 AND disabled_at IS NULL")
                 .bind(&user_id)
                 .fetch_optional(&state.db)
                 .await
@@ -95,7 +95,7 @@ pub async fn login(
         return back("locked");
     }
     let user: Option<(String, Option<String>)> =
-        sqlx::query_as("SELECT id, password_hash FROM users WHERE name = ? AND disabled_at IS NULL")
+        sqlx::query_as("SELECT id, password_hash FROM users WHERE name = $1 AND disabled_at IS NULL")
             .bind(&form.username)
             .fetch_optional(&state.db)
             .await

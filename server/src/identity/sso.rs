@@ -301,7 +301,7 @@ async fn provision(
 ) -> anyhow::Result<String> {
     let subject = format!("{issuer}|{}", claims.sub);
     let existing: Option<(String, Option<i64>)> =
-        sqlx::query_as("SELECT id, disabled_at FROM users WHERE oidc_subject = ?")
+        sqlx::query_as("SELECT id, disabled_at FROM users WHERE oidc_subject = $1")
             .bind(&subject)
             .fetch_optional(&state.db)
             .await?;
@@ -354,7 +354,7 @@ async fn provision(
         // The user and their membership, together or not at all.
         let mut tx = crate::store::write(&state.db).await?;
         let inserted = sqlx::query(
-            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES (?, ?, ?, ?, 0, ?)
+            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES ($1, $2, $3, $4, 0, $5)
              ON CONFLICT (name) DO NOTHING",
         )
         .bind(&id)
@@ -367,7 +367,7 @@ async fn provision(
         if inserted.rows_affected() == 1 {
             if let Some(role) = config.new_user_role {
                 sqlx::query(
-                    "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, ?, ?)",
+                    "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, $2, $3)",
                 )
                 .bind(&id)
                 .bind(role.as_str())

@@ -42,7 +42,7 @@ const COLUMNS: &str = "id, name, scope, project, run_id, created_at, expires_at,
 /// The user's own tokens, newest first (jobs' sdk tokens included, so they can be seen and revoked).
 pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, Error> {
     let rows: Vec<TokenRow> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM api_tokens WHERE user_id = ? ORDER BY created_at DESC, id DESC"
+        "SELECT {COLUMNS} FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id DESC"
     ))
     .bind(user_id)
     .fetch_all(db)
@@ -107,7 +107,7 @@ pub async fn create(
     };
     if let Some(project) = &request.project {
         // An admin has a role in every project name, even one that does not exist.
-        let exists = sqlx::query_scalar::<_, i64>("SELECT 1 FROM projects WHERE name = ?")
+        let exists = sqlx::query_scalar::<_, i64>("SELECT 1 FROM projects WHERE name = $1")
             .bind(project)
             .fetch_optional(db)
             .await?
@@ -145,7 +145,7 @@ pub async fn create(
         },
     )
     .await?;
-    let row: TokenRow = sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = ?"))
+    let row: TokenRow = sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
         .bind(&id)
         .fetch_one(db)
         .await?;
@@ -157,14 +157,14 @@ pub async fn create(
 
 /// Revokes one of the user's tokens (at once: the next request with it gets 401).
 pub async fn revoke(db: &SqlitePool, user_id: &str, token_id: &str) -> Result<TokenInfo, Error> {
-    sqlx::query("UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND user_id = ?")
+    sqlx::query("UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND user_id = $3")
         .bind(now_ms())
         .bind(token_id)
         .bind(user_id)
         .execute(db)
         .await?;
     let row: Option<TokenRow> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM api_tokens WHERE id = ? AND user_id = ?"
+        "SELECT {COLUMNS} FROM api_tokens WHERE id = $1 AND user_id = $2"
     ))
     .bind(token_id)
     .bind(user_id)

@@ -46,7 +46,7 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<User>, Error> {
 
 /// The user named `name`.
 pub async fn get(db: &SqlitePool, name: &str) -> Result<User, Error> {
-    let row: Option<UserRow> = sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = ?"))
+    let row: Option<UserRow> = sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = $1"))
         .bind(name)
         .fetch_optional(db)
         .await?;
@@ -73,7 +73,7 @@ pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
     let password_hash = hash_password(&new.password)?;
     let mut tx = crate::store::write(db).await?;
     let inserted = sqlx::query(
-        "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(&id)
     .bind(&new.name)
@@ -93,7 +93,7 @@ pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
         Err(other) => return Err(other),
     }
     sqlx::query(
-        "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', ?, 'editor', ?)",
+        "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, 'editor', $2)",
     )
     .bind(&id)
     .bind(now_ms())
@@ -126,9 +126,9 @@ pub async fn change(
     }
     // One statement: both changes land, or neither.
     sqlx::query(
-        "UPDATE users SET is_admin = coalesce(?1, is_admin),
-                disabled_at = CASE ?2 WHEN 1 THEN coalesce(disabled_at, ?3) WHEN 0 THEN NULL ELSE disabled_at END
-         WHERE id = ?4",
+        "UPDATE users SET is_admin = coalesce($1, is_admin),
+                disabled_at = CASE $2 WHEN 1 THEN coalesce(disabled_at, $3) WHEN 0 THEN NULL ELSE disabled_at END
+         WHERE id = $4",
     )
     .bind(changes.admin)
     .bind(changes.disabled)
@@ -181,7 +181,7 @@ pub async fn agent_tokens(db: &SqlitePool) -> Result<Vec<AgentToken>, Error> {
 
 async fn agent_token_by_id(db: &SqlitePool, token_id: &str) -> Result<AgentToken, Error> {
     let row: Option<AgentTokenRow> = sqlx::query_as(&format!(
-        "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' AND id = ?"
+        "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' AND id = $1"
     ))
     .bind(token_id)
     .fetch_optional(db)
@@ -225,7 +225,7 @@ pub async fn create_agent_token(db: &SqlitePool, new: &NewAgentToken) -> Result<
 /// Revokes an agent token: its agent is refused from its next request on.
 pub async fn revoke_agent_token(db: &SqlitePool, token_id: &str) -> Result<AgentToken, Error> {
     let revoked = sqlx::query(
-        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, ?) WHERE id = ? AND scope = 'agent'",
+        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND scope = 'agent'",
     )
     .bind(now_ms())
     .bind(token_id)

@@ -35,7 +35,7 @@ pub async fn reconcile(
     }
     let listed: HashSet<(&str, i64)> = attempts.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
     let running: Vec<(String, i64)> =
-        sqlx::query_as("SELECT job_id, n FROM attempts WHERE node_id = ? AND status = 'RUNNING'")
+        sqlx::query_as("SELECT job_id, n FROM attempts WHERE node_id = $1 AND status = 'RUNNING'")
             .bind(node_id)
             .fetch_all(&mut *conn)
             .await?;
@@ -70,7 +70,7 @@ pub async fn commands_for(
     let active: Vec<ActiveRow> = sqlx::query_as(
         "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at
          FROM attempts a JOIN jobs j ON j.id = a.job_id
-         WHERE a.node_id = ? AND a.status IN ('DISPATCHING', 'RUNNING')",
+         WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
     )
     .bind(node_id)
     .fetch_all(&state.db)

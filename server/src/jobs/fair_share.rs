@@ -117,8 +117,8 @@ pub async fn usage(db: &SqlitePool, window_ms: i64, now_ms: i64) -> Result<Usage
     // Ended attempts by the ended_at index, active ones by attempts_active.
     let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
         "SELECT j.project, j.submitted_by,
-                sum(json_array_length(a.gpus) * (min(coalesce(a.ended_at, ?1), ?1) - max(a.started_at, ?2)))
-         FROM (SELECT * FROM attempts WHERE ended_at > ?2
+                sum(json_array_length(a.gpus) * (min(coalesce(a.ended_at, $1), $1) - max(a.started_at, $2)))
+         FROM (SELECT * FROM attempts WHERE ended_at > $2
                UNION ALL
                SELECT * FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')) a
          JOIN jobs j ON j.id = a.job_id

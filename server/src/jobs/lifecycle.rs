@@ -21,7 +21,7 @@ pub async fn status_on_node(
     attempt: i64,
 ) -> Result<Option<JobStatus>, Error> {
     let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM attempts WHERE job_id = ? AND n = ? AND node_id = ?")
+        sqlx::query_scalar("SELECT status FROM attempts WHERE job_id = $1 AND n = $2 AND node_id = $3")
             .bind(job_id)
             .bind(attempt)
             .bind(node_id)
@@ -64,8 +64,8 @@ pub async fn end_attempt(
     end: AttemptEnd<'_>,
 ) -> Result<(), Error> {
     sqlx::query(
-        "UPDATE attempts SET status = ?, exit_code = ?, signal = ?, ended_at = ?, failure_reason = ?, failure_detail = ?
-         WHERE job_id = ? AND n = ?",
+        "UPDATE attempts SET status = $1, exit_code = $2, signal = $3, ended_at = $4, failure_reason = $5, failure_detail = $6
+         WHERE job_id = $7 AND n = $8",
     )
     .bind(end.status.as_str())
     .bind(end.exit_code)
@@ -78,8 +78,8 @@ pub async fn end_attempt(
     .execute(&mut *conn)
     .await?;
     sqlx::query(
-        "UPDATE api_tokens SET revoked_at = ? WHERE revoked_at IS NULL
-           AND id = (SELECT sdk_token_id FROM attempts WHERE job_id = ? AND n = ?)",
+        "UPDATE api_tokens SET revoked_at = $1 WHERE revoked_at IS NULL
+           AND id = (SELECT sdk_token_id FROM attempts WHERE job_id = $2 AND n = $3)",
     )
     .bind(end.at)
     .bind(job_id)
@@ -99,8 +99,8 @@ pub async fn finish_job(
     now: i64,
 ) -> Result<(), Error> {
     sqlx::query(
-        "UPDATE jobs SET status = ?, failure_reason = ?, failure_detail = ?, queued_reason = NULL, updated_at = ?
-         WHERE id = ?",
+        "UPDATE jobs SET status = $1, failure_reason = $2, failure_detail = $3, queued_reason = NULL, updated_at = $4
+         WHERE id = $5",
     )
     .bind(status.as_str())
     .bind(reason.map(FailureReason::as_str))
@@ -122,7 +122,7 @@ pub async fn fail_or_retry(
     now: i64,
 ) -> Result<(), Error> {
     let (attempt_count, max_attempts, spec, run_id): (i64, i64, String, String) =
-        sqlx::query_as("SELECT attempt_count, max_attempts, spec, run_id FROM jobs WHERE id = ?")
+        sqlx::query_as("SELECT attempt_count, max_attempts, spec, run_id FROM jobs WHERE id = $1")
             .bind(job_id)
             .fetch_one(&mut *conn)
             .await?;
@@ -143,9 +143,9 @@ pub async fn fail_or_retry(
         rfc3339(now + cooldown_ms)
     );
     sqlx::query(
-        "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL, queued_reason = ?,
-             queued_at = ?, not_before = ?, updated_at = ?
-         WHERE id = ?",
+        "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL, queued_reason = $1,
+             queued_at = $2, not_before = $3, updated_at = $4
+         WHERE id = $5",
     )
     .bind(&reason_text)
     .bind(now)
@@ -179,9 +179,9 @@ pub async fn requeue_preempted(
 ) -> Result<(), Error> {
     let reason = format!("PREEMPTED on {node_name} for {for_job}; queued again (no attempt spent)");
     sqlx::query(
-        "UPDATE jobs SET status = 'QUEUED', max_attempts = max_attempts + 1, queued_reason = ?,
-             not_before = NULL, updated_at = ?
-         WHERE id = ?",
+        "UPDATE jobs SET status = 'QUEUED', max_attempts = max_attempts + 1, queued_reason = $1,
+             not_before = NULL, updated_at = $2
+         WHERE id = $3",
     )
     .bind(&reason)
     .bind(now)
@@ -215,8 +215,8 @@ pub async fn lose_attempt(
     )
     .await?;
     let (cancel_requested, preempted_by): (Option<i64>, Option<String>) = sqlx::query_as(
-        "SELECT cancel_requested_at, (SELECT preempted_by FROM attempts WHERE job_id = ?1 AND n = ?2)
-         FROM jobs WHERE id = ?1",
+        "SELECT cancel_requested_at, (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
+         FROM jobs WHERE id = $1",
     )
     .bind(job_id)
     .bind(attempt)
@@ -224,7 +224,7 @@ pub async fn lose_attempt(
     .await?;
     if let Some(for_job) = preempted_by.filter(|_| cancel_requested.is_none()) {
         // It was being stopped anyway: preempted, not a failure of the job.
-        let node_name: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+        let node_name: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
             .bind(node_id)
             .fetch_one(&mut *conn)
             .await?;
@@ -263,7 +263,7 @@ pub async fn cancel_before_start(
     now: i64,
 ) -> Result<(), Error> {
     let dispatching: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = ? AND n = ? AND status = 'DISPATCHING')",
+        "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 AND n = $2 AND status = 'DISPATCHING')",
     )
     .bind(job_id)
     .bind(attempt)
@@ -283,7 +283,7 @@ async fn end_cancelled(
     now: i64,
 ) -> Result<(), Error> {
     let attempt: Option<i64> = sqlx::query_scalar(
-        "SELECT n FROM attempts WHERE job_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
+        "SELECT n FROM attempts WHERE job_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
     )
     .bind(job_id)
     .fetch_optional(&mut *conn)
@@ -305,7 +305,7 @@ pub struct JobLinks {
 
 impl JobLinks {
     pub async fn of(conn: &mut SqliteConnection, job_id: &str, node_id: &str) -> Result<JobLinks, Error> {
-        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
             .bind(job_id)
             .fetch_optional(&mut *conn)
             .await?;

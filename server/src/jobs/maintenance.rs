@@ -44,7 +44,7 @@ pub async fn start(db: &SqlitePool, by: Option<&str>, message: &str) -> Result<M
         }]));
     }
     sqlx::query(
-        "INSERT INTO maintenance (id, message, started_at, started_by) VALUES (1, ?, ?, ?)
+        "INSERT INTO maintenance (id, message, started_at, started_by) VALUES (1, $1, $2, $3)
          ON CONFLICT (id) DO UPDATE SET message = excluded.message",
     )
     .bind(message)

@@ -127,8 +127,8 @@ pub async fn for_plan(db: &SqlitePool) -> Result<plan::Quotas, Error> {
 /// The subject a quota is stored under: the project's name, the user's id.
 async fn subject(db: &SqlitePool, kind: QuotaKind, name: &str) -> Result<String, Error> {
     let found: Option<String> = match kind {
-        QuotaKind::Project => sqlx::query_scalar("SELECT name FROM projects WHERE name = ?"),
-        QuotaKind::User => sqlx::query_scalar("SELECT id FROM users WHERE name = ?"),
+        QuotaKind::Project => sqlx::query_scalar("SELECT name FROM projects WHERE name = $1"),
+        QuotaKind::User => sqlx::query_scalar("SELECT id FROM users WHERE name = $1"),
     }
     .bind(name)
     .fetch_optional(db)
@@ -168,7 +168,7 @@ pub async fn set(
     let subject = subject(db, kind, name).await?;
     sqlx::query(
         "INSERT INTO quotas (kind, subject, max_gpus, max_running_jobs, updated_at, updated_by)
-         VALUES (?, ?, ?, ?, ?, ?)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (kind, subject) DO UPDATE SET max_gpus = excluded.max_gpus,
              max_running_jobs = excluded.max_running_jobs, updated_at = excluded.updated_at,
              updated_by = excluded.updated_by",
@@ -187,7 +187,7 @@ pub async fn set(
 /// Removes a quota; the caller wakes the scheduler.
 pub async fn clear(db: &SqlitePool, kind: QuotaKind, name: &str) -> Result<(), Error> {
     let subject = subject(db, kind, name).await?;
-    let removed = sqlx::query("DELETE FROM quotas WHERE kind = ? AND subject = ?")
+    let removed = sqlx::query("DELETE FROM quotas WHERE kind = $1 AND subject = $2")
         .bind(kind.as_str())
         .bind(&subject)
         .execute(db)

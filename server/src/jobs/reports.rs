@@ -42,7 +42,7 @@ struct Reporter<'a> {
 pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, Error> {
     let node_id = report.node_id.as_str();
     let mut tx = crate::store::write(&state.db).await?;
-    let node_name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+    let node_name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
         .bind(node_id)
         .fetch_optional(&mut *tx)
         .await?;
@@ -221,8 +221,8 @@ async fn started(
 ) -> Result<bool, Error> {
     let git_commit = git_commit.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit()));
     let started = sqlx::query(
-        "UPDATE attempts SET status = 'RUNNING', started_at = ?, pid = ?, git_commit = ?
-         WHERE job_id = ? AND n = ? AND status = 'DISPATCHING'",
+        "UPDATE attempts SET status = 'RUNNING', started_at = $1, pid = $2, git_commit = $3
+         WHERE job_id = $4 AND n = $5 AND status = 'DISPATCHING'",
     )
     .bind(time)
     .bind(pid as i64)
@@ -234,11 +234,13 @@ async fn started(
     if started.rows_affected() == 0 {
         return Ok(false);
     }
-    sqlx::query("UPDATE jobs SET status = 'RUNNING', updated_at = ? WHERE id = ? AND status = 'DISPATCHING'")
-        .bind(now_ms())
-        .bind(job_id)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "UPDATE jobs SET status = 'RUNNING', updated_at = $1 WHERE id = $2 AND status = 'DISPATCHING'",
+    )
+    .bind(now_ms())
+    .bind(job_id)
+    .execute(&mut *conn)
+    .await?;
     Ok(true)
 }
 
@@ -299,8 +301,8 @@ async fn exited(
 ) -> Result<bool, Error> {
     if !status.is_active() {
         sqlx::query(
-            "UPDATE attempts SET exit_code = coalesce(exit_code, ?), signal = coalesce(signal, ?)
-             WHERE job_id = ? AND n = ?",
+            "UPDATE attempts SET exit_code = coalesce(exit_code, $1), signal = coalesce(signal, $2)
+             WHERE job_id = $3 AND n = $4",
         )
         .bind(exit.exit_code)
         .bind(exit.signal)
@@ -317,8 +319,8 @@ async fn exited(
         Option<String>,
     ) = sqlx::query_as(
         "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s'),
-                    (SELECT preempted_by FROM attempts WHERE job_id = ?1 AND n = ?2)
-             FROM jobs WHERE id = ?1",
+                    (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
+             FROM jobs WHERE id = $1",
     )
     .bind(job_id)
     .bind(attempt)
@@ -417,7 +419,7 @@ async fn report_missing_metrics(
 ) -> Result<(), Error> {
     let (series, watch_dirs): (i64, String) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), json_extract(j.spec, '$.watch_dirs')
-         FROM jobs j WHERE j.id = ?",
+         FROM jobs j WHERE j.id = $1",
     )
     .bind(job_id)
     .fetch_one(&mut *conn)
@@ -480,7 +482,7 @@ async fn disk(
         return Ok(false);
     }
     let flagged = sqlx::query(
-        "UPDATE attempts SET disk_low_reported = 1 WHERE job_id = ? AND n = ? AND disk_low_reported = 0",
+        "UPDATE attempts SET disk_low_reported = 1 WHERE job_id = $1 AND n = $2 AND disk_low_reported = 0",
     )
     .bind(job_id)
     .bind(attempt)
@@ -508,7 +510,7 @@ async fn disk(
 }
 
 async fn run_of(conn: &mut SqliteConnection, job_id: &str) -> Result<String, Error> {
-    Ok(sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+    Ok(sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
         .bind(job_id)
         .fetch_one(&mut *conn)
         .await?)

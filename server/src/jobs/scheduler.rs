@@ -149,8 +149,8 @@ async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Resu
     for p in preemptions {
         // It may have ended, or been preempted already, since the nodes were read.
         let node_name: Option<String> = sqlx::query_scalar(
-            "UPDATE attempts SET preempted_at = ?, preempted_by = ?
-             WHERE job_id = ? AND n = ? AND status = 'RUNNING' AND preempted_at IS NULL
+            "UPDATE attempts SET preempted_at = $1, preempted_by = $2
+             WHERE job_id = $3 AND n = $4 AND status = 'RUNNING' AND preempted_at IS NULL
              RETURNING (SELECT name FROM nodes WHERE id = node_id)",
         )
         .bind(now)
@@ -162,7 +162,7 @@ async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Resu
         let Some(node_name) = node_name else {
             continue;
         };
-        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
             .bind(&p.job_id)
             .fetch_optional(&mut *tx)
             .await?;
@@ -210,7 +210,7 @@ async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result
         .collect();
     let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
     let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each(?))")
+        sqlx::query_as("SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each($1))")
             .bind(ids)
             .fetch_all(&state.db)
             .await?;
@@ -240,7 +240,7 @@ async fn fail_dependents(state: &AppState, never: &[(String, String)], now: i64)
     for (job_id, detail) in never {
         // It may have been cancelled or held since the queue was read.
         let still_queued: Option<String> =
-            sqlx::query_scalar("SELECT id FROM jobs WHERE id = ? AND status = 'QUEUED' AND held_at IS NULL")
+            sqlx::query_scalar("SELECT id FROM jobs WHERE id = $1 AND status = 'QUEUED' AND held_at IS NULL")
                 .bind(job_id)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -465,8 +465,8 @@ async fn apply(
         // The job may have been cancelled since the queue was read.
         let claimed: Option<(i64, Option<String>, String)> = sqlx::query_as(
             "UPDATE jobs SET status = 'DISPATCHING', attempt_count = attempt_count + 1, queued_reason = NULL,
-                 not_before = NULL, updated_at = ?
-             WHERE id = ? AND status = 'QUEUED' RETURNING attempt_count, submitted_by, run_id",
+                 not_before = NULL, updated_at = $1
+             WHERE id = $2 AND status = 'QUEUED' RETURNING attempt_count, submitted_by, run_id",
         )
         .bind(now)
         .bind(&placement.job_id)
@@ -481,7 +481,7 @@ async fn apply(
                 let secret = state.secret.attempt_token(&placement.job_id, attempt);
                 sqlx::query(
                     "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, run_id)
-                     VALUES (?, ?, ?, 'sdk', ?, ?, ?)",
+                     VALUES ($1, $2, $3, 'sdk', $4, $5, $6)",
                 )
                 .bind(&token_id)
                 .bind(user_id)
@@ -497,7 +497,7 @@ async fn apply(
         };
         sqlx::query(
             "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id)
-             VALUES (?, ?, ?, ?, 'DISPATCHING', ?, ?)",
+             VALUES ($1, $2, $3, $4, 'DISPATCHING', $5, $6)",
         )
         .bind(&placement.job_id)
         .bind(attempt)
@@ -510,7 +510,7 @@ async fn apply(
         dispatched_to.push(placement.node_id.clone());
     }
     for (job_id, reason) in changed {
-        sqlx::query("UPDATE jobs SET queued_reason = ? WHERE id = ? AND status = 'QUEUED'")
+        sqlx::query("UPDATE jobs SET queued_reason = $1 WHERE id = $2 AND status = 'QUEUED'")
             .bind(reason)
             .bind(job_id)
             .execute(&mut *tx)

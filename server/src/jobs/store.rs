@@ -48,7 +48,7 @@ pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Princ
     };
     access::require(db, principal, &spec.project, Role::Editor, no_project).await?;
     // Admins pass the role check for any name: the project must also exist.
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
         .bind(&spec.project)
         .fetch_optional(db)
         .await?;
@@ -59,7 +59,7 @@ pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Princ
         let Ok(dependency) = text.parse::<gpuplane_api::job::Dependency>() else {
             continue; // validation named it already
         };
-        let project: Option<String> = sqlx::query_scalar("SELECT project FROM jobs WHERE id = ?")
+        let project: Option<String> = sqlx::query_scalar("SELECT project FROM jobs WHERE id = $1")
             .bind(&dependency.job_id)
             .fetch_optional(db)
             .await?;
@@ -103,7 +103,7 @@ pub async fn insert(
     sqlx::query(
         "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
                            queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10, $11, $12, $13, $14, $15, $16)",
     )
     .bind(&job_id)
     .bind(&spec.project)
@@ -123,15 +123,17 @@ pub async fn insert(
     .bind(after)
     .execute(&mut *conn)
     .await?;
-    sqlx::query("INSERT INTO runs (id, job_id, project, name, created_at, tags) VALUES (?, ?, ?, ?, ?, ?)")
-        .bind(&run_id)
-        .bind(&job_id)
-        .bind(&spec.project)
-        .bind(&spec.name)
-        .bind(now)
-        .bind(crate::runs::details::tags_json(&spec.tags))
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "INSERT INTO runs (id, job_id, project, name, created_at, tags) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&run_id)
+    .bind(&job_id)
+    .bind(&spec.project)
+    .bind(&spec.name)
+    .bind(now)
+    .bind(crate::runs::details::tags_json(&spec.tags))
+    .execute(&mut *conn)
+    .await?;
     Ok(job_id)
 }
 
@@ -210,7 +212,7 @@ pub async fn get_for(
 /// seen QUEUED with the attempt that dispatched it).
 pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, Error> {
     let mut read = db.begin().await?;
-    let row: Option<JobRow> = sqlx::query_as(&format!("{} WHERE j.id = ?", jobs_from()))
+    let row: Option<JobRow> = sqlx::query_as(&format!("{} WHERE j.id = $1", jobs_from()))
         .bind(job_id)
         .fetch_optional(&mut *read)
         .await?;
@@ -244,12 +246,12 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     // One transaction: jobs and their attempts read from the same snapshot.
     let mut read = db.begin().await?;
     let rows: Vec<JobRow> = sqlx::query_as(&format!(
-        "{} WHERE (?1 IS NULL OR j.status = ?1) AND (?2 IS NULL OR j.project = ?2) AND (?3 IS NULL OR j.seq < ?3)
-           AND (?5 IS NULL OR j.project IN (SELECT value FROM json_each(?5)))
-           AND (?6 IS NULL OR u.name = ?6)
-           AND (?7 IS NULL OR instr(lower(j.id || ' ' || j.name), lower(?7)) > 0)
-           AND (j.archived_at IS NOT NULL) = ?8
-         ORDER BY {order} LIMIT ?4",
+        "{} WHERE ($1 IS NULL OR j.status = $1) AND ($2 IS NULL OR j.project = $2) AND ($3 IS NULL OR j.seq < $3)
+           AND ($5 IS NULL OR j.project IN (SELECT value FROM json_each($5)))
+           AND ($6 IS NULL OR u.name = $6)
+           AND ($7 IS NULL OR instr(lower(j.id || ' ' || j.name), lower($7)) > 0)
+           AND (j.archived_at IS NOT NULL) = $8
+         ORDER BY {order} LIMIT $4",
         jobs_from()
     ))
     .bind(filter.status.map(JobStatus::as_str))
@@ -289,7 +291,7 @@ async fn attempts_of(
         "SELECT a.job_id, a.n, a.node_id, n.name AS node_name, a.gpus, a.status, a.dispatched_at,
                 a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail, a.git_commit
          FROM attempts a JOIN nodes n ON n.id = a.node_id
-         WHERE a.job_id IN (SELECT value FROM json_each(?))
+         WHERE a.job_id IN (SELECT value FROM json_each($1))
          ORDER BY a.job_id, a.n",
     )
     .bind(ids)
@@ -387,12 +389,12 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
         JobStatus::Dispatching | JobStatus::Running => {
             let (node_id, node_status): (String, String) = sqlx::query_as(
                 "SELECT a.node_id, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id
-                 WHERE a.job_id = ? AND a.status IN ('DISPATCHING', 'RUNNING')",
+                 WHERE a.job_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
             )
             .bind(job_id)
             .fetch_one(&mut *tx)
             .await?;
-            sqlx::query("UPDATE jobs SET cancel_requested_at = ?, updated_at = ? WHERE id = ?")
+            sqlx::query("UPDATE jobs SET cancel_requested_at = $1, updated_at = $2 WHERE id = $3")
                 .bind(now)
                 .bind(now)
                 .bind(job_id)
@@ -428,7 +430,7 @@ pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Resul
     let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "given a new priority").await?;
     sqlx::query(
-        "UPDATE jobs SET priority = ?, spec = json_set(spec, '$.priority', ?), updated_at = ? WHERE id = ?",
+        "UPDATE jobs SET priority = $1, spec = json_set(spec, '$.priority', $2), updated_at = $3 WHERE id = $4",
     )
     .bind(priority)
     .bind(priority)
@@ -452,7 +454,7 @@ pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(),
         rfc3339(now)
     );
     sqlx::query(
-        "UPDATE jobs SET held_by = ?, held_at = coalesce(held_at, ?), queued_reason = ?, updated_at = ? WHERE id = ?",
+        "UPDATE jobs SET held_by = $1, held_at = coalesce(held_at, $2), queued_reason = $3, updated_at = $4 WHERE id = $5",
     )
     .bind(by)
     .bind(now)
@@ -470,8 +472,8 @@ pub async fn release(db: &SqlitePool, job_id: &str) -> Result<(), Error> {
     let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "released").await?;
     sqlx::query(
-        "UPDATE jobs SET held_by = NULL, held_at = NULL, queued_reason = ?, updated_at = ?
-         WHERE id = ? AND held_at IS NOT NULL",
+        "UPDATE jobs SET held_by = NULL, held_at = NULL, queued_reason = $1, updated_at = $2
+         WHERE id = $3 AND held_at IS NOT NULL",
     )
     .bind(WAITING_FOR_SCHEDULER)
     .bind(now_ms())
@@ -527,14 +529,14 @@ pub async fn retry(
     if changed {
         // Keep the sealed secrets the shown spec leaves out.
         let sealed: Option<String> =
-            sqlx::query_scalar("SELECT json_extract(spec, '$.secret_env') FROM jobs WHERE id = ?")
+            sqlx::query_scalar("SELECT json_extract(spec, '$.secret_env') FROM jobs WHERE id = $1")
                 .bind(job_id)
                 .fetch_one(&mut *tx)
                 .await?;
         spec.secret_env = sealed
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
-        sqlx::query("UPDATE jobs SET spec = ?, gpus = ?, node_selector = ?, priority = ?, max_attempts = ? WHERE id = ?")
+        sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5 WHERE id = $6")
             .bind(serde_json::to_string(&spec).map_err(anyhow::Error::from)?)
             .bind(spec.resources.gpu)
             .bind(serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?)
@@ -559,9 +561,9 @@ pub async fn retry(
     }
     sqlx::query(
         "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL,
-             queued_reason = ?, queued_at = ?, not_before = NULL, cancel_requested_at = NULL,
-             max_attempts = max(max_attempts, attempt_count + 1), updated_at = ?
-         WHERE id = ?",
+             queued_reason = $1, queued_at = $2, not_before = NULL, cancel_requested_at = NULL,
+             max_attempts = max(max_attempts, attempt_count + 1), updated_at = $3
+         WHERE id = $4",
     )
     .bind(WAITING_FOR_SCHEDULER)
     .bind(now)
@@ -574,7 +576,7 @@ pub async fn retry(
 }
 
 pub async fn current_status(conn: &mut SqliteConnection, job_id: &str) -> Result<JobStatus, Error> {
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = ?")
+    let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
         .bind(job_id)
         .fetch_optional(&mut *conn)
         .await?;

@@ -57,10 +57,10 @@ pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
     // cost a query each).
     let due: Vec<(String, String)> = sqlx::query_as(
         "SELECT run_id, key FROM metric_chunks
-         WHERE count < ?5 AND (run_id, key) IN
-             (SELECT DISTINCT run_id, key FROM metric_chunks WHERE id > ?1 AND id <= ?2 AND count < ?5)
+         WHERE count < $5 AND (run_id, key) IN
+             (SELECT DISTINCT run_id, key FROM metric_chunks WHERE id > $1 AND id <= $2 AND count < $5)
          GROUP BY run_id, key
-         HAVING SUM(count < ?3) >= ?6 OR SUM(count >= ?3 AND count < ?4) >= ?6 OR SUM(count >= ?4) >= ?6",
+         HAVING SUM(count < $3) >= $6 OR SUM(count >= $3 AND count < $4) >= $6 OR SUM(count >= $4) >= $6",
     )
     .bind(*seen)
     .bind(newest)
@@ -139,8 +139,8 @@ async fn plan(
     upper: i64,
 ) -> Result<Option<Plan>, Error> {
     let small: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-        "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND count >= ? AND count < ?
-         ORDER BY step_min, id LIMIT ?",
+        "SELECT id, points FROM metric_chunks WHERE run_id = $1 AND key = $2 AND count >= $3 AND count < $4
+         ORDER BY step_min, id LIMIT $5",
     )
     .bind(run_id)
     .bind(key)
@@ -178,7 +178,7 @@ async fn apply(db: &SqlitePool, plans: &[Plan]) -> Result<(), Error> {
     for plan in plans {
         let ids = serde_json::to_string(&plan.ids).map_err(anyhow::Error::from)?;
         let present: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))",
+            "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))",
         )
         .bind(&ids)
         .fetch_one(&mut *tx)
@@ -186,7 +186,7 @@ async fn apply(db: &SqlitePool, plans: &[Plan]) -> Result<(), Error> {
         if present != plan.ids.len() as i64 {
             continue;
         }
-        sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
+        sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
             .bind(&ids)
             .execute(&mut *tx)
             .await?;

@@ -212,7 +212,7 @@ pub async fn store(
 ) -> Result<IngestResult, Error> {
     let now = now_ms();
     let fresh = sqlx::query(
-        "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES (?, ?, ?, ?)
+        "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (run_id, batch_id) DO NOTHING",
     )
     .bind(run_id)
@@ -435,7 +435,7 @@ async fn report_loss_nan(
     now: i64,
 ) -> Result<(), Error> {
     let newly_reported = sqlx::query(
-        "UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = ? AND key = ? AND loss_nan_reported = 0",
+        "UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = $1 AND key = $2 AND loss_nan_reported = 0",
     )
     .bind(run_id)
     .bind(key)
@@ -447,7 +447,7 @@ async fn report_loss_nan(
         return Ok(());
     }
     let (step, bad) = (first_bad.step, Value(first_bad.value).describe());
-    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
         .bind(run_id)
         .fetch_one(&mut *conn)
         .await?;
@@ -470,7 +470,7 @@ pub async fn latest_of_runs(
 ) -> Result<HashMap<String, BTreeMap<String, Latest>>, Error> {
     let rows: Vec<(String, String, i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT run_id, key, points, non_finite, latest_step, latest_bits FROM metric_series
-         WHERE run_id IN (SELECT value FROM json_each(?))",
+         WHERE run_id IN (SELECT value FROM json_each($1))",
     )
     .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
     .fetch_all(db)
@@ -493,7 +493,7 @@ pub async fn latest_of_runs(
 /// The step of a series' first non-finite value, if it has one.
 pub async fn first_non_finite_step(db: &SqlitePool, run_id: &str, key: &str) -> Result<Option<i64>, Error> {
     let step: Option<Option<i64>> =
-        sqlx::query_scalar("SELECT first_non_finite_step FROM metric_series WHERE run_id = ? AND key = ?")
+        sqlx::query_scalar("SELECT first_non_finite_step FROM metric_series WHERE run_id = $1 AND key = $2")
             .bind(run_id)
             .bind(key)
             .fetch_optional(db)
@@ -528,10 +528,10 @@ struct Range<'a> {
 }
 
 impl Range<'_> {
-    /// Chunks with some of their points in the range (`?1`..`?4` are bound by [`Range::bind`]).
+    /// Chunks with some of their points in the range (`$1`..`$4` are bound by [`Range::bind`]).
     fn overlapping(&self) -> String {
         format!(
-            "run_id = ?1 AND key = ?2 AND {} >= ?3 AND {} <= ?4",
+            "run_id = $1 AND key = $2 AND {} >= $3 AND {} <= $4",
             self.hi_col, self.lo_col
         )
     }
@@ -539,7 +539,7 @@ impl Range<'_> {
     /// Of those, the chunks wholly inside it.
     fn inside(&self) -> String {
         format!(
-            "run_id = ?1 AND key = ?2 AND {} >= ?3 AND {} <= ?4",
+            "run_id = $1 AND key = $2 AND {} >= $3 AND {} <= $4",
             self.lo_col, self.hi_col
         )
     }
@@ -611,7 +611,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
     let (inside_points, lo, hi): (i64, Option<f64>, Option<f64>) = range
         .bind(sqlx::query_as(&format!(
             "SELECT coalesce(sum(CASE WHEN {inside} THEN count ELSE 0 END), 0),
-                    min(max(CAST({lo_col} AS REAL), ?3)), max(min(CAST({hi_col} AS REAL), ?4))
+                    min(max(CAST({lo_col} AS REAL), $3)), max(min(CAST({hi_col} AS REAL), $4))
              FROM metric_chunks WHERE {overlapping}",
             inside = range.inside(),
             overlapping = range.overlapping(),
@@ -735,7 +735,7 @@ pub async fn values_at(
     steps: &[i64],
 ) -> Result<Vec<Option<f64>>, Error> {
     let chunks: Vec<(i64, i64, i64)> =
-        sqlx::query_as("SELECT id, step_min, step_max FROM metric_chunks WHERE run_id = ? AND key = ?")
+        sqlx::query_as("SELECT id, step_min, step_max FROM metric_chunks WHERE run_id = $1 AND key = $2")
             .bind(run_id)
             .bind(key)
             .fetch_all(db)
@@ -775,7 +775,7 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
         return Ok(points);
     }
     let blobs: Vec<Vec<u8>> =
-        sqlx::query_scalar("SELECT points FROM metric_chunks WHERE id IN (SELECT value FROM json_each(?))")
+        sqlx::query_scalar("SELECT points FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
             .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
             .fetch_all(db)
             .await?;

@@ -36,7 +36,7 @@ pub fn validate(texts: &[Text], errors: &mut Vec<FieldError>) {
 /// Stores a validated batch's texts in the caller's transaction.
 pub async fn insert(conn: &mut SqliteConnection, run_id: &str, texts: &[Text]) -> Result<(), Error> {
     for text in texts {
-        sqlx::query("INSERT INTO run_texts (run_id, key, step, wall_time, text) VALUES (?, ?, ?, ?, ?)")
+        sqlx::query("INSERT INTO run_texts (run_id, key, step, wall_time, text) VALUES ($1, $2, $3, $4, $5)")
             .bind(run_id)
             .bind(&text.key)
             .bind(text.step)
@@ -63,8 +63,8 @@ pub async fn list(
     let offset = before.unwrap_or(0);
     let rows: Vec<(String, i64, f64, String)> = sqlx::query_as(
         "SELECT key, step, wall_time, text FROM run_texts
-         WHERE run_id = ?1 AND (?2 IS NULL OR key = ?2)
-         ORDER BY step DESC, id DESC LIMIT ?3 OFFSET ?4",
+         WHERE run_id = $1 AND ($2 IS NULL OR key = $2)
+         ORDER BY step DESC, id DESC LIMIT $3 OFFSET $4",
     )
     .bind(run_id)
     .bind(key)
@@ -89,7 +89,7 @@ pub async fn list(
 /// The keys a run logged texts under, sorted.
 pub async fn keys(db: &SqlitePool, run_id: &str) -> Result<Vec<String>, Error> {
     Ok(
-        sqlx::query_scalar("SELECT DISTINCT key FROM run_texts WHERE run_id = ? ORDER BY key")
+        sqlx::query_scalar("SELECT DISTINCT key FROM run_texts WHERE run_id = $1 ORDER BY key")
             .bind(run_id)
             .fetch_all(db)
             .await?,

@@ -34,7 +34,7 @@ impl AgentLink {
         if let Some(name) = self.names.lock().unwrap_or_else(|e| e.into_inner()).get(node_id) {
             return Ok(Some(name.clone()));
         }
-        let name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+        let name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
             .bind(node_id)
             .fetch_optional(db)
             .await?;

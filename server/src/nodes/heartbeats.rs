@@ -65,7 +65,7 @@ impl Heartbeats {
         let times: Vec<(&str, i64)> = waiting.iter().map(|(id, r)| (id.as_str(), r.at)).collect();
         let online: HashSet<String> = sqlx::query_scalar(
             "UPDATE nodes SET last_seen_at = max(last_seen_at, reading.value ->> 1)
-             FROM json_each(?) AS reading
+             FROM json_each($1) AS reading
              WHERE nodes.id = reading.value ->> 0 AND nodes.status = 'ONLINE'
              RETURNING nodes.id",
         )
@@ -79,7 +79,7 @@ impl Heartbeats {
         for (node_id, reading) in &waiting {
             if !online.contains(node_id) {
                 let Some((status, name)) =
-                    sqlx::query_as::<_, (String, String)>("SELECT status, name FROM nodes WHERE id = ?")
+                    sqlx::query_as::<_, (String, String)>("SELECT status, name FROM nodes WHERE id = $1")
                         .bind(node_id)
                         .fetch_optional(&mut *tx)
                         .await?
@@ -87,7 +87,7 @@ impl Heartbeats {
                     continue; // deleted since it polled
                 };
                 sqlx::query(
-                    "UPDATE nodes SET status = 'ONLINE', last_seen_at = max(last_seen_at, ?) WHERE id = ?",
+                    "UPDATE nodes SET status = 'ONLINE', last_seen_at = max(last_seen_at, $1) WHERE id = $2",
                 )
                 .bind(reading.at)
                 .bind(node_id)

@@ -27,14 +27,14 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
     let now = now_ms();
     // A map of strings always serialises.
     let labels = serde_json::to_string(&hello.labels).unwrap_or_else(|_| "{}".to_string());
-    let was_offline: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE name = ?")
+    let was_offline: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE name = $1")
         .bind(&hello.name)
         .fetch_optional(&mut *conn)
         .await?;
     // The admins' label changes stay on top of what the agent says.
     let node_id: String = sqlx::query_scalar(
         "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at)
-         VALUES (?1, ?2, ?3, ?4, ?4, ?5, 'ONLINE', ?6, ?7)
+         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7)
          ON CONFLICT (name) DO UPDATE SET
              hostname = excluded.hostname, agent_labels = excluded.agent_labels,
              labels = json_patch(excluded.agent_labels, nodes.admin_labels),
@@ -51,7 +51,7 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
     .bind(now)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM gpus WHERE node_id = ?")
+    sqlx::query("DELETE FROM gpus WHERE node_id = $1")
         .bind(&node_id)
         .execute(&mut *conn)
         .await?;
@@ -106,7 +106,7 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
         return Err(Error::Invalid(errors));
     }
     let mut tx = crate::store::write(db).await?;
-    let current: Option<String> = sqlx::query_scalar("SELECT admin_labels FROM nodes WHERE name = ?")
+    let current: Option<String> = sqlx::query_scalar("SELECT admin_labels FROM nodes WHERE name = $1")
         .bind(name)
         .fetch_optional(&mut *tx)
         .await?;
@@ -123,7 +123,7 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
         admin.insert(key.clone(), None);
     }
     let admin = serde_json::to_string(&admin).map_err(anyhow::Error::from)?;
-    sqlx::query("UPDATE nodes SET admin_labels = ?, labels = json_patch(agent_labels, ?) WHERE name = ?")
+    sqlx::query("UPDATE nodes SET admin_labels = $1, labels = json_patch(agent_labels, $2) WHERE name = $3")
         .bind(&admin)
         .bind(&admin)
         .bind(name)
@@ -190,7 +190,7 @@ pub(crate) async fn write_gpus<'c>(
                            utilization_percent, temperature_c)
          SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
                 value ->> 5, value ->> 6, value ->> 7, value ->> 8
-         FROM json_each(?) WHERE true
+         FROM json_each($1) WHERE true
          ON CONFLICT (node_id, idx) DO UPDATE SET
              uuid = excluded.uuid, model = excluded.model, source = excluded.source,
              memory_total_mib = excluded.memory_total_mib, memory_used_mib = excluded.memory_used_mib,
@@ -295,7 +295,7 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
 /// its running jobs finish. Draining a drained node changes nothing.
 pub async fn drain(db: &SqlitePool, name: &str, by: Option<&str>) -> Result<(), Error> {
     let changed = sqlx::query(
-        "UPDATE nodes SET drained_at = coalesce(drained_at, ?), drained_by = coalesce(drained_by, ?) WHERE name = ?",
+        "UPDATE nodes SET drained_at = coalesce(drained_at, $1), drained_by = coalesce(drained_by, $2) WHERE name = $3",
     )
     .bind(now_ms())
     .bind(by)
@@ -307,7 +307,7 @@ pub async fn drain(db: &SqlitePool, name: &str, by: Option<&str>) -> Result<(), 
 
 /// Lets the node named `name` take jobs again.
 pub async fn undrain(db: &SqlitePool, name: &str) -> Result<(), Error> {
-    let changed = sqlx::query("UPDATE nodes SET drained_at = NULL, drained_by = NULL WHERE name = ?")
+    let changed = sqlx::query("UPDATE nodes SET drained_at = NULL, drained_by = NULL WHERE name = $1")
         .bind(name)
         .execute(db)
         .await?;
@@ -354,14 +354,14 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
     let expired: Vec<(String, String)> = sqlx::query_as(
-        "UPDATE nodes SET status = 'OFFLINE' WHERE status = 'ONLINE' AND last_seen_at <= ? RETURNING id, name",
+        "UPDATE nodes SET status = 'OFFLINE' WHERE status = 'ONLINE' AND last_seen_at <= $1 RETURNING id, name",
     )
     .bind(now - timeout_ms)
     .fetch_all(&mut *tx)
     .await?;
     for (node_id, name) in &expired {
         let active: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM attempts WHERE node_id = ? AND status IN ('DISPATCHING', 'RUNNING')",
+            "SELECT count(*) FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
         )
         .bind(node_id)
         .fetch_one(&mut *tx)
@@ -387,7 +387,7 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     }
     let lost: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
         "SELECT a.job_id, a.n, n.id, n.name, n.last_seen_at FROM attempts a JOIN nodes n ON n.id = a.node_id
-         WHERE a.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= ?",
+         WHERE a.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= $1",
     )
     .bind(now - timeout_ms - grace_ms)
     .fetch_all(&mut *tx)

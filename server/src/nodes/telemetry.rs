@@ -132,7 +132,7 @@ pub async fn ingest(conn: &mut SqliteConnection, batches: &[NodeBatch]) -> Resul
     // A batch sent twice in one group is claimed by its first copy only.
     let mut claimed: HashSet<(String, String)> = sqlx::query_as(
         "INSERT INTO metric_batches (run_id, batch_id, points, received_at)
-         SELECT value ->> 0, value ->> 1, value ->> 2, ? FROM json_each(?) WHERE true
+         SELECT value ->> 0, value ->> 1, value ->> 2, $1 FROM json_each($2) WHERE true
          ON CONFLICT (run_id, batch_id) DO NOTHING
          RETURNING run_id, batch_id",
     )
@@ -170,7 +170,7 @@ pub async fn ingest(conn: &mut SqliteConnection, batches: &[NodeBatch]) -> Resul
     // Every key in one statement: most are known already.
     let keys: Vec<(&str, &str)> = chunks.iter().map(|&(node_id, key, _)| (node_id, key)).collect();
     sqlx::query(
-        "INSERT INTO telemetry_series (node_id, key) SELECT value ->> 0, value ->> 1 FROM json_each(?) WHERE true
+        "INSERT INTO telemetry_series (node_id, key) SELECT value ->> 0, value ->> 1 FROM json_each($1) WHERE true
          ON CONFLICT DO NOTHING",
     )
     .bind(serde_json::to_string(&keys).map_err(anyhow::Error::from)?)
@@ -219,8 +219,8 @@ async fn record_fault(conn: &mut SqliteConnection, node_id: &str, fault: &GpuFau
     let at = (fault.wall_time * 1000.0) as i64;
     let holder: Option<(String, Option<String>)> = sqlx::query_as(
         "SELECT a.job_id, r.id FROM attempts a LEFT JOIN runs r ON r.job_id = a.job_id
-         WHERE a.node_id = ?1 AND a.started_at <= ?2 AND (a.ended_at IS NULL OR a.ended_at >= ?2)
-           AND EXISTS (SELECT 1 FROM json_each(a.gpus) WHERE value = ?3)
+         WHERE a.node_id = $1 AND a.started_at <= $2 AND (a.ended_at IS NULL OR a.ended_at >= $2)
+           AND EXISTS (SELECT 1 FROM json_each(a.gpus) WHERE value = $3)
          ORDER BY a.started_at DESC LIMIT 1",
     )
     .bind(node_id)
@@ -228,7 +228,7 @@ async fn record_fault(conn: &mut SqliteConnection, node_id: &str, fault: &GpuFau
     .bind(fault.index)
     .fetch_optional(&mut *conn)
     .await?;
-    let node: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = ?")
+    let node: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
         .bind(node_id)
         .fetch_one(&mut *conn)
         .await?;
@@ -304,7 +304,7 @@ async fn raw_points(
     to: f64,
 ) -> Result<Vec<RawPoint>, Error> {
     let blobs: Vec<Vec<u8>> = sqlx::query_scalar(
-        "SELECT points FROM metric_chunks WHERE run_id = ? AND key = ? AND time_max >= ? AND time_min <= ?",
+        "SELECT points FROM metric_chunks WHERE run_id = $1 AND key = $2 AND time_max >= $3 AND time_min <= $4",
     )
     .bind(node_id)
     .bind(key)
@@ -342,7 +342,7 @@ pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Res
     let mut done = Maintained::default();
     let keep_from = now_ms - retention.keep.as_millis() as i64;
     done.deleted_chunks = sqlx::query(
-        "DELETE FROM metric_chunks WHERE step_max < ?
+        "DELETE FROM metric_chunks WHERE step_max < $1
          AND run_id IN (SELECT DISTINCT node_id FROM telemetry_series)",
     )
     .bind(keep_from)
@@ -353,7 +353,7 @@ pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Res
     // A node's batch ids guard against resends, which come within the hour
     // an agent keeps what it could not send: a day's worth is plenty.
     sqlx::query(
-        "DELETE FROM metric_batches WHERE received_at < ?
+        "DELETE FROM metric_batches WHERE received_at < $1
          AND run_id IN (SELECT DISTINCT node_id FROM telemetry_series)",
     )
     .bind(full_from)
@@ -362,7 +362,7 @@ pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Res
     // Whole minutes only, so a minute is never averaged twice.
     let cutoff = full_from - full_from.rem_euclid(DOWNSAMPLED_MS);
     let series: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT node_id, key, downsampled_until FROM telemetry_series WHERE downsampled_until < ?",
+        "SELECT node_id, key, downsampled_until FROM telemetry_series WHERE downsampled_until < $1",
     )
     .bind(cutoff)
     .fetch_all(db)
@@ -384,7 +384,7 @@ async fn downsample(
 ) -> Result<usize, Error> {
     let mut tx = crate::store::write(db).await?;
     let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-        "SELECT id, points FROM metric_chunks WHERE run_id = ? AND key = ? AND step_max >= ? AND step_min < ?",
+        "SELECT id, points FROM metric_chunks WHERE run_id = $1 AND key = $2 AND step_max >= $3 AND step_min < $4",
     )
     .bind(node_id)
     .bind(key)
@@ -418,7 +418,7 @@ async fn downsample(
     merged.extend(keep);
     metrics::sort_points(&mut merged);
     for (id, _) in &chunks {
-        sqlx::query("DELETE FROM metric_chunks WHERE id = ?")
+        sqlx::query("DELETE FROM metric_chunks WHERE id = $1")
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -426,7 +426,7 @@ async fn downsample(
     if !merged.is_empty() {
         metrics::insert_chunks(&mut tx, node_id, key, &merged, CHUNK_POINTS).await?;
     }
-    sqlx::query("UPDATE telemetry_series SET downsampled_until = ? WHERE node_id = ? AND key = ?")
+    sqlx::query("UPDATE telemetry_series SET downsampled_until = $1 WHERE node_id = $2 AND key = $3")
         .bind(until)
         .bind(node_id)
         .bind(key)

@@ -19,7 +19,7 @@ pub async fn record(
 ) -> Result<(), Error> {
     sqlx::query(
         "INSERT INTO checkpoints (id, run_id, node_id, path, size, modified_at, step, recorded_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (run_id, path) DO UPDATE SET size = excluded.size, modified_at = excluded.modified_at,
              step = coalesce(excluded.step, step), recorded_at = excluded.recorded_at",
     )
@@ -53,7 +53,7 @@ pub async fn of_run(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, Er
         "SELECT c.id, c.run_id, c.path, c.size, c.modified_at, c.step,
                 (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
                     AS shared_with
-         FROM checkpoints c WHERE c.run_id = ? ORDER BY c.step DESC, c.modified_at DESC",
+         FROM checkpoints c WHERE c.run_id = $1 ORDER BY c.step DESC, c.modified_at DESC",
     )
     .bind(run_id)
     .fetch_all(db)

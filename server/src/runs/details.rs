@@ -26,7 +26,7 @@ pub async fn update_config(
     }
     for (key, value) in config {
         let stored = sqlx::query(
-            "INSERT INTO run_config (run_id, key, value, json) VALUES (?, ?, ?, ?)
+            "INSERT INTO run_config (run_id, key, value, json) VALUES ($1, $2, $3, $4)
              ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, json = excluded.json",
         )
         .bind(run_id)
@@ -36,7 +36,7 @@ pub async fn update_config(
             .execute(&mut *conn)
             .await?;
     }
-    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM run_config WHERE run_id = ?")
+    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM run_config WHERE run_id = $1")
         .bind(run_id)
         .fetch_one(&mut *conn)
         .await?;
@@ -78,7 +78,7 @@ pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChan
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
-    let current: String = sqlx::query_scalar("SELECT tags FROM runs WHERE id = ?")
+    let current: String = sqlx::query_scalar("SELECT tags FROM runs WHERE id = $1")
         .bind(run_id)
         .fetch_one(&mut *conn)
         .await?;
@@ -97,7 +97,7 @@ pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChan
         ));
     }
     let tags: Vec<String> = tags.into_iter().collect();
-    sqlx::query("UPDATE runs SET tags = ?, notes = coalesce(?, notes) WHERE id = ?")
+    sqlx::query("UPDATE runs SET tags = $1, notes = coalesce($2, notes) WHERE id = $3")
         .bind(tags_json(&tags))
         .bind(&changes.notes)
         .bind(run_id)
@@ -114,7 +114,7 @@ pub async fn configs(
 ) -> Result<HashMap<String, BTreeMap<String, Value>>, Error> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT run_id, json_group_object(key, json(json)) FROM run_config
-         WHERE run_id IN (SELECT value FROM json_each(?)) GROUP BY run_id",
+         WHERE run_id IN (SELECT value FROM json_each($1)) GROUP BY run_id",
     )
     .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
     .fetch_all(db)
@@ -136,9 +136,8 @@ pub struct Filters {
 }
 
 impl Filters {
-    /// `AND …` clauses with numbered placeholders from `?{first}` on, in
-    /// the order [`Filters::bind`] fills them (sqlx numbers bare `?`s from 1,
-    /// whatever numbered ones come before them).
+    /// `AND …` clauses with numbered placeholders from `${first}` on, in
+    /// the order [`Filters::bind`] fills them.
     pub fn sql(&self, first: usize) -> String {
         let mut next = first;
         let mut number = || {
@@ -154,13 +153,13 @@ impl Filters {
             let tag = number();
             // Tags are plain words (no quotes or backslashes), so the quoted
             // tag appears in the stored JSON array exactly when it is an element.
-            sql.push_str(&format!(" AND instr(r.tags, ?{tag}) > 0"));
+            sql.push_str(&format!(" AND instr(r.tags, ${tag}) > 0"));
         }
         if self.text.is_some() {
             let text = number();
             sql.push_str(&format!(
-                " AND (instr(lower(r.name), ?{text}) > 0 OR instr(lower(r.notes), ?{text}) > 0
-                       OR instr(lower(r.tags), ?{text}) > 0)"
+                " AND (instr(lower(r.name), ${text}) > 0 OR instr(lower(r.notes), ${text}) > 0
+                       OR instr(lower(r.tags), ${text}) > 0)"
             ));
         }
         for filter in &self.config {
@@ -168,10 +167,10 @@ impl Filters {
             let op = filter.op.sql();
             let clause = match (&filter.value, filter.op) {
                 (Value::Null, Comparison::Equal) => format!(
-                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ?{key} AND c.value IS NULL)"
+                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key} AND c.value IS NULL)"
                 ),
                 (Value::Null, _) => format!(
-                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ?{key} AND c.value IS NOT NULL)"
+                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key} AND c.value IS NOT NULL)"
                 ),
                 // A number compares with numbers only, a text with texts, a boolean with booleans.
                 (value, _) => {
@@ -182,8 +181,8 @@ impl Filters {
                     };
                     let compared = number();
                     format!(
-                        " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ?{key}
-                                      AND {kind} AND c.value {op} ?{compared})"
+                        " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key}
+                                      AND {kind} AND c.value {op} ${compared})"
                     )
                 }
             };

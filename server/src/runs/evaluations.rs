@@ -45,15 +45,16 @@ pub async fn create(
     principal: &Principal,
     new: &NewEvaluation,
 ) -> Result<String, Error> {
-    let (project, run_name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = ?")
-        .bind(&new.run_id)
-        .fetch_one(db)
-        .await?;
+    let (project, run_name): (String, String) =
+        sqlx::query_as("SELECT project, name FROM runs WHERE id = $1")
+            .bind(&new.run_id)
+            .fetch_one(db)
+            .await?;
     let checkpoint: Option<CheckpointRow> = sqlx::query_as(
         "SELECT c.step, n.name AS node_name,
                 (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
                     AS shared_with
-         FROM checkpoints c LEFT JOIN nodes n ON n.id = c.node_id WHERE c.run_id = ? AND c.path = ?",
+         FROM checkpoints c LEFT JOIN nodes n ON n.id = c.node_id WHERE c.run_id = $1 AND c.path = $2",
     )
     .bind(&new.run_id)
     .bind(&new.checkpoint)
@@ -69,7 +70,7 @@ pub async fn create(
         let visible = access::visible_projects(db, principal).await?;
         let mut named = Vec::new();
         for run_id in &shared_with {
-            let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = ?")
+            let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = $1")
                 .bind(run_id)
                 .fetch_optional(db)
                 .await?;
@@ -101,7 +102,7 @@ pub async fn create(
     let mut tx = crate::store::write(db).await?;
     let job_id = store::insert(&mut tx, secret, &spec, principal.user_id.as_deref()).await?;
     sqlx::query(
-        "INSERT INTO evaluations (job_id, run_id, checkpoint, step, created_at) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO evaluations (job_id, run_id, checkpoint, step, created_at) VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(&job_id)
     .bind(&new.run_id)
@@ -141,7 +142,7 @@ fn job_spec(new: &NewEvaluation, project: &str, run_name: &str, step: i64, node:
 /// 422 naming the checkpoints the run does have.
 async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<Error, Error> {
     let known: Vec<String> = sqlx::query_scalar(
-        "SELECT path FROM checkpoints WHERE run_id = ? ORDER BY step DESC, modified_at DESC LIMIT 5",
+        "SELECT path FROM checkpoints WHERE run_id = $1 ORDER BY step DESC, modified_at DESC LIMIT 5",
     )
     .bind(&new.run_id)
     .fetch_all(db)
@@ -163,10 +164,11 @@ async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<Erro
 
 /// The highest step the run recorded, for a checkpoint whose name tells none.
 async fn last_step(db: &SqlitePool, run_id: &str) -> Result<i64, Error> {
-    let step: Option<i64> = sqlx::query_scalar("SELECT max(latest_step) FROM metric_series WHERE run_id = ?")
-        .bind(run_id)
-        .fetch_one(db)
-        .await?;
+    let step: Option<i64> =
+        sqlx::query_scalar("SELECT max(latest_step) FROM metric_series WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(db)
+            .await?;
     Ok(step.unwrap_or(0))
 }
 
@@ -184,14 +186,14 @@ pub async fn accept(
         Err(reason) => return Ok(Err(reason)),
     };
     let target: Option<(String, i64)> =
-        sqlx::query_as("SELECT run_id, step FROM evaluations WHERE job_id = ?")
+        sqlx::query_as("SELECT run_id, step FROM evaluations WHERE job_id = $1")
             .bind(job_id)
             .fetch_optional(&mut *conn)
             .await?;
     let (run_id, step) = match target {
         Some(target) => target,
         None => (
-            sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = ?")
+            sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
                 .bind(job_id)
                 .fetch_one(&mut *conn)
                 .await?,
@@ -220,7 +222,7 @@ pub async fn accept(
         return Ok(Err(format!("the metrics were refused: {}", problems.join("; "))));
     }
     metrics::ingest(conn, &run_id, batch, loss_pattern).await?;
-    sqlx::query("UPDATE evaluations SET metrics = ? WHERE job_id = ?")
+    sqlx::query("UPDATE evaluations SET metrics = $1 WHERE job_id = $2")
         .bind(serde_json::to_string(&metrics).map_err(anyhow::Error::from)?)
         .bind(job_id)
         .execute(&mut *conn)
@@ -355,9 +357,9 @@ pub async fn list(
 ) -> Result<Page<Evaluation>, Error> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id
-         WHERE (?1 IS NULL OR e.run_id = ?1) AND (?2 IS NULL OR j.seq < ?2)
-           AND (?4 IS NULL OR j.project IN (SELECT value FROM json_each(?4)))
-         ORDER BY j.seq DESC LIMIT ?3"
+         WHERE ($1 IS NULL OR e.run_id = $1) AND ($2 IS NULL OR j.seq < $2)
+           AND ($4 IS NULL OR j.project IN (SELECT value FROM json_each($4)))
+         ORDER BY j.seq DESC LIMIT $3"
     ))
     .bind(run_id)
     .bind(before)
@@ -376,7 +378,7 @@ pub async fn list(
 /// One evaluation by its job id.
 pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Evaluation, Error> {
     let row: Option<Row> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id WHERE e.job_id = ?"
+        "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id WHERE e.job_id = $1"
     ))
     .bind(job_id)
     .fetch_optional(db)

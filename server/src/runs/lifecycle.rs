@@ -20,7 +20,7 @@ async fn check_finished(
 ) -> Result<(), Error> {
     let active: Option<(String, String)> = sqlx::query_as(
         "SELECT id, status FROM jobs
-         WHERE (id = ?1 OR id IN (SELECT job_id FROM evaluations WHERE run_id = ?2))
+         WHERE (id = $1 OR id IN (SELECT job_id FROM evaluations WHERE run_id = $2))
            AND status IN ('QUEUED', 'DISPATCHING', 'RUNNING') LIMIT 1",
     )
     .bind(job_id)
@@ -35,7 +35,7 @@ async fn check_finished(
     if let Some(job_id) = job_id {
         let waiting: Option<String> = sqlx::query_scalar(
             "SELECT id FROM jobs WHERE status = 'QUEUED' AND after_jobs IS NOT NULL
-               AND EXISTS (SELECT 1 FROM json_each(after_jobs) WHERE value = ?1 OR value LIKE ?1 || ':%')
+               AND EXISTS (SELECT 1 FROM json_each(after_jobs) WHERE value = $1 OR value LIKE $1 || ':%')
              LIMIT 1",
         )
         .bind(job_id)
@@ -51,7 +51,7 @@ async fn check_finished(
 }
 
 async fn job_of(conn: &mut SqliteConnection, run_id: &str) -> Result<Option<String>, Error> {
-    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
         .bind(run_id)
         .fetch_optional(&mut *conn)
         .await?;
@@ -71,13 +71,13 @@ pub async fn set_archived(
         check_finished(&mut tx, run_id, job_id.as_deref()).await?;
     }
     let at = archive.then(now_ms);
-    sqlx::query("UPDATE runs SET archived_at = ?, archived_by = ? WHERE id = ?")
+    sqlx::query("UPDATE runs SET archived_at = $1, archived_by = $2 WHERE id = $3")
         .bind(at)
         .bind(by.filter(|_| archive))
         .bind(run_id)
         .execute(&mut *tx)
         .await?;
-    sqlx::query("UPDATE jobs SET archived_at = ? WHERE id = ?")
+    sqlx::query("UPDATE jobs SET archived_at = $1 WHERE id = $2")
         .bind(at)
         .bind(&job_id)
         .execute(&mut *tx)
@@ -92,24 +92,24 @@ pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> 
     let job_id = job_of(&mut tx, run_id).await?;
     check_finished(&mut tx, run_id, job_id.as_deref()).await?;
     let metric_points: i64 =
-        sqlx::query_scalar("SELECT coalesce(sum(points), 0) FROM metric_series WHERE run_id = ?")
+        sqlx::query_scalar("SELECT coalesce(sum(points), 0) FROM metric_series WHERE run_id = $1")
             .bind(run_id)
             .fetch_one(&mut *tx)
             .await?;
     let run_statements = [
-        "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE run_id = ?1)",
-        "DELETE FROM events WHERE run_id = ?1",
-        "DELETE FROM share_views WHERE share_id IN (SELECT id FROM share_links WHERE run_id = ?1)",
-        "DELETE FROM share_links WHERE run_id = ?1",
-        "DELETE FROM run_texts WHERE run_id = ?1",
-        "DELETE FROM run_config WHERE run_id = ?1",
-        "DELETE FROM metric_chunks WHERE run_id = ?1",
-        "DELETE FROM metric_series WHERE run_id = ?1",
-        "DELETE FROM metric_batches WHERE run_id = ?1",
-        "DELETE FROM checkpoints WHERE run_id = ?1",
-        "DELETE FROM evaluations WHERE run_id = ?1",
-        "DELETE FROM api_tokens WHERE run_id = ?1",
-        "DELETE FROM runs WHERE id = ?1",
+        "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE run_id = $1)",
+        "DELETE FROM events WHERE run_id = $1",
+        "DELETE FROM share_views WHERE share_id IN (SELECT id FROM share_links WHERE run_id = $1)",
+        "DELETE FROM share_links WHERE run_id = $1",
+        "DELETE FROM run_texts WHERE run_id = $1",
+        "DELETE FROM run_config WHERE run_id = $1",
+        "DELETE FROM metric_chunks WHERE run_id = $1",
+        "DELETE FROM metric_series WHERE run_id = $1",
+        "DELETE FROM metric_batches WHERE run_id = $1",
+        "DELETE FROM checkpoints WHERE run_id = $1",
+        "DELETE FROM evaluations WHERE run_id = $1",
+        "DELETE FROM api_tokens WHERE run_id = $1",
+        "DELETE FROM runs WHERE id = $1",
     ];
     let mut events = 0;
     for statement in run_statements {
@@ -121,12 +121,12 @@ pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> 
     let mut log_lines = 0;
     if let Some(job_id) = &job_id {
         let job_statements = [
-            "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE job_id = ?1)",
-            "DELETE FROM events WHERE job_id = ?1",
-            "DELETE FROM log_lines WHERE job_id = ?1",
-            "DELETE FROM evaluations WHERE job_id = ?1",
-            "DELETE FROM attempts WHERE job_id = ?1",
-            "DELETE FROM jobs WHERE id = ?1",
+            "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE job_id = $1)",
+            "DELETE FROM events WHERE job_id = $1",
+            "DELETE FROM log_lines WHERE job_id = $1",
+            "DELETE FROM evaluations WHERE job_id = $1",
+            "DELETE FROM attempts WHERE job_id = $1",
+            "DELETE FROM jobs WHERE id = $1",
         ];
         for statement in job_statements {
             let done = sqlx::query(statement).bind(job_id).execute(&mut *tx).await?;
@@ -151,7 +151,7 @@ pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> 
 /// returns how many.
 pub async fn delete_archived_before(db: &SqlitePool, cutoff: i64) -> Result<usize, Error> {
     let due: Vec<String> =
-        sqlx::query_scalar("SELECT id FROM runs WHERE archived_at < ? ORDER BY archived_at")
+        sqlx::query_scalar("SELECT id FROM runs WHERE archived_at < $1 ORDER BY archived_at")
             .bind(cutoff)
             .fetch_all(db)
             .await?;
@@ -175,8 +175,8 @@ pub async fn delete_logs_before(db: &SqlitePool, cutoff: i64, batch: i64) -> Res
         let done = sqlx::query(
             "DELETE FROM log_lines WHERE id IN (
                  SELECT l.id FROM log_lines l JOIN jobs j ON j.id = l.job_id
-                 WHERE j.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST') AND j.updated_at < ?
-                 LIMIT ?)",
+                 WHERE j.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST') AND j.updated_at < $1
+                 LIMIT $2)",
         )
         .bind(cutoff)
         .bind(batch)

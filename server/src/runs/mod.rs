@@ -73,7 +73,7 @@ pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role)
     if caller.run_id.as_deref().is_some_and(|only| only != run_id) {
         return Err(not_found());
     }
-    let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = ?")
+    let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = $1")
         .bind(run_id)
         .fetch_optional(db)
         .await?;
@@ -85,7 +85,7 @@ pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role)
 /// The run with its latest value per metric, its primary metric and best checkpoint.
 /// A run's name for legends: `project/name`.
 pub async fn label(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
-    let (project, name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = ?")
+    let (project, name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = $1")
         .bind(run_id)
         .fetch_optional(db)
         .await?
@@ -97,10 +97,10 @@ pub async fn label(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
 /// state: what live pages watch.
 pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
     let (points, checkpoints, job, finished): (i64, i64, Option<String>, Option<i64>) = sqlx::query_as(
-        "SELECT (SELECT COALESCE(SUM(points), 0) FROM metric_series WHERE run_id = ?1),
-                (SELECT COUNT(*) FROM checkpoints WHERE run_id = ?1),
-                (SELECT j.status || ' ' || j.updated_at FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = ?1),
-                (SELECT finished_at FROM runs WHERE id = ?1)",
+        "SELECT (SELECT COALESCE(SUM(points), 0) FROM metric_series WHERE run_id = $1),
+                (SELECT COUNT(*) FROM checkpoints WHERE run_id = $1),
+                (SELECT j.status || ' ' || j.updated_at FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1),
+                (SELECT finished_at FROM runs WHERE id = $1)",
     )
     .bind(run_id)
     .fetch_one(db)
@@ -124,7 +124,7 @@ pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, Error> {
 }
 
 async fn row(db: &SqlitePool, run_id: &str) -> Result<RunRow, Error> {
-    let row: Option<RunRow> = sqlx::query_as(&format!("{} WHERE r.id = ?", select_runs()))
+    let row: Option<RunRow> = sqlx::query_as(&format!("{} WHERE r.id = $1", select_runs()))
         .bind(run_id)
         .fetch_optional(db)
         .await?;
@@ -155,9 +155,9 @@ pub async fn list(
 ) -> Result<Page<Run>, Error> {
     if *sort == RunSort::newest() {
         let sql = format!(
-            "{} WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.rowid < ?2)
-               AND (?4 IS NULL OR r.project IN (SELECT value FROM json_each(?4))) {}
-             ORDER BY r.rowid DESC LIMIT ?3",
+            "{} WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.rowid < $2)
+               AND ($4 IS NULL OR r.project IN (SELECT value FROM json_each($4))) {}
+             ORDER BY r.rowid DESC LIMIT $3",
             select_runs(),
             filters.sql(5),
         );
@@ -178,8 +178,8 @@ pub async fn list(
     let direction = if sort.descending { "DESC" } else { "ASC" };
     let sql = format!(
         "SELECT r.rowid FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {join}
-         WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.project IN (SELECT value FROM json_each(?2))) {}
-         ORDER BY {order_by} {direction} NULLS LAST, r.rowid DESC LIMIT ?3 OFFSET ?4",
+         WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.project IN (SELECT value FROM json_each($2))) {}
+         ORDER BY {order_by} {direction} NULLS LAST, r.rowid DESC LIMIT $3 OFFSET $4",
         filters.sql(if key.is_some() { 6 } else { 5 }),
     );
     let offset = before.unwrap_or(0).max(0);
@@ -196,7 +196,7 @@ pub async fn list(
     let more = page.len() as i64 > limit;
     page.truncate(limit as usize);
     let sql = format!(
-        "{} WHERE r.rowid IN (SELECT value FROM json_each(?1))",
+        "{} WHERE r.rowid IN (SELECT value FROM json_each($1))",
         select_runs()
     );
     let mut rows: Vec<RunRow> = sqlx::query_as(&sql)
@@ -222,8 +222,8 @@ fn column_key(column: &RunColumn) -> Option<&str> {
 /// value `c`, a metric's series `m`, or the primary metric's [`primary::JOIN`].
 fn join_for(column: &RunColumn, key: usize) -> String {
     match column {
-        RunColumn::Config(_) => format!("LEFT JOIN run_config c ON c.run_id = r.id AND c.key = ?{key}"),
-        RunColumn::Metric(_) => format!("LEFT JOIN metric_series m ON m.run_id = r.id AND m.key = ?{key}"),
+        RunColumn::Config(_) => format!("LEFT JOIN run_config c ON c.run_id = r.id AND c.key = ${key}"),
+        RunColumn::Metric(_) => format!("LEFT JOIN metric_series m ON m.run_id = r.id AND m.key = ${key}"),
         RunColumn::Primary => primary::JOIN.to_string(),
         _ => String::new(),
     }
@@ -297,7 +297,7 @@ pub async fn column_numbers(
     let sql = format!(
         "SELECT r.rowid AS seq, CAST({number} AS REAL) AS number, {bits} AS bits
          FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}
-         WHERE (?1 IS NULL OR r.project = ?1) AND (?2 IS NULL OR r.project IN (SELECT value FROM json_each(?2))) {}",
+         WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.project IN (SELECT value FROM json_each($2))) {}",
         join_for(column, 3),
         filters.sql(if key.is_some() { 4 } else { 3 }),
     );
@@ -354,7 +354,7 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
             format!("no project named `{project}` that you can write to"),
         )
     };
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = ?")
+    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
         .bind(&new.project)
         .fetch_optional(db)
         .await?;
@@ -372,7 +372,7 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
     let id = new_id("run");
     let mut tx = crate::store::write(db).await?;
     sqlx::query(
-        "INSERT INTO runs (id, job_id, project, name, created_at, created_by) VALUES (?, NULL, ?, ?, ?, ?)",
+        "INSERT INTO runs (id, job_id, project, name, created_at, created_by) VALUES ($1, NULL, $2, $3, $4, $5)",
     )
     .bind(&id)
     .bind(&new.project)
@@ -394,7 +394,7 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
 
 /// Marks an SDK run finished (a job's run follows its job instead).
 pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), Error> {
-    sqlx::query("UPDATE runs SET finished_at = coalesce(finished_at, ?) WHERE id = ? AND job_id IS NULL")
+    sqlx::query("UPDATE runs SET finished_at = coalesce(finished_at, $1) WHERE id = $2 AND job_id IS NULL")
         .bind(now_ms())
         .bind(run_id)
         .execute(db)
@@ -405,7 +405,7 @@ pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), Error> {
 /// Finishes an SDK run, or reopens it (`finished: false`, when a script
 /// resumes it). A job's run follows its job: 422 on `finished`.
 pub async fn set_finished(conn: &mut SqliteConnection, run_id: &str, finished: bool) -> Result<(), Error> {
-    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = ?")
+    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
         .bind(run_id)
         .fetch_optional(&mut *conn)
         .await?;
@@ -416,7 +416,7 @@ pub async fn set_finished(conn: &mut SqliteConnection, run_id: &str, finished: b
         ));
     }
     sqlx::query(
-        "UPDATE runs SET finished_at = CASE WHEN ?1 THEN coalesce(finished_at, ?2) END WHERE id = ?3",
+        "UPDATE runs SET finished_at = CASE WHEN $1 THEN coalesce(finished_at, $2) END WHERE id = $3",
     )
     .bind(finished)
     .bind(now_ms())

@@ -84,7 +84,7 @@ fn check(request: &SetPrimaryMetric) -> Result<(), Error> {
 /// Sets a run's own primary metric.
 pub async fn set_for_run(db: &SqlitePool, run_id: &str, request: &SetPrimaryMetric) -> Result<(), Error> {
     check(request)?;
-    sqlx::query("UPDATE runs SET primary_key = ?, primary_goal = ? WHERE id = ?")
+    sqlx::query("UPDATE runs SET primary_key = $1, primary_goal = $2 WHERE id = $3")
         .bind(&request.key)
         .bind(request.goal.as_str())
         .bind(run_id)
@@ -100,7 +100,7 @@ pub async fn set_for_project(
     request: &SetPrimaryMetric,
 ) -> Result<(), Error> {
     check(request)?;
-    sqlx::query("UPDATE projects SET primary_key = ?, primary_goal = ? WHERE name = ?")
+    sqlx::query("UPDATE projects SET primary_key = $1, primary_goal = $2 WHERE name = $3")
         .bind(&request.key)
         .bind(request.goal.as_str())
         .bind(project)
@@ -112,7 +112,7 @@ pub async fn set_for_project(
 /// A project's default, if it has one.
 pub async fn of_project(db: &SqlitePool, project: &str) -> Result<Option<SetPrimaryMetric>, Error> {
     let row: Option<(Option<String>, Option<String>)> =
-        sqlx::query_as("SELECT primary_key, primary_goal FROM projects WHERE name = ?")
+        sqlx::query_as("SELECT primary_key, primary_goal FROM projects WHERE name = $1")
             .bind(project)
             .fetch_optional(db)
             .await?;

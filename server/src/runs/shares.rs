@@ -67,7 +67,7 @@ pub async fn create(
         ));
     }
     let (project, allowed): (String, bool) = sqlx::query_as(
-        "SELECT p.name, p.share_links FROM runs r JOIN projects p ON p.name = r.project WHERE r.id = ?",
+        "SELECT p.name, p.share_links FROM runs r JOIN projects p ON p.name = r.project WHERE r.id = $1",
     )
     .bind(run_id)
     .fetch_optional(db)
@@ -83,7 +83,7 @@ pub async fn create(
     let now = now_ms();
     sqlx::query(
         "INSERT INTO share_links (id, secret_hash, run_id, created_by, created_at, expires_at)
-         VALUES (?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6)",
     )
     .bind(&id)
     .bind(hash_token(&secret))
@@ -98,7 +98,7 @@ pub async fn create(
 
 /// One link of `run_id`, or 404.
 pub async fn get(db: &SqlitePool, run_id: &str, id: &str) -> Result<ShareLink, Error> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE s.id = ? AND s.run_id = ?"))
+    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE s.id = $1 AND s.run_id = $2"))
         .bind(id)
         .bind(run_id)
         .fetch_optional(db)
@@ -111,7 +111,7 @@ pub async fn get(db: &SqlitePool, run_id: &str, id: &str) -> Result<ShareLink, E
 /// The run's links, newest first.
 pub async fn list(db: &SqlitePool, run_id: &str) -> Result<Vec<ShareLink>, Error> {
     let rows: Vec<Row> = sqlx::query_as(&format!(
-        "{SELECT} WHERE s.run_id = ? ORDER BY s.created_at DESC, s.id DESC"
+        "{SELECT} WHERE s.run_id = $1 ORDER BY s.created_at DESC, s.id DESC"
     ))
     .bind(run_id)
     .fetch_all(db)
@@ -122,12 +122,14 @@ pub async fn list(db: &SqlitePool, run_id: &str) -> Result<Vec<ShareLink>, Error
 
 /// Revokes a link: it never opens again. Revoking twice changes nothing.
 pub async fn revoke(db: &SqlitePool, run_id: &str, id: &str) -> Result<ShareLink, Error> {
-    sqlx::query("UPDATE share_links SET revoked_at = ? WHERE id = ? AND run_id = ? AND revoked_at IS NULL")
-        .bind(now_ms())
-        .bind(id)
-        .bind(run_id)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "UPDATE share_links SET revoked_at = $1 WHERE id = $2 AND run_id = $3 AND revoked_at IS NULL",
+    )
+    .bind(now_ms())
+    .bind(id)
+    .bind(run_id)
+    .execute(db)
+    .await?;
     get(db, run_id, id).await
 }
 
@@ -140,7 +142,7 @@ pub async fn views(
 ) -> Result<Page<ShareView>, Error> {
     let rows: Vec<ViewRow> = sqlx::query_as(
         "SELECT id, time, what, address, user_agent FROM share_views
-         WHERE share_id = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
+         WHERE share_id = $1 AND ($2 IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
     )
     .bind(id)
     .bind(before)
@@ -199,7 +201,7 @@ pub async fn open(db: &SqlitePool, secret: &str, visit: Visit<'_>) -> Result<Ope
     let found: Option<(String, String, Option<String>, i64)> = sqlx::query_as(
         "SELECT s.id, s.run_id, s.created_by, s.expires_at
          FROM share_links s JOIN runs r ON r.id = s.run_id JOIN projects p ON p.name = r.project
-         WHERE s.secret_hash = ? AND s.revoked_at IS NULL AND s.expires_at > ? AND p.share_links = 1",
+         WHERE s.secret_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND p.share_links = 1",
     )
     .bind(hash_token(secret))
     .bind(now)
@@ -209,14 +211,16 @@ pub async fn open(db: &SqlitePool, secret: &str, visit: Visit<'_>) -> Result<Ope
     let user_agent = visit
         .user_agent
         .map(|agent| agent.chars().take(200).collect::<String>());
-    sqlx::query("INSERT INTO share_views (share_id, time, what, address, user_agent) VALUES (?, ?, ?, ?, ?)")
-        .bind(&id)
-        .bind(now)
-        .bind(visit.what)
-        .bind(visit.address)
-        .bind(user_agent)
-        .execute(db)
-        .await?;
+    sqlx::query(
+        "INSERT INTO share_views (share_id, time, what, address, user_agent) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&id)
+    .bind(now)
+    .bind(visit.what)
+    .bind(visit.address)
+    .bind(user_agent)
+    .execute(db)
+    .await?;
     Ok(Opened {
         run_id,
         created_by,
@@ -226,7 +230,7 @@ pub async fn open(db: &SqlitePool, secret: &str, visit: Visit<'_>) -> Result<Ope
 
 /// Whether a project allows share links; `allow` sets it.
 pub async fn set_allowed(db: &SqlitePool, project: &str, allow: bool) -> Result<(), Error> {
-    sqlx::query("UPDATE projects SET share_links = ? WHERE name = ?")
+    sqlx::query("UPDATE projects SET share_links = $1 WHERE name = $2")
         .bind(allow)
         .bind(project)
         .execute(db)

@@ -254,7 +254,7 @@ mod tests {
         let points: Vec<u8> = (0..48).map(|b| b * 3).collect();
         sqlx::query(
             "INSERT INTO metric_chunks (id, run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
-             VALUES (7, 'run_1', 'train/loss', 1, 2, 10.5, 11.5, 2, ?, ?)",
+             VALUES (7, 'run_1', 'train/loss', 1, 2, 10.5, 11.5, 2, $1, $2)",
         )
         .bind(&summary)
         .bind(&points)

@@ -208,7 +208,7 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
 
     // A token limited to `default` cannot reach Bob's secret job.
-    sqlx::query("UPDATE api_tokens SET project = 'default' WHERE token_hash = ?")
+    sqlx::query("UPDATE api_tokens SET project = 'default' WHERE token_hash = $1")
         .bind(gpuplane_server::identity::credentials::hash_token(&bob))
         .execute(&db)
         .await

@@ -314,7 +314,7 @@ async fn expired_device_authorizations_are_deleted() {
     let fresh = flow.authorize().await;
     let db = flow.db();
     let old_code = old["device_code"].as_str().unwrap();
-    sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = ?")
+    sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = $1")
         .bind(gpuplane_server::identity::credentials::hash_token(old_code))
         .execute(db)
         .await

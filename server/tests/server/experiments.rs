@@ -282,7 +282,7 @@ async fn jobs_tag_their_runs_and_only_editors_and_the_jobs_token_change_them() {
         .await;
     let other = other["id"].as_str().unwrap();
     let job_token = user_token(&db, "job-owner", Scope::Sdk, false).await;
-    sqlx::query("UPDATE api_tokens SET run_id = ? WHERE token_hash = ?")
+    sqlx::query("UPDATE api_tokens SET run_id = $1 WHERE token_hash = $2")
         .bind(run_id)
         .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
         .execute(&db)

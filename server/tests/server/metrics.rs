@@ -513,7 +513,7 @@ async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
     let db = f.server.db();
     // What the scheduler gives a job: an sdk token limited to the job's run.
     let job_token = user_token(db, "job-owner", Scope::Sdk, false).await;
-    sqlx::query("UPDATE api_tokens SET run_id = ? WHERE token_hash = ?")
+    sqlx::query("UPDATE api_tokens SET run_id = $1 WHERE token_hash = $2")
         .bind(&mine)
         .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
         .execute(db)
@@ -754,7 +754,7 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
     }
     let db = f.server.db();
     let chunks = || async {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM metric_chunks WHERE run_id = ?")
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM metric_chunks WHERE run_id = $1")
             .bind(&run)
             .fetch_one(db)
             .await
@@ -813,11 +813,12 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
 
     // Tiny chunks are merged among themselves: the 2,000-point chunk is not
     // rewritten for them.
-    let merged_id: i64 = sqlx::query_scalar("SELECT id FROM metric_chunks WHERE run_id = ? AND count = 2000")
-        .bind(&run)
-        .fetch_one(db)
-        .await
-        .unwrap();
+    let merged_id: i64 =
+        sqlx::query_scalar("SELECT id FROM metric_chunks WHERE run_id = $1 AND count = 2000")
+            .bind(&run)
+            .fetch_one(db)
+            .await
+            .unwrap();
     for batch in 0..15 {
         let points: Vec<Value> = (0..10)
             .map(|i| point("train/loss", 3_000 + batch * 10 + i, json!(1.0)))
@@ -834,7 +835,7 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
         1
     );
     let sizes: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT id, count FROM metric_chunks WHERE run_id = ? ORDER BY step_min")
+        sqlx::query_as("SELECT id, count FROM metric_chunks WHERE run_id = $1 ORDER BY step_min")
             .bind(&run)
             .fetch_all(db)
             .await
@@ -891,7 +892,7 @@ async fn long_series_are_merged_into_big_chunks_and_read_through_coarse_summarie
     }
     let db = f.server.db();
     let sizes = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count FROM metric_chunks WHERE run_id = ? ORDER BY step_min")
+        sqlx::query_scalar::<_, i64>("SELECT count FROM metric_chunks WHERE run_id = $1 ORDER BY step_min")
             .bind(&run)
             .fetch_all(db)
             .await
@@ -981,7 +982,7 @@ async fn chunks_written_before_compression_and_summary_levels_still_read() {
         }
         sqlx::query(
             "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
-             VALUES (?, 'old/loss', ?, ?, ?, ?, 4096, ?, ?)",
+             VALUES ($1, 'old/loss', $2, $3, $4, $5, 4096, $6, $7)",
         )
         .bind(&run)
         .bind(points[0].step)

@@ -18,7 +18,7 @@ fn gpu(utilization: u32) -> Gpu {
 }
 
 async fn last_seen(db: &sqlx::SqlitePool, node: &str) -> (String, i64) {
-    sqlx::query_as("SELECT status, last_seen_at FROM nodes WHERE id = ?")
+    sqlx::query_as("SELECT status, last_seen_at FROM nodes WHERE id = $1")
         .bind(node)
         .fetch_one(db)
         .await
@@ -48,7 +48,7 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
         (last_seen(&state.db, &node).await.1 > before).then_some(())
     })
     .await;
-    let utilization: i64 = sqlx::query_scalar("SELECT utilization_percent FROM gpus WHERE node_id = ?")
+    let utilization: i64 = sqlx::query_scalar("SELECT utilization_percent FROM gpus WHERE node_id = $1")
         .bind(&node)
         .fetch_one(&state.db)
         .await
@@ -58,7 +58,7 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
     // The writer now waits 250 ms before its next write. Meanwhile the
     // database says the node is long silent, a fresh reading waits, and
     // the liveness check runs: it must write the reading first.
-    sqlx::query("UPDATE nodes SET last_seen_at = 0 WHERE id = ?")
+    sqlx::query("UPDATE nodes SET last_seen_at = 0 WHERE id = $1")
         .bind(&node)
         .execute(&state.db)
         .await
@@ -73,7 +73,7 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
     );
 
     // A node that was OFFLINE comes back when its reading is written.
-    sqlx::query("UPDATE nodes SET status = 'OFFLINE' WHERE id = ?")
+    sqlx::query("UPDATE nodes SET status = 'OFFLINE' WHERE id = $1")
         .bind(&node)
         .execute(&state.db)
         .await
@@ -83,7 +83,7 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
         (last_seen(&state.db, &node).await.0 == "ONLINE").then_some(())
     })
     .await;
-    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events WHERE node_id = ? ORDER BY seq")
+    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events WHERE node_id = $1 ORDER BY seq")
         .bind(&node)
         .fetch_all(&state.db)
         .await
@@ -143,7 +143,7 @@ async fn telemetry_sent_at_once_is_stored_together_and_each_batch_once() {
         let node = node.to_string();
         async move {
             sqlx::query_as::<_, (i64, f64)>(
-                "SELECT count, time_min FROM metric_chunks WHERE run_id = ? AND key = 'gpu0.utilization_percent'
+                "SELECT count, time_min FROM metric_chunks WHERE run_id = $1 AND key = 'gpu0.utilization_percent'
                  ORDER BY step_min",
             )
             .bind(node)

@@ -231,7 +231,7 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
         .fetch_one(db)
         .await
         .unwrap();
-    sqlx::query("UPDATE api_tokens SET revoked_at = 1 WHERE id = ?")
+    sqlx::query("UPDATE api_tokens SET revoked_at = 1 WHERE id = $1")
         .bind(&token_a_id)
         .execute(db)
         .await

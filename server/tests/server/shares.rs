@@ -216,7 +216,7 @@ async fn a_share_link_opens_one_run_read_only_until_it_is_revoked_expires_or_is_
         anonymous.get(&second_url).send().await.unwrap().status(),
         StatusCode::OK
     );
-    sqlx::query("UPDATE share_links SET expires_at = 0 WHERE id = ?")
+    sqlx::query("UPDATE share_links SET expires_at = 0 WHERE id = $1")
         .bind(second["link"]["id"].as_str().unwrap())
         .execute(&db)
         .await

@@ -171,7 +171,7 @@ sys.exit(3)
         ("log_lines", "job_id", &done.id),
         ("attempts", "job_id", &done.id),
     ] {
-        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {column} = ?"))
+        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {column} = $1"))
             .bind(id)
             .fetch_one(&db)
             .await
@@ -188,7 +188,7 @@ sys.exit(3)
     assert_eq!(status, 200);
     cluster.wait_for(&running.id, JobStatus::Cancelled).await;
     let two_days_ago = gpuplane_server::store::time::now_ms() - 2 * 24 * 3600 * 1000;
-    sqlx::query("UPDATE jobs SET updated_at = ? WHERE id = ?")
+    sqlx::query("UPDATE jobs SET updated_at = $1 WHERE id = $2")
         .bind(two_days_ago)
         .bind(&running.id)
         .execute(&db)
@@ -201,7 +201,7 @@ sys.exit(3)
     cluster
         .post(&format!("/runs/{sdk_run}/archive"), json!(null))
         .await;
-    sqlx::query("UPDATE runs SET archived_at = ? WHERE id = ?")
+    sqlx::query("UPDATE runs SET archived_at = $1 WHERE id = $2")
         .bind(two_days_ago)
         .bind(&sdk_run)
         .execute(&db)

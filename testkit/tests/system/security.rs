@@ -258,7 +258,7 @@ async fn attempts_of_another_server_are_never_reported() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let db = &second.server.state.db;
-    let leaked: i64 = sqlx::query_scalar("SELECT count(*) FROM log_lines WHERE job_id = ?")
+    let leaked: i64 = sqlx::query_scalar("SELECT count(*) FROM log_lines WHERE job_id = $1")
         .bind(&old.id)
         .fetch_one(db)
         .await
@@ -267,7 +267,7 @@ async fn attempts_of_another_server_are_never_reported() {
         leaked, 0,
         "lines of the first cluster's job reached the second server"
     );
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE job_id = ? OR message LIKE ?")
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE job_id = $1 OR message LIKE $2")
         .bind(&old.id)
         .bind(format!("%{}%", old.id))
         .fetch_one(db)
