@@ -43,9 +43,11 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Health>, ApiErr
             status: "ready".to_string(),
             version: gpuplane_api::VERSION.to_string(),
         })),
-        Ok(Err(error)) => Err(ApiError::Unavailable(format!(
-            "the database is not reachable: {error}"
-        ))),
+        Ok(Err(error)) => {
+            // Anyone may ask: the database's own words (paths, hosts) go to the log only.
+            tracing::warn!(%error, "readiness: the database is not reachable");
+            Err(ApiError::Unavailable("the database is not reachable".into()))
+        }
         Err(_) => Err(ApiError::Unavailable(format!(
             "the database did not answer within {} s",
             READY_TIMEOUT.as_secs()

@@ -84,8 +84,8 @@ async fn ready_answers_503_once_the_database_is_gone() {
     let (status, _, body) = f.get("/api/v1/ready", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["error"]["code"], "unavailable");
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.starts_with("the database is not reachable"), "{message}");
+    // Anonymous callers learn that much, not the driver's error text.
+    assert_eq!(body["error"]["message"], "the database is not reachable");
     let (status, _, _) = f.get("/api/v1/health", None).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
 }
