@@ -39,7 +39,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL), then npm packages"
+step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL, Slurm, munge), then npm packages"
 missing=()
 # git: the traceability tests make real checkouts (gpuctl and the browser test).
 command -v git >/dev/null 2>&1 || missing+=(git)
@@ -54,6 +54,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "installing: ${missing[*]}"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Slurm and munge: the Slurm runner's tests start a one-node cluster of
+# their own (testkit/src/slurm.rs); their recommends (docs, mail) are not needed.
+slurm_missing=()
+[ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] || slurm_missing+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || slurm_missing+=(munge)
+if [ ${#slurm_missing[@]} -gt 0 ]; then
+  echo "installing: ${slurm_missing[*]}"
+  [ ${#missing[@]} -gt 0 ] || as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${slurm_missing[@]}" >/dev/null
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 

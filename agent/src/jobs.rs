@@ -7,6 +7,7 @@ use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState, 
 use crate::mask;
 use crate::reporter::Reporter;
 use crate::runner;
+use crate::slurm::{self, SlurmJob};
 use crate::tail::LineReader;
 use crate::watch::Watcher;
 use gpuplane_api::agent::{AgentCommand, AgentWelcome, AttemptRef, Dispatch, ReportItem};
@@ -14,7 +15,7 @@ use gpuplane_api::job::{JobKind, Runner};
 use gpuplane_api::log::LogStream;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -27,6 +28,8 @@ const DISK_CHECK_EVERY: Duration = Duration::from_secs(30);
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between SIGTERM and SIGKILL at the time limit, when the server sent none.
 const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
+/// How often a Slurm job's state is read.
+const SLURM_POLL: Duration = Duration::from_secs(1);
 
 pub struct Manager {
     pub jobs_dir: PathBuf,
@@ -43,12 +46,27 @@ pub struct Manager {
     disk_free_override: Option<f64>,
     /// Output lines are cut at this many bytes.
     max_line_bytes: usize,
+    /// `--runner slurm`: every job goes to Slurm, placed by these defaults.
+    slurm: Option<slurm::Defaults>,
+}
+
+/// How the agent runs attempts, from its command line.
+pub struct Options {
+    /// Replaces the measured free space (tests of DISK_LOW).
+    pub disk_free_override: Option<f64>,
+    /// Output lines are cut at this many bytes.
+    pub max_line_bytes: usize,
+    /// `--runner slurm`: every job goes to Slurm, placed by these defaults.
+    pub slurm: Option<slurm::Defaults>,
 }
 
 struct Handle {
     messages: mpsc::UnboundedSender<Message>,
     /// The job's process (and process group) id while it runs, else 0.
     process: Arc<AtomicU32>,
+    /// Slurm holds the job (queued or running): the server must send a
+    /// cancel for it, not take it for a dispatch never received.
+    in_slurm: Arc<AtomicBool>,
     gpus: Vec<u32>,
 }
 
@@ -78,9 +96,13 @@ impl Manager {
         server_url: String,
         reporter: Arc<Reporter>,
         client: Arc<Client>,
-        disk_free_override: Option<f64>,
-        max_line_bytes: usize,
+        options: Options,
     ) -> Manager {
+        let Options {
+            disk_free_override,
+            max_line_bytes,
+            slurm,
+        } = options;
         let adopted = files::unfinished_attempts(&jobs_dir);
         if !adopted.is_empty() {
             tracing::info!(
@@ -99,6 +121,7 @@ impl Manager {
             owner: Mutex::new(None),
             disk_free_override,
             max_line_bytes,
+            slurm,
         }
     }
 
@@ -111,12 +134,14 @@ impl Manager {
         known
     }
 
-    /// Attempts whose process is alive.
+    /// Attempts whose process is alive, or that Slurm holds.
     pub fn running(&self) -> Vec<AttemptRef> {
         let mut running: Vec<AttemptRef> = self
             .lock()
             .iter()
-            .filter(|(_, handle)| handle.process.load(Ordering::Relaxed) != 0)
+            .filter(|(_, handle)| {
+                handle.process.load(Ordering::Relaxed) != 0 || handle.in_slurm.load(Ordering::Relaxed)
+            })
             .map(|(key, _)| key.clone())
             .collect();
         running.sort();
@@ -280,12 +305,14 @@ impl Manager {
     ) -> mpsc::UnboundedSender<Message> {
         let (sender, receiver) = mpsc::unbounded_channel();
         let process = Arc::new(AtomicU32::new(0));
+        let in_slurm = Arc::new(AtomicBool::new(false));
         let key = attempt_ref(&dispatch);
         self.lock().insert(
             key.clone(),
             Handle {
                 messages: sender.clone(),
                 process: process.clone(),
+                in_slurm: in_slurm.clone(),
                 gpus: dispatch.gpus.clone(),
             },
         );
@@ -297,6 +324,7 @@ impl Manager {
                 secrets: mask::needles(dispatch.spec.secret_env.values()),
                 dispatch,
                 process,
+                in_slurm,
                 messages: receiver,
             };
             task.run(start).await;
@@ -329,7 +357,35 @@ struct Attempt {
     secrets: Vec<Vec<u8>>,
     /// Shared with the manager's handle: the process id while it runs.
     process: Arc<AtomicU32>,
+    /// Shared with the manager's handle: Slurm holds the job.
+    in_slurm: Arc<AtomicBool>,
     messages: mpsc::UnboundedReceiver<Message>,
+}
+
+/// What an attempt's job runs under, once started.
+enum Launched {
+    /// A process of this host, under its shim.
+    Shim(ShimState),
+    /// A Slurm job, running since `started_at` (epoch milliseconds).
+    Slurm { job: SlurmJob, started_at: i64 },
+}
+
+impl Launched {
+    fn started_at(&self) -> i64 {
+        match self {
+            Launched::Shim(shim) => shim.started_at,
+            Launched::Slurm { started_at, .. } => *started_at,
+        }
+    }
+}
+
+/// How an attempt's job ended, from `exit.json` or from Slurm.
+struct Ending {
+    exit: ExitState,
+    /// The engine (Slurm) stopped it at its time limit.
+    timed_out: bool,
+    /// The engine lost it: why.
+    lost: Option<String>,
 }
 
 impl Attempt {
@@ -338,6 +394,12 @@ impl Attempt {
     }
 
     async fn run(mut self, start: Start) {
+        let through_slurm = self.manager.slurm.is_some()
+            || self.dispatch.spec.runner == Runner::Slurm
+            || self.dir.join(slurm::HANDLE).exists();
+        if through_slurm {
+            return self.run_through_slurm(start).await;
+        }
         let (stdout_lines, stderr_lines) = match start {
             Start::New => {
                 if let Err(detail) = runner::check(&self.dispatch, &self.dir, &self.manager.host).await {
@@ -376,7 +438,130 @@ impl Attempt {
             time: shim.started_at,
             git_commit: crate::git::head_commit(&runner::working_dir(&self.dispatch, &self.dir)),
         });
-        self.follow(shim, stdout_lines, stderr_lines).await;
+        self.follow(Launched::Shim(shim), stdout_lines, stderr_lines)
+            .await;
+    }
+
+    /// Submits the attempt to Slurm (or adopts its Slurm job), reports
+    /// Slurm's reason while it is queued, then follows it like a process.
+    async fn run_through_slurm(mut self, start: Start) {
+        let host = self.manager.host.clone();
+        let (job, stdout_lines, stderr_lines) = match start {
+            Start::New => {
+                let enabled = self.manager.slurm.is_some();
+                if let Err(detail) = slurm::check(&self.dispatch, &self.dir, &host, enabled).await {
+                    tracing::warn!(job_id = self.dispatch.job_id, detail, "dispatch failed");
+                    self.end(self.dispatch_failed(detail)).await;
+                    return;
+                }
+                let defaults = self.manager.slurm.clone().unwrap_or_default();
+                match slurm::submit(&self.dispatch, &self.dir, &defaults).await {
+                    Ok(job) => (job, 0, 0),
+                    Err(detail) => {
+                        tracing::warn!(job_id = self.dispatch.job_id, detail, "sbatch failed");
+                        self.end(self.dispatch_failed(detail)).await;
+                        return;
+                    }
+                }
+            }
+            Start::Adopted {
+                stdout_lines,
+                stderr_lines,
+            } => match files::read_json::<SlurmJob>(&self.dir.join(slurm::HANDLE)) {
+                Some(job) => (job, stdout_lines, stderr_lines),
+                None => {
+                    let detail = format!(
+                        "the agent on {host} stopped before it recorded the attempt's Slurm job;                          look for a job named gpuplane-{}-{} in squeue",
+                        self.dispatch.job_id.to_lowercase(),
+                        self.dispatch.attempt
+                    );
+                    self.end(self.dispatch_failed(detail)).await;
+                    return;
+                }
+            },
+        };
+        tracing::info!(
+            job_id = self.dispatch.job_id,
+            slurm_job = job.id,
+            "submitted to Slurm"
+        );
+        self.in_slurm.store(true, Ordering::Relaxed);
+        let Some(started_at) = self.wait_in_slurm(&job).await else {
+            return;
+        };
+        self.reporter().push(ReportItem::Started {
+            job_id: self.dispatch.job_id.clone(),
+            attempt: self.dispatch.attempt,
+            pid: 0,
+            time: started_at,
+            git_commit: crate::git::head_commit(&runner::working_dir(&self.dispatch, &self.dir)),
+        });
+        self.follow(Launched::Slurm { job, started_at }, stdout_lines, stderr_lines)
+            .await;
+    }
+
+    /// While Slurm holds the job queued: its reason goes to the server
+    /// each time it changes, and a stop cancels it. Returns when it starts
+    /// (its start time), or None once it ended without starting (reported).
+    async fn wait_in_slurm(&mut self, job: &SlurmJob) -> Option<i64> {
+        let mut last_reason = String::new();
+        loop {
+            match slurm::state(job).await {
+                Ok(slurm::State::Pending { reason }) => {
+                    if reason != last_reason {
+                        self.reporter().push(ReportItem::Waiting {
+                            job_id: self.dispatch.job_id.clone(),
+                            attempt: self.dispatch.attempt,
+                            reason: format!("Slurm job {} is pending: {reason}", job.id),
+                        });
+                        last_reason = reason;
+                    }
+                }
+                Ok(slurm::State::Running { started_at }) => return Some(started_at),
+                // Ended between two looks: it ran if Slurm gave it a start,
+                // and `follow` reports its output and end.
+                Ok(slurm::State::Ended(ended)) if !self.dir.join(CANCELLED).exists() => {
+                    return Some(ended.ended_at.min(now_ms()));
+                }
+                Ok(slurm::State::Ended(ended)) => {
+                    // Cancelled while queued: it never ran.
+                    self.in_slurm.store(false, Ordering::Relaxed);
+                    let item = self.exited_item(&Ending {
+                        exit: ExitState {
+                            exit_code: ended.exit_code,
+                            signal: ended.signal,
+                            oom_killed: false,
+                            ended_at: ended.ended_at,
+                            spawn_error: None,
+                        },
+                        timed_out: false,
+                        lost: None,
+                    });
+                    self.end(item).await;
+                    return None;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        job_id = self.dispatch.job_id,
+                        slurm_job = job.id,
+                        error,
+                        "cannot read the Slurm job's state"
+                    )
+                }
+            }
+            tokio::select! {
+                message = self.messages.recv() => {
+                    if let Some(Message::Stop { .. }) = message {
+                        let _ = files::touch(&self.dir.join(CANCELLED));
+                        tracing::info!(job_id = self.dispatch.job_id, slurm_job = job.id, "cancelling the queued Slurm job");
+                        if let Err(error) = slurm::stop(job, false, "TERM").await {
+                            tracing::warn!(job_id = self.dispatch.job_id, error, "scancel failed");
+                        }
+                    }
+                }
+                () = tokio::time::sleep(SLURM_POLL) => {}
+            }
+        }
     }
 
     fn dispatch_failed(&self, detail: String) -> ReportItem {
@@ -437,7 +622,7 @@ impl Attempt {
     }
 
     /// Ships output until the job ends, stopping it when asked.
-    async fn follow(&mut self, shim: ShimState, stdout_lines: i64, stderr_lines: i64) {
+    async fn follow(&mut self, launched: Launched, stdout_lines: i64, stderr_lines: i64) {
         let mut readers = [
             (
                 LogStream::Stdout,
@@ -464,9 +649,10 @@ impl Attempt {
             .dispatch
             .spec
             .time_limit_s
-            .map(|limit| shim.started_at.saturating_add(limit.saturating_mul(1000)));
+            .map(|limit| launched.started_at().saturating_add(limit.saturating_mul(1000)));
         let mut stopped_at_time_limit = false;
         let mut next_disk_check = Instant::now();
+        let mut next_slurm_check = Instant::now();
         let mut idle = Duration::from_millis(20);
         loop {
             let shipped = if self.reporter().backlog() < MAX_BACKLOG_LINES {
@@ -475,9 +661,59 @@ impl Attempt {
                 0
             };
             watcher.poll(self.reporter(), false);
-            let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
-            let gone = exit.is_none() && !files::alive(shim.shim_pid) && !files::alive(shim.child_pid);
-            if exit.is_some() || gone {
+            let ending = match &launched {
+                Launched::Shim(shim) => {
+                    let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
+                    let gone =
+                        exit.is_none() && !files::alive(shim.shim_pid) && !files::alive(shim.child_pid);
+                    (exit.is_some() || gone).then(|| Ending {
+                        exit: exit.unwrap_or(ExitState {
+                            exit_code: None,
+                            signal: None,
+                            oom_killed: false,
+                            ended_at: now_ms(),
+                            spawn_error: None,
+                        }),
+                        timed_out: false,
+                        lost: None,
+                    })
+                }
+                Launched::Slurm { job, .. } if Instant::now() >= next_slurm_check => {
+                    next_slurm_check = Instant::now() + SLURM_POLL;
+                    match slurm::state(job).await {
+                        Ok(slurm::State::Ended(ended)) => {
+                            tracing::info!(
+                                job_id = self.dispatch.job_id,
+                                slurm_job = job.id,
+                                state = ended.state,
+                                "Slurm job ended"
+                            );
+                            Some(Ending {
+                                exit: ExitState {
+                                    exit_code: ended.exit_code,
+                                    signal: ended.signal,
+                                    oom_killed: ended.oom_killed,
+                                    ended_at: ended.ended_at,
+                                    spawn_error: None,
+                                },
+                                timed_out: ended.timed_out,
+                                lost: ended.lost,
+                            })
+                        }
+                        Ok(_) => None,
+                        Err(error) => {
+                            tracing::warn!(
+                                job_id = self.dispatch.job_id,
+                                error,
+                                "cannot read the Slurm job's state"
+                            );
+                            None
+                        }
+                    }
+                }
+                Launched::Slurm { .. } => None,
+            };
+            if let Some(ending) = ending {
                 // Everything written before the exit, then the exit.
                 loop {
                     self.ship(&mut readers);
@@ -491,30 +727,13 @@ impl Attempt {
                         self.push_lines(*stream, n, vec![line]);
                     }
                 }
-                let exit = exit.unwrap_or(ExitState {
-                    exit_code: None,
-                    signal: None,
-                    oom_killed: false,
-                    ended_at: now_ms(),
-                    spawn_error: None,
-                });
                 self.process.store(0, Ordering::Relaxed);
+                self.in_slurm.store(false, Ordering::Relaxed);
                 // A job that filled its disk and died between two readings
                 // still gets its DISK_LOW, before its exit is classified.
                 self.report_disk();
-                let item = ReportItem::Exited {
-                    job_id: self.dispatch.job_id.clone(),
-                    attempt: self.dispatch.attempt,
-                    exit_code: exit.exit_code,
-                    signal: exit.signal,
-                    oom_killed: exit.oom_killed,
-                    cancelled: self.dir.join(CANCELLED).exists(),
-                    timed_out: self.dir.join(TIMED_OUT).exists(),
-                    time: exit.ended_at,
-                    eval_result: (self.dispatch.spec.kind == JobKind::Evaluate)
-                        .then(|| runner::read_eval_result(&self.dir)),
-                };
-                tracing::info!(job_id = self.dispatch.job_id, code = ?exit.exit_code, signal = ?exit.signal, "job ended");
+                tracing::info!(job_id = self.dispatch.job_id, code = ?ending.exit.exit_code, signal = ?ending.exit.signal, "job ended");
+                let item = self.exited_item(&ending);
                 self.end(item).await;
                 return;
             }
@@ -533,13 +752,13 @@ impl Attempt {
                     ?grace,
                     "time limit reached; stopping job"
                 );
-                self.signal(&shim, libc::SIGTERM).await;
+                self.signal(&launched, libc::SIGTERM).await;
                 kill_at = Some(Instant::now() + grace);
             }
             if let Some(at) = kill_at
                 && Instant::now() >= at
             {
-                self.signal(&shim, libc::SIGKILL).await;
+                self.signal(&launched, libc::SIGKILL).await;
                 kill_at = None;
             }
             if Instant::now() >= next_disk_check {
@@ -556,7 +775,7 @@ impl Attempt {
                     Some(Message::Stop { grace }) if kill_at.is_none() => {
                         let _ = files::touch(&self.dir.join(CANCELLED));
                         tracing::info!(job_id = self.dispatch.job_id, ?grace, "stopping job");
-                        self.signal(&shim, libc::SIGTERM).await;
+                        self.signal(&launched, libc::SIGTERM).await;
                         kill_at = Some(Instant::now() + grace);
                     }
                     _ => {}
@@ -615,7 +834,39 @@ impl Attempt {
         });
     }
 
-    async fn signal(&self, shim: &ShimState, signal: i32) {
+    /// The end report of an attempt.
+    fn exited_item(&self, ending: &Ending) -> ReportItem {
+        ReportItem::Exited {
+            job_id: self.dispatch.job_id.clone(),
+            attempt: self.dispatch.attempt,
+            exit_code: ending.exit.exit_code,
+            signal: ending.exit.signal,
+            oom_killed: ending.exit.oom_killed,
+            cancelled: self.dir.join(CANCELLED).exists(),
+            timed_out: ending.timed_out || self.dir.join(TIMED_OUT).exists(),
+            lost: ending.lost.clone(),
+            time: ending.exit.ended_at,
+            eval_result: (self.dispatch.spec.kind == JobKind::Evaluate)
+                .then(|| runner::read_eval_result(&self.dir)),
+        }
+    }
+
+    async fn signal(&self, launched: &Launched, signal: i32) {
+        let shim = match launched {
+            Launched::Shim(shim) => shim,
+            Launched::Slurm { job, .. } => {
+                let name = if signal == libc::SIGKILL { "KILL" } else { "TERM" };
+                if let Err(error) = slurm::stop(job, true, name).await {
+                    tracing::warn!(
+                        job_id = self.dispatch.job_id,
+                        slurm_job = job.id,
+                        error,
+                        "scancel failed"
+                    );
+                }
+                return;
+            }
+        };
         if self.dir.join(EXIT).exists() {
             return; // Ended already: its pid may belong to someone else by now.
         }

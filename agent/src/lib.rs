@@ -12,6 +12,7 @@ pub mod mask;
 pub mod reporter;
 pub mod runner;
 pub mod shim;
+pub mod slurm;
 pub mod tail;
 pub mod telemetry;
 pub mod tfevents;
@@ -94,6 +95,19 @@ pub struct Args {
         default_value_t = 2.0
     )]
     pub telemetry_interval: f64,
+
+    /// How jobs run: `process` (children of this agent; docker jobs through
+    /// `docker run`), or `slurm` (every job an `sbatch` job: run the agent
+    /// on a Slurm login host, with the jobs directory on a filesystem the
+    /// compute nodes share).
+    #[arg(long, env = "GPUPLANE_RUNNER", value_name = "RUNNER", default_value = "process", value_parser = ["process", "slurm"])]
+    pub runner: String,
+
+    /// With `--runner slurm`: the GPUs this agent offers the scheduler
+    /// (default: the `gpu` GRES of the nodes `sinfo` lists, in the
+    /// `slurm.partition` label's partition when set).
+    #[arg(long, env = "GPUPLANE_SLURM_GPUS", value_name = "N")]
+    pub slurm_gpus: Option<u32>,
 
     /// Cut output lines longer than this many bytes (to exercise the
     /// server's refusal of oversized reports).
@@ -179,7 +193,22 @@ pub fn hostname() -> String {
 pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let hostname = hostname();
     let name = args.name.clone().unwrap_or_else(|| hostname.clone());
-    let probe = Arc::new(GpuProbe::detect(args.fake_gpus, &name));
+    let slurm = (args.runner == "slurm").then(|| slurm::Defaults::from_labels(&args.labels.0));
+    let fake_gpus = match &slurm {
+        // Slurm's GPUs, shown like simulated ones: Slurm, not NVML on this host, places them.
+        Some(defaults) => Some(match args.slurm_gpus {
+            Some(count) => count,
+            None => slurm::cluster_gpus(defaults.partition.as_deref())
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "--runner slurm: cannot count the cluster's GPUs ({e}); give --slurm-gpus N"
+                    )
+                })?,
+        }),
+        None => args.fake_gpus,
+    };
+    let probe = Arc::new(GpuProbe::detect(fake_gpus, &name));
     let client = Arc::new(Client::new(&args.server, &args.resolve_token()?)?);
     let reporter = Arc::new(Reporter::new());
     let jobs_dir = args.jobs_dir.clone().unwrap_or_else(files::default_jobs_dir);
@@ -191,8 +220,11 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         args.server.clone(),
         reporter.clone(),
         client.clone(),
-        args.disk_free_percent_override,
-        args.max_line_bytes,
+        jobs::Options {
+            disk_free_override: args.disk_free_percent_override,
+            max_line_bytes: args.max_line_bytes,
+            slurm,
+        },
     ));
     tracing::info!(server = args.server, name, gpus = probe.describe(), jobs_dir = %jobs_dir.display(), "agent starting");
     let sender = {

@@ -288,6 +288,8 @@ fn refusal(item: &ReportItem, why: &str) -> Refusal {
         ReportItem::Started { .. } | ReportItem::DispatchFailed { .. } | ReportItem::Exited { .. } => {
             Refusal::Retry
         }
+        // A newer reason follows, or the start does.
+        ReportItem::Waiting { .. } => Refusal::Drop,
         ReportItem::Notice { .. } => Refusal::Drop,
         other => {
             let (job_id, attempt) = other.attempt();
@@ -327,6 +329,7 @@ fn describe(item: &ReportItem) -> String {
         ReportItem::Checkpoint { path, .. } => format!("the checkpoint record of {path}"),
         ReportItem::Config { config, .. } => format!("{} TensorBoard hyperparameters", config.len()),
         ReportItem::Started { .. } => "its start".into(),
+        ReportItem::Waiting { .. } => "its queued reason".into(),
         ReportItem::DispatchFailed { .. } => "its dispatch failure".into(),
         ReportItem::Exited { .. } => "its exit".into(),
         ReportItem::Notice { .. } => "a notice".into(),
@@ -430,6 +433,7 @@ fn json_size(item: &ReportItem) -> usize {
         } => 256 + json_str_size(text),
         ReportItem::Notice { message, .. } => 128 + json_str_size(message),
         ReportItem::DispatchFailed { detail, .. } => 128 + json_str_size(detail),
+        ReportItem::Waiting { reason, .. } => 128 + json_str_size(reason),
         ReportItem::Checkpoint { path, .. } => 192 + json_str_size(path),
         _ => 256,
     }
@@ -550,6 +554,7 @@ mod tests {
             oom_killed: false,
             cancelled: false,
             timed_out: false,
+            lost: None,
             time: 0,
             eval_result: Some(ResultFile::Text {
                 path: "/x/result.json".into(),

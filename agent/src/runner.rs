@@ -93,7 +93,8 @@ pub fn command_line(
     let dir = working_dir(dispatch, attempt_dir);
     let env = job_env(dispatch, attempt_dir);
     match dispatch.spec.runner {
-        Runner::Process => {
+        // The Slurm runner's batch script runs this same command line.
+        Runner::Process | Runner::Slurm => {
             let program =
                 resolve_program(dispatch, &dir).unwrap_or_else(|_| PathBuf::from(&dispatch.spec.command[0]));
             (program, dispatch.spec.command[1..].to_vec(), dir, env)
@@ -191,7 +192,8 @@ pub async fn check(dispatch: &Dispatch, attempt_dir: &Path, host: &str) -> Resul
         }
     }
     match dispatch.spec.runner {
-        Runner::Process => resolve_program(dispatch, &dir).map(|_| ()),
+        // `slurm::check` checks the program the same way, before sbatch.
+        Runner::Process | Runner::Slurm => resolve_program(dispatch, &dir).map(|_| ()),
         Runner::Docker => check_docker(dispatch.spec.image.as_deref().unwrap_or_default(), host).await,
     }
 }

@@ -148,6 +148,14 @@ pub enum ReportItem {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         git_commit: Option<String>,
     },
+    /// The engine the agent handed it to (Slurm) holds it queued; `reason`
+    /// says why (Slurm's own reason, with its job id). Sent again when the
+    /// reason changes; shown as the job's queued reason until it starts.
+    Waiting {
+        job_id: String,
+        attempt: i64,
+        reason: String,
+    },
     /// The agent could not start it; `detail` names the path, binary or image.
     DispatchFailed {
         job_id: String,
@@ -176,6 +184,10 @@ pub enum ReportItem {
         /// The agent stopped it because it reached `spec.time_limit_s`.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         timed_out: bool,
+        /// The engine it ran under lost it (Slurm's NODE_FAIL, BOOT_FAIL,
+        /// PREEMPTED, or a job Slurm no longer knows): why, for JOB_LOST.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lost: Option<String>,
         time: i64,
         /// For an `EVALUATE` job: what it wrote to `GPUCTL_EVAL_OUTPUT`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -228,6 +240,7 @@ impl ReportItem {
     pub fn attempt(&self) -> (&str, i64) {
         match self {
             ReportItem::Started { job_id, attempt, .. }
+            | ReportItem::Waiting { job_id, attempt, .. }
             | ReportItem::DispatchFailed { job_id, attempt, .. }
             | ReportItem::Lines { job_id, attempt, .. }
             | ReportItem::Exited { job_id, attempt, .. }

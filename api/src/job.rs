@@ -112,9 +112,27 @@ pub enum Runner {
     Process,
     /// `docker run` with `image`.
     Docker,
+    /// An `sbatch` job, on an agent started with `--runner slurm` on a
+    /// Slurm login host (such an agent sends every job through Slurm).
+    Slurm,
 }
 
-names!("runner", Runner { Process => "process", Docker => "docker" });
+names!("runner", Runner { Process => "process", Docker => "docker", Slurm => "slurm" });
+
+/// Where a job goes in Slurm, when it runs through Slurm; each unset field
+/// falls back to the node's label (`slurm.partition`, `slurm.account`,
+/// `slurm.qos`), else to Slurm's own default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SlurmPlacement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -195,6 +213,9 @@ pub struct JobSpec {
     /// filtered on in run lists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// Partition, account and QOS when the job runs through Slurm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmPlacement>,
 }
 
 /// Where a job was submitted from: a git checkout on the submitting machine.
@@ -270,6 +291,7 @@ impl std::fmt::Debug for JobSpec {
             allow_interactive,
             git,
             tags,
+            slurm,
         } = self;
         let secret_names: Vec<&String> = secret_env.keys().collect();
         f.debug_struct("JobSpec")
@@ -293,6 +315,7 @@ impl std::fmt::Debug for JobSpec {
             .field("allow_interactive", allow_interactive)
             .field("git", git)
             .field("tags", tags)
+            .field("slurm", slurm)
             .finish()
     }
 }
@@ -333,6 +356,7 @@ impl JobSpec {
             allow_interactive: false,
             git: None,
             tags: Vec::new(),
+            slurm: None,
         }
     }
 }

@@ -5,6 +5,24 @@
 use crate::error::FieldError;
 use crate::job::{JobSpec, Runner};
 
+/// A partition, account or QOS name as `sbatch` takes it: letters,
+/// digits, `_ . , -`, not starting with `-` (sbatch would read an option).
+pub fn check_slurm_name(value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > 128 {
+        return Err("must be 1 to 128 characters".into());
+    }
+    if value.starts_with('-') {
+        return Err("must not start with `-`".into());
+    }
+    if !value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ',' | '-'))
+    {
+        return Err("may hold only letters, digits and `_ . , -`".into());
+    }
+    Ok(())
+}
+
 /// The most GPUs one job may ask for on one node.
 pub const MAX_GPUS_PER_JOB: i64 = 1024;
 pub const MAX_ATTEMPTS: i64 = 100;
@@ -121,7 +139,9 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
         (Runner::Docker, Some(image)) if image.chars().any(|c| c.is_whitespace() || c.is_control()) => {
             bad("image", "must not contain spaces or control characters".into())
         }
-        (Runner::Process, Some(_)) => bad("image", "is only used with runner = docker".into()),
+        (Runner::Process | Runner::Slurm, Some(_)) => {
+            bad("image", "is only used with runner = docker".into())
+        }
         (Runner::Docker, Some(image)) => {
             if let Some(allowed) = &policy.allowed_image_registries {
                 let registry = crate::job::image_registry(image);
@@ -194,6 +214,20 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
     }
     for error in crate::experiment::check_tags("tags", &spec.tags) {
         bad("tags", error.message);
+    }
+    if let Some(slurm) = &spec.slurm {
+        let fields = [
+            ("slurm.partition", &slurm.partition),
+            ("slurm.account", &slurm.account),
+            ("slurm.qos", &slurm.qos),
+        ];
+        for (field, value) in fields {
+            if let Some(value) = value
+                && let Err(why) = check_slurm_name(value)
+            {
+                bad(field, why);
+            }
+        }
     }
     for (key, value) in &spec.node_selector {
         if key.is_empty() {
@@ -522,6 +556,31 @@ mod tests {
             git.repository: must not contain credentials (user:password@): they would be shown to everyone who can see the job
             git.branch: must be 1 to 255 characters without control characters
             git.commit: `HEAD` is not a commit id (7 to 64 hex digits)
+        "#]]
+        .assert_eq(&check(spec));
+    }
+
+    #[test]
+    fn slurm_names_that_sbatch_would_misread_are_refused() {
+        let mut spec = JobSpec::new("t", vec!["true".into()]);
+        spec.runner = Runner::Slurm;
+        spec.slurm = Some(crate::job::SlurmPlacement {
+            partition: Some("a100,h100".into()),
+            account: Some("ml-team_2".into()),
+            qos: Some("normal".into()),
+        });
+        assert!(validate(&spec, &Policy::default()).is_ok());
+        spec.slurm = Some(crate::job::SlurmPlacement {
+            partition: Some("--wrap=rm".into()),
+            account: Some("ml team".into()),
+            qos: Some(String::new()),
+        });
+        spec.image = Some("python:3".into());
+        expect![[r#"
+            image: is only used with runner = docker
+            slurm.partition: must not start with `-`
+            slurm.account: may hold only letters, digits and `_ . , -`
+            slurm.qos: must be 1 to 128 characters
         "#]]
         .assert_eq(&check(spec));
     }

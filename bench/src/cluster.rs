@@ -240,6 +240,7 @@ fn exited(attempt: AttemptRef) -> ReportItem {
         oom_killed: false,
         cancelled: false,
         timed_out: false,
+        lost: None,
         time: now_ms(),
         eval_result: None,
     }

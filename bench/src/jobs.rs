@@ -421,24 +421,33 @@ pub(crate) fn start_agent(
     jobs_dir: &std::path::Path,
     extra: &[&str],
 ) -> anyhow::Result<Proc> {
-    Ok(Proc(
-        Command::new(&binaries.agent)
-            .args([
-                "--server",
-                &server.url,
-                "--token",
-                &server.agent_token,
-                "--name",
-                "bench-node",
-            ])
-            .args(["--fake-gpus", &gpus.to_string(), "--jobs-dir"])
-            .arg(jobs_dir)
-            .args(extra)
-            .env("GPUPLANE_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    ))
+    let mut command = agent_command(binaries, server, jobs_dir);
+    command.args(["--fake-gpus", &gpus.to_string()]).args(extra);
+    Ok(Proc(command.spawn()?))
+}
+
+/// The release agent named `bench-node` for `server`, quiet, over `jobs_dir`.
+pub(crate) fn agent_command(
+    binaries: &Binaries,
+    server: &ServerProcess,
+    jobs_dir: &std::path::Path,
+) -> Command {
+    let mut command = Command::new(&binaries.agent);
+    command
+        .args([
+            "--server",
+            &server.url,
+            "--token",
+            &server.agent_token,
+            "--name",
+            "bench-node",
+        ])
+        .arg("--jobs-dir")
+        .arg(jobs_dir)
+        .env("GPUPLANE_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
 }
 
 impl ServerProcess {

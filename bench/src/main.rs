@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|scale|cluster|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|scale|cluster|slurm|all|tfevents FILE]`: measures and prints.
 //! `gpuplane-bench report [--smoke] [--repeat N] [--peers PYTHON] [--out DIR]`
 //! runs them all with the peers and writes the report (see `report.rs`;
 //! `bench/report.sh` is the documented way).
@@ -15,6 +15,7 @@ mod metrics;
 mod report;
 mod runs;
 mod scale;
+mod slurm;
 mod storage;
 mod telemetry;
 
@@ -57,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         "telemetry" => runtime.block_on(telemetry::run()),
         "scale" => runtime.block_on(scale::run()),
         "cluster" => runtime.block_on(cluster::run()),
+        "slurm" => runtime.block_on(slurm::run()),
         "report" => {
             let args: Vec<String> = std::env::args().skip(2).collect();
             runtime.block_on(report::run(report::Options::parse(&args)?))

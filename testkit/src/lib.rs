@@ -15,6 +15,7 @@ pub mod http;
 pub mod netcut;
 pub mod postgres;
 pub mod process;
+pub mod slurm;
 
 pub use http::TestServer;
 

@@ -133,9 +133,8 @@ pub fn JobDetail() -> impl IntoView {
 fn JobView(job: Job) -> impl IntoView {
     let spec = job.spec.clone();
     let command = spec.command.join(" ");
-    let queued = (job.status.as_str() == "QUEUED")
-        .then(|| job.queued_reason.clone())
-        .flatten();
+    // A QUEUED job's reason, or Slurm's for a DISPATCHING job it holds queued.
+    let queued = job.queued_reason.clone();
     view! {
         <h1>{job.name.clone()} " " {status_badge(job.status.as_str())}</h1>
         <p class="muted mono">{job.id.clone()}</p>

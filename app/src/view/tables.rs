@@ -104,7 +104,8 @@ pub fn JobsTable(jobs: Vec<Job>, #[prop(into)] empty: String) -> impl IntoView {
                         let gpus = a.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
                         if gpus.is_empty() { a.node.clone() } else { format!("{} [{gpus}]", a.node) }
                     }).unwrap_or_else(|| "–".into());
-                    let reason = job.queued_reason.clone().filter(|_| job.status.as_str() == "QUEUED");
+                    // A QUEUED job's, or a DISPATCHING one's that Slurm holds queued.
+                    let reason = job.queued_reason.clone();
                     view! {
                         <tr>
                             <td><a href=format!("/jobs/{}", job.id)>{job.name}</a><br /><span class="muted mono">{job.id}</span></td>

@@ -115,9 +115,18 @@ pub struct SubmitArgs {
     /// A tag for the job's run, e.g. `baseline` (repeatable).
     #[arg(long = "tag")]
     tag: Vec<String>,
-    /// process (default) or docker.
+    /// process (default), docker, or slurm (an agent started with `--runner slurm`).
     #[arg(long, value_parser = parse_runner)]
     runner: Option<Runner>,
+    /// Slurm partition, when the job runs through Slurm.
+    #[arg(long, value_name = "NAME")]
+    slurm_partition: Option<String>,
+    /// Slurm account, when the job runs through Slurm.
+    #[arg(long, value_name = "NAME")]
+    slurm_account: Option<String>,
+    /// Slurm QOS, when the job runs through Slurm.
+    #[arg(long, value_name = "NAME")]
+    slurm_qos: Option<String>,
     /// Image for the docker runner.
     #[arg(long)]
     image: Option<String>,
@@ -165,7 +174,10 @@ fn parse_runner(text: &str) -> Result<Runner, String> {
     match text {
         "process" => Ok(Runner::Process),
         "docker" => Ok(Runner::Docker),
-        _ => Err(format!("unknown runner `{text}`; expected process or docker")),
+        "slurm" => Ok(Runner::Slurm),
+        _ => Err(format!(
+            "unknown runner `{text}`; expected process, docker or slurm"
+        )),
     }
 }
 
@@ -307,6 +319,12 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     }
     if let Some(image) = args.image {
         spec.image = Some(image);
+    }
+    if args.slurm_partition.is_some() || args.slurm_account.is_some() || args.slurm_qos.is_some() {
+        let slurm = spec.slurm.get_or_insert_default();
+        slurm.partition = args.slurm_partition.or(slurm.partition.take());
+        slurm.account = args.slurm_account.or(slurm.account.take());
+        slurm.qos = args.slurm_qos.or(slurm.qos.take());
     }
     Ok(spec)
 }
@@ -451,6 +469,10 @@ fn render_list(jobs: &[Job]) -> String {
         let last = job.attempts.last();
         let detail = match job.status {
             JobStatus::Queued => job.queued_reason.clone().unwrap_or_default(),
+            // Held queued by Slurm: its reason says why it has not started.
+            JobStatus::Dispatching if job.queued_reason.is_some() => {
+                job.queued_reason.clone().unwrap_or_default()
+            }
             JobStatus::Failed | JobStatus::Lost => format!(
                 "{} {}",
                 job.failure_reason.map(|r| r.as_str()).unwrap_or_default(),

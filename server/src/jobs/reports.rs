@@ -105,6 +105,7 @@ async fn apply_item(
             git_commit,
             ..
         } => started(conn, job_id, attempt, *pid, *time, git_commit.as_deref()).await,
+        ReportItem::Waiting { reason, .. } => waiting(conn, job_id, attempt, status, reason).await,
         ReportItem::DispatchFailed { detail, .. } => {
             dispatch_failed(conn, node, job_id, attempt, status, detail).await
         }
@@ -132,10 +133,19 @@ async fn apply_item(
             oom_killed,
             cancelled,
             timed_out,
+            lost,
             time,
             eval_result,
             ..
         } => {
+            if let Some(detail) = lost {
+                if !status.is_active() {
+                    return Ok(false);
+                }
+                let detail = format!("{detail} (on {})", node.node_name);
+                lifecycle::lose_attempt(conn, job_id, attempt, node.node_id, &detail, (*time).max(0)).await?;
+                return Ok(true);
+            }
             let exit = AttemptExit {
                 exit_code: *exit_code,
                 signal: *signal,
@@ -235,7 +245,8 @@ async fn started(
         return Ok(false);
     }
     sqlx::query(
-        "UPDATE jobs SET status = 'RUNNING', updated_at = $1 WHERE id = $2 AND status = 'DISPATCHING'",
+        "UPDATE jobs SET status = 'RUNNING', queued_reason = NULL, updated_at = $1
+         WHERE id = $2 AND status = 'DISPATCHING'",
     )
     .bind(now_ms())
     .bind(job_id)
@@ -243,6 +254,36 @@ async fn started(
     .await?;
     Ok(true)
 }
+
+/// The engine the attempt was handed to (Slurm) holds it queued: its
+/// reason becomes the job's queued reason until it starts.
+async fn waiting(
+    conn: &mut SqliteConnection,
+    job_id: &str,
+    attempt: i64,
+    status: JobStatus,
+    reason: &str,
+) -> Result<bool, Error> {
+    if status != JobStatus::Dispatching {
+        return Ok(false);
+    }
+    let reason: String = reason.chars().take(MAX_WAITING_REASON_CHARS).collect();
+    let changed = sqlx::query(
+        "UPDATE jobs SET queued_reason = $1, updated_at = $2
+         WHERE id = $3 AND status = 'DISPATCHING' AND attempt_count = $4
+           AND queued_reason IS DISTINCT FROM $1",
+    )
+    .bind(&reason)
+    .bind(now_ms())
+    .bind(job_id)
+    .bind(attempt)
+    .execute(&mut *conn)
+    .await?;
+    Ok(changed.rows_affected() > 0)
+}
+
+/// A queued reason from an agent is cut to this many characters.
+const MAX_WAITING_REASON_CHARS: usize = 500;
 
 /// The agent could not start a dispatched attempt (working dir, program,
 /// image): the attempt fails with DISPATCH_FAILED and the job may retry.

@@ -339,7 +339,8 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
         status,
         failure_reason: row.failure_reason.as_deref().and_then(FailureReason::parse),
         failure_detail: row.failure_detail,
-        queued_reason: if status == JobStatus::Queued {
+        // A dispatched job that an engine holds queued (Slurm) has one too.
+        queued_reason: if matches!(status, JobStatus::Queued | JobStatus::Dispatching) {
             row.queued_reason
         } else {
             None

@@ -15,5 +15,6 @@ mod lifecycle;
 mod partition;
 mod scheduling;
 mod security;
+mod slurm;
 mod telemetry;
 mod tensorboard;

@@ -1,0 +1,192 @@
+//! Jobs through a real Slurm (`gpuplane_testkit::slurm`: Debian's
+//! slurmctld, slurmd and munged on this host): an agent with `--runner
+//! slurm` turns each job into an `sbatch` job, follows it through
+//! `scontrol`, ships its output files and ends it as Slurm says.
+
+use gpuplane_api::job::{FailureReason, JobStatus};
+use gpuplane_testkit::cluster::{Agent, Cluster};
+use gpuplane_testkit::slurm::{self, Slurm};
+use serde_json::json;
+
+/// An agent named `login` that submits to `slurm`, offering `gpus` GPUs
+/// (default: as many as sinfo counts); started again, it adopts its jobs.
+fn slurm_agent(cluster: &Cluster, slurm: &Slurm, gpus: Option<u32>) -> Agent {
+    let jobs_dir = cluster.dir.path().join("agents/login");
+    let mut command = cluster.agent_command("login", 0, &jobs_dir);
+    let (name, value) = slurm.env();
+    command
+        .args(["--token", &cluster.agent_token("login")])
+        .args(["--runner", "slurm", "--disk-free-percent-override", "50"])
+        .env(name, value);
+    if let Some(gpus) = gpus {
+        command.args(["--slurm-gpus", &gpus.to_string()]);
+    }
+    Agent {
+        child: command.spawn().unwrap(),
+        jobs_dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_run_as_sbatch_jobs_with_their_argv_gpus_exit_codes_logs_and_sdk_metrics() {
+    let slurm = Slurm::start();
+    let cluster = Cluster::start().await;
+    // The GPUs offered are counted from sinfo when not given: check that path.
+    let mut agent = slurm_agent(&cluster, &slurm, None);
+    cluster.wait_for_nodes(1).await;
+    let (_, nodes) = cluster.get("/nodes").await;
+    assert_eq!(
+        nodes["items"][0]["gpus"].as_array().map(Vec::len),
+        Some(slurm::GPUS as usize),
+        "the agent offers the cluster's GPUs: {nodes}"
+    );
+    let work = cluster.workdir("slurm");
+
+    let ok = cluster
+        .submit(json!({
+            "name": "through-slurm",
+            "command": ["sh", "-c", "echo \"slurm job $SLURM_JOB_ID on $CUDA_VISIBLE_DEVICES|$GPUCTL_JOB_ID\"; printf '%s\\n' \"$1\"", "sh", "$HOME; echo pwned"],
+            "working_dir": work,
+            "resources": {"gpu": 1},
+        }))
+        .await;
+    let done = cluster.wait_for(&ok.id, JobStatus::Succeeded).await;
+    assert_eq!(done.attempts[0].exit_code, Some(0));
+    let output = cluster.output(&ok.id, "stdout").await;
+    assert_eq!(output.len(), 2, "{output:?}\n{}", slurm.logs());
+    // Slurm's own job id and GPU, and the server's variables.
+    let first = output[0]
+        .strip_prefix("slurm job ")
+        .unwrap_or_else(|| panic!("{output:?}"));
+    let (slurm_job, rest) = first.split_once(" on ").unwrap();
+    assert!(slurm_job.parse::<u64>().is_ok(), "{output:?}");
+    assert_eq!(rest, format!("0|{}", ok.id));
+    // An argument reaches the program as is: no shell reads it.
+    assert_eq!(output[1], "$HOME; echo pwned");
+
+    let failing = cluster
+        .submit(json!({
+            "name": "exit-3",
+            "command": ["sh", "-c", "echo 'something broke' >&2; exit 3"],
+            "working_dir": work,
+        }))
+        .await;
+    let failed = cluster.wait_for(&failing.id, JobStatus::Failed).await;
+    assert_eq!(failed.failure_reason, Some(FailureReason::ExitCode));
+    assert_eq!(failed.attempts[0].exit_code, Some(3));
+    assert_eq!(
+        cluster.output(&failing.id, "stderr").await,
+        vec!["something broke"]
+    );
+
+    // The Python SDK inside a Slurm job reaches the server as in any job.
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/python");
+    let script = "import gpuplane\nrun = gpuplane.init()\nfor step in range(5):\n    run.log({'train/loss': 1.0 / (step + 1)}, step=step)\nrun.finish()\n";
+    let metrics = cluster
+        .submit(json!({
+            "name": "sdk-in-slurm",
+            "command": ["python3", "-c", script],
+            "working_dir": work,
+            "env": {"PYTHONPATH": sdk},
+            "resources": {"gpu": 2},
+        }))
+        .await;
+    cluster.wait_for(&metrics.id, JobStatus::Succeeded).await;
+    let series = cluster.series(&metrics.run_id, "train/loss").await;
+    let steps: Vec<i64> = series.iter().map(|(step, _)| *step).collect();
+    assert_eq!(steps, vec![0, 1, 2, 3, 4], "{series:?}");
+
+    // The agent dies while Slurm runs the job; the next agent adopts the
+    // Slurm job from the attempt directory and reports its output and end.
+    let long = cluster
+        .submit(json!({
+            "name": "outlives-its-agent",
+            "command": ["sh", "-c", "echo before; sleep 3; echo after"],
+            "working_dir": work,
+        }))
+        .await;
+    cluster.wait_for(&long.id, JobStatus::Running).await;
+    agent.kill();
+    let _agent = slurm_agent(&cluster, &slurm, None);
+    let adopted = cluster.wait_for(&long.id, JobStatus::Succeeded).await;
+    assert_eq!(adopted.attempts.len(), 1, "{adopted:?}");
+    assert_eq!(cluster.output(&long.id, "stdout").await, vec!["before", "after"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_reasons_show_while_queued_and_cancel_and_time_limit_reach_slurm() {
+    let slurm = Slurm::start();
+    let cluster = Cluster::start().await;
+    // More GPUs than Slurm has, so GPUPlane dispatches what Slurm must queue.
+    let _agent = slurm_agent(&cluster, &slurm, Some(2 * slurm::GPUS));
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("slurm");
+    let all_gpus = slurm::GPUS;
+    let holder = cluster
+        .submit(json!({"name": "holder", "command": ["sleep", "300"], "working_dir": work, "resources": {"gpu": all_gpus}}))
+        .await;
+    cluster.wait_for(&holder.id, JobStatus::Running).await;
+
+    let behind = cluster
+        .submit(json!({"name": "behind", "command": ["true"], "working_dir": work, "resources": {"gpu": all_gpus}}))
+        .await;
+    let waiting = cluster.wait_for_reason(&behind.id, "Resources").await;
+    assert_eq!(waiting.status, JobStatus::Dispatching);
+    let reason = waiting.queued_reason.unwrap();
+    assert!(
+        reason.starts_with("Slurm job ") && reason.ends_with("is pending: Resources"),
+        "{reason}"
+    );
+    let slurm_job = reason.split_whitespace().nth(2).unwrap().to_string();
+    let squeue = slurm
+        .command("squeue")
+        .args(["--noheader", "--format=%T %r", "--jobs", &slurm_job])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&squeue.stdout).trim(),
+        "PENDING Resources"
+    );
+
+    // Cancelled while Slurm holds it queued: scancel, and it never runs.
+    let (status, body) = cluster
+        .post(&format!("/jobs/{}/cancel", behind.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let cancelled = cluster.wait_for(&behind.id, JobStatus::Cancelled).await;
+    assert!(cancelled.attempts[0].started_at.is_none(), "{cancelled:?}");
+    let state = slurm
+        .command("scontrol")
+        .args(["show", "job", "--oneliner", &slurm_job])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&state.stdout).contains("JobState=CANCELLED"),
+        "{}",
+        String::from_utf8_lossy(&state.stdout)
+    );
+
+    // Cancelled while running: SIGTERM through scancel.
+    let (status, body) = cluster
+        .post(&format!("/jobs/{}/cancel", holder.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    cluster.wait_for(&holder.id, JobStatus::Cancelled).await;
+
+    // Its time limit: stopped by the agent through scancel, failed as TIMEOUT.
+    let slow = cluster
+        .submit(json!({
+            "name": "slow",
+            "command": ["sh", "-c", "echo started; exec sleep 300"],
+            "working_dir": work,
+            "time_limit_s": 2,
+        }))
+        .await;
+    let timed_out = cluster.wait_for(&slow.id, JobStatus::Failed).await;
+    assert_eq!(
+        timed_out.failure_reason,
+        Some(FailureReason::Timeout),
+        "{timed_out:?}"
+    );
+    assert_eq!(cluster.output(&slow.id, "stdout").await, vec!["started"]);
+}
