@@ -111,6 +111,49 @@ async fn jobs_run_as_sbatch_jobs_with_their_argv_gpus_exit_codes_logs_and_sdk_me
     let adopted = cluster.wait_for(&long.id, JobStatus::Succeeded).await;
     assert_eq!(adopted.attempts.len(), 1, "{adopted:?}");
     assert_eq!(cluster.output(&long.id, "stdout").await, vec!["before", "after"]);
+
+    // TensorBoard files a Slurm job writes into its watch dir become metrics.
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../agent/tests/fixtures/tb-simple/events.out.tfevents.simple"
+    );
+    let tensorboard = cluster
+        .submit(json!({
+            "name": "tensorboard-in-slurm",
+            "command": ["sh", "-c", "mkdir -p tb && cp \"$1\" tb/", "sh", fixture],
+            "working_dir": cluster.workdir("slurm-tb"),
+            "watch_dirs": ["tb"],
+        }))
+        .await;
+    let done = cluster.wait_for(&tensorboard.id, JobStatus::Succeeded).await;
+    assert_eq!(cluster.series(&done.run_id, "train/loss").await.len(), 50);
+
+    // A docker job cannot go through Slurm; a Slurm job cannot run on a plain agent.
+    let docker = cluster
+        .submit(json!({"name": "container", "command": ["true"], "working_dir": work, "runner": "docker", "image": "python:3.12"}))
+        .await;
+    let refused = cluster.wait_for(&docker.id, JobStatus::Failed).await;
+    assert_eq!(refused.failure_reason, Some(FailureReason::DispatchFailed));
+    let detail = refused.failure_detail.unwrap_or_default();
+    assert!(
+        detail.contains("sends jobs to Slurm") && detail.contains("runs no containers"),
+        "{detail}"
+    );
+    let _plain = cluster.agent("plain", 1, &[]);
+    cluster.wait_for_nodes(2).await;
+    let misplaced = cluster
+        .submit(json!({
+            "name": "slurm-on-plain",
+            "command": ["true"],
+            "working_dir": work,
+            "runner": "slurm",
+            "node_selector": {"gpuplane.node": "plain"},
+        }))
+        .await;
+    let refused = cluster.wait_for(&misplaced.id, JobStatus::Failed).await;
+    assert_eq!(refused.failure_reason, Some(FailureReason::DispatchFailed));
+    let detail = refused.failure_detail.unwrap_or_default();
+    assert!(detail.contains("start it with --runner slurm"), "{detail}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
