@@ -505,6 +505,9 @@ impl Attempt {
     /// (its start time), or None once it ended without starting (reported).
     async fn wait_in_slurm(&mut self, job: &SlurmJob) -> Option<i64> {
         let mut last_reason = String::new();
+        // Slurm often starts a job within moments of sbatch: look again
+        // soon, then less often, up to every SLURM_POLL.
+        let mut pause = Duration::from_millis(50);
         loop {
             match slurm::state(job).await {
                 Ok(slurm::State::Pending { reason }) => {
@@ -559,8 +562,9 @@ impl Attempt {
                         }
                     }
                 }
-                () = tokio::time::sleep(SLURM_POLL) => {}
+                () = tokio::time::sleep(pause) => {}
             }
+            pause = (pause * 2).min(SLURM_POLL);
         }
     }
 

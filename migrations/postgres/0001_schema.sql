@@ -10,6 +10,8 @@
 --   REAL               DOUBLE PRECISION
 --   BLOB               BYTEA
 --   run_config.value   JSONB (SQLite's ANY: a number, text, bool or NULL)
+--   tower_sessions.expiry_date  TIMESTAMPTZ (the session store writes an
+--                      RFC 3339 time into SQLite's INTEGER column, kept as text)
 
 CREATE TABLE users (
     id            TEXT PRIMARY KEY,            -- usr_<ulid>
@@ -79,7 +81,7 @@ CREATE TABLE device_authorizations (
 CREATE TABLE tower_sessions (
     id          TEXT PRIMARY KEY NOT NULL,
     data        BYTEA NOT NULL,
-    expiry_date BIGINT NOT NULL
+    expiry_date TIMESTAMPTZ NOT NULL
 );
 
 CREATE TABLE nodes (

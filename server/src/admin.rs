@@ -14,6 +14,39 @@ use gpuplane_api::user::{AgentToken, NewAgentToken, NewUser, UserChanges};
 use sqlx::SqlitePool;
 use std::io::Read;
 
+/// `admin migrate-to-postgres`: copies the install in `from` into the
+/// empty PostgreSQL database at `url`, naming each table as it is done (on
+/// stderr), then prints what was copied.
+pub async fn migrate_to_postgres(from: &std::path::Path, url: &str, json: bool) -> anyhow::Result<()> {
+    let file = from.join(crate::store::DATABASE_FILE);
+    if !file.is_file() {
+        bail!(
+            "{} holds no GPUPlane install ({} is missing)",
+            from.display(),
+            file.display()
+        );
+    }
+    let db = crate::store::open(from).await?;
+    eprintln!("copying {} into PostgreSQL…", file.display());
+    let copied = crate::store::to_postgres::copy(&db, url, |table| {
+        eprintln!("  {:<24} {:>12} rows", table.table, table.rows);
+    })
+    .await;
+    db.close().await;
+    let copied = copied?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&copied)?);
+    } else {
+        println!(
+            "copied {} rows of {} tables in {:.1} s; every table's rows were counted on both sides",
+            copied.rows,
+            copied.tables.len(),
+            copied.seconds
+        );
+    }
+    Ok(())
+}
+
 /// Runs one admin command; returns what to print on stdout, if anything.
 pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Option<String>> {
     match command {
@@ -73,6 +106,9 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             audit::record(db, &Actor::server_cli(), AuditAction::UserDisable, &name, "").await?;
             eprintln!("disabled user {name}: their sessions and tokens no longer work");
             Ok(None)
+        }
+        AdminCommand::MigrateToPostgres { .. } => {
+            bail!("migrate-to-postgres runs through `admin::migrate_to_postgres`")
         }
         AdminCommand::CreateAgentToken { name, node } => {
             let new = NewAgentToken {

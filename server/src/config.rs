@@ -343,6 +343,23 @@ pub enum AdminCommand {
     },
     /// Disable a user: their sessions and tokens stop working at once.
     DisableUser { name: String },
+    /// Copy an install, every row of every table, into an empty PostgreSQL
+    /// database (which gets GPUPlane's PostgreSQL schema first). The copy is
+    /// the install as it was when the copy began, even while a server still
+    /// writes to it; it is all or nothing.
+    MigrateToPostgres {
+        /// The data directory to copy (default: --data-dir).
+        #[arg(long, value_name = "DATA_DIR")]
+        from: Option<PathBuf>,
+        /// `postgres://USER@HOST:PORT/DATABASE`. Give the password in
+        /// PGPASSWORD or ~/.pgpass rather than in the URL: other users of
+        /// this host can read a process's command line.
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -24,7 +24,7 @@ pub mod store;
 use anyhow::Context;
 use axum::Router;
 use axum::extract::{MatchedPath, Request};
-use config::{Cli, Command, ConfigCommand, ServerConfig};
+use config::{AdminCommand, Cli, Command, ConfigCommand, ServerConfig};
 use state::AppState;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -218,6 +218,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(ConfigCommand::Example) => {
             print!("{}", config::EXAMPLE_CONFIG);
             Ok(())
+        }
+        Command::Admin(AdminCommand::MigrateToPostgres { from, to, json }) => {
+            let from = from.unwrap_or(data_dir);
+            admin::migrate_to_postgres(&from, &to, json).await
         }
         Command::Admin(command) => {
             config::prepare_data_dir(&data_dir)?;

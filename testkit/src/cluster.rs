@@ -67,6 +67,13 @@ impl Cluster {
         }
     }
 
+    /// Stops the server (its tasks too, so nothing writes any more); the
+    /// returned directory keeps its data until dropped.
+    pub async fn stop_server(self) -> tempfile::TempDir {
+        self.server.stop().await.unwrap();
+        self.dir
+    }
+
     /// The agent token of the node named `name`, made on first use.
     pub fn agent_token(&self, name: &str) -> String {
         let mut tokens = self.agent_tokens.lock().unwrap();

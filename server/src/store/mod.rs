@@ -4,6 +4,7 @@
 pub mod group;
 pub mod ids;
 pub mod time;
+pub mod to_postgres;
 
 use anyhow::Context;
 use gpuplane_api::error::FieldError;

@@ -21,6 +21,8 @@ fn corresponds(sqlite: &str, postgres: &str) -> bool {
             | ("TEXT", "text")
             | ("BLOB", "bytea")
             | ("ANY", "jsonb")
+            // tower_sessions.expiry_date only: sessions expire at a time.
+            | ("INTEGER", "timestamp with time zone")
     )
 }
 
