@@ -27,7 +27,17 @@ step() {
   echo
   echo "==> $1 ($(( $(date +%s) - started ))s)"
 }
-trap 'status=$?; if [ $status -ne 0 ]; then echo; echo "FAILED: ${current} (after $(( $(date +%s) - started ))s)"; fi' EXIT
+# On failure: the step, and the disk and memory left (a full disk fails a
+# link with a one-line note that CI's excerpt may cut off).
+trap 'status=$?; if [ $status -ne 0 ]; then echo; echo "FAILED: ${current} (after $(( $(date +%s) - started ))s)"; df -h . /tmp 2>/dev/null; free -m 2>/dev/null; fi' EXIT
+
+# CI builds each crate once, from a fresh clone: incremental caches (about
+# 6 GB) only fill its disk, and the symbol names that line tables keep
+# (half of each 540 MB test binary) fill it and slow every link. A
+# developer's own runs keep both.
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=0
+fi
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
