@@ -248,7 +248,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         is_admin: true,
         project: None,
     };
-    let mut tx = state.db.begin().await?;
+    let mut tx = gpuplane_server::store::write(&state.db).await?;
     for i in 0..node_count {
         let hello = AgentHello {
             name: format!("n{i:04}"),

@@ -7,6 +7,7 @@ use crate::jobs::{
 };
 use crate::report::{count, record, size};
 use anyhow::Context;
+use gpuplane_server::store::Db;
 use std::time::{Duration, Instant};
 
 pub async fn run() -> anyhow::Result<()> {
@@ -198,11 +199,13 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
 /// process, over the server's database file: SQLite and the aggregation
 /// without HTTP and JSON.
 pub(crate) async fn in_process_p50(data_dir: &std::path::Path, run_id: &str) -> anyhow::Result<f64> {
-    let pool = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}?mode=ro",
-        data_dir.join("gpuplane.db").display()
-    ))
-    .await?;
+    let pool = Db::Sqlite(
+        sqlx::SqlitePool::connect(&format!(
+            "sqlite://{}?mode=ro",
+            data_dir.join("gpuplane.db").display()
+        ))
+        .await?,
+    );
     let query = gpuplane_server::metrics::Query {
         key: "train/loss".into(),
         max_points: 2000,

@@ -8,6 +8,8 @@ use crate::jobs::{percentile, release_binaries, start_server_process};
 use crate::metrics::{create_run, in_process_p50};
 use crate::report::{count, record, size};
 use gpuplane_api::metric::{Batch, Point, Value};
+use gpuplane_server::sql;
+use gpuplane_server::store::Db;
 use std::time::Instant;
 
 pub async fn run() -> anyhow::Result<()> {
@@ -38,10 +40,12 @@ pub async fn run() -> anyhow::Result<()> {
         {
             seen = 0;
         }
-        let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM metric_chunks WHERE run_id = $1")
-            .bind(run_id)
-            .fetch_one(&db)
-            .await?;
+        let chunks: i64 = sql!(&db, |pool| {
+            sqlx::query_scalar("SELECT count(*) FROM metric_chunks WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_one(pool)
+                .await
+        })?;
         println!(
             "scale: {points} points stored in {stored:.1} s ({:.0} points/s, in process), compacted in {:.1} s into {chunks} chunks",
             points as f64 / stored,
@@ -98,7 +102,7 @@ pub async fn run() -> anyhow::Result<()> {
 }
 
 /// Stores `count` points of `train/loss` in batches of 100,000.
-async fn store(db: &sqlx::SqlitePool, run_id: &str, count: i64) -> anyhow::Result<()> {
+async fn store(db: &Db, run_id: &str, count: i64) -> anyhow::Result<()> {
     let batch_points = 100_000;
     for first in (0..count).step_by(batch_points) {
         let points = (first..(first + batch_points as i64).min(count))
@@ -114,7 +118,7 @@ async fn store(db: &sqlx::SqlitePool, run_id: &str, count: i64) -> anyhow::Resul
             points,
             texts: Vec::new(),
         };
-        let mut tx = db.begin().await?;
+        let mut tx = gpuplane_server::store::write(db).await?;
         gpuplane_server::metrics::ingest(&mut tx, run_id, batch, "*loss*")
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -190,7 +190,7 @@ async fn read_only(data_dir: &Path) -> anyhow::Result<sqlx::SqlitePool> {
 async fn empty_database_bytes() -> anyhow::Result<u64> {
     let dir = tempfile::tempdir()?;
     let db = gpuplane_server::store::open(dir.path()).await?;
-    checkpoint(&db).await?;
+    checkpoint(db.as_sqlite().expect("store::open opens SQLite")).await?;
     db.close().await;
     Ok(std::fs::metadata(dir.path().join("gpuplane.db"))?.len())
 }

@@ -5,13 +5,14 @@ use crate::audit::{self, Actor};
 use crate::config::AdminCommand;
 use crate::identity::credentials::{NewToken, create_token};
 use crate::identity::users;
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::now_ms;
 use anyhow::{Context, anyhow, bail};
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::user::{AgentToken, NewAgentToken, NewUser, UserChanges};
-use sqlx::SqlitePool;
 use std::io::Read;
 
 /// `admin migrate-to-postgres`: copies the install in `from` into the
@@ -28,7 +29,10 @@ pub async fn migrate_to_postgres(from: &std::path::Path, url: &str, json: bool) 
     }
     let db = crate::store::open(from).await?;
     eprintln!("copying {} into PostgreSQL…", file.display());
-    let copied = crate::store::to_postgres::copy(&db, url, |table| {
+    let sqlite = db
+        .as_sqlite()
+        .context("the install to copy is not an SQLite one")?;
+    let copied = crate::store::to_postgres::copy(sqlite, url, |table| {
         eprintln!("  {:<24} {:>12} rows", table.table, table.rows);
     })
     .await;
@@ -48,7 +52,7 @@ pub async fn migrate_to_postgres(from: &std::path::Path, url: &str, json: bool) 
 }
 
 /// Runs one admin command; returns what to print on stdout, if anything.
-pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Option<String>> {
+pub async fn run(db: &Db, command: AdminCommand) -> anyhow::Result<Option<String>> {
     match command {
         AdminCommand::CreateUser { name, admin, .. } => {
             let mut input = String::new();
@@ -77,10 +81,12 @@ pub async fn run(db: &SqlitePool, command: AdminCommand) -> anyhow::Result<Optio
             if scope == Scope::Agent {
                 bail!("agent tokens belong to no user: use `admin create-agent-token`");
             }
-            let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
-                .bind(&user)
-                .fetch_optional(db)
-                .await?;
+            let user_id: Option<String> = sql!(db, |pool| {
+                sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
+                    .bind(&user)
+                    .fetch_optional(pool)
+                    .await
+            })?;
             let user_id = user_id.with_context(|| format!("no user named `{user}`"))?;
             let expires_at = expires_in.map(|lifetime| now_ms() + lifetime.as_millis() as i64);
             let (_, secret) = create_token(
@@ -196,7 +202,7 @@ fn plain(error: Error) -> anyhow::Error {
 }
 
 /// Creates a local user; answers its id. Tests and benchmarks bootstrap with it.
-pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: bool) -> anyhow::Result<String> {
+pub async fn create_user(db: &Db, name: &str, password: &str, admin: bool) -> anyhow::Result<String> {
     let new = NewUser {
         name: name.to_string(),
         password: password.to_string(),
@@ -206,7 +212,7 @@ pub async fn create_user(db: &SqlitePool, name: &str, password: &str, admin: boo
 }
 
 /// Disables a user; every check of a session or token sees it at once.
-pub async fn disable_user(db: &SqlitePool, name: &str) -> anyhow::Result<()> {
+pub async fn disable_user(db: &Db, name: &str) -> anyhow::Result<()> {
     let changes = UserChanges {
         disabled: Some(true),
         ..UserChanges::default()

@@ -6,11 +6,12 @@
 //! on the host. Server admins read it (`GET /api/v1/audit`).
 
 use crate::identity::access::Caller;
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::audit::{AuditAction, AuditEntry};
-use sqlx::SqlitePool;
 use std::net::IpAddr;
 
 /// Who acted, and from where.
@@ -51,32 +52,35 @@ impl Actor {
 
 /// Records that `actor` did `action` to `target`.
 pub async fn record(
-    db: &SqlitePool,
+    db: &Db,
     actor: &Actor,
     action: AuditAction,
     target: &str,
     detail: &str,
 ) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO audit_log (time, actor, user_id, token, address, action, target, detail)
+    sql!(db, |pool| {
+        sqlx::query(
+            "INSERT INTO audit_log (time, actor, user_id, token, address, action, target, detail)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(now_ms())
-    .bind(&actor.name)
-    .bind(&actor.user_id)
-    .bind(&actor.token)
-    .bind(actor.address.map(|address| address.to_string()))
-    .bind(action.as_str())
-    .bind(target)
-    .bind(detail)
-    .execute(db)
-    .await?;
+        )
+        .bind(now_ms())
+        .bind(&actor.name)
+        .bind(&actor.user_id)
+        .bind(&actor.token)
+        .bind(actor.address.map(|address| address.to_string()))
+        .bind(action.as_str())
+        .bind(target)
+        .bind(detail)
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// Records that the caller of an API request did `action` to `target`.
 pub async fn by_caller(
-    db: &SqlitePool,
+    db: &Db,
     caller: &Caller,
     action: AuditAction,
     target: &str,
@@ -95,7 +99,7 @@ pub struct Filter {
 
 /// Entries, newest first.
 pub async fn list(
-    db: &SqlitePool,
+    db: &Db,
     filter: &Filter,
     limit: i64,
     before: Option<i64>,
@@ -110,19 +114,21 @@ pub async fn list(
         String,
         String,
     );
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT seq, time, actor, token, address, action, target, detail FROM audit_log
+    let rows: Vec<Row> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT seq, time, actor, token, address, action, target, detail FROM audit_log
          WHERE ($1 IS NULL OR actor = $1) AND ($2 IS NULL OR action = $2) AND ($3 IS NULL OR target = $3)
            AND ($4 IS NULL OR seq < $4)
          ORDER BY seq DESC LIMIT $5",
-    )
-    .bind(&filter.actor)
-    .bind(filter.action.map(AuditAction::as_str))
-    .bind(&filter.target)
-    .bind(before)
-    .bind(limit + 1)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(&filter.actor)
+        .bind(filter.action.map(AuditAction::as_str))
+        .bind(&filter.target)
+        .bind(before)
+        .bind(limit + 1)
+        .fetch_all(pool)
+        .await
+    })?;
     let (rows, next_before) = crate::paging::split(rows, limit, |row| row.0);
     let items = rows
         .into_iter()

@@ -2,10 +2,11 @@
 //! attempt (the agent has the full files), ingested idempotently by line
 //! number, read as a tail or followed after an SSE event id.
 
+use crate::sql;
 use crate::store::Error;
 use crate::store::time::rfc3339;
+use crate::store::{Db, Tx};
 use gpuplane_api::log::{LogLine, LogStream, Logs};
-use sqlx::{SqliteConnection, SqlitePool};
 
 /// Longest line kept on the server; the agent's file has the whole line.
 pub use gpuplane_api::log::MAX_LINE_BYTES;
@@ -22,7 +23,7 @@ pub struct Batch<'a> {
 
 /// Stores a batch, ignoring lines already stored, then drops lines older
 /// than the newest `keep` of that stream.
-pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) -> Result<(), Error> {
+pub async fn ingest(conn: &mut Tx, batch: Batch<'_>, keep: i64) -> Result<(), Error> {
     let Batch {
         job_id,
         attempt,
@@ -37,26 +38,32 @@ pub async fn ingest(conn: &mut SqliteConnection, batch: Batch<'_>, keep: i64) ->
     let clipped: Vec<&str> = lines.iter().map(|line| clip(line)).collect();
     // One statement for the whole batch: json_each numbers the lines.
     let json = serde_json::to_string(&clipped).map_err(|e| Error::Internal(e.into()))?;
-    sqlx::query(
-        "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
+    sql!(conn, |conn| {
+        sqlx::query(
+            "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
          SELECT $1, $2, $3, $4 + key, $5, value FROM json_each($6)",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(stream.as_str())
-    .bind(first_n)
-    .bind(time)
-    .bind(json)
-    .execute(&mut *conn)
-    .await?;
-    let last_n = first_n + lines.len() as i64 - 1;
-    sqlx::query("DELETE FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND n <= $4")
+        )
         .bind(job_id)
         .bind(attempt)
         .bind(stream.as_str())
-        .bind(last_n - keep)
-        .execute(&mut *conn)
-        .await?;
+        .bind(first_n)
+        .bind(time)
+        .bind(json)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
+    let last_n = first_n + lines.len() as i64 - 1;
+    sql!(conn, |conn| {
+        sqlx::query("DELETE FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND n <= $4")
+            .bind(job_id)
+            .bind(attempt)
+            .bind(stream.as_str())
+            .bind(last_n - keep)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     Ok(())
 }
 
@@ -72,19 +79,15 @@ fn clip(line: &str) -> &str {
 }
 
 /// The highest line number stored for a stream (0 when none): where the agent resumes.
-pub async fn last_n(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    attempt: i64,
-    stream: LogStream,
-) -> Result<i64, Error> {
-    let n: Option<i64> =
+pub async fn last_n(conn: &mut Tx, job_id: &str, attempt: i64, stream: LogStream) -> Result<i64, Error> {
+    let n: Option<i64> = sql!(conn, |conn| {
         sqlx::query_scalar("SELECT max(n) FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3")
             .bind(job_id)
             .bind(attempt)
             .bind(stream.as_str())
-            .fetch_one(&mut *conn)
-            .await?;
+            .fetch_one(conn)
+            .await
+    })?;
     Ok(n.unwrap_or(0))
 }
 
@@ -119,36 +122,40 @@ impl LineRow {
 }
 
 /// The attempt a log request means: the one asked for, else the latest (0 when none yet).
-pub async fn resolve_attempt(db: &SqlitePool, job_id: &str, attempt: Option<i64>) -> Result<i64, Error> {
+pub async fn resolve_attempt(db: &Db, job_id: &str, attempt: Option<i64>) -> Result<i64, Error> {
     if let Some(attempt) = attempt {
         return Ok(attempt);
     }
-    let latest: Option<i64> = sqlx::query_scalar("SELECT max(n) FROM attempts WHERE job_id = $1")
-        .bind(job_id)
-        .fetch_one(db)
-        .await?;
+    let latest: Option<i64> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT max(n) FROM attempts WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_one(pool)
+            .await
+    })?;
     Ok(latest.unwrap_or(0))
 }
 
 /// The newest `tail` lines of an attempt (one stream or both), oldest first.
 pub async fn tail(
-    db: &SqlitePool,
+    db: &Db,
     job_id: &str,
     attempt: i64,
     stream: Option<LogStream>,
     tail: i64,
 ) -> Result<(Vec<(i64, LogLine)>, Logs), Error> {
-    let mut rows: Vec<LineRow> = sqlx::query_as(
-        "SELECT id, attempt, stream, n, time, text FROM log_lines
+    let mut rows: Vec<LineRow> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT id, attempt, stream, n, time, text FROM log_lines
          WHERE job_id = $1 AND attempt = $2 AND ($3 IS NULL OR stream = $3)
          ORDER BY id DESC LIMIT $4",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(stream.map(LogStream::as_str))
-    .bind(tail)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(stream.map(LogStream::as_str))
+        .bind(tail)
+        .fetch_all(pool)
+        .await
+    })?;
     rows.reverse();
     // Older lines exist when the first kept line of a stream is not line 1.
     let truncated = rows.first().is_some_and(|first| first.n > 1);
@@ -164,56 +171,61 @@ pub async fn tail(
 /// Where a follower that found no lines of `attempt` starts: after every
 /// line of the earlier attempts, so that lines of `attempt` that arrive
 /// meanwhile are not skipped.
-pub async fn start_of_attempt(db: &SqlitePool, job_id: &str, attempt: i64) -> Result<i64, Error> {
-    let id: Option<i64> =
+pub async fn start_of_attempt(db: &Db, job_id: &str, attempt: i64) -> Result<i64, Error> {
+    let id: Option<i64> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT max(id) FROM log_lines WHERE job_id = $1 AND attempt < $2")
             .bind(job_id)
             .bind(attempt)
-            .fetch_one(db)
-            .await?;
+            .fetch_one(pool)
+            .await
+    })?;
     Ok(id.unwrap_or(0))
 }
 
 /// Lines after SSE event id `after` (of one attempt, or of every attempt
 /// so a follower sees retries too), oldest first, at most `limit`.
 pub async fn after(
-    db: &SqlitePool,
+    db: &Db,
     job_id: &str,
     attempt: Option<i64>,
     stream: Option<LogStream>,
     after: i64,
     limit: i64,
 ) -> Result<Vec<(i64, LogLine)>, Error> {
-    let rows: Vec<LineRow> = sqlx::query_as(
-        "SELECT id, attempt, stream, n, time, text FROM log_lines
+    let rows: Vec<LineRow> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT id, attempt, stream, n, time, text FROM log_lines
          WHERE job_id = $1 AND ($2 IS NULL OR attempt = $2) AND ($3 IS NULL OR stream = $3) AND id > $4
          ORDER BY id LIMIT $5",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(stream.map(LogStream::as_str))
-    .bind(after)
-    .bind(limit)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(stream.map(LogStream::as_str))
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await
+    })?;
     Ok(rows.into_iter().map(LineRow::into_line).collect())
 }
 
 /// The last `limit` lines of both streams of an attempt, for failure classification.
 pub async fn recent_text(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     attempt: i64,
     limit: i64,
 ) -> Result<Vec<String>, Error> {
-    let mut lines: Vec<String> = sqlx::query_scalar(
-        "SELECT text FROM log_lines WHERE job_id = $1 AND attempt = $2 ORDER BY id DESC LIMIT $3",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .bind(limit)
-    .fetch_all(&mut *conn)
-    .await?;
+    let mut lines: Vec<String> = sql!(conn, |conn| {
+        sqlx::query_scalar(
+            "SELECT text FROM log_lines WHERE job_id = $1 AND attempt = $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(limit)
+        .fetch_all(conn)
+        .await
+    })?;
     lines.reverse();
     Ok(lines)
 }

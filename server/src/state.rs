@@ -5,9 +5,9 @@ use crate::identity::ratelimit::Limiter;
 use crate::identity::secrets::SecretKey;
 use crate::identity::session_store::HashedIdStore;
 use crate::nodes::agent_link::AgentLink;
+use crate::store::Db;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
-use sqlx::SqlitePool;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, broadcast, watch};
@@ -28,7 +28,7 @@ impl std::ops::Deref for AppState {
 }
 
 pub struct Shared {
-    pub db: SqlitePool,
+    pub db: Db,
     pub config: Arc<ServerConfig>,
     pub leptos: LeptosOptions,
     pub secret: SecretKey,
@@ -71,7 +71,7 @@ pub struct Shared {
 }
 
 impl AppState {
-    pub fn new(db: SqlitePool, config: ServerConfig, secret: SecretKey) -> Self {
+    pub fn new(db: Db, config: ServerConfig, secret: SecretKey) -> Self {
         let leptos = LeptosOptions::builder()
             .output_name("gpuplane")
             .site_root(config.site_root.to_string_lossy().to_string())
@@ -80,7 +80,7 @@ impl AppState {
             .build();
         let (shutdown_sender, shutdown) = watch::channel(false);
         AppState(Arc::new(Shared {
-            sessions: HashedIdStore::new(db.clone()),
+            sessions: HashedIdStore::new(&db),
             sign_in_limiter: Arc::new(Limiter::new(5, Duration::from_secs(15 * 60))),
             sign_in_limiter_ip: Arc::new(Limiter::new(30, Duration::from_secs(15 * 60))),
             user_code_limiter: Arc::new(Limiter::new(10, Duration::from_secs(10 * 60))),

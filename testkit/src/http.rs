@@ -9,9 +9,9 @@ use gpuplane_api::auth::Scope;
 use gpuplane_api::paths::PREFIX;
 use gpuplane_server::RunningServer;
 use gpuplane_server::config::ServerConfig;
+use gpuplane_server::store::Db;
 use reqwest::StatusCode;
 use serde_json::Value;
-use sqlx::SqlitePool;
 
 pub struct TestServer {
     pub server: RunningServer,
@@ -49,7 +49,7 @@ impl TestServer {
         self._dir
     }
 
-    pub fn db(&self) -> &SqlitePool {
+    pub fn db(&self) -> &Db {
         &self.server.state.db
     }
 

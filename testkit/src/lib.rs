@@ -23,8 +23,8 @@ use gpuplane_api::auth::Scope;
 use gpuplane_api::node::{Gpu, GpuSource};
 use gpuplane_server::config::ServerConfig;
 use gpuplane_server::identity::credentials::{NewToken, create_token};
+use gpuplane_server::store::Db;
 use gpuplane_server::{RunningServer, admin, start};
-use sqlx::SqlitePool;
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -98,7 +98,7 @@ pub async fn start_server_with(data_dir: &Path, configure: impl FnOnce(&mut Serv
 }
 
 /// Creates a user (admin when asked) and returns a token of `scope` for it.
-pub async fn user_token(db: &SqlitePool, name: &str, scope: Scope, is_admin: bool) -> String {
+pub async fn user_token(db: &Db, name: &str, scope: Scope, is_admin: bool) -> String {
     let user_id = admin::create_user(db, name, "test-password", is_admin)
         .await
         .expect("the user is created");
@@ -114,7 +114,7 @@ pub async fn user_token(db: &SqlitePool, name: &str, scope: Scope, is_admin: boo
 }
 
 /// Returns a new agent token.
-pub async fn agent_token(db: &SqlitePool) -> String {
+pub async fn agent_token(db: &Db) -> String {
     let new = NewToken {
         user_id: None,
         name: "test-agent",

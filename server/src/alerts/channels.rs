@@ -3,12 +3,13 @@
 //! with); it is answered once, when the server made it.
 
 use crate::identity::secrets::SecretKey;
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::alert::{Channel, ChannelKind, NewChannel};
 use gpuplane_api::error::FieldError;
 use rand::RngCore;
-use sqlx::SqlitePool;
 
 /// What the AEAD binds a sealed webhook key to, beside the channel's name.
 const SECRET_NAME: &str = "alert-webhook-secret";
@@ -61,19 +62,23 @@ impl Row {
 const COLUMNS: &str = "name, kind, url, recipients, sealed_secret, created_at, created_by";
 
 /// Every channel by name; `for_admin` shows where each sends.
-pub async fn list(db: &SqlitePool, for_admin: bool) -> Result<Vec<Channel>, Error> {
-    let rows: Vec<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM alert_channels ORDER BY name"))
-        .fetch_all(db)
-        .await?;
+pub async fn list(db: &Db, for_admin: bool) -> Result<Vec<Channel>, Error> {
+    let rows: Vec<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM alert_channels ORDER BY name"))
+            .fetch_all(pool)
+            .await
+    })?;
     rows.into_iter().map(|row| row.channel(for_admin)).collect()
 }
 
 /// The channel named `name` as the sender needs it, or `None` once removed.
-pub async fn target(db: &SqlitePool, secret_key: &SecretKey, name: &str) -> Result<Option<Target>, Error> {
-    let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLUMNS} FROM alert_channels WHERE name = $1"))
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+pub async fn target(db: &Db, secret_key: &SecretKey, name: &str) -> Result<Option<Target>, Error> {
+    let row: Option<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM alert_channels WHERE name = $1"))
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?;
     let Some(row) = row else { return Ok(None) };
     let secret = match &row.sealed_secret {
         Some(sealed) => Some(secret_key.open(&row.name, SECRET_NAME, sealed).ok_or_else(|| {
@@ -94,11 +99,13 @@ pub async fn target(db: &SqlitePool, secret_key: &SecretKey, name: &str) -> Resu
 }
 
 /// Whether `name` is a channel.
-pub async fn exists(db: &SqlitePool, name: &str) -> Result<bool, Error> {
-    let found: Option<i64> = sqlx::query_scalar("SELECT 1 FROM alert_channels WHERE name = $1")
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+pub async fn exists(db: &Db, name: &str) -> Result<bool, Error> {
+    let found: Option<i64> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT 1 FROM alert_channels WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?;
     Ok(found.is_some())
 }
 
@@ -173,7 +180,7 @@ fn check(new: &NewChannel) -> Vec<FieldError> {
 /// Creates a channel. A webhook without a given secret gets a new one,
 /// answered in `secret` this once.
 pub async fn create(
-    db: &SqlitePool,
+    db: &Db,
     secret_key: &SecretKey,
     new: &NewChannel,
     by: Option<&str>,
@@ -195,20 +202,23 @@ pub async fn create(
         .or(new.secret.as_ref())
         .map(|secret| secret_key.seal(&new.name, SECRET_NAME, secret));
     let now = now_ms();
-    let inserted = sqlx::query(
-        "INSERT INTO alert_channels (name, kind, url, recipients, sealed_secret, created_at, created_by)
+    let inserted = sql!(db, |pool| {
+        sqlx::query(
+            "INSERT INTO alert_channels (name, kind, url, recipients, sealed_secret, created_at, created_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
-    )
-    .bind(&new.name)
-    .bind(new.kind.as_str())
-    .bind(&new.url)
-    .bind(serde_json::to_string(&new.to).unwrap_or_else(|_| "[]".into()))
-    .bind(sealed)
-    .bind(now)
-    .bind(by)
-    .execute(db)
-    .await?;
-    if inserted.rows_affected() == 0 {
+        )
+        .bind(&new.name)
+        .bind(new.kind.as_str())
+        .bind(&new.url)
+        .bind(serde_json::to_string(&new.to).unwrap_or_else(|_| "[]".into()))
+        .bind(sealed)
+        .bind(now)
+        .bind(by)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    if inserted == 0 {
         return Err(Error::Conflict(format!("a channel named {} exists", new.name)));
     }
     Ok(Channel {
@@ -224,17 +234,23 @@ pub async fn create(
 
 /// Removes a channel and its subscriptions; its pending deliveries fail
 /// with the reason when their turn comes.
-pub async fn delete(db: &SqlitePool, name: &str) -> Result<(), Error> {
+pub async fn delete(db: &Db, name: &str) -> Result<(), Error> {
     let mut tx = crate::store::write(db).await?;
-    sqlx::query("DELETE FROM alert_subscriptions WHERE channel = $1")
-        .bind(name)
-        .execute(&mut *tx)
-        .await?;
-    let deleted = sqlx::query("DELETE FROM alert_channels WHERE name = $1")
-        .bind(name)
-        .execute(&mut *tx)
-        .await?;
-    if deleted.rows_affected() == 0 {
+    sql!(tx, |conn| {
+        sqlx::query("DELETE FROM alert_subscriptions WHERE channel = $1")
+            .bind(name)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
+    let deleted = sql!(tx, |conn| {
+        sqlx::query("DELETE FROM alert_channels WHERE name = $1")
+            .bind(name)
+            .execute(conn)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    if deleted == 0 {
         return Err(Error::NotFound(format!("no channel named {name}")));
     }
     tx.commit().await?;

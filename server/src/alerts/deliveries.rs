@@ -5,13 +5,14 @@
 
 use super::subscriptions::{self, EventFacts};
 use crate::events::{EVENT_COLUMNS, EventRow};
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::alert::{Delivery, DeliveryStatus};
 use gpuplane_api::event::{Event, EventKind, Severity};
-use sqlx::SqlitePool;
 use std::time::Duration;
 
 /// Events read per fan-out transaction.
@@ -32,29 +33,34 @@ struct Pending {
 /// Makes the deliveries of the events recorded since the last call and
 /// moves the cursor past them. Returns how many events it read: [`BATCH`]
 /// means more may wait.
-pub async fn fan_out(db: &SqlitePool) -> Result<usize, Error> {
-    let (cursor, newest): (i64, Option<i64>) =
+pub async fn fan_out(db: &Db) -> Result<usize, Error> {
+    let (cursor, newest): (i64, Option<i64>) = sql!(db, |pool| {
         sqlx::query_as("SELECT (SELECT seq FROM alert_cursor), (SELECT max(seq) FROM events)")
-            .fetch_one(db)
-            .await?;
+            .fetch_one(pool)
+            .await
+    })?;
     if newest.is_none_or(|newest| newest <= cursor) {
         return Ok(0);
     }
     let rules = subscriptions::rules(db).await?;
     let mut tx = crate::store::write(db).await?;
-    let cursor: i64 = sqlx::query_scalar("SELECT seq FROM alert_cursor")
-        .fetch_one(&mut *tx)
-        .await?;
-    let events: Vec<Pending> = sqlx::query_as(
-        "SELECT e.seq, e.kind, e.severity, e.project,
+    let cursor: i64 = sql!(tx, |conn| {
+        sqlx::query_scalar("SELECT seq FROM alert_cursor")
+            .fetch_one(conn)
+            .await
+    })?;
+    let events: Vec<Pending> = sql!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT e.seq, e.kind, e.severity, e.project,
                 coalesce((SELECT submitted_by FROM jobs WHERE id = e.job_id),
                          (SELECT created_by FROM runs WHERE id = e.run_id)) AS owner
          FROM events e WHERE e.seq > $1 ORDER BY e.seq LIMIT $2",
-    )
-    .bind(cursor)
-    .bind(BATCH)
-    .fetch_all(&mut *tx)
-    .await?;
+        )
+        .bind(cursor)
+        .bind(BATCH)
+        .fetch_all(conn)
+        .await
+    })?;
     let Some(last) = events.last().map(|event| event.seq) else {
         return Ok(0);
     };
@@ -72,28 +78,34 @@ pub async fn fan_out(db: &SqlitePool) -> Result<usize, Error> {
         };
         for rule in rules.iter().filter(|rule| rule.receives(&facts)) {
             // One message per channel for an event, whichever subscriptions match.
-            sqlx::query(
-                "INSERT INTO alert_deliveries (id, subscription_id, channel, project, user_id, event_seq,
+            sql!(tx, |conn| {
+                sqlx::query(
+                    "INSERT INTO alert_deliveries (id, subscription_id, channel, project, user_id, event_seq,
                      status, attempts, next_attempt_at, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8)
                  ON CONFLICT (channel, event_seq) DO NOTHING",
-            )
-            .bind(new_id("dlv"))
-            .bind(&rule.id)
-            .bind(&rule.channel)
-            .bind(&rule.project)
-            .bind(&rule.user_id)
-            .bind(event.seq)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+                )
+                .bind(new_id("dlv"))
+                .bind(&rule.id)
+                .bind(&rule.channel)
+                .bind(&rule.project)
+                .bind(&rule.user_id)
+                .bind(event.seq)
+                .bind(now)
+                .bind(now)
+                .execute(conn)
+                .await
+                .map(|_| ())
+            })?;
         }
     }
-    sqlx::query("UPDATE alert_cursor SET seq = $1")
-        .bind(last)
-        .execute(&mut *tx)
-        .await?;
+    sql!(tx, |conn| {
+        sqlx::query("UPDATE alert_cursor SET seq = $1")
+            .bind(last)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(events.len())
 }
@@ -122,8 +134,9 @@ struct DueRow {
 }
 
 /// Pending deliveries due at `now`, oldest due first, at most `limit`.
-pub async fn due(db: &SqlitePool, now: i64, limit: i64) -> Result<Vec<Due>, Error> {
-    let rows: Vec<DueRow> = sqlx::query_as(&format!(
+pub async fn due(db: &Db, now: i64, limit: i64) -> Result<Vec<Due>, Error> {
+    let rows: Vec<DueRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
         "SELECT d.id, d.channel, d.attempts, e.project AS event_project,
                 coalesce((SELECT name FROM jobs WHERE id = e.job_id), (SELECT name FROM runs WHERE id = e.run_id),
                          (SELECT name FROM nodes WHERE id = e.node_id)) AS subject,
@@ -134,8 +147,9 @@ pub async fn due(db: &SqlitePool, now: i64, limit: i64) -> Result<Vec<Due>, Erro
     ))
     .bind(now)
     .bind(limit)
-    .fetch_all(db)
-    .await?;
+    .fetch_all(pool)
+    .await
+    })?;
     rows.into_iter()
         .map(|row| {
             Ok(Due {
@@ -151,12 +165,12 @@ pub async fn due(db: &SqlitePool, now: i64, limit: i64) -> Result<Vec<Due>, Erro
 }
 
 /// When the next pending delivery is due, if any is.
-pub async fn next_due(db: &SqlitePool) -> Result<Option<i64>, Error> {
-    Ok(
+pub async fn next_due(db: &Db) -> Result<Option<i64>, Error> {
+    Ok(sql!(db, |pool| {
         sqlx::query_scalar("SELECT min(next_attempt_at) FROM alert_deliveries WHERE status = 'pending'")
-            .fetch_one(db)
-            .await?,
-    )
+            .fetch_one(pool)
+            .await
+    })?)
 }
 
 /// How long to wait after the `attempts`-th failed try: `initial`,
@@ -178,7 +192,7 @@ pub enum Outcome {
 
 /// Keeps how one try of a delivery went.
 pub async fn record_try(
-    db: &SqlitePool,
+    db: &Db,
     id: &str,
     outcome: &Outcome,
     retry_initial: Duration,
@@ -187,23 +201,29 @@ pub async fn record_try(
     let now = now_ms();
     match outcome {
         Outcome::Sent => {
-            sqlx::query(
-                "UPDATE alert_deliveries SET status = 'sent', attempts = attempts + 1, sent_at = $1,
+            sql!(db, |pool| {
+                sqlx::query(
+                    "UPDATE alert_deliveries SET status = 'sent', attempts = attempts + 1, sent_at = $1,
                      next_attempt_at = NULL WHERE id = $2",
-            )
-            .bind(now)
-            .bind(id)
-            .execute(db)
-            .await?;
+                )
+                .bind(now)
+                .bind(id)
+                .execute(pool)
+                .await
+                .map(|_| ())
+            })?;
         }
         Outcome::Failed { error, final_try } => {
-            let attempts: i64 = sqlx::query_scalar("SELECT attempts + 1 FROM alert_deliveries WHERE id = $1")
-                .bind(id)
-                .fetch_one(db)
-                .await?;
+            let attempts: i64 = sql!(db, |pool| {
+                sqlx::query_scalar("SELECT attempts + 1 FROM alert_deliveries WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(pool)
+                    .await
+            })?;
             let give_up = *final_try || attempts >= max_attempts;
             let next = (!give_up).then(|| now + backoff(retry_initial, attempts).as_millis() as i64);
-            sqlx::query(
+            sql!(db, |pool| {
+                sqlx::query(
                 "UPDATE alert_deliveries SET status = $1, attempts = $2, last_error = $3, next_attempt_at = $4
                  WHERE id = $5",
             )
@@ -212,8 +232,9 @@ pub async fn record_try(
             .bind(error)
             .bind(next)
             .bind(id)
-            .execute(db)
-            .await?;
+            .execute(pool)
+            .await.map(|_| ())
+            })?;
         }
     }
     Ok(())
@@ -254,14 +275,15 @@ struct ListRow {
 
 /// Newest first, `limit` per page, older than the delivery `before`.
 pub async fn list(
-    db: &SqlitePool,
+    db: &Db,
     visibility: &Visibility,
     filter: &Filter,
     limit: i64,
     before: Option<i64>,
 ) -> Result<Page<Delivery>, Error> {
-    let rows: Vec<ListRow> = sqlx::query_as(&format!(
-        "SELECT d.seq AS delivery_seq, d.id, d.channel, d.status, d.attempts, d.last_error,
+    let rows: Vec<ListRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT d.seq AS delivery_seq, d.id, d.channel, d.status, d.attempts, d.last_error,
                 d.next_attempt_at, d.sent_at, d.created_at, {EVENT_COLUMNS}
          FROM alert_deliveries d JOIN events e ON e.seq = d.event_seq
          WHERE ($1 OR d.project IN (SELECT value FROM json_each($2)) OR ($3 IS NOT NULL AND d.user_id = $3))
@@ -269,18 +291,19 @@ pub async fn list(
            AND ($6 IS NULL OR e.run_id = $6) AND ($7 IS NULL OR e.job_id = $7)
            AND ($8 IS NULL OR d.seq < $8)
          ORDER BY d.seq DESC LIMIT $9"
-    ))
-    .bind(visibility.all)
-    .bind(&visibility.projects)
-    .bind(&visibility.user_id)
-    .bind(&filter.channel)
-    .bind(filter.status.map(DeliveryStatus::as_str))
-    .bind(&filter.run_id)
-    .bind(&filter.job_id)
-    .bind(before)
-    .bind(limit + 1)
-    .fetch_all(db)
-    .await?;
+        ))
+        .bind(visibility.all)
+        .bind(&visibility.projects)
+        .bind(&visibility.user_id)
+        .bind(&filter.channel)
+        .bind(filter.status.map(DeliveryStatus::as_str))
+        .bind(&filter.run_id)
+        .bind(&filter.job_id)
+        .bind(before)
+        .bind(limit + 1)
+        .fetch_all(pool)
+        .await
+    })?;
     let (rows, next_before) = crate::paging::split(rows, limit, |row| row.delivery_seq);
     let items = rows
         .into_iter()

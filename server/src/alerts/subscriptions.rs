@@ -2,12 +2,13 @@
 //! the API's business (`api/alerts.rs`); this module stores them, lists
 //! them and decides, purely, whether one receives an event.
 
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::alert::{Subscription, SubscriptionScope};
 use gpuplane_api::event::{EventKind, Severity};
-use sqlx::SqlitePool;
 
 /// A subscription as matching needs it.
 #[derive(Debug, Clone)]
@@ -94,20 +95,22 @@ const SELECT: &str = "SELECT s.id, s.channel, s.project, s.user_id, u.name AS us
         s.min_severity, s.created_at, s.created_by
     FROM alert_subscriptions s LEFT JOIN users u ON u.id = s.user_id";
 
-async fn rows(db: &SqlitePool) -> Result<Vec<Row>, Error> {
-    Ok(sqlx::query_as(&format!("{SELECT} ORDER BY s.id"))
-        .fetch_all(db)
-        .await?)
+async fn rows(db: &Db) -> Result<Vec<Row>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(&format!("{SELECT} ORDER BY s.id"))
+            .fetch_all(pool)
+            .await
+    })?)
 }
 
 /// Every subscription, as matching needs them.
-pub async fn rules(db: &SqlitePool) -> Result<Vec<Rule>, Error> {
+pub async fn rules(db: &Db) -> Result<Vec<Rule>, Error> {
     Ok(rows(db).await?.iter().map(Row::rule).collect())
 }
 
 /// Every subscription, oldest first, with the rule of each (for the API's
 /// visibility checks).
-pub async fn list(db: &SqlitePool) -> Result<Vec<(Rule, Subscription)>, Error> {
+pub async fn list(db: &Db) -> Result<Vec<(Rule, Subscription)>, Error> {
     Ok(rows(db)
         .await?
         .into_iter()
@@ -116,22 +119,25 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<(Rule, Subscription)>, Error> {
 }
 
 /// One subscription, or 404.
-pub async fn get(db: &SqlitePool, id: &str) -> Result<(Rule, Subscription), Error> {
-    let row: Option<Row> = sqlx::query_as(&format!("{SELECT} WHERE s.id = $1"))
-        .bind(id)
-        .fetch_optional(db)
-        .await?;
+pub async fn get(db: &Db, id: &str) -> Result<(Rule, Subscription), Error> {
+    let row: Option<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!("{SELECT} WHERE s.id = $1"))
+            .bind(id)
+            .fetch_optional(pool)
+            .await
+    })?;
     let row = row.ok_or_else(|| Error::NotFound(format!("no subscription {id}")))?;
     Ok((row.rule(), row.subscription()))
 }
 
 /// Stores a subscription whose caller was allowed to make it.
-pub async fn create(db: &SqlitePool, rule: &Rule, by: Option<&str>) -> Result<Subscription, Error> {
+pub async fn create(db: &Db, rule: &Rule, by: Option<&str>) -> Result<Subscription, Error> {
     let id = new_id("sub");
     let mut kinds = rule.kinds.clone();
     kinds.sort_by_key(|kind| kind.as_str());
     kinds.dedup();
-    sqlx::query(
+    sql!(db, |pool| {
+        sqlx::query(
         "INSERT INTO alert_subscriptions (id, channel, project, user_id, kinds, min_severity, created_at, created_by)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
@@ -143,17 +149,21 @@ pub async fn create(db: &SqlitePool, rule: &Rule, by: Option<&str>) -> Result<Su
     .bind(rule.min_severity.as_str())
     .bind(now_ms())
     .bind(by)
-    .execute(db)
-    .await?;
+    .execute(pool)
+    .await.map(|_| ())
+    })?;
     Ok(get(db, &id).await?.1)
 }
 
-pub async fn delete(db: &SqlitePool, id: &str) -> Result<(), Error> {
-    let deleted = sqlx::query("DELETE FROM alert_subscriptions WHERE id = $1")
-        .bind(id)
-        .execute(db)
-        .await?;
-    if deleted.rows_affected() == 0 {
+pub async fn delete(db: &Db, id: &str) -> Result<(), Error> {
+    let deleted = sql!(db, |pool| {
+        sqlx::query("DELETE FROM alert_subscriptions WHERE id = $1")
+            .bind(id)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    if deleted == 0 {
         return Err(Error::NotFound(format!("no subscription {id}")));
     }
     Ok(())

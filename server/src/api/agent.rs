@@ -6,7 +6,9 @@ use crate::api::extract::{Agent, Authed};
 use crate::identity::access::Caller;
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
+use crate::sql;
 use crate::state::AppState;
+use crate::store::Tx;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::body::Body;
@@ -161,17 +163,15 @@ pub async fn log_upload(
 /// Binds an agent token to the node it speaks for: the node named at its
 /// creation, else the first node it says hello as. A token speaks for one
 /// node only, and a node has one token (until that token is revoked).
-async fn bind_token_to_node(
-    conn: &mut sqlx::SqliteConnection,
-    caller: &Caller,
-    name: &str,
-) -> Result<(), ApiError> {
+async fn bind_token_to_node(conn: &mut Tx, caller: &Caller, name: &str) -> Result<(), ApiError> {
     // Read again inside the transaction: two first hellos of one token
     // with different names must not both bind it.
-    let bound: Option<String> = sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = $1")
-        .bind(&caller.token_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let bound: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = $1")
+            .bind(&caller.token_id)
+            .fetch_one(conn)
+            .await
+    })?;
     if let Some(bound) = &bound {
         if bound != name {
             return Err(ApiError::Forbidden(format!(
@@ -181,24 +181,29 @@ async fn bind_token_to_node(
         }
         return Ok(());
     }
-    let holder: Option<String> = sqlx::query_scalar(
+    let holder: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar(
         "SELECT id FROM api_tokens WHERE node_name = $1 AND scope = 'agent' AND revoked_at IS NULL AND id <> $2",
     )
     .bind(name)
     .bind(&caller.token_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+    .fetch_optional(conn)
+    .await
+    })?;
     if let Some(holder) = holder {
         return Err(ApiError::Forbidden(format!(
             "node `{name}` belongs to another agent token ({holder}); an agent token speaks only for its own node \
              (revoke the other one with `gpuplane-server admin revoke-agent-token {holder}` to move the node)"
         )));
     }
-    sqlx::query("UPDATE api_tokens SET node_name = $1 WHERE id = $2 AND node_name IS NULL")
-        .bind(name)
-        .bind(&caller.token_id)
-        .execute(&mut *conn)
-        .await?;
+    sql!(conn, |conn| {
+        sqlx::query("UPDATE api_tokens SET node_name = $1 WHERE id = $2 AND node_name IS NULL")
+            .bind(name)
+            .bind(&caller.token_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     tracing::info!(
         token_id = caller.token_id,
         node = name,

@@ -13,6 +13,7 @@ use crate::events::{self, Links};
 use crate::identity::access::{self, Caller, Visible, require_server_admin, visible_projects};
 use crate::paging::{cursor, page_limit};
 use crate::runs;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::time::now_ms;
@@ -333,17 +334,19 @@ pub async fn raise_run_alert(
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
     if alert.wait_s > 0 {
-        let recent: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM events WHERE run_id = $1 AND kind = $2 AND time > $3
+        let recent: Option<i64> = sql!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT 1 FROM events WHERE run_id = $1 AND kind = $2 AND time > $3
                AND (message = $4 OR message LIKE $5 ESCAPE '\\') LIMIT 1",
-        )
-        .bind(&run_id)
-        .bind(EventKind::RunAlert.as_str())
-        .bind(now - i64::from(alert.wait_s) * 1000)
-        .bind(title)
-        .bind(format!("{}: %", like_escaped(title)))
-        .fetch_optional(&mut *tx)
-        .await
+            )
+            .bind(&run_id)
+            .bind(EventKind::RunAlert.as_str())
+            .bind(now - i64::from(alert.wait_s) * 1000)
+            .bind(title)
+            .bind(format!("{}: %", like_escaped(title)))
+            .fetch_optional(conn)
+            .await
+        })
         .map_err(Error::from)?;
         if recent.is_some() {
             return Ok(Json(RunAlertAnswer {
@@ -352,22 +355,26 @@ pub async fn raise_run_alert(
             }));
         }
     }
-    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
-        .bind(&run_id)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(Error::from)?;
+    let job_id: Option<String> = sql!(tx, |conn| {
+        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
+            .bind(&run_id)
+            .fetch_one(conn)
+            .await
+    })
+    .map_err(Error::from)?;
     let links = Links {
         job_id: job_id.as_deref(),
         run_id: Some(&run_id),
         node_id: None,
     };
     let seq = events::record(&mut tx, now, alert.level, EventKind::RunAlert, links, &message).await?;
-    let event_id: String = sqlx::query_scalar("SELECT id FROM events WHERE seq = $1")
-        .bind(seq)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(Error::from)?;
+    let event_id: String = sql!(tx, |conn| {
+        sqlx::query_scalar("SELECT id FROM events WHERE seq = $1")
+            .bind(seq)
+            .fetch_one(conn)
+            .await
+    })
+    .map_err(Error::from)?;
     tx.commit().await.map_err(Error::from)?;
     let _ = state.event_recorded.send(());
     Ok(Json(RunAlertAnswer {

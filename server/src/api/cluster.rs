@@ -5,6 +5,7 @@ use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
 use crate::jobs::maintenance;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::time::now_ms;
 use axum::Json;
@@ -29,25 +30,33 @@ pub async fn cluster(
 }
 
 pub async fn summary(state: &AppState, principal: &Principal) -> Result<ClusterSummary, ApiError> {
-    let (online, offline): (i64, i64) = sqlx::query_as(
-        "SELECT coalesce(sum(status = 'ONLINE'), 0), coalesce(sum(status = 'OFFLINE'), 0) FROM nodes",
-    )
-    .fetch_one(&state.db)
-    .await?;
-    let (total, simulated): (i64, i64) = sqlx::query_as(
+    let (online, offline): (i64, i64) = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT coalesce(sum(status = 'ONLINE'), 0), coalesce(sum(status = 'OFFLINE'), 0) FROM nodes",
+        )
+        .fetch_one(pool)
+        .await
+    })?;
+    let (total, simulated): (i64, i64) = sql!(&state.db, |pool| {
+        sqlx::query_as(
         "SELECT count(*), coalesce(sum(g.source = 'simulated'), 0) FROM gpus g JOIN nodes n ON n.id = g.node_id
          WHERE n.status = 'ONLINE'",
     )
-    .fetch_one(&state.db)
-    .await?;
-    let in_use: i64 = sqlx::query_scalar(
+    .fetch_one(pool)
+    .await
+    })?;
+    let in_use: i64 = sql!(&state.db, |pool| {
+        sqlx::query_scalar(
         "SELECT coalesce(sum(json_array_length(gpus)), 0) FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')",
     )
-    .fetch_one(&state.db)
-    .await?;
-    let counts: Vec<(String, i64)> = sqlx::query_as("SELECT status, count(*) FROM jobs GROUP BY status")
-        .fetch_all(&state.db)
-        .await?;
+    .fetch_one(pool)
+    .await
+    })?;
+    let counts: Vec<(String, i64)> = sql!(&state.db, |pool| {
+        sqlx::query_as("SELECT status, count(*) FROM jobs GROUP BY status")
+            .fetch_all(pool)
+            .await
+    })?;
     let mut jobs: std::collections::BTreeMap<String, u64> = JobStatus::ALL
         .iter()
         .map(|status| (status.as_str().to_string(), 0))
@@ -80,11 +89,11 @@ async fn fair_share(state: &AppState, principal: &Principal) -> Result<Option<Fa
         return Ok(None);
     }
     let used = crate::jobs::fair_share::usage(&state.db, policy.window_ms, now_ms()).await?;
-    let names: HashMap<String, String> = sqlx::query_as("SELECT id, name FROM users")
-        .fetch_all(&state.db)
-        .await?
-        .into_iter()
-        .collect();
+    let names: HashMap<String, String> = sql!(&state.db, |pool| {
+        sqlx::query_as("SELECT id, name FROM users").fetch_all(pool).await
+    })?
+    .into_iter()
+    .collect();
     let everything = principal.is_admin && principal.project.is_none();
     let projects = visible_projects(&state.db, principal).await?;
     let mut usage: Vec<GpuUse> = used

@@ -5,6 +5,7 @@ use crate::api::extract::{Authed, Read};
 use crate::events::{self, Filter};
 use crate::identity::access;
 use crate::paging::{cursor, page_limit};
+use crate::sql;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
@@ -117,10 +118,12 @@ pub async fn follow_events(
         .and_then(|value| value.trim().parse::<i64>().ok());
     filter.after = Some(match resume {
         Some(seq) => seq,
-        None => sqlx::query_scalar::<_, Option<i64>>("SELECT max(seq) FROM events")
-            .fetch_one(&state.db)
-            .await?
-            .unwrap_or(0),
+        None => sql!(&state.db, |pool| {
+            sqlx::query_scalar::<_, Option<i64>>("SELECT max(seq) FROM events")
+                .fetch_one(pool)
+                .await
+        })?
+        .unwrap_or(0),
     });
     let stream_max = state.config.stream_max;
     let follow = (

@@ -7,6 +7,7 @@
 //! shutting down stops accepting connections, which probes see at once.)
 
 use crate::api::error::ApiError;
+use crate::sql;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
@@ -25,7 +26,9 @@ pub async fn health(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 
 /// The health answer, shared with the console.
 pub async fn check(state: &AppState) -> Result<Health, ApiError> {
-    sqlx::query("SELECT 1").execute(&state.db).await?;
+    sql!(&state.db, |pool| {
+        sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
+    })?;
     Ok(Health {
         status: "ok".to_string(),
         version: gpuplane_api::VERSION.to_string(),
@@ -38,7 +41,14 @@ pub async fn check(state: &AppState) -> Result<Health, ApiError> {
         (status = 503, description = "the database failed or did not answer in time",
          body = gpuplane_api::error::ErrorBody)))]
 pub async fn ready(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    match tokio::time::timeout(READY_TIMEOUT, sqlx::query("SELECT 1").execute(&state.db)).await {
+    match tokio::time::timeout(READY_TIMEOUT, async {
+        sql!(&state.db, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
+            .await
+            .map(|_| ()))
+    })
+    .await
+    {
         Ok(Ok(_)) => Ok(Json(Health {
             status: "ready".to_string(),
             version: gpuplane_api::VERSION.to_string(),

@@ -5,6 +5,7 @@ use crate::api::error::{ApiError, ApiQuery, AuthErrors};
 use crate::api::extract::{Authed, Read};
 use crate::jobs::store;
 use crate::logs;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
 use axum::Json;
@@ -250,13 +251,15 @@ pub async fn full_log(
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let stream = query.stream.unwrap_or(LogStream::Stdout);
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
-    let node: Option<(String, String, String)> = sqlx::query_as(
+    let node: Option<(String, String, String)> = sql!(&state.db, |pool| {
+        sqlx::query_as(
         "SELECT n.id, n.name, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id WHERE a.job_id = $1 AND a.n = $2",
     )
     .bind(&job_id)
     .bind(attempt)
-    .fetch_optional(&state.db)
-    .await?;
+    .fetch_optional(pool)
+    .await
+    })?;
     let (node_id, node_name, node_status) =
         node.ok_or_else(|| ApiError::NotFound(format!("job {job_id} has no attempt {attempt}")))?;
     let path = format!("~/.gpuctl/jobs/{job_id}/attempt-{attempt}/{}", stream.file_name());

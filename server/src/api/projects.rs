@@ -6,8 +6,10 @@ use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
 use crate::runs::{primary, shares};
+use crate::sql;
 use crate::state::AppState;
 use crate::store;
+use crate::store::Db;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -18,7 +20,6 @@ use gpuplane_api::error::ErrorBody;
 use gpuplane_api::metric::SetPrimaryMetric;
 use gpuplane_api::project::{Membership, NewProject, Project, Role};
 use gpuplane_api::share::ProjectChanges;
-use sqlx::SqlitePool;
 
 /// The projects the caller can see, with the caller's role in each.
 #[utoipa::path(get, path = "/projects", tag = "projects",
@@ -30,11 +31,11 @@ pub async fn list_projects(
 ) -> Result<Json<Page<Project>>, ApiError> {
     let principal = auth.caller.principal();
     let names: Vec<String> = match access::visible_projects(&state.db, &principal).await? {
-        Visible::All => {
+        Visible::All => sql!(&state.db, |pool| {
             sqlx::query_scalar("SELECT name FROM projects ORDER BY name")
-                .fetch_all(&state.db)
-                .await?
-        }
+                .fetch_all(pool)
+                .await
+        })?,
         Visible::Only(names) => names,
     };
     let mut items = Vec::new();
@@ -69,26 +70,32 @@ pub async fn create_project(
     }
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
-    sqlx::query("INSERT INTO projects (name, created_at) VALUES ($1, $2)")
-        .bind(&new.name)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(|error| match crate::store::Error::from(error) {
-            crate::store::Error::Conflict(_) => {
-                ApiError::Conflict(format!("project {} already exists", new.name))
-            }
-            other => other.into(),
-        })?;
+    sql!(tx, |conn| {
+        sqlx::query("INSERT INTO projects (name, created_at) VALUES ($1, $2)")
+            .bind(&new.name)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })
+    .map_err(|error| match crate::store::Error::from(error) {
+        crate::store::Error::Conflict(_) => {
+            ApiError::Conflict(format!("project {} already exists", new.name))
+        }
+        other => other.into(),
+    })?;
     if let Some(user_id) = &auth.caller.user_id {
-        sqlx::query(
-            "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, 'admin', $3)",
-        )
-        .bind(&new.name)
-        .bind(user_id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, 'admin', $3)",
+            )
+            .bind(&new.name)
+            .bind(user_id)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
     }
     tx.commit().await?;
     audit::by_caller(&state.db, &auth.caller, AuditAction::ProjectCreate, &new.name, "").await?;
@@ -155,12 +162,14 @@ pub async fn change_project(
 }
 
 /// A project as `role` sees it.
-async fn project(db: &SqlitePool, name: String, role: Role) -> Result<Project, store::Error> {
-    let share_links: bool = sqlx::query_scalar("SELECT share_links FROM projects WHERE name = $1")
-        .bind(&name)
-        .fetch_optional(db)
-        .await?
-        .unwrap_or(true);
+async fn project(db: &Db, name: String, role: Role) -> Result<Project, store::Error> {
+    let share_links: bool = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT share_links FROM projects WHERE name = $1")
+            .bind(&name)
+            .fetch_optional(pool)
+            .await
+    })?
+    .unwrap_or(true);
     Ok(Project {
         primary_metric: primary::of_project(db, &name).await?,
         name,
@@ -184,22 +193,27 @@ pub async fn set_member(
 ) -> Result<Json<Membership>, ApiError> {
     let principal = auth.caller.principal();
     require_admin(&state.db, &principal, &name).await?;
-    let user_id: Option<String> = sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
-        .bind(&membership.user)
-        .fetch_optional(&state.db)
-        .await?;
+    let user_id: Option<String> = sql!(&state.db, |pool| {
+        sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
+            .bind(&membership.user)
+            .fetch_optional(pool)
+            .await
+    })?;
     let user_id =
         user_id.ok_or_else(|| ApiError::field("user", format!("no user named `{}`", membership.user)))?;
-    sqlx::query(
-        "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, $3, $4)
+    sql!(&state.db, |pool| {
+        sqlx::query(
+            "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, $3, $4)
          ON CONFLICT (project, user_id) DO UPDATE SET role = excluded.role",
-    )
-    .bind(&name)
-    .bind(&user_id)
-    .bind(membership.role.as_str())
-    .bind(now_ms())
-    .execute(&state.db)
-    .await?;
+        )
+        .bind(&name)
+        .bind(&user_id)
+        .bind(membership.role.as_str())
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
     let detail = format!("{} is {}", membership.user, membership.role.as_str());
     audit::by_caller(
         &state.db,
@@ -239,13 +253,15 @@ pub async fn list_members(
         not_found,
     )
     .await?;
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
+    let rows: Vec<(String, String)> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
          WHERE m.project = $1 ORDER BY u.name",
-    )
-    .bind(&name)
-    .fetch_all(&state.db)
-    .await?;
+        )
+        .bind(&name)
+        .fetch_all(pool)
+        .await
+    })?;
     let items = rows
         .into_iter()
         .filter_map(|(user, role)| {
@@ -262,12 +278,14 @@ pub async fn list_members(
 }
 
 /// The project exists and the principal is its admin (404 for those who cannot see it).
-async fn require_admin(db: &SqlitePool, principal: &Principal, name: &str) -> Result<(), ApiError> {
+async fn require_admin(db: &Db, principal: &Principal, name: &str) -> Result<(), ApiError> {
     let not_found = || store::Error::NotFound(format!("no project {name}"));
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+    let exists: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?;
     if exists.is_none() {
         return Err(not_found().into());
     }

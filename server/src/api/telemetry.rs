@@ -9,6 +9,7 @@ use crate::api::metrics::image_size;
 use crate::metrics::{Axis, chart};
 use crate::nodes::telemetry;
 use crate::runs;
+use crate::sql;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -183,14 +184,16 @@ async fn system(
     fields: &[(&str, &str)],
     max_points: usize,
 ) -> Result<SystemTelemetry, ApiError> {
-    let rows: Vec<StartedAttempt> = sqlx::query_as(
-        "SELECT a.job_id, a.n, a.node_id, n.name AS node, a.gpus, a.started_at, a.ended_at
+    let rows: Vec<StartedAttempt> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT a.job_id, a.n, a.node_id, n.name AS node, a.gpus, a.started_at, a.ended_at
          FROM runs r JOIN attempts a ON a.job_id = r.job_id JOIN nodes n ON n.id = a.node_id
          WHERE r.id = $1 AND a.started_at IS NOT NULL ORDER BY a.n",
-    )
-    .bind(run_id)
-    .fetch_all(&state.db)
-    .await?;
+        )
+        .bind(run_id)
+        .fetch_all(pool)
+        .await
+    })?;
     let mut telemetry = SystemTelemetry {
         attempts: Vec::new(),
         series: Vec::new(),

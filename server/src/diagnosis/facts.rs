@@ -8,6 +8,7 @@ use crate::logs;
 use crate::metrics::{self, Axis, Query};
 use crate::nodes::telemetry;
 use crate::runs;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::time::now_ms;
@@ -70,13 +71,15 @@ async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &s
 
 /// The earliest non-finite value among the run's loss-like keys.
 async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64, f64)>, Error> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT key, first_non_finite_step FROM metric_series
+    let rows: Vec<(String, i64)> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT key, first_non_finite_step FROM metric_series
          WHERE run_id = $1 AND first_non_finite_step IS NOT NULL ORDER BY first_non_finite_step",
-    )
-    .bind(run_id)
-    .fetch_all(&state.db)
-    .await?;
+        )
+        .bind(run_id)
+        .fetch_all(pool)
+        .await
+    })?;
     let Some((key, step)) = rows
         .into_iter()
         .find(|(key, _)| metrics::matches_pattern(&state.config.settings.loss_pattern, key))
@@ -215,18 +218,20 @@ async fn loss_trend(
 
 /// No output for a long time while running.
 async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<Finding>, Error> {
-    let last: Option<i64> =
+    let last: Option<i64> = sql!(&state.db, |pool| {
         sqlx::query_scalar("SELECT max(time) FROM log_lines WHERE job_id = $1 AND attempt = $2")
             .bind(job_id)
             .bind(attempt)
-            .fetch_one(&state.db)
-            .await?;
-    let started: Option<i64> =
+            .fetch_one(pool)
+            .await
+    })?;
+    let started: Option<i64> = sql!(&state.db, |pool| {
         sqlx::query_scalar("SELECT started_at FROM attempts WHERE job_id = $1 AND n = $2")
             .bind(job_id)
             .bind(attempt)
-            .fetch_one(&state.db)
-            .await?;
+            .fetch_one(pool)
+            .await
+    })?;
     let since = last.or(started).unwrap_or_else(now_ms);
     let quiet = Duration::from_millis((now_ms() - since).max(0) as u64);
     if quiet < state.config.silence_warning {
@@ -256,10 +261,12 @@ async fn node_health(
     gpus: &[u32],
 ) -> Result<Vec<Finding>, Error> {
     let mut findings = Vec::new();
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE id = $1")
-        .bind(node_id)
-        .fetch_optional(&state.db)
-        .await?;
+    let status: Option<String> = sql!(&state.db, |pool| {
+        sqlx::query_scalar("SELECT status FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_optional(pool)
+            .await
+    })?;
     if status.as_deref() == Some("OFFLINE") {
         findings.push(Finding {
             severity: Severity::Critical,

@@ -5,10 +5,11 @@
 //! be limited to one project. What a caller may not see answers 404 exactly
 //! like what does not exist, so ids of other projects leak nothing.
 
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::project::Role;
-use sqlx::SqlitePool;
 
 /// Who made a request: the token and, for user tokens, its user.
 #[derive(Debug, Clone)]
@@ -79,17 +80,17 @@ impl Visible {
     }
 }
 
-pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<Visible, Error> {
+pub async fn visible_projects(db: &Db, principal: &Principal) -> Result<Visible, Error> {
     let visible = if principal.is_admin {
         Visible::All
     } else {
         let projects: Vec<String> = match &principal.user_id {
-            Some(user_id) => {
+            Some(user_id) => sql!(db, |pool| {
                 sqlx::query_scalar("SELECT project FROM project_members WHERE user_id = $1 ORDER BY project")
                     .bind(user_id)
-                    .fetch_all(db)
-                    .await?
-            }
+                    .fetch_all(pool)
+                    .await
+            })?,
             None => Vec::new(),
         };
         Visible::Only(projects)
@@ -102,7 +103,7 @@ pub async fn visible_projects(db: &SqlitePool, principal: &Principal) -> Result<
 }
 
 /// The principal's role in a project (admins are admins everywhere), if any.
-pub async fn role_in(db: &SqlitePool, principal: &Principal, project: &str) -> Result<Option<Role>, Error> {
+pub async fn role_in(db: &Db, principal: &Principal, project: &str) -> Result<Option<Role>, Error> {
     if principal.project.as_deref().is_some_and(|only| only != project) {
         return Ok(None);
     }
@@ -112,19 +113,20 @@ pub async fn role_in(db: &SqlitePool, principal: &Principal, project: &str) -> R
     let Some(user_id) = &principal.user_id else {
         return Ok(None);
     };
-    let role: Option<String> =
+    let role: Option<String> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT role FROM project_members WHERE project = $1 AND user_id = $2")
             .bind(project)
             .bind(user_id)
-            .fetch_optional(db)
-            .await?;
+            .fetch_optional(pool)
+            .await
+    })?;
     Ok(role.and_then(|r| r.parse().ok()))
 }
 
 /// Passes when the principal has at least `needed` in `project`. Not a
 /// member at all: `not_found` (no existence leak); a lower role: 403.
 pub async fn require(
-    db: &SqlitePool,
+    db: &Db,
     principal: &Principal,
     project: &str,
     needed: Role,

@@ -4,10 +4,11 @@
 
 use crate::identity::access::{Caller, SESSION_TOKEN_ID};
 use crate::identity::credentials::hash_token;
+use crate::sql;
 use crate::store;
+use crate::store::Db;
 use crate::store::time::now_ms;
 use gpuplane_api::auth::{Scope, SessionUser};
-use sqlx::SqlitePool;
 
 /// `last_used_at` is refreshed at most this often, to keep reads from writing.
 const LAST_USED_RESOLUTION_MS: i64 = 60_000;
@@ -40,16 +41,16 @@ struct TokenRow {
 }
 
 /// Resolves a presented token, or says why it is not valid.
-pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, TokenError> {
-    let row: Option<TokenRow> = sqlx::query_as(
+pub async fn authenticate(db: &Db, token: &str) -> Result<Caller, TokenError> {
+    let row: Option<TokenRow> = sql!(db, |pool| { sqlx::query_as(
         "SELECT t.id, t.name, t.scope, t.expires_at, t.revoked_at, t.last_used_at, t.project, t.run_id, t.node_name,
                 u.id AS user_id, u.name AS user_name, u.is_admin, u.disabled_at
          FROM api_tokens t LEFT JOIN users u ON u.id = t.user_id
          WHERE t.token_hash = $1",
     )
     .bind(hash_token(token))
-    .fetch_optional(db)
-    .await
+    .fetch_optional(pool)
+    .await })
     .map_err(store::Error::from)?;
     let row = row.ok_or(TokenError::Invalid("the token is not known"))?;
     let now = now_ms();
@@ -70,12 +71,15 @@ pub async fn authenticate(db: &SqlitePool, token: &str) -> Result<Caller, TokenE
         .last_used_at
         .is_none_or(|used| now - used > LAST_USED_RESOLUTION_MS)
     {
-        sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2")
-            .bind(now)
-            .bind(&row.id)
-            .execute(db)
-            .await
-            .map_err(store::Error::from)?;
+        sql!(db, |pool| {
+            sqlx::query("UPDATE api_tokens SET last_used_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(&row.id)
+                .execute(pool)
+                .await
+                .map(|_| ())
+        })
+        .map_err(store::Error::from)?;
     }
     Ok(Caller {
         token_id: row.id,

@@ -3,6 +3,8 @@
 //! SHA-256 (enough for a secret of that entropy, and lookups use an index);
 //! passwords are argon2 hashes.
 
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
@@ -11,7 +13,6 @@ use base64::Engine;
 use gpuplane_api::auth::Scope;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use sqlx::SqlitePool;
 
 /// Every token starts with this, so leaked tokens are easy to recognise in logs and scanners.
 pub const TOKEN_PREFIX: &str = "gpp_";
@@ -71,10 +72,11 @@ pub struct NewToken<'a> {
 }
 
 /// Stores a new token and returns `(token id, secret)`; the secret is not kept.
-pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String, String), Error> {
+pub async fn create_token(db: &Db, new: NewToken<'_>) -> Result<(String, String), Error> {
     let id = new_id("tok");
     let secret = generate_token();
-    sqlx::query(
+    sql!(db, |pool| {
+        sqlx::query(
         "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, expires_at, project, node_name)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
@@ -87,8 +89,9 @@ pub async fn create_token(db: &SqlitePool, new: NewToken<'_>) -> Result<(String,
     .bind(new.expires_at)
     .bind(new.project)
     .bind(new.node)
-    .execute(db)
-    .await?;
+    .execute(pool)
+    .await.map(|_| ())
+    })?;
     Ok((id, secret))
 }
 

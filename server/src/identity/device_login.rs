@@ -5,8 +5,10 @@
 //! stored only as hashes. Errors follow RFC 6749 §5.2.
 
 use crate::identity::credentials::{NewToken, create_token, hash_token};
+use crate::sql;
 use crate::state::AppState;
 use crate::store;
+use crate::store::Db;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use axum::Extension;
@@ -152,7 +154,8 @@ pub async fn authorize(
             .take(100)
             .collect()
     };
-    let inserted = sqlx::query(
+    let inserted = sql!(&state.db, |pool| {
+        sqlx::query(
         "INSERT INTO device_authorizations (id, device_code_hash, user_code_hash, client_id, client_name, client_host,
                                             client_ip, status, interval_s, created_at, expires_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10)",
@@ -167,8 +170,9 @@ pub async fn authorize(
     .bind(interval)
     .bind(now)
     .bind(now + EXPIRES_IN_S * 1000)
-    .execute(&state.db)
-    .await;
+    .execute(pool)
+    .await.map(|_| ())
+    });
     if let Err(error) = inserted {
         tracing::error!(%error, "cannot store a device authorization");
         return oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "try again");
@@ -245,13 +249,15 @@ async fn redeem(
 ) -> Result<Response, store::Error> {
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
-    let pending: Option<Pending> = sqlx::query_as(
-        "SELECT id, client_id, client_host, status, user_id, interval_s, last_poll_at, expires_at
+    let pending: Option<Pending> = sql!(tx, |conn| {
+        sqlx::query_as(
+            "SELECT id, client_id, client_host, status, user_id, interval_s, last_poll_at, expires_at
          FROM device_authorizations WHERE device_code_hash = $1",
-    )
-    .bind(hash_token(device_code))
-    .fetch_optional(&mut *tx)
-    .await?;
+        )
+        .bind(hash_token(device_code))
+        .fetch_optional(conn)
+        .await
+    })?;
     let Some(pending) = pending else {
         return Ok(oauth_error(
             StatusCode::BAD_REQUEST,
@@ -284,13 +290,15 @@ async fn redeem(
     if let Some(last) = pending.last_poll_at
         && now - last < pending.interval_s * 1000
     {
-        sqlx::query(
+        sql!(tx, |conn| {
+            sqlx::query(
             "UPDATE device_authorizations SET interval_s = interval_s + 5, last_poll_at = $1 WHERE id = $2",
         )
         .bind(now)
         .bind(&pending.id)
-        .execute(&mut *tx)
-        .await?;
+        .execute(conn)
+        .await.map(|_| ())
+        })?;
         tx.commit().await?;
         return Ok(oauth_error(
             StatusCode::BAD_REQUEST,
@@ -298,18 +306,24 @@ async fn redeem(
             "poll less often",
         ));
     }
-    sqlx::query("UPDATE device_authorizations SET last_poll_at = $1 WHERE id = $2")
-        .bind(now)
-        .bind(&pending.id)
-        .execute(&mut *tx)
-        .await?;
+    sql!(tx, |conn| {
+        sqlx::query("UPDATE device_authorizations SET last_poll_at = $1 WHERE id = $2")
+            .bind(now)
+            .bind(&pending.id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     let answer = match (pending.status.as_str(), pending.user_id) {
         ("denied", _) => oauth_error(StatusCode::BAD_REQUEST, "access_denied", "the request was denied"),
         ("approved", Some(user_id)) => {
-            sqlx::query("UPDATE device_authorizations SET status = 'consumed' WHERE id = $1")
-                .bind(&pending.id)
-                .execute(&mut *tx)
-                .await?;
+            sql!(tx, |conn| {
+                sqlx::query("UPDATE device_authorizations SET status = 'consumed' WHERE id = $1")
+                    .bind(&pending.id)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })?;
             tx.commit().await?;
             let name = format!("{} on {}", pending.client_id, pending.client_host);
             let lifetime = state.config.device_token_lifetime;
@@ -394,13 +408,15 @@ pub async fn lookup(
         return Err(LookupError::Limited(wait));
     }
     let code = normalise_user_code(user_code);
-    let row: Option<RequestRow> = sqlx::query_as(
-        "SELECT client_name, client_host, client_ip, status, created_at, expires_at
+    let row: Option<RequestRow> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT client_name, client_host, client_ip, status, created_at, expires_at
          FROM device_authorizations WHERE user_code_hash = $1",
-    )
-    .bind(hash_token(&code))
-    .fetch_optional(&state.db)
-    .await
+        )
+        .bind(hash_token(&code))
+        .fetch_optional(pool)
+        .await
+    })
     .map_err(|e| LookupError::Internal(e.into()))?;
     match row {
         Some(row) if row.expires_at > now_ms() && code.len() == USER_CODE_LEN => Ok(DeviceRequest {
@@ -434,32 +450,37 @@ pub async fn decide(
         return Err(LookupError::Limited(wait));
     }
     let code = normalise_user_code(user_code);
-    let decided = sqlx::query(
-        "UPDATE device_authorizations SET status = $1, user_id = $2, decided_at = $3
+    let decided = sql!(&state.db, |pool| {
+        sqlx::query(
+            "UPDATE device_authorizations SET status = $1, user_id = $2, decided_at = $3
          WHERE user_code_hash = $4 AND status = 'pending' AND expires_at > $5",
-    )
-    .bind(if approve { "approved" } else { "denied" })
-    .bind(user_id)
-    .bind(now_ms())
-    .bind(hash_token(&code))
-    .bind(now_ms())
-    .execute(&state.db)
-    .await
+        )
+        .bind(if approve { "approved" } else { "denied" })
+        .bind(user_id)
+        .bind(now_ms())
+        .bind(hash_token(&code))
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+    })
     .map_err(|e| LookupError::Internal(e.into()))?;
-    if decided.rows_affected() == 0 {
+    if decided == 0 {
         state.user_code_limiter.fail(limiter_key);
     }
-    Ok(decided.rows_affected() == 1)
+    Ok(decided == 1)
 }
 
 /// Deletes device authorizations that expired more than a day ago (run from time to time).
-pub async fn delete_expired(db: &sqlx::SqlitePool) {
+pub async fn delete_expired(db: &Db) {
     let day_ago = now_ms() - 24 * 3600 * 1000;
-    if let Err(error) = sqlx::query("DELETE FROM device_authorizations WHERE expires_at < $1")
-        .bind(day_ago)
-        .execute(db)
-        .await
-    {
+    if let Err(error) = sql!(db, |pool| {
+        sqlx::query("DELETE FROM device_authorizations WHERE expires_at < $1")
+            .bind(day_ago)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    }) {
         tracing::warn!(%error, "cannot delete expired device authorizations");
     }
 }

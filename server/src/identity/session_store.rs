@@ -1,27 +1,53 @@
-//! Where console sessions are kept: the SQLite table the migrations create,
-//! keyed by a hash of each session id.
+//! Where console sessions are kept: the `tower_sessions` table the
+//! migrations create (in either dialect), keyed by a hash of each session id.
 
+use crate::store::Db;
 use sha2::{Digest, Sha256};
 use tower_sessions::session::{Id, Record};
-use tower_sessions::session_store::{self, SessionStore};
-use tower_sessions_sqlx_store::SqliteStore;
+use tower_sessions::session_store::{self, ExpiredDeletion, SessionStore};
+use tower_sessions_sqlx_store::{PostgresStore, SqliteStore};
 
-/// The SQLite store, keyed by a hash of each session id: the cookie is a
+/// The session store, keyed by a hash of each session id: the cookie is a
 /// bearer secret like a token, so the database never holds it in clear.
 #[derive(Debug, Clone)]
-pub struct HashedIdStore(SqliteStore);
+pub struct HashedIdStore(Dialect);
+
+/// tower-sessions' store for the server's database.
+#[derive(Debug, Clone)]
+enum Dialect {
+    Sqlite(SqliteStore),
+    Postgres(PostgresStore),
+}
 
 impl HashedIdStore {
     /// Over the `tower_sessions` table that the migrations create.
-    pub fn new(db: sqlx::SqlitePool) -> HashedIdStore {
-        HashedIdStore(SqliteStore::new(db))
+    pub fn new(db: &Db) -> HashedIdStore {
+        HashedIdStore(match db {
+            Db::Sqlite(pool) => Dialect::Sqlite(SqliteStore::new(pool.clone())),
+            Db::Postgres(pool) => Dialect::Postgres(
+                PostgresStore::new(pool.clone())
+                    .with_schema_name("public")
+                    .and_then(|store| store.with_table_name("tower_sessions"))
+                    .expect("valid names"),
+            ),
+        })
     }
 
     /// Deletes expired sessions (run from time to time).
     pub async fn delete_expired(&self) {
-        use tower_sessions::session_store::ExpiredDeletion;
-        if let Err(error) = self.0.delete_expired().await {
+        let deleted = match &self.0 {
+            Dialect::Sqlite(store) => store.delete_expired().await,
+            Dialect::Postgres(store) => store.delete_expired().await,
+        };
+        if let Err(error) = deleted {
             tracing::warn!(%error, "cannot delete expired sessions");
+        }
+    }
+
+    async fn save_hashed(&self, record: &Record) -> session_store::Result<()> {
+        match &self.0 {
+            Dialect::Sqlite(store) => store.save(record).await,
+            Dialect::Postgres(store) => store.save(record).await,
         }
     }
 }
@@ -39,23 +65,30 @@ impl SessionStore for HashedIdStore {
         // 128 random bits: a collision is not a practical concern.
         let mut stored = record.clone();
         stored.id = hashed(&record.id);
-        self.0.save(&stored).await
+        self.save_hashed(&stored).await
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
         let mut stored = record.clone();
         stored.id = hashed(&record.id);
-        self.0.save(&stored).await
+        self.save_hashed(&stored).await
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        Ok(self.0.load(&hashed(id)).await?.map(|mut record| {
+        let loaded = match &self.0 {
+            Dialect::Sqlite(store) => store.load(&hashed(id)).await?,
+            Dialect::Postgres(store) => store.load(&hashed(id)).await?,
+        };
+        Ok(loaded.map(|mut record| {
             record.id = *id;
             record
         }))
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        self.0.delete(&hashed(id)).await
+        match &self.0 {
+            Dialect::Sqlite(store) => store.delete(&hashed(id)).await,
+            Dialect::Postgres(store) => store.delete(&hashed(id)).await,
+        }
     }
 }

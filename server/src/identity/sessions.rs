@@ -6,6 +6,7 @@
 
 use crate::identity::credentials::{hash_password, verify_password};
 use crate::identity::session_store::HashedIdStore;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::time::now_ms;
 use axum::extract::{Request, State};
@@ -47,12 +48,13 @@ pub async fn resolve_user(
     if let Ok(Some(user_id)) = session.get::<String>(USER_KEY).await {
         let login_at: i64 = session.get(LOGIN_AT_KEY).await.ok().flatten().unwrap_or(0);
         let fresh = now_ms() - login_at < state.config.session_max.as_millis() as i64;
-        let user: Option<(String, String, bool)> =
+        let user: Option<(String, String, bool)> = sql!(&state.db, |pool| {
             sqlx::query_as("SELECT id, name, is_admin FROM users WHERE id = $1 AND disabled_at IS NULL")
                 .bind(&user_id)
-                .fetch_optional(&state.db)
+                .fetch_optional(pool)
                 .await
-                .unwrap_or(None);
+        })
+        .unwrap_or(None);
         match user {
             Some((id, name, is_admin)) if fresh => {
                 request
@@ -94,12 +96,13 @@ pub async fn login(
         tracing::warn!(user = form.username, ip = %client, "sign-in refused: too many failures");
         return back("locked");
     }
-    let user: Option<(String, Option<String>)> =
+    let user: Option<(String, Option<String>)> = sql!(&state.db, |pool| {
         sqlx::query_as("SELECT id, password_hash FROM users WHERE name = $1 AND disabled_at IS NULL")
             .bind(&form.username)
-            .fetch_optional(&state.db)
+            .fetch_optional(pool)
             .await
-            .unwrap_or(None);
+    })
+    .unwrap_or(None);
     // Verify against a real hash even for unknown users and for accounts
     // without a password (SSO), so timing does not tell who exists; only a
     // stored hash of the account itself can ever match.

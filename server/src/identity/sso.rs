@@ -6,6 +6,7 @@
 
 use crate::config::SsoConfig;
 use crate::identity::sessions::{safe_next, start};
+use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
@@ -300,11 +301,12 @@ async fn provision(
     claims: &Claims,
 ) -> anyhow::Result<String> {
     let subject = format!("{issuer}|{}", claims.sub);
-    let existing: Option<(String, Option<i64>)> =
+    let existing: Option<(String, Option<i64>)> = sql!(&state.db, |pool| {
         sqlx::query_as("SELECT id, disabled_at FROM users WHERE oidc_subject = $1")
             .bind(&subject)
-            .fetch_optional(&state.db)
-            .await?;
+            .fetch_optional(pool)
+            .await
+    })?;
     if let Some((id, disabled)) = existing {
         if disabled.is_some() {
             bail!("the user is disabled");
@@ -353,7 +355,8 @@ async fn provision(
         };
         // The user and their membership, together or not at all.
         let mut tx = crate::store::write(&state.db).await?;
-        let inserted = sqlx::query(
+        let inserted = sql!(tx, |conn| {
+            sqlx::query(
             "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES ($1, $2, $3, $4, 0, $5)
              ON CONFLICT (name) DO NOTHING",
         )
@@ -362,18 +365,21 @@ async fn provision(
         .bind(&claims.email)
         .bind(&subject)
         .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 1 {
+        .execute(conn)
+        .await.map(|done| done.rows_affected())
+        })?;
+        if inserted == 1 {
             if let Some(role) = config.new_user_role {
-                sqlx::query(
+                sql!(tx, |conn| {
+                    sqlx::query(
                     "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, $2, $3)",
                 )
                 .bind(&id)
                 .bind(role.as_str())
                 .bind(now)
-                .execute(&mut *tx)
-                .await?;
+                .execute(conn)
+                .await.map(|_| ())
+                })?;
             }
             tx.commit().await?;
             tracing::info!(name, role = ?config.new_user_role, "provisioned a user from SSO");

@@ -3,12 +3,13 @@
 
 use crate::identity::access::{self, Principal};
 use crate::identity::credentials::{NewToken, create_token};
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::project::Role;
-use sqlx::SqlitePool;
 
 #[derive(sqlx::FromRow)]
 struct TokenRow {
@@ -40,13 +41,15 @@ fn info(row: TokenRow) -> TokenInfo {
 const COLUMNS: &str = "id, name, scope, project, run_id, created_at, expires_at, last_used_at, revoked_at";
 
 /// The user's own tokens, newest first (jobs' sdk tokens included, so they can be seen and revoked).
-pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, Error> {
-    let rows: Vec<TokenRow> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id DESC"
-    ))
-    .bind(user_id)
-    .fetch_all(db)
-    .await?;
+pub async fn list(db: &Db, user_id: &str) -> Result<Vec<TokenInfo>, Error> {
+    let rows: Vec<TokenRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM api_tokens WHERE user_id = $1 ORDER BY created_at DESC, id DESC"
+        ))
+        .bind(user_id)
+        .fetch_all(pool)
+        .await
+    })?;
     Ok(rows.into_iter().map(info).collect())
 }
 
@@ -55,7 +58,7 @@ pub async fn list(db: &SqlitePool, user_id: &str) -> Result<Vec<TokenInfo>, Erro
 /// mint a write token), and `expires_ceiling` when the creator itself
 /// expires: a token never outlives the token that made it.
 pub async fn create(
-    db: &SqlitePool,
+    db: &Db,
     principal: &Principal,
     ceiling: Scope,
     expires_ceiling: Option<i64>,
@@ -107,11 +110,13 @@ pub async fn create(
     };
     if let Some(project) = &request.project {
         // An admin has a role in every project name, even one that does not exist.
-        let exists = sqlx::query_scalar::<_, i64>("SELECT 1 FROM projects WHERE name = $1")
-            .bind(project)
-            .fetch_optional(db)
-            .await?
-            .is_some();
+        let exists = sql!(db, |pool| {
+            sqlx::query_scalar::<_, i64>("SELECT 1 FROM projects WHERE name = $1")
+                .bind(project)
+                .fetch_optional(pool)
+                .await
+        })?
+        .is_some();
         let allowed = exists
             && access::role_in(db, principal, project)
                 .await?
@@ -145,10 +150,12 @@ pub async fn create(
         },
     )
     .await?;
-    let row: TokenRow = sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
-        .bind(&id)
-        .fetch_one(db)
-        .await?;
+    let row: TokenRow = sql!(db, |pool| {
+        sqlx::query_as(&format!("SELECT {COLUMNS} FROM api_tokens WHERE id = $1"))
+            .bind(&id)
+            .fetch_one(pool)
+            .await
+    })?;
     Ok(CreatedToken {
         token: info(row),
         secret,
@@ -156,20 +163,27 @@ pub async fn create(
 }
 
 /// Revokes one of the user's tokens (at once: the next request with it gets 401).
-pub async fn revoke(db: &SqlitePool, user_id: &str, token_id: &str) -> Result<TokenInfo, Error> {
-    sqlx::query("UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND user_id = $3")
+pub async fn revoke(db: &Db, user_id: &str, token_id: &str) -> Result<TokenInfo, Error> {
+    sql!(db, |pool| {
+        sqlx::query(
+            "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND user_id = $3",
+        )
         .bind(now_ms())
         .bind(token_id)
         .bind(user_id)
-        .execute(db)
-        .await?;
-    let row: Option<TokenRow> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM api_tokens WHERE id = $1 AND user_id = $2"
-    ))
-    .bind(token_id)
-    .bind(user_id)
-    .fetch_optional(db)
-    .await?;
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
+    let row: Option<TokenRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM api_tokens WHERE id = $1 AND user_id = $2"
+        ))
+        .bind(token_id)
+        .bind(user_id)
+        .fetch_optional(pool)
+        .await
+    })?;
     row.map(info)
         .ok_or_else(|| Error::NotFound(format!("no token {token_id}")))
 }

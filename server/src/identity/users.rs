@@ -3,12 +3,13 @@
 //! call these functions.
 
 use crate::identity::credentials::{NewToken, create_token, hash_password};
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::Scope;
 use gpuplane_api::user::{AgentToken, CreatedAgentToken, NewAgentToken, NewUser, User, UserChanges};
-use sqlx::SqlitePool;
 
 /// The shortest password a local account accepts.
 pub const MIN_PASSWORD_LEN: usize = 8;
@@ -37,26 +38,30 @@ fn user(row: UserRow) -> User {
 }
 
 /// Every user, by name.
-pub async fn list(db: &SqlitePool) -> Result<Vec<User>, Error> {
-    let rows: Vec<UserRow> = sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY name"))
-        .fetch_all(db)
-        .await?;
+pub async fn list(db: &Db) -> Result<Vec<User>, Error> {
+    let rows: Vec<UserRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users ORDER BY name"))
+            .fetch_all(pool)
+            .await
+    })?;
     Ok(rows.into_iter().map(user).collect())
 }
 
 /// The user named `name`.
-pub async fn get(db: &SqlitePool, name: &str) -> Result<User, Error> {
-    let row: Option<UserRow> = sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = $1"))
-        .bind(name)
-        .fetch_optional(db)
-        .await?;
+pub async fn get(db: &Db, name: &str) -> Result<User, Error> {
+    let row: Option<UserRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!("SELECT {USER_COLUMNS} FROM users WHERE name = $1"))
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?;
     row.map(user)
         .ok_or_else(|| Error::NotFound(format!("no user named `{name}`")))
 }
 
 /// Creates a local account with an argon2-hashed password; everyone may
 /// work in the `default` project.
-pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
+pub async fn create(db: &Db, new: &NewUser) -> Result<User, Error> {
     if !valid_name(&new.name) {
         return Err(Error::field(
             "name",
@@ -72,16 +77,19 @@ pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
     let id = new_id("usr");
     let password_hash = hash_password(&new.password)?;
     let mut tx = crate::store::write(db).await?;
-    let inserted = sqlx::query(
-        "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(&id)
-    .bind(&new.name)
-    .bind(password_hash)
-    .bind(new.admin)
-    .bind(now_ms())
-    .execute(&mut *tx)
-    .await;
+    let inserted = sql!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO users (id, name, password_hash, is_admin, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&id)
+        .bind(&new.name)
+        .bind(password_hash)
+        .bind(new.admin)
+        .bind(now_ms())
+        .execute(conn)
+        .await
+        .map(|_| ())
+    });
     match inserted.map_err(Error::from) {
         Ok(_) => {}
         Err(Error::Conflict(_)) => {
@@ -92,13 +100,15 @@ pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
         }
         Err(other) => return Err(other),
     }
-    sqlx::query(
+    sql!(tx, |conn| {
+        sqlx::query(
         "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, 'editor', $2)",
     )
     .bind(&id)
     .bind(now_ms())
-    .execute(&mut *tx)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     tx.commit().await?;
     get(db, &new.name).await
 }
@@ -106,12 +116,7 @@ pub async fn create(db: &SqlitePool, new: &NewUser) -> Result<User, Error> {
 /// Changes a user's admin flag or disables (enables) them. `acting` is the
 /// admin's own user id: nobody disables themselves or drops their own admin
 /// flag, so a cluster never locks out the person at the keyboard.
-pub async fn change(
-    db: &SqlitePool,
-    name: &str,
-    changes: &UserChanges,
-    acting: Option<&str>,
-) -> Result<User, Error> {
+pub async fn change(db: &Db, name: &str, changes: &UserChanges, acting: Option<&str>) -> Result<User, Error> {
     let before = get(db, name).await?;
     let themselves = acting == Some(before.id.as_str());
     if themselves && changes.admin == Some(false) {
@@ -125,7 +130,8 @@ pub async fn change(
         ));
     }
     // One statement: both changes land, or neither.
-    sqlx::query(
+    sql!(db, |pool| {
+        sqlx::query(
         "UPDATE users SET is_admin = coalesce($1, is_admin),
                 disabled_at = CASE $2 WHEN 1 THEN coalesce(disabled_at, $3) WHEN 0 THEN NULL ELSE disabled_at END
          WHERE id = $4",
@@ -134,8 +140,9 @@ pub async fn change(
     .bind(changes.disabled)
     .bind(now_ms())
     .bind(&before.id)
-    .execute(db)
-    .await?;
+    .execute(pool)
+    .await.map(|_| ())
+    })?;
     get(db, name).await
 }
 
@@ -170,28 +177,32 @@ fn agent_token(row: AgentTokenRow) -> AgentToken {
 const AGENT_TOKEN_COLUMNS: &str = "id, name, node_name, created_at, last_used_at, revoked_at";
 
 /// Every agent token, oldest first.
-pub async fn agent_tokens(db: &SqlitePool) -> Result<Vec<AgentToken>, Error> {
-    let rows: Vec<AgentTokenRow> = sqlx::query_as(&format!(
-        "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' ORDER BY created_at, id"
-    ))
-    .fetch_all(db)
-    .await?;
+pub async fn agent_tokens(db: &Db) -> Result<Vec<AgentToken>, Error> {
+    let rows: Vec<AgentTokenRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' ORDER BY created_at, id"
+        ))
+        .fetch_all(pool)
+        .await
+    })?;
     Ok(rows.into_iter().map(agent_token).collect())
 }
 
-async fn agent_token_by_id(db: &SqlitePool, token_id: &str) -> Result<AgentToken, Error> {
-    let row: Option<AgentTokenRow> = sqlx::query_as(&format!(
-        "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' AND id = $1"
-    ))
-    .bind(token_id)
-    .fetch_optional(db)
-    .await?;
+async fn agent_token_by_id(db: &Db, token_id: &str) -> Result<AgentToken, Error> {
+    let row: Option<AgentTokenRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {AGENT_TOKEN_COLUMNS} FROM api_tokens WHERE scope = 'agent' AND id = $1"
+        ))
+        .bind(token_id)
+        .fetch_optional(pool)
+        .await
+    })?;
     row.map(agent_token)
         .ok_or_else(|| Error::NotFound(format!("no agent token {token_id}")))
 }
 
 /// A new agent token, bound to `node` now or to the first node it says hello as.
-pub async fn create_agent_token(db: &SqlitePool, new: &NewAgentToken) -> Result<CreatedAgentToken, Error> {
+pub async fn create_agent_token(db: &Db, new: &NewAgentToken) -> Result<CreatedAgentToken, Error> {
     let name = new.name.as_deref().map(str::trim).unwrap_or("agent");
     if name.is_empty() || name.chars().count() > 100 {
         return Err(Error::field("name", "must be 1-100 characters"));
@@ -223,15 +234,18 @@ pub async fn create_agent_token(db: &SqlitePool, new: &NewAgentToken) -> Result<
 }
 
 /// Revokes an agent token: its agent is refused from its next request on.
-pub async fn revoke_agent_token(db: &SqlitePool, token_id: &str) -> Result<AgentToken, Error> {
-    let revoked = sqlx::query(
-        "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND scope = 'agent'",
-    )
-    .bind(now_ms())
-    .bind(token_id)
-    .execute(db)
-    .await?;
-    if revoked.rows_affected() == 0 {
+pub async fn revoke_agent_token(db: &Db, token_id: &str) -> Result<AgentToken, Error> {
+    let revoked = sql!(db, |pool| {
+        sqlx::query(
+            "UPDATE api_tokens SET revoked_at = coalesce(revoked_at, $1) WHERE id = $2 AND scope = 'agent'",
+        )
+        .bind(now_ms())
+        .bind(token_id)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    if revoked == 0 {
         return Err(Error::NotFound(format!("no agent token {token_id}")));
     }
     agent_token_by_id(db, token_id).await

@@ -4,19 +4,20 @@
 
 use crate::jobs::{lifecycle, reports};
 use crate::logs;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
+use crate::store::Tx;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, Report, ReportItem, Resume};
 use gpuplane_api::job::{JobSpec, JobStatus};
 use gpuplane_api::log::LogStream;
-use sqlx::SqliteConnection;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// For each attempt an agent still has: where to resume its output, or to drop it.
 /// RUNNING attempts on the node that the agent no longer has are lost.
 pub async fn reconcile(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node_id: &str,
     node_name: &str,
     attempts: &[AttemptRef],
@@ -34,11 +35,12 @@ pub async fn reconcile(
         });
     }
     let listed: HashSet<(&str, i64)> = attempts.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
-    let running: Vec<(String, i64)> =
+    let running: Vec<(String, i64)> = sql!(conn, |conn| {
         sqlx::query_as("SELECT job_id, n FROM attempts WHERE node_id = $1 AND status = 'RUNNING'")
             .bind(node_id)
-            .fetch_all(&mut *conn)
-            .await?;
+            .fetch_all(conn)
+            .await
+    })?;
     let now = now_ms();
     for (job_id, n) in running {
         if !listed.contains(&(job_id.as_str(), n)) {
@@ -67,14 +69,16 @@ pub async fn commands_for(
         cancel_requested_at: Option<i64>,
         preempted_at: Option<i64>,
     }
-    let active: Vec<ActiveRow> = sqlx::query_as(
-        "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at
+    let active: Vec<ActiveRow> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
-    )
-    .bind(node_id)
-    .fetch_all(&state.db)
-    .await?;
+        )
+        .bind(node_id)
+        .fetch_all(pool)
+        .await
+    })?;
     let running: BTreeSet<(&str, i64)> = running.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
     let grace_ms = state.config.cancel_grace.as_millis() as u64;
     let preemption_grace_ms = state.config.settings.preemption_grace_s.saturating_mul(1000);

@@ -10,8 +10,9 @@
 //! window's attempts from the database.
 
 use crate::jobs::plan::QueuedJob;
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
-use sqlx::SqlitePool;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
@@ -108,15 +109,16 @@ fn note(job: &QueuedJob, usage: &Usage, policy: Policy) -> String {
 
 /// GPU time per project and per user of attempts that held GPUs inside the
 /// window `[now - window_ms, now]`: running ones up to now.
-pub async fn usage(db: &SqlitePool, window_ms: i64, now_ms: i64) -> Result<Usage, Error> {
+pub async fn usage(db: &Db, window_ms: i64, now_ms: i64) -> Result<Usage, Error> {
     let mut usage = Usage::default();
     if window_ms <= 0 {
         return Ok(usage);
     }
     let since = now_ms - window_ms;
     // Ended attempts by the ended_at index, active ones by attempts_active.
-    let rows: Vec<(String, Option<String>, i64)> = sqlx::query_as(
-        "SELECT j.project, j.submitted_by,
+    let rows: Vec<(String, Option<String>, i64)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT j.project, j.submitted_by,
                 sum(json_array_length(a.gpus) * (min(coalesce(a.ended_at, $1), $1) - max(a.started_at, $2)))
          FROM (SELECT * FROM attempts WHERE ended_at > $2
                UNION ALL
@@ -124,11 +126,12 @@ pub async fn usage(db: &SqlitePool, window_ms: i64, now_ms: i64) -> Result<Usage
          JOIN jobs j ON j.id = a.job_id
          WHERE a.started_at IS NOT NULL AND a.gpus != '[]'
          GROUP BY j.project, j.submitted_by",
-    )
-    .bind(now_ms)
-    .bind(since)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(now_ms)
+        .bind(since)
+        .fetch_all(pool)
+        .await
+    })?;
     for (project, user, gpu_ms) in rows {
         let gpu_ms = gpu_ms.max(0);
         *usage.projects.entry(project).or_default() += gpu_ms;

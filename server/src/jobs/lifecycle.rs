@@ -7,26 +7,28 @@
 //! [`AppState::jobs_changed`]: crate::state::AppState::jobs_changed
 
 use crate::events::{self, Links};
+use crate::sql;
 use crate::store::Error;
+use crate::store::Tx;
 use crate::store::time::rfc3339;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobSpec, JobStatus};
-use sqlx::SqliteConnection;
 
 /// An attempt's status if the attempt exists and runs on `node_id`.
 pub async fn status_on_node(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node_id: &str,
     job_id: &str,
     attempt: i64,
 ) -> Result<Option<JobStatus>, Error> {
-    let status: Option<String> =
+    let status: Option<String> = sql!(conn, |conn| {
         sqlx::query_scalar("SELECT status FROM attempts WHERE job_id = $1 AND n = $2 AND node_id = $3")
             .bind(job_id)
             .bind(attempt)
             .bind(node_id)
-            .fetch_optional(&mut *conn)
-            .await?;
+            .fetch_optional(conn)
+            .await
+    })?;
     Ok(status.and_then(|s| s.parse().ok()))
 }
 
@@ -58,12 +60,13 @@ impl<'a> AttemptEnd<'a> {
 /// Ends an attempt: its status, exit and failure on its row, and its sdk
 /// token revoked (a job's token stops working when its attempt ends).
 pub async fn end_attempt(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     attempt: i64,
     end: AttemptEnd<'_>,
 ) -> Result<(), Error> {
-    sqlx::query(
+    sql!(conn, |conn| {
+        sqlx::query(
         "UPDATE attempts SET status = $1, exit_code = $2, signal = $3, ended_at = $4, failure_reason = $5, failure_detail = $6
          WHERE job_id = $7 AND n = $8",
     )
@@ -75,30 +78,35 @@ pub async fn end_attempt(
     .bind(end.detail)
     .bind(job_id)
     .bind(attempt)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "UPDATE api_tokens SET revoked_at = $1 WHERE revoked_at IS NULL
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
+    sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE api_tokens SET revoked_at = $1 WHERE revoked_at IS NULL
            AND id = (SELECT sdk_token_id FROM attempts WHERE job_id = $2 AND n = $3)",
-    )
-    .bind(end.at)
-    .bind(job_id)
-    .bind(attempt)
-    .execute(&mut *conn)
-    .await?;
+        )
+        .bind(end.at)
+        .bind(job_id)
+        .bind(attempt)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// Ends a job with its final status (and failure, if any).
 pub async fn finish_job(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     status: JobStatus,
     reason: Option<FailureReason>,
     detail: Option<&str>,
     now: i64,
 ) -> Result<(), Error> {
-    sqlx::query(
+    sql!(conn, |conn| {
+        sqlx::query(
         "UPDATE jobs SET status = $1, failure_reason = $2, failure_detail = $3, queued_reason = NULL, updated_at = $4
          WHERE id = $5",
     )
@@ -107,25 +115,27 @@ pub async fn finish_job(
     .bind(detail)
     .bind(now)
     .bind(job_id)
-    .execute(&mut *conn)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     Ok(())
 }
 
 /// Ends a job with `reason`, or queues it again after its cooldown when the
 /// reason is transient and attempts remain.
 pub async fn fail_or_retry(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     reason: FailureReason,
     detail: &str,
     now: i64,
 ) -> Result<(), Error> {
-    let (attempt_count, max_attempts, spec, run_id): (i64, i64, String, String) =
+    let (attempt_count, max_attempts, spec, run_id): (i64, i64, String, String) = sql!(conn, |conn| {
         sqlx::query_as("SELECT attempt_count, max_attempts, spec, run_id FROM jobs WHERE id = $1")
             .bind(job_id)
-            .fetch_one(&mut *conn)
-            .await?;
+            .fetch_one(conn)
+            .await
+    })?;
     let end_status = if reason == FailureReason::JobLost {
         JobStatus::Lost
     } else {
@@ -142,7 +152,8 @@ pub async fn fail_or_retry(
         "retry cooldown: attempt {next} of {max_attempts} starts at {}",
         rfc3339(now + cooldown_ms)
     );
-    sqlx::query(
+    sql!(conn, |conn| {
+        sqlx::query(
         "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL, queued_reason = $1,
              queued_at = $2, not_before = $3, updated_at = $4
          WHERE id = $5",
@@ -152,8 +163,9 @@ pub async fn fail_or_retry(
     .bind(now + cooldown_ms)
     .bind(now)
     .bind(job_id)
-    .execute(&mut *conn)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     let message = format!(
         "attempt {attempt_count} ended with {reason}; retrying in {}s (attempt {next} of {max_attempts})",
         spec.retry_cooldown_s
@@ -171,30 +183,33 @@ pub async fn fail_or_retry(
 /// keeps its place in the queue (its submit time) and gets one more
 /// attempt, so preemption never spends the job's `max_attempts`.
 pub async fn requeue_preempted(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     for_job: &str,
     node_name: &str,
     now: i64,
 ) -> Result<(), Error> {
     let reason = format!("PREEMPTED on {node_name} for {for_job}; queued again (no attempt spent)");
-    sqlx::query(
-        "UPDATE jobs SET status = 'QUEUED', max_attempts = max_attempts + 1, queued_reason = $1,
+    sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET status = 'QUEUED', max_attempts = max_attempts + 1, queued_reason = $1,
              not_before = NULL, updated_at = $2
          WHERE id = $3",
-    )
-    .bind(&reason)
-    .bind(now)
-    .bind(job_id)
-    .execute(&mut *conn)
-    .await?;
+        )
+        .bind(&reason)
+        .bind(now)
+        .bind(job_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// Marks an active attempt LOST (its node went away), with a JOB_LOST event,
 /// and requeues the job when attempts remain.
 pub async fn lose_attempt(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     attempt: i64,
     node_id: &str,
@@ -214,20 +229,24 @@ pub async fn lose_attempt(
         &message,
     )
     .await?;
-    let (cancel_requested, preempted_by): (Option<i64>, Option<String>) = sqlx::query_as(
-        "SELECT cancel_requested_at, (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
+    let (cancel_requested, preempted_by): (Option<i64>, Option<String>) = sql!(conn, |conn| {
+        sqlx::query_as(
+            "SELECT cancel_requested_at, (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
          FROM jobs WHERE id = $1",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .fetch_one(&mut *conn)
-    .await?;
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .fetch_one(conn)
+        .await
+    })?;
     if let Some(for_job) = preempted_by.filter(|_| cancel_requested.is_none()) {
         // It was being stopped anyway: preempted, not a failure of the job.
-        let node_name: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
-            .bind(node_id)
-            .fetch_one(&mut *conn)
-            .await?;
+        let node_name: String = sql!(conn, |conn| {
+            sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_one(conn)
+                .await
+        })?;
         requeue_preempted(conn, job_id, &for_job, &node_name, now).await?;
     } else if cancel_requested.is_some() {
         finish_job(
@@ -246,7 +265,7 @@ pub async fn lose_attempt(
 }
 
 /// Ends the active attempt of a job and the job itself (used by cancel while offline).
-pub async fn cancel_offline(conn: &mut SqliteConnection, job_id: &str, now: i64) -> Result<(), Error> {
+pub async fn cancel_offline(conn: &mut Tx, job_id: &str, now: i64) -> Result<(), Error> {
     end_cancelled(conn, job_id, "cancelled while its node was offline", now).await
 }
 
@@ -256,19 +275,16 @@ pub async fn cancel_offline(conn: &mut SqliteConnection, job_id: &str, now: i64)
 /// stop, and a cancel sent instead of the dispatch would wait forever. If
 /// the agent did run it after all, its late report only puts the real exit
 /// on record. Nothing happens if the attempt is no longer DISPATCHING.
-pub async fn cancel_before_start(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    attempt: i64,
-    now: i64,
-) -> Result<(), Error> {
-    let dispatching: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 AND n = $2 AND status = 'DISPATCHING')",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .fetch_one(&mut *conn)
-    .await?;
+pub async fn cancel_before_start(conn: &mut Tx, job_id: &str, attempt: i64, now: i64) -> Result<(), Error> {
+    let dispatching: bool = sql!(conn, |conn| {
+        sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM attempts WHERE job_id = $1 AND n = $2 AND status = 'DISPATCHING')",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .fetch_one(conn)
+        .await
+    })?;
     if dispatching {
         end_cancelled(conn, job_id, "cancelled before its agent started it", now).await?;
     }
@@ -276,18 +292,15 @@ pub async fn cancel_before_start(
 }
 
 /// Ends the job's active attempt (if any) and the job as CANCELLED.
-async fn end_cancelled(
-    conn: &mut SqliteConnection,
-    job_id: &str,
-    detail: &str,
-    now: i64,
-) -> Result<(), Error> {
-    let attempt: Option<i64> = sqlx::query_scalar(
-        "SELECT n FROM attempts WHERE job_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
-    )
-    .bind(job_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+async fn end_cancelled(conn: &mut Tx, job_id: &str, detail: &str, now: i64) -> Result<(), Error> {
+    let attempt: Option<i64> = sql!(conn, |conn| {
+        sqlx::query_scalar(
+            "SELECT n FROM attempts WHERE job_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
+        )
+        .bind(job_id)
+        .fetch_optional(conn)
+        .await
+    })?;
     if let Some(attempt) = attempt {
         let end = AttemptEnd::without_exit(JobStatus::Cancelled, None, detail, now);
         end_attempt(conn, job_id, attempt, end).await?;
@@ -304,11 +317,13 @@ pub struct JobLinks {
 }
 
 impl JobLinks {
-    pub async fn of(conn: &mut SqliteConnection, job_id: &str, node_id: &str) -> Result<JobLinks, Error> {
-        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-            .bind(job_id)
-            .fetch_optional(&mut *conn)
-            .await?;
+    pub async fn of(conn: &mut Tx, job_id: &str, node_id: &str) -> Result<JobLinks, Error> {
+        let run_id: Option<String> = sql!(conn, |conn| {
+            sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
+                .bind(job_id)
+                .fetch_optional(conn)
+                .await
+        })?;
         Ok(JobLinks {
             job_id: job_id.to_string(),
             run_id,

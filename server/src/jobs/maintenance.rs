@@ -2,21 +2,23 @@
 //! starting anything (running jobs continue) and gives every queued job its
 //! reason. Turning it off wakes the scheduler, which dispatches at once.
 
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::node::Maintenance;
-use sqlx::SqlitePool;
 
 /// The longest message maintenance mode takes.
 pub const MAX_MESSAGE_CHARS: usize = 500;
 
 /// Maintenance mode as it is now.
-pub async fn current(db: &SqlitePool) -> Result<Maintenance, Error> {
-    let row: Option<(String, i64, Option<String>)> =
+pub async fn current(db: &Db) -> Result<Maintenance, Error> {
+    let row: Option<(String, i64, Option<String>)> = sql!(db, |pool| {
         sqlx::query_as("SELECT message, started_at, started_by FROM maintenance WHERE id = 1")
-            .fetch_optional(db)
-            .await?;
+            .fetch_optional(pool)
+            .await
+    })?;
     Ok(match row {
         Some((message, started_at, by)) => Maintenance {
             on: true,
@@ -35,7 +37,7 @@ pub async fn current(db: &SqlitePool) -> Result<Maintenance, Error> {
 
 /// Turns maintenance mode on (or changes its message); the caller wakes the
 /// scheduler after, so queued jobs say why they wait.
-pub async fn start(db: &SqlitePool, by: Option<&str>, message: &str) -> Result<Maintenance, Error> {
+pub async fn start(db: &Db, by: Option<&str>, message: &str) -> Result<Maintenance, Error> {
     let message = message.trim();
     if message.is_empty() || message.chars().count() > MAX_MESSAGE_CHARS {
         return Err(Error::Invalid(vec![FieldError {
@@ -43,23 +45,29 @@ pub async fn start(db: &SqlitePool, by: Option<&str>, message: &str) -> Result<M
             message: format!("say what is happening, in 1 to {MAX_MESSAGE_CHARS} characters"),
         }]));
     }
-    sqlx::query(
-        "INSERT INTO maintenance (id, message, started_at, started_by) VALUES (1, $1, $2, $3)
+    sql!(db, |pool| {
+        sqlx::query(
+            "INSERT INTO maintenance (id, message, started_at, started_by) VALUES (1, $1, $2, $3)
          ON CONFLICT (id) DO UPDATE SET message = excluded.message",
-    )
-    .bind(message)
-    .bind(now_ms())
-    .bind(by)
-    .execute(db)
-    .await?;
+        )
+        .bind(message)
+        .bind(now_ms())
+        .bind(by)
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
     current(db).await
 }
 
 /// Turns maintenance mode off; the caller wakes the scheduler after.
-pub async fn end(db: &SqlitePool) -> Result<Maintenance, Error> {
-    sqlx::query("DELETE FROM maintenance WHERE id = 1")
-        .execute(db)
-        .await?;
+pub async fn end(db: &Db) -> Result<Maintenance, Error> {
+    sql!(db, |pool| {
+        sqlx::query("DELETE FROM maintenance WHERE id = 1")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })?;
     current(db).await
 }
 

@@ -4,11 +4,12 @@
 //! running jobs of its project or user finish or the quota is raised.
 
 use crate::jobs::plan;
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::quota::{MAX_QUOTA, Quota, QuotaKind, SetQuota};
-use sqlx::SqlitePool;
 use std::collections::HashMap;
 
 /// What each project and each user has DISPATCHING or RUNNING now: (GPUs, jobs).
@@ -18,15 +19,17 @@ struct Usage {
     users: HashMap<String, (i64, i64)>,
 }
 
-async fn usage(db: &SqlitePool) -> Result<Usage, Error> {
-    let rows: Vec<(String, Option<String>, i64, i64)> = sqlx::query_as(
-        "SELECT j.project, j.submitted_by, coalesce(sum(json_array_length(a.gpus)), 0), count(*)
+async fn usage(db: &Db) -> Result<Usage, Error> {
+    let rows: Vec<(String, Option<String>, i64, i64)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT j.project, j.submitted_by, coalesce(sum(json_array_length(a.gpus)), 0), count(*)
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.status IN ('DISPATCHING', 'RUNNING')
          GROUP BY j.project, j.submitted_by",
-    )
-    .fetch_all(db)
-    .await?;
+        )
+        .fetch_all(pool)
+        .await
+    })?;
     let mut usage = Usage::default();
     for (project, user, gpus, jobs) in rows {
         let entry = usage.projects.entry(project).or_default();
@@ -51,19 +54,21 @@ struct Row {
     updated_by: Option<String>,
 }
 
-async fn rows(db: &SqlitePool) -> Result<Vec<Row>, Error> {
-    Ok(sqlx::query_as(
-        "SELECT q.kind, q.subject, coalesce(u.name, q.subject) AS name, q.max_gpus, q.max_running_jobs,
+async fn rows(db: &Db) -> Result<Vec<Row>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT q.kind, q.subject, coalesce(u.name, q.subject) AS name, q.max_gpus, q.max_running_jobs,
                 q.updated_at, q.updated_by
          FROM quotas q LEFT JOIN users u ON q.kind = 'user' AND u.id = q.subject
          ORDER BY q.kind, name",
-    )
-    .fetch_all(db)
-    .await?)
+        )
+        .fetch_all(pool)
+        .await
+    })?)
 }
 
 /// Every quota with what its project or user has running now.
-pub async fn list(db: &SqlitePool) -> Result<Vec<Quota>, Error> {
+pub async fn list(db: &Db) -> Result<Vec<Quota>, Error> {
     let rows = rows(db).await?;
     if rows.is_empty() {
         return Ok(Vec::new());
@@ -94,7 +99,7 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<Quota>, Error> {
 
 /// The quotas as the scheduling pass uses them (empty, and no usage query,
 /// when none is set).
-pub async fn for_plan(db: &SqlitePool) -> Result<plan::Quotas, Error> {
+pub async fn for_plan(db: &Db) -> Result<plan::Quotas, Error> {
     let rows = rows(db).await?;
     let mut quotas = plan::Quotas::default();
     if rows.is_empty() {
@@ -125,20 +130,21 @@ pub async fn for_plan(db: &SqlitePool) -> Result<plan::Quotas, Error> {
 }
 
 /// The subject a quota is stored under: the project's name, the user's id.
-async fn subject(db: &SqlitePool, kind: QuotaKind, name: &str) -> Result<String, Error> {
-    let found: Option<String> = match kind {
-        QuotaKind::Project => sqlx::query_scalar("SELECT name FROM projects WHERE name = $1"),
-        QuotaKind::User => sqlx::query_scalar("SELECT id FROM users WHERE name = $1"),
-    }
-    .bind(name)
-    .fetch_optional(db)
-    .await?;
+async fn subject(db: &Db, kind: QuotaKind, name: &str) -> Result<String, Error> {
+    let text = match kind {
+        QuotaKind::Project => "SELECT name FROM projects WHERE name = $1",
+        QuotaKind::User => "SELECT id FROM users WHERE name = $1",
+    };
+    let found: Option<String> = sql!(db, |pool| sqlx::query_scalar(text)
+        .bind(name)
+        .fetch_optional(pool)
+        .await)?;
     found.ok_or_else(|| Error::NotFound(format!("no {kind} named {name}")))
 }
 
 /// Sets a quota (replacing its limits); the caller wakes the scheduler.
 pub async fn set(
-    db: &SqlitePool,
+    db: &Db,
     kind: QuotaKind,
     name: &str,
     limits: &SetQuota,
@@ -166,40 +172,45 @@ pub async fn set(
         return Err(Error::Invalid(errors));
     }
     let subject = subject(db, kind, name).await?;
-    sqlx::query(
-        "INSERT INTO quotas (kind, subject, max_gpus, max_running_jobs, updated_at, updated_by)
+    sql!(db, |pool| {
+        sqlx::query(
+            "INSERT INTO quotas (kind, subject, max_gpus, max_running_jobs, updated_at, updated_by)
          VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (kind, subject) DO UPDATE SET max_gpus = excluded.max_gpus,
              max_running_jobs = excluded.max_running_jobs, updated_at = excluded.updated_at,
              updated_by = excluded.updated_by",
-    )
-    .bind(kind.as_str())
-    .bind(&subject)
-    .bind(limits.max_gpus)
-    .bind(limits.max_running_jobs)
-    .bind(now_ms())
-    .bind(by)
-    .execute(db)
-    .await?;
+        )
+        .bind(kind.as_str())
+        .bind(&subject)
+        .bind(limits.max_gpus)
+        .bind(limits.max_running_jobs)
+        .bind(now_ms())
+        .bind(by)
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
     find(db, kind, name).await
 }
 
 /// Removes a quota; the caller wakes the scheduler.
-pub async fn clear(db: &SqlitePool, kind: QuotaKind, name: &str) -> Result<(), Error> {
+pub async fn clear(db: &Db, kind: QuotaKind, name: &str) -> Result<(), Error> {
     let subject = subject(db, kind, name).await?;
-    let removed = sqlx::query("DELETE FROM quotas WHERE kind = $1 AND subject = $2")
-        .bind(kind.as_str())
-        .bind(&subject)
-        .execute(db)
-        .await?
-        .rows_affected();
+    let removed = sql!(db, |pool| {
+        sqlx::query("DELETE FROM quotas WHERE kind = $1 AND subject = $2")
+            .bind(kind.as_str())
+            .bind(&subject)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
     if removed == 0 {
         return Err(Error::NotFound(format!("{kind} {name} has no quota")));
     }
     Ok(())
 }
 
-async fn find(db: &SqlitePool, kind: QuotaKind, name: &str) -> Result<Quota, Error> {
+async fn find(db: &Db, kind: QuotaKind, name: &str) -> Result<Quota, Error> {
     list(db)
         .await?
         .into_iter()

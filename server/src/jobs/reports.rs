@@ -8,15 +8,16 @@ use crate::jobs::failure::{self, Exit, Outcome};
 use crate::jobs::lifecycle::{self, AttemptEnd, JobLinks};
 use crate::logs;
 use crate::runs::{checkpoints, details, evaluations};
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
+use crate::store::Tx;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{Report, ReportItem};
 use gpuplane_api::evaluation::ResultFile;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobKind, JobStatus};
 use gpuplane_api::metric::{Batch, Point};
-use sqlx::SqliteConnection;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Below this share of free space on a job's filesystem, DISK_LOW is raised.
@@ -42,10 +43,12 @@ struct Reporter<'a> {
 pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, Error> {
     let node_id = report.node_id.as_str();
     let mut tx = crate::store::write(&state.db).await?;
-    let node_name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
-        .bind(node_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let node_name: Option<String> = sql!(tx, |conn| {
+        sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_optional(conn)
+            .await
+    })?;
     let node_name = node_name
         .ok_or_else(|| Error::NotFound(format!("node {node_id} is not registered; send hello first")))?;
     let node = Reporter {
@@ -92,7 +95,7 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
 /// Applies one item about an attempt of `node` whose status is `status`;
 /// returns whether followers have news (a state change or an event).
 async fn apply_item(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node: &Reporter<'_>,
     item: &ReportItem,
     status: JobStatus,
@@ -222,7 +225,7 @@ async fn apply_item(
 
 /// The process started: the attempt and its job turn RUNNING.
 async fn started(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     attempt: i64,
     pid: u32,
@@ -230,35 +233,41 @@ async fn started(
     git_commit: Option<&str>,
 ) -> Result<bool, Error> {
     let git_commit = git_commit.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit()));
-    let started = sqlx::query(
-        "UPDATE attempts SET status = 'RUNNING', started_at = $1, pid = $2, git_commit = $3
+    let started = sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE attempts SET status = 'RUNNING', started_at = $1, pid = $2, git_commit = $3
          WHERE job_id = $4 AND n = $5 AND status = 'DISPATCHING'",
-    )
-    .bind(time)
-    .bind(pid as i64)
-    .bind(git_commit)
-    .bind(job_id)
-    .bind(attempt)
-    .execute(&mut *conn)
-    .await?;
-    if started.rows_affected() == 0 {
+        )
+        .bind(time)
+        .bind(pid as i64)
+        .bind(git_commit)
+        .bind(job_id)
+        .bind(attempt)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    if started == 0 {
         return Ok(false);
     }
-    sqlx::query(
-        "UPDATE jobs SET status = 'RUNNING', queued_reason = NULL, updated_at = $1
+    sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET status = 'RUNNING', queued_reason = NULL, updated_at = $1
          WHERE id = $2 AND status = 'DISPATCHING'",
-    )
-    .bind(now_ms())
-    .bind(job_id)
-    .execute(&mut *conn)
-    .await?;
+        )
+        .bind(now_ms())
+        .bind(job_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(true)
 }
 
 /// The engine the attempt was handed to (Slurm) holds it queued: its
 /// reason becomes the job's queued reason until it starts.
 async fn waiting(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     attempt: i64,
     status: JobStatus,
@@ -268,18 +277,21 @@ async fn waiting(
         return Ok(false);
     }
     let reason: String = reason.chars().take(MAX_WAITING_REASON_CHARS).collect();
-    let changed = sqlx::query(
-        "UPDATE jobs SET queued_reason = $1, updated_at = $2
+    let changed = sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET queued_reason = $1, updated_at = $2
          WHERE id = $3 AND status = 'DISPATCHING' AND attempt_count = $4
            AND queued_reason IS DISTINCT FROM $1",
-    )
-    .bind(&reason)
-    .bind(now_ms())
-    .bind(job_id)
-    .bind(attempt)
-    .execute(&mut *conn)
-    .await?;
-    Ok(changed.rows_affected() > 0)
+        )
+        .bind(&reason)
+        .bind(now_ms())
+        .bind(job_id)
+        .bind(attempt)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    Ok(changed > 0)
 }
 
 /// A queued reason from an agent is cut to this many characters.
@@ -288,7 +300,7 @@ const MAX_WAITING_REASON_CHARS: usize = 500;
 /// The agent could not start a dispatched attempt (working dir, program,
 /// image): the attempt fails with DISPATCH_FAILED and the job may retry.
 async fn dispatch_failed(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node: &Reporter<'_>,
     job_id: &str,
     attempt: i64,
@@ -333,7 +345,7 @@ struct AttemptExit<'a> {
 /// An attempt the server ended already (lost, or cancelled while offline)
 /// only gets its real exit on record.
 async fn exited(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node: &Reporter<'_>,
     job_id: &str,
     attempt: i64,
@@ -341,16 +353,19 @@ async fn exited(
     exit: AttemptExit<'_>,
 ) -> Result<bool, Error> {
     if !status.is_active() {
-        sqlx::query(
-            "UPDATE attempts SET exit_code = coalesce(exit_code, $1), signal = coalesce(signal, $2)
+        sql!(conn, |conn| {
+            sqlx::query(
+                "UPDATE attempts SET exit_code = coalesce(exit_code, $1), signal = coalesce(signal, $2)
              WHERE job_id = $3 AND n = $4",
-        )
-        .bind(exit.exit_code)
-        .bind(exit.signal)
-        .bind(job_id)
-        .bind(attempt)
-        .execute(&mut *conn)
-        .await?;
+            )
+            .bind(exit.exit_code)
+            .bind(exit.signal)
+            .bind(job_id)
+            .bind(attempt)
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
         return Ok(false);
     }
     let (cancel_requested, kind, time_limit_s, preempted_by): (
@@ -358,15 +373,17 @@ async fn exited(
         String,
         Option<i64>,
         Option<String>,
-    ) = sqlx::query_as(
-        "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s'),
+    ) = sql!(conn, |conn| {
+        sqlx::query_as(
+            "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s'),
                     (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
              FROM jobs WHERE id = $1",
-    )
-    .bind(job_id)
-    .bind(attempt)
-    .fetch_one(&mut *conn)
-    .await?;
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .fetch_one(conn)
+        .await
+    })?;
     // Stopped by the agent for a preemption (not ended on its own first, and
     // not cancelled by a user): queued again, whatever its exit.
     if let Some(for_job) = preempted_by.filter(|_| exit.cancelled && cancel_requested.is_none()) {
@@ -453,18 +470,20 @@ async fn exited(
 
 /// NO_METRICS when a job's run has no metric at all when an attempt ends.
 async fn report_missing_metrics(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     links: &JobLinks,
     now: i64,
 ) -> Result<(), Error> {
-    let (series, watch_dirs): (i64, String) = sqlx::query_as(
+    let (series, watch_dirs): (i64, String) = sql!(conn, |conn| {
+        sqlx::query_as(
         "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), json_extract(j.spec, '$.watch_dirs')
          FROM jobs j WHERE j.id = $1",
     )
     .bind(job_id)
-    .fetch_one(&mut *conn)
-    .await?;
+    .fetch_one(conn)
+    .await
+    })?;
     if series > 0 {
         return Ok(());
     }
@@ -489,7 +508,7 @@ async fn report_missing_metrics(
 /// Points the agent read from the job's TensorBoard files, stored like the
 /// SDK's (a batch id seen before adds nothing).
 async fn points_read(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node: &Reporter<'_>,
     job_id: &str,
     batch_id: &str,
@@ -512,7 +531,7 @@ async fn points_read(
 /// A disk reading: below [`DISK_LOW_PERCENT`] free, one critical DISK_LOW
 /// event per attempt.
 async fn disk(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     node: &Reporter<'_>,
     job_id: &str,
     attempt: i64,
@@ -522,14 +541,16 @@ async fn disk(
     if free_percent >= DISK_LOW_PERCENT {
         return Ok(false);
     }
-    let flagged = sqlx::query(
+    let flagged = sql!(conn, |conn| {
+        sqlx::query(
         "UPDATE attempts SET disk_low_reported = 1 WHERE job_id = $1 AND n = $2 AND disk_low_reported = 0",
     )
     .bind(job_id)
     .bind(attempt)
-    .execute(&mut *conn)
-    .await?;
-    if flagged.rows_affected() == 0 {
+    .execute(conn)
+    .await.map(|done| done.rows_affected())
+    })?;
+    if flagged == 0 {
         return Ok(false);
     }
     let message = format!(
@@ -550,9 +571,11 @@ async fn disk(
     Ok(false)
 }
 
-async fn run_of(conn: &mut SqliteConnection, job_id: &str) -> Result<String, Error> {
-    Ok(sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-        .bind(job_id)
-        .fetch_one(&mut *conn)
-        .await?)
+async fn run_of(conn: &mut Tx, job_id: &str) -> Result<String, Error> {
+    Ok(sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_one(conn)
+            .await
+    })?)
 }

@@ -8,6 +8,7 @@ use crate::jobs::dependencies::{self, Verdict};
 use crate::jobs::fair_share;
 use crate::jobs::lifecycle;
 use crate::jobs::plan::{NodeCapacity, Placement, Plan, Preemption, QueuedJob, Rules, RunningAttempt, plan};
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::ids::new_id;
@@ -148,24 +149,28 @@ async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Resu
     let mut nodes = Vec::new();
     for p in preemptions {
         // It may have ended, or been preempted already, since the nodes were read.
-        let node_name: Option<String> = sqlx::query_scalar(
-            "UPDATE attempts SET preempted_at = $1, preempted_by = $2
+        let node_name: Option<String> = sql!(tx, |conn| {
+            sqlx::query_scalar(
+                "UPDATE attempts SET preempted_at = $1, preempted_by = $2
              WHERE job_id = $3 AND n = $4 AND status = 'RUNNING' AND preempted_at IS NULL
              RETURNING (SELECT name FROM nodes WHERE id = node_id)",
-        )
-        .bind(now)
-        .bind(&p.for_job)
-        .bind(&p.job_id)
-        .bind(p.attempt)
-        .fetch_optional(&mut *tx)
-        .await?;
+            )
+            .bind(now)
+            .bind(&p.for_job)
+            .bind(&p.job_id)
+            .bind(p.attempt)
+            .fetch_optional(conn)
+            .await
+        })?;
         let Some(node_name) = node_name else {
             continue;
         };
-        let run_id: Option<String> = sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-            .bind(&p.job_id)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let run_id: Option<String> = sql!(tx, |conn| {
+            sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
+                .bind(&p.job_id)
+                .fetch_optional(conn)
+                .await
+        })?;
         let message = format!(
             "attempt {} preempted on {node_name} for {} (priority {}): SIGTERM now, SIGKILL after {grace}; \
              the job is queued again without spending an attempt",
@@ -209,11 +214,12 @@ async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result
         .flat_map(|job| job.after.iter().map(|d| d.job_id.as_str()))
         .collect();
     let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
-    let rows: Vec<(String, String)> =
+    let rows: Vec<(String, String)> = sql!(&state.db, |pool| {
         sqlx::query_as("SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each($1))")
             .bind(ids)
-            .fetch_all(&state.db)
-            .await?;
+            .fetch_all(pool)
+            .await
+    })?;
     let statuses: HashMap<String, JobStatus> = rows
         .into_iter()
         .filter_map(|(id, status)| Some((id, JobStatus::parse(&status)?)))
@@ -239,11 +245,12 @@ async fn fail_dependents(state: &AppState, never: &[(String, String)], now: i64)
     let mut tx = crate::store::write(&state.db).await?;
     for (job_id, detail) in never {
         // It may have been cancelled or held since the queue was read.
-        let still_queued: Option<String> =
+        let still_queued: Option<String> = sql!(tx, |conn| {
             sqlx::query_scalar("SELECT id FROM jobs WHERE id = $1 AND status = 'QUEUED' AND held_at IS NULL")
                 .bind(job_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+                .fetch_optional(conn)
+                .await
+        })?;
         if still_queued.is_some() {
             lifecycle::finish_job(
                 &mut tx,
@@ -272,16 +279,18 @@ pub async fn load_queue(
     } else {
         "json_extract(spec, '$.time_limit_s')"
     };
-    let json: String = sqlx::query_scalar(&format!(
-        "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
+    let json: String = sql!(&state.db, |pool| {
+        sqlx::query_scalar(&format!(
+            "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
                                                      attempt_count, max_attempts, queued_reason,
                                                      project, submitted_by, after_jobs, queued_at,
                                                      {time_limit})), '[]')
          FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
                ORDER BY priority DESC, queued_at, seq)"
-    ))
-    .fetch_one(&state.db)
-    .await?;
+        ))
+        .fetch_one(pool)
+        .await
+    })?;
     let rows: Vec<QueueRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     let mut selectors: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let mut reasons = HashMap::with_capacity(rows.len());
@@ -327,11 +336,13 @@ pub async fn load_queue(
 /// A job that no node of the pass matches, while drained nodes would, says
 /// so: the reason names them instead of "no online node".
 async fn explain_drained_nodes(state: &AppState, queue: &[QueuedJob], plan: &mut Plan) -> Result<(), Error> {
-    let drained: Vec<(String, String)> = sqlx::query_as(
-        "SELECT name, labels FROM nodes WHERE status = 'ONLINE' AND drained_at IS NOT NULL ORDER BY name",
-    )
-    .fetch_all(&state.db)
-    .await?;
+    let drained: Vec<(String, String)> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT name, labels FROM nodes WHERE status = 'ONLINE' AND drained_at IS NOT NULL ORDER BY name",
+        )
+        .fetch_all(pool)
+        .await
+    })?;
     if drained.is_empty() {
         return Ok(());
     }
@@ -398,14 +409,16 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
     };
     // id, name, labels, GPU indices, active attempts.
     type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<ActiveRow>);
-    let json: String = sqlx::query_scalar(&format!(
-        "SELECT coalesce(json_group_array(json_array(id, name, json(labels),
+    let json: String = sql!(&state.db, |pool| {
+        sqlx::query_scalar(&format!(
+            "SELECT coalesce(json_group_array(json_array(id, name, json(labels),
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
                     ({attempts} WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
          FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
-    ))
-    .fetch_one(&state.db)
-    .await?;
+        ))
+        .fetch_one(pool)
+        .await
+    })?;
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     Ok(rows
         .into_iter()
@@ -463,15 +476,17 @@ async fn apply(
     let mut dispatched_to = Vec::new();
     for placement in placements {
         // The job may have been cancelled since the queue was read.
-        let claimed: Option<(i64, Option<String>, String)> = sqlx::query_as(
+        let claimed: Option<(i64, Option<String>, String)> = sql!(tx, |conn| {
+            sqlx::query_as(
             "UPDATE jobs SET status = 'DISPATCHING', attempt_count = attempt_count + 1, queued_reason = NULL,
                  not_before = NULL, updated_at = $1
              WHERE id = $2 AND status = 'QUEUED' RETURNING attempt_count, submitted_by, run_id",
         )
         .bind(now)
         .bind(&placement.job_id)
-        .fetch_optional(&mut *tx)
-        .await?;
+        .fetch_optional(conn)
+        .await
+        })?;
         let Some((attempt, submitted_by, run_id)) = claimed else {
             continue;
         };
@@ -479,42 +494,51 @@ async fn apply(
             Some(user_id) => {
                 let token_id = new_id("tok");
                 let secret = state.secret.attempt_token(&placement.job_id, attempt);
-                sqlx::query(
-                    "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, run_id)
+                sql!(tx, |conn| {
+                    sqlx::query(
+                        "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, run_id)
                      VALUES ($1, $2, $3, 'sdk', $4, $5, $6)",
-                )
-                .bind(&token_id)
-                .bind(user_id)
-                .bind(format!("job {} attempt {attempt}", placement.job_id))
-                .bind(hash_token(&secret))
-                .bind(now)
-                .bind(&run_id)
-                .execute(&mut *tx)
-                .await?;
+                    )
+                    .bind(&token_id)
+                    .bind(user_id)
+                    .bind(format!("job {} attempt {attempt}", placement.job_id))
+                    .bind(hash_token(&secret))
+                    .bind(now)
+                    .bind(&run_id)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+                })?;
                 Some(token_id)
             }
             None => None,
         };
-        sqlx::query(
-            "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id)
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id)
              VALUES ($1, $2, $3, $4, 'DISPATCHING', $5, $6)",
-        )
-        .bind(&placement.job_id)
-        .bind(attempt)
-        .bind(&placement.node_id)
-        .bind(serde_json::to_string(&placement.gpus).map_err(anyhow::Error::from)?)
-        .bind(now)
-        .bind(token_id)
-        .execute(&mut *tx)
-        .await?;
+            )
+            .bind(&placement.job_id)
+            .bind(attempt)
+            .bind(&placement.node_id)
+            .bind(serde_json::to_string(&placement.gpus).map_err(anyhow::Error::from)?)
+            .bind(now)
+            .bind(token_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
         dispatched_to.push(placement.node_id.clone());
     }
     for (job_id, reason) in changed {
-        sqlx::query("UPDATE jobs SET queued_reason = $1 WHERE id = $2 AND status = 'QUEUED'")
-            .bind(reason)
-            .bind(job_id)
-            .execute(&mut *tx)
-            .await?;
+        sql!(tx, |conn| {
+            sqlx::query("UPDATE jobs SET queued_reason = $1 WHERE id = $2 AND status = 'QUEUED'")
+                .bind(reason)
+                .bind(job_id)
+                .execute(conn)
+                .await
+                .map(|_| ())
+        })?;
     }
     tx.commit().await?;
     dispatched_to.dedup();

@@ -6,16 +6,17 @@ use crate::identity::secrets::SecretKey;
 use crate::jobs::lifecycle;
 use crate::paging::Sort;
 use crate::runs::primary;
+use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
+use crate::store::{Db, Tx};
 use gpuplane_api::Page;
 use gpuplane_api::error::FieldError;
 use gpuplane_api::job::{
     Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, RetryRequest, signal_name,
 };
 use gpuplane_api::project::Role;
-use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::HashMap;
 
 /// The reason a job carries until the scheduler has looked at it.
@@ -24,7 +25,7 @@ pub const WAITING_FOR_SCHEDULER: &str = "waiting for the scheduler";
 /// Stores a validated spec as a QUEUED job with its run; returns the job id.
 /// The submitter must be an editor of the job's project.
 pub async fn submit(
-    db: &SqlitePool,
+    db: &Db,
     secret: &SecretKey,
     spec: &JobSpec,
     principal: &Principal,
@@ -38,7 +39,7 @@ pub async fn submit(
 
 /// What a well-formed spec names must exist and be the submitter's to use:
 /// its project (as an editor) and the jobs it waits for (visible to them).
-pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Principal) -> Result<(), Error> {
+pub async fn check_references(db: &Db, spec: &JobSpec, principal: &Principal) -> Result<(), Error> {
     let project = spec.project.clone();
     let no_project = || {
         Error::field(
@@ -48,10 +49,12 @@ pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Princ
     };
     access::require(db, principal, &spec.project, Role::Editor, no_project).await?;
     // Admins pass the role check for any name: the project must also exist.
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
-        .bind(&spec.project)
-        .fetch_optional(db)
-        .await?;
+    let exists: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
+            .bind(&spec.project)
+            .fetch_optional(pool)
+            .await
+    })?;
     if exists.is_none() {
         return Err(no_project());
     }
@@ -59,10 +62,12 @@ pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Princ
         let Ok(dependency) = text.parse::<gpuplane_api::job::Dependency>() else {
             continue; // validation named it already
         };
-        let project: Option<String> = sqlx::query_scalar("SELECT project FROM jobs WHERE id = $1")
-            .bind(&dependency.job_id)
-            .fetch_optional(db)
-            .await?;
+        let project: Option<String> = sql!(db, |pool| {
+            sqlx::query_scalar("SELECT project FROM jobs WHERE id = $1")
+                .bind(&dependency.job_id)
+                .fetch_optional(pool)
+                .await
+        })?;
         let visible = match project {
             Some(project) => access::role_in(db, principal, &project).await?.is_some(),
             None => false,
@@ -80,7 +85,7 @@ pub async fn check_references(db: &SqlitePool, spec: &JobSpec, principal: &Princ
 /// Inserts a validated spec as a QUEUED job with its run, in the caller's
 /// transaction; returns the job id.
 pub async fn insert(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     secret: &SecretKey,
     spec: &JobSpec,
     user_id: Option<&str>,
@@ -100,7 +105,8 @@ pub async fn insert(
     } else {
         Some(serde_json::to_string(&spec.after).map_err(anyhow::Error::from)?)
     };
-    sqlx::query(
+    sql!(conn, |conn| {
+        sqlx::query(
         "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
                            queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10, $11, $12, $13, $14, $15, $16)",
@@ -121,19 +127,23 @@ pub async fn insert(
     .bind(now)
     .bind(now)
     .bind(after)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "INSERT INTO runs (id, job_id, project, name, created_at, tags) VALUES ($1, $2, $3, $4, $5, $6)",
-    )
-    .bind(&run_id)
-    .bind(&job_id)
-    .bind(&spec.project)
-    .bind(&spec.name)
-    .bind(now)
-    .bind(crate::runs::details::tags_json(&spec.tags))
-    .execute(&mut *conn)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
+    sql!(conn, |conn| {
+        sqlx::query(
+            "INSERT INTO runs (id, job_id, project, name, created_at, tags) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(&run_id)
+        .bind(&job_id)
+        .bind(&spec.project)
+        .bind(&spec.name)
+        .bind(now)
+        .bind(crate::runs::details::tags_json(&spec.tags))
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(job_id)
 }
 
@@ -193,12 +203,7 @@ const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.f
 
 /// One job the principal may see, checked for at least `needed`; a job of
 /// another project is "not found", exactly like one that does not exist.
-pub async fn get_for(
-    db: &SqlitePool,
-    principal: &Principal,
-    job_id: &str,
-    needed: Role,
-) -> Result<Job, Error> {
+pub async fn get_for(db: &Db, principal: &Principal, job_id: &str, needed: Role) -> Result<Job, Error> {
     let job = get(db, job_id).await?;
     access::require(db, principal, &job.project, needed, || {
         Error::NotFound(format!("no job {job_id}"))
@@ -210,14 +215,16 @@ pub async fn get_for(
 /// One job with its attempts (no access check: see [`get_for`]). Job and
 /// attempts are read in one transaction, so they agree (a job is never
 /// seen QUEUED with the attempt that dispatched it).
-pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Job, Error> {
-    let mut read = db.begin().await?;
-    let row: Option<JobRow> = sqlx::query_as(&format!("{} WHERE j.id = $1", jobs_from()))
-        .bind(job_id)
-        .fetch_optional(&mut *read)
-        .await?;
+pub async fn get(db: &Db, job_id: &str) -> Result<Job, Error> {
+    let mut read = crate::store::read(db).await?;
+    let row: Option<JobRow> = sql!(read, |conn| {
+        sqlx::query_as(&format!("{} WHERE j.id = $1", jobs_from()))
+            .bind(job_id)
+            .fetch_optional(conn)
+            .await
+    })?;
     let row = row.ok_or_else(|| Error::NotFound(format!("no job {job_id}")))?;
-    let mut attempts = attempts_of(&mut *read, std::slice::from_ref(&row.id)).await?;
+    let mut attempts = attempts_of(&mut read, std::slice::from_ref(&row.id)).await?;
     job_from_row(row, attempts.remove(job_id).unwrap_or_default())
 }
 
@@ -238,14 +245,15 @@ pub struct ListFilter<'a> {
     pub before: Option<i64>,
 }
 
-pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) -> Result<Page<Job>, Error> {
+pub async fn list(db: &Db, visible: &Visible, filter: ListFilter<'_>) -> Result<Page<Job>, Error> {
     let order = match filter.sort {
         Sort::Newest => "j.seq DESC".to_string(),
         Sort::PrimaryMetric => primary::best_first("j.seq"),
     };
     // One transaction: jobs and their attempts read from the same snapshot.
-    let mut read = db.begin().await?;
-    let rows: Vec<JobRow> = sqlx::query_as(&format!(
+    let mut read = crate::store::read(db).await?;
+    let rows: Vec<JobRow> = sql!(read, |conn| {
+        sqlx::query_as(&format!(
         "{} WHERE ($1 IS NULL OR j.status = $1) AND ($2 IS NULL OR j.project = $2) AND ($3 IS NULL OR j.seq < $3)
            AND ($5 IS NULL OR j.project IN (SELECT value FROM json_each($5)))
            AND ($6 IS NULL OR u.name = $6)
@@ -262,12 +270,13 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     .bind(filter.user)
     .bind(filter.text.filter(|text| !text.is_empty()))
     .bind(filter.archived)
-    .fetch_all(&mut *read)
-    .await?;
+    .fetch_all(conn)
+    .await
+    })?;
     let (rows, next_before) = crate::paging::split(rows, filter.limit, |row| row.seq);
     let next_before = next_before.filter(|_| filter.sort == Sort::Newest);
     let ids: Vec<String> = rows.iter().map(|row| row.id.clone()).collect();
-    let mut attempts = attempts_of(&mut *read, &ids).await?;
+    let mut attempts = attempts_of(&mut read, &ids).await?;
     let items = rows
         .into_iter()
         .map(|row| {
@@ -278,16 +287,14 @@ pub async fn list(db: &SqlitePool, visible: &Visible, filter: ListFilter<'_>) ->
     Ok(Page { items, next_before })
 }
 
-async fn attempts_of(
-    db: impl sqlx::SqliteExecutor<'_>,
-    job_ids: &[String],
-) -> Result<HashMap<String, Vec<Attempt>>, Error> {
+async fn attempts_of(db: &mut Tx, job_ids: &[String]) -> Result<HashMap<String, Vec<Attempt>>, Error> {
     let mut by_job: HashMap<String, Vec<Attempt>> = HashMap::new();
     if job_ids.is_empty() {
         return Ok(by_job);
     }
     let ids = serde_json::to_string(job_ids).map_err(anyhow::Error::from)?;
-    let rows: Vec<AttemptRow> = sqlx::query_as(
+    let rows: Vec<AttemptRow> = sql!(db, |conn| {
+        sqlx::query_as(
         "SELECT a.job_id, a.n, a.node_id, n.name AS node_name, a.gpus, a.status, a.dispatched_at,
                 a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail, a.git_commit
          FROM attempts a JOIN nodes n ON n.id = a.node_id
@@ -295,8 +302,9 @@ async fn attempts_of(
          ORDER BY a.job_id, a.n",
     )
     .bind(ids)
-    .fetch_all(db)
-    .await?;
+    .fetch_all(conn)
+    .await
+    })?;
     for row in rows {
         let signal = row.signal.map(|s| s as i32);
         by_job.entry(row.job_id).or_default().push(Attempt {
@@ -370,7 +378,7 @@ pub enum Cancelled {
 }
 
 /// Cancels a job that has not ended; 409 for one that has.
-pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
+pub async fn cancel(db: &Db, job_id: &str) -> Result<Cancelled, Error> {
     let now = now_ms();
     let mut tx = crate::store::write(db).await?;
     let status = current_status(&mut tx, job_id).await?;
@@ -388,19 +396,24 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
             Cancelled::Now
         }
         JobStatus::Dispatching | JobStatus::Running => {
-            let (node_id, node_status): (String, String) = sqlx::query_as(
-                "SELECT a.node_id, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id
+            let (node_id, node_status): (String, String) = sql!(tx, |conn| {
+                sqlx::query_as(
+                    "SELECT a.node_id, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id
                  WHERE a.job_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
-            )
-            .bind(job_id)
-            .fetch_one(&mut *tx)
-            .await?;
-            sqlx::query("UPDATE jobs SET cancel_requested_at = $1, updated_at = $2 WHERE id = $3")
-                .bind(now)
-                .bind(now)
+                )
                 .bind(job_id)
-                .execute(&mut *tx)
-                .await?;
+                .fetch_one(conn)
+                .await
+            })?;
+            sql!(tx, |conn| {
+                sqlx::query("UPDATE jobs SET cancel_requested_at = $1, updated_at = $2 WHERE id = $3")
+                    .bind(now)
+                    .bind(now)
+                    .bind(job_id)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })?;
             if node_status == "ONLINE" {
                 Cancelled::Stopping { node_id }
             } else {
@@ -421,7 +434,7 @@ pub async fn cancel(db: &SqlitePool, job_id: &str) -> Result<Cancelled, Error> {
 
 /// Changes a QUEUED job's priority (and its spec's, so both agree); the
 /// next scheduling pass orders the queue by it.
-pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Result<(), Error> {
+pub async fn set_priority(db: &Db, job_id: &str, priority: i64) -> Result<(), Error> {
     if !gpuplane_api::valid_priority(priority) {
         return Err(Error::Invalid(vec![FieldError {
             field: "priority".into(),
@@ -430,22 +443,24 @@ pub async fn set_priority(db: &SqlitePool, job_id: &str, priority: i64) -> Resul
     }
     let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "given a new priority").await?;
-    sqlx::query(
+    sql!(tx, |conn| {
+        sqlx::query(
         "UPDATE jobs SET priority = $1, spec = json_set(spec, '$.priority', $2), updated_at = $3 WHERE id = $4",
     )
     .bind(priority)
     .bind(priority)
     .bind(now_ms())
     .bind(job_id)
-    .execute(&mut *tx)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Holds a QUEUED job (`by` says who): it stays QUEUED and is not scheduled
 /// until [`release`]; its reason says so.
-pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(), Error> {
+pub async fn hold(db: &Db, job_id: &str, by: Option<&str>) -> Result<(), Error> {
     let now = now_ms();
     let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "held").await?;
@@ -454,7 +469,8 @@ pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(),
         by.unwrap_or("an admin"),
         rfc3339(now)
     );
-    sqlx::query(
+    sql!(tx, |conn| {
+        sqlx::query(
         "UPDATE jobs SET held_by = $1, held_at = coalesce(held_at, $2), queued_reason = $3, updated_at = $4 WHERE id = $5",
     )
     .bind(by)
@@ -462,31 +478,35 @@ pub async fn hold(db: &SqlitePool, job_id: &str, by: Option<&str>) -> Result<(),
     .bind(reason)
     .bind(now)
     .bind(job_id)
-    .execute(&mut *tx)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Lets a held job be scheduled again.
-pub async fn release(db: &SqlitePool, job_id: &str) -> Result<(), Error> {
+pub async fn release(db: &Db, job_id: &str) -> Result<(), Error> {
     let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "released").await?;
-    sqlx::query(
-        "UPDATE jobs SET held_by = NULL, held_at = NULL, queued_reason = $1, updated_at = $2
+    sql!(tx, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET held_by = NULL, held_at = NULL, queued_reason = $1, updated_at = $2
          WHERE id = $3 AND held_at IS NOT NULL",
-    )
-    .bind(WAITING_FOR_SCHEDULER)
-    .bind(now_ms())
-    .bind(job_id)
-    .execute(&mut *tx)
-    .await?;
+        )
+        .bind(WAITING_FOR_SCHEDULER)
+        .bind(now_ms())
+        .bind(job_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(())
 }
 
 /// A 409 naming what could not be done unless the job is QUEUED.
-async fn require_queued(conn: &mut SqliteConnection, job_id: &str, what: &str) -> Result<(), Error> {
+async fn require_queued(conn: &mut Tx, job_id: &str, what: &str) -> Result<(), Error> {
     match current_status(conn, job_id).await? {
         JobStatus::Queued => Ok(()),
         other => Err(Error::Conflict(format!(
@@ -499,7 +519,7 @@ async fn require_queued(conn: &mut SqliteConnection, job_id: &str, what: &str) -
 /// max_attempts if need be), with the requested changes to its spec. A job
 /// that ran out of memory is not retried unchanged unless forced.
 pub async fn retry(
-    db: &SqlitePool,
+    db: &Db,
     job_id: &str,
     request: &RetryRequest,
     policy: &gpuplane_api::spec::Policy,
@@ -529,23 +549,26 @@ pub async fn retry(
     let mut tx = crate::store::write(db).await?;
     if changed {
         // Keep the sealed secrets the shown spec leaves out.
-        let sealed: Option<String> =
+        let sealed: Option<String> = sql!(tx, |conn| {
             sqlx::query_scalar("SELECT json_extract(spec, '$.secret_env') FROM jobs WHERE id = $1")
                 .bind(job_id)
-                .fetch_one(&mut *tx)
-                .await?;
+                .fetch_one(conn)
+                .await
+        })?;
         spec.secret_env = sealed
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
-        sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5 WHERE id = $6")
+        sql!(tx, |conn| {
+            sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5 WHERE id = $6")
             .bind(serde_json::to_string(&spec).map_err(anyhow::Error::from)?)
             .bind(spec.resources.gpu)
             .bind(serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?)
             .bind(spec.priority)
             .bind(spec.max_attempts)
             .bind(job_id)
-            .execute(&mut *tx)
-            .await?;
+            .execute(conn)
+            .await.map(|_| ())
+        })?;
     }
     match current_status(&mut tx, job_id).await? {
         JobStatus::Failed | JobStatus::Lost | JobStatus::Cancelled => {}
@@ -560,26 +583,31 @@ pub async fn retry(
             )));
         }
     }
-    sqlx::query(
-        "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL,
+    sql!(tx, |conn| {
+        sqlx::query(
+            "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL,
              queued_reason = $1, queued_at = $2, not_before = NULL, cancel_requested_at = NULL,
              max_attempts = max(max_attempts, attempt_count + 1), updated_at = $3
          WHERE id = $4",
-    )
-    .bind(WAITING_FOR_SCHEDULER)
-    .bind(now)
-    .bind(now)
-    .bind(job_id)
-    .execute(&mut *tx)
-    .await?;
+        )
+        .bind(WAITING_FOR_SCHEDULER)
+        .bind(now)
+        .bind(now)
+        .bind(job_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(())
 }
 
-pub async fn current_status(conn: &mut SqliteConnection, job_id: &str) -> Result<JobStatus, Error> {
-    let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
-        .bind(job_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+pub async fn current_status(conn: &mut Tx, job_id: &str) -> Result<JobStatus, Error> {
+    let status: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_optional(conn)
+            .await
+    })?;
     parse_status(&status.ok_or_else(|| Error::NotFound(format!("no job {job_id}")))?)
 }

@@ -10,9 +10,10 @@
 
 use super::chunk::{CHUNK_POINTS, MERGED_CHUNK_POINTS, RawPoint, decode_points};
 use super::{EncodedChunk, encode_chunks, insert_encoded, sort_points};
+use crate::sql;
 use crate::state::AppState;
+use crate::store::Db;
 use crate::store::Error;
-use sqlx::SqlitePool;
 use std::time::Duration;
 
 /// Chunks with fewer points than this count as small.
@@ -48,28 +49,32 @@ pub async fn run(state: AppState) {
 
 /// Compacts every series with a small chunk newer than `seen` (a chunk id)
 /// that now has enough small chunks; returns how many series it compacted.
-pub async fn pass(db: &SqlitePool, seen: &mut i64) -> Result<usize, Error> {
-    let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM metric_chunks")
-        .fetch_one(db)
-        .await?;
+pub async fn pass(db: &Db, seen: &mut i64) -> Result<usize, Error> {
+    let newest: i64 = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM metric_chunks")
+            .fetch_one(pool)
+            .await
+    })?;
     // One query finds the series that got unmerged chunks and have enough of
     // a size class now (a pass over thousands of telemetry series must not
     // cost a query each).
-    let due: Vec<(String, String)> = sqlx::query_as(
-        "SELECT run_id, key FROM metric_chunks
+    let due: Vec<(String, String)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT run_id, key FROM metric_chunks
          WHERE count < $5 AND (run_id, key) IN
              (SELECT DISTINCT run_id, key FROM metric_chunks WHERE id > $1 AND id <= $2 AND count < $5)
          GROUP BY run_id, key
          HAVING SUM(count < $3) >= $6 OR SUM(count >= $3 AND count < $4) >= $6 OR SUM(count >= $4) >= $6",
-    )
-    .bind(*seen)
-    .bind(newest)
-    .bind(TINY)
-    .bind(SMALL)
-    .bind(UNMERGED)
-    .bind(CHUNKS_BEFORE_COMPACTING)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(*seen)
+        .bind(newest)
+        .bind(TINY)
+        .bind(SMALL)
+        .bind(UNMERGED)
+        .bind(CHUNKS_BEFORE_COMPACTING)
+        .fetch_all(pool)
+        .await
+    })?;
     *seen = newest;
     // Rounds: each plans at most one merge per series and size class,
     // reading and re-encoding outside any write transaction, then applies
@@ -131,14 +136,9 @@ struct Plan {
 /// Plans the merge of up to [`MERGE_AT_MOST`] of the series' chunks of
 /// `lower..upper` points (the earliest by step) into as few as fit, when it
 /// has enough of them.
-async fn plan(
-    db: &SqlitePool,
-    run_id: &str,
-    key: &str,
-    lower: i64,
-    upper: i64,
-) -> Result<Option<Plan>, Error> {
-    let small: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+async fn plan(db: &Db, run_id: &str, key: &str, lower: i64, upper: i64) -> Result<Option<Plan>, Error> {
+    let small: Vec<(i64, Vec<u8>)> = sql!(db, |pool| {
+        sqlx::query_as(
         "SELECT id, points FROM metric_chunks WHERE run_id = $1 AND key = $2 AND count >= $3 AND count < $4
          ORDER BY step_min, id LIMIT $5",
     )
@@ -147,8 +147,9 @@ async fn plan(
     .bind(lower)
     .bind(upper)
     .bind(MERGE_AT_MOST)
-    .fetch_all(db)
-    .await?;
+    .fetch_all(pool)
+    .await
+    })?;
     if (small.len() as i64) < CHUNKS_BEFORE_COMPACTING {
         return Ok(None);
     }
@@ -170,26 +171,31 @@ async fn plan(
 
 /// Applies plans in one write transaction: each replaces its chunks unless
 /// one of them is gone since it was planned (the run was deleted).
-async fn apply(db: &SqlitePool, plans: &[Plan]) -> Result<(), Error> {
+async fn apply(db: &Db, plans: &[Plan]) -> Result<(), Error> {
     if plans.is_empty() {
         return Ok(());
     }
     let mut tx = crate::store::write(db).await?;
     for plan in plans {
         let ids = serde_json::to_string(&plan.ids).map_err(anyhow::Error::from)?;
-        let present: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))",
-        )
-        .bind(&ids)
-        .fetch_one(&mut *tx)
-        .await?;
+        let present: i64 = sql!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))",
+            )
+            .bind(&ids)
+            .fetch_one(conn)
+            .await
+        })?;
         if present != plan.ids.len() as i64 {
             continue;
         }
-        sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?;
+        sql!(tx, |conn| {
+            sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
+                .bind(&ids)
+                .execute(conn)
+                .await
+                .map(|_| ())
+        })?;
         insert_encoded(&mut tx, &plan.run_id, &[(&plan.key, &plan.merged[..])]).await?;
         tracing::debug!(
             run_id = plan.run_id,

@@ -4,9 +4,8 @@
 
 use super::{PreparedBatch, store};
 use crate::store::group::{self, GroupStore, Limits};
-use crate::store::{Error, WriteTx};
+use crate::store::{Db, Error, Tx};
 use gpuplane_api::metric::IngestResult;
-use sqlx::SqlitePool;
 
 /// Points stored by one transaction at most (a few hundred milliseconds of
 /// ingest: bigger groups would only delay the first batch's answer).
@@ -24,7 +23,7 @@ pub struct Metrics {
 }
 
 /// Starts the metric writer over `db`.
-pub fn start(db: SqlitePool, loss_pattern: String) -> MetricWriter {
+pub fn start(db: Db, loss_pattern: String) -> MetricWriter {
     let limits = Limits {
         most: GROUP_POINTS,
         gather: std::time::Duration::ZERO,
@@ -40,7 +39,7 @@ impl GroupStore for Metrics {
         batch.points()
     }
 
-    async fn store(&self, tx: &mut WriteTx, items: &[RunBatch]) -> Result<Vec<IngestResult>, Error> {
+    async fn store(&self, tx: &mut Tx, items: &[RunBatch]) -> Result<Vec<IngestResult>, Error> {
         let mut results = Vec::with_capacity(items.len());
         for (run_id, batch) in items {
             results.push(store(tx, run_id, batch, &self.loss_pattern).await?);

@@ -12,8 +12,9 @@ pub mod group;
 pub mod texts;
 
 use crate::events::{self, Links};
-use crate::store::Error;
+use crate::sql;
 use crate::store::time::now_ms;
+use crate::store::{Db, Error, Tx};
 use chunk::{
     CHUNK_POINTS, LEVELS, Level, RawPoint, Sub, decode_points, decode_steps, decode_summary, encode_points,
     encode_summary,
@@ -21,7 +22,6 @@ use chunk::{
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::metric::{Batch, Bucket, IngestResult, Latest, Point, Series, SeriesPoint, Text, Value};
-use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::{BTreeMap, HashMap};
 
 /// The most points one batch may carry.
@@ -195,7 +195,7 @@ pub fn prepare(batch: Batch) -> PreparedBatch {
 /// batch id already acknowledged for the run adds nothing. Raises LOSS_NAN
 /// once per run and loss-like key.
 pub async fn ingest(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     batch: Batch,
     loss_pattern: &str,
@@ -205,23 +205,26 @@ pub async fn ingest(
 
 /// [`ingest`] of a batch prepared before the transaction.
 pub async fn store(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     prepared: &PreparedBatch,
     loss_pattern: &str,
 ) -> Result<IngestResult, Error> {
     let now = now_ms();
-    let fresh = sqlx::query(
-        "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (run_id, batch_id) DO NOTHING",
-    )
-    .bind(run_id)
-    .bind(&prepared.batch_id)
-    .bind(prepared.points as i64)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
-    if fresh.rows_affected() == 0 {
+    let fresh = sql!(conn, |conn| {
+        sqlx::query(
+            "INSERT INTO metric_batches (run_id, batch_id, points, received_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (run_id, batch_id) DO NOTHING",
+        )
+        .bind(run_id)
+        .bind(&prepared.batch_id)
+        .bind(prepared.points as i64)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    if fresh == 0 {
         return Ok(IngestResult {
             accepted: 0,
             duplicate: true,
@@ -250,7 +253,7 @@ pub(crate) fn sort_points(points: &mut [RawPoint]) {
 /// Stores points of one series (sorted) as chunks of at most `chunk_points`
 /// ([`CHUNK_POINTS`] at ingest, [`chunk::MERGED_CHUNK_POINTS`] when compacting).
 pub(crate) async fn insert_chunks(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     key: &str,
     points: &[RawPoint],
@@ -302,7 +305,7 @@ const CHUNKS_PER_STATEMENT: usize = 200;
 /// a run or a node) as chunks of at most `chunk_points`, many rows per
 /// statement, each with its summaries at every level.
 pub(crate) async fn insert_series_chunks(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     series: &[(&str, &str, &[RawPoint])],
     chunk_points: usize,
 ) -> Result<(), Error> {
@@ -319,7 +322,7 @@ pub(crate) async fn insert_series_chunks(
 
 /// Inserts encoded chunks of several series of one owner, many rows per statement.
 pub(crate) async fn insert_encoded(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     owner: &str,
     series: &[(&str, &[EncodedChunk])],
 ) -> Result<(), Error> {
@@ -331,31 +334,31 @@ pub(crate) async fn insert_encoded(
 }
 
 /// Inserts encoded chunks, each as (owner, key, chunk), many rows per statement.
-async fn insert_chunk_rows(
-    conn: &mut SqliteConnection,
-    rows: &[(&str, &str, &EncodedChunk)],
-) -> Result<(), Error> {
+async fn insert_chunk_rows(conn: &mut Tx, rows: &[(&str, &str, &EncodedChunk)]) -> Result<(), Error> {
     let [fine, mid, coarse] = LEVELS;
+    let head = format!(
+        "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, {}, {}, {}, points) ",
+        coarse.column, mid.column, fine.column
+    );
     for statement in rows.chunks(CHUNKS_PER_STATEMENT) {
-        let mut insert = sqlx::QueryBuilder::new(format!(
-            "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, {}, {}, {}, points) ",
-            coarse.column, mid.column, fine.column
-        ));
-        insert.push_values(statement, |mut row, &(owner, key, chunk)| {
-            let [fine, mid, coarse] = &chunk.summaries;
-            row.push_bind(owner)
-                .push_bind(key)
-                .push_bind(chunk.step_min)
-                .push_bind(chunk.step_max)
-                .push_bind(chunk.time_min)
-                .push_bind(chunk.time_max)
-                .push_bind(chunk.count)
-                .push_bind(&coarse[..])
-                .push_bind(&mid[..])
-                .push_bind(&fine[..])
-                .push_bind(&chunk.points[..]);
-        });
-        insert.build().execute(&mut *conn).await?;
+        sql!(conn, |conn| {
+            let mut insert = sqlx::QueryBuilder::new(&head);
+            insert.push_values(statement, |mut row, &(owner, key, chunk)| {
+                let [fine, mid, coarse] = &chunk.summaries;
+                row.push_bind(owner)
+                    .push_bind(key)
+                    .push_bind(chunk.step_min)
+                    .push_bind(chunk.step_max)
+                    .push_bind(chunk.time_min)
+                    .push_bind(chunk.time_max)
+                    .push_bind(chunk.count)
+                    .push_bind(&coarse[..])
+                    .push_bind(&mid[..])
+                    .push_bind(&fine[..])
+                    .push_bind(&chunk.points[..]);
+            });
+            insert.build().execute(conn).await.map(|_| ())
+        })?;
     }
     Ok(())
 }
@@ -367,54 +370,56 @@ const SERIES_PER_STATEMENT: usize = 500;
 /// Updates each key's summary row with a batch's figures, many keys per
 /// statement; raises LOSS_NAN for a loss key's first non-finite value.
 async fn update_series(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     series: &[(String, Vec<EncodedChunk>, SeriesUpdate)],
     loss_pattern: &str,
     now: i64,
 ) -> Result<(), Error> {
     for statement in series.chunks(SERIES_PER_STATEMENT) {
-        let mut upsert = sqlx::QueryBuilder::new(
-            "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
-                                        first_non_finite_step, min_value, min_step, max_value, max_step) ",
-        );
-        upsert.push_values(statement, |mut row, (key, _, update)| {
-            row.push_bind(run_id)
-                .push_bind(key)
-                .push_bind(update.points)
-                .push_bind(update.non_finite)
-                .push_bind(update.newest.step)
-                .push_bind(update.newest.wall)
-                .push_bind(update.newest.value.to_bits() as i64)
-                .push_bind(update.first_bad.map(|p| p.step))
-                .push_bind(update.min.map(|p| p.value))
-                .push_bind(update.min.map(|p| p.step))
-                .push_bind(update.max.map(|p| p.value))
-                .push_bind(update.max.map(|p| p.step));
-        });
-        // The latest point moves only forward (a batch of older steps
-        // sent late leaves it).
-        upsert.push(
-            " ON CONFLICT (run_id, key) DO UPDATE SET
-                 min_step = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
-                                   OR (excluded.min_value = min_value AND excluded.min_step < min_step)
-                                 THEN coalesce(excluded.min_step, min_step) ELSE min_step END,
-                 min_value = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
-                                  THEN coalesce(excluded.min_value, min_value) ELSE min_value END,
-                 max_step = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
-                                   OR (excluded.max_value = max_value AND excluded.max_step < max_step)
-                                 THEN coalesce(excluded.max_step, max_step) ELSE max_step END,
-                 max_value = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
-                                  THEN coalesce(excluded.max_value, max_value) ELSE max_value END,
-                 points = points + excluded.points,
-                 non_finite = non_finite + excluded.non_finite,
-                 latest_wall = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_wall ELSE latest_wall END,
-                 latest_bits = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_bits ELSE latest_bits END,
-                 latest_step = max(excluded.latest_step, latest_step),
-                 first_non_finite_step = min(coalesce(first_non_finite_step, excluded.first_non_finite_step),
-                                             coalesce(excluded.first_non_finite_step, first_non_finite_step))",
-        );
-        upsert.build().execute(&mut *conn).await?;
+        sql!(conn, |conn| {
+            let mut upsert = sqlx::QueryBuilder::new(
+                "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
+                                            first_non_finite_step, min_value, min_step, max_value, max_step) ",
+            );
+            upsert.push_values(statement, |mut row, (key, _, update)| {
+                row.push_bind(run_id)
+                    .push_bind(key)
+                    .push_bind(update.points)
+                    .push_bind(update.non_finite)
+                    .push_bind(update.newest.step)
+                    .push_bind(update.newest.wall)
+                    .push_bind(update.newest.value.to_bits() as i64)
+                    .push_bind(update.first_bad.map(|p| p.step))
+                    .push_bind(update.min.map(|p| p.value))
+                    .push_bind(update.min.map(|p| p.step))
+                    .push_bind(update.max.map(|p| p.value))
+                    .push_bind(update.max.map(|p| p.step));
+            });
+            // The latest point moves only forward (a batch of older steps
+            // sent late leaves it).
+            upsert.push(
+                " ON CONFLICT (run_id, key) DO UPDATE SET
+                     min_step = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
+                                       OR (excluded.min_value = min_value AND excluded.min_step < min_step)
+                                     THEN coalesce(excluded.min_step, min_step) ELSE min_step END,
+                     min_value = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
+                                      THEN coalesce(excluded.min_value, min_value) ELSE min_value END,
+                     max_step = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
+                                       OR (excluded.max_value = max_value AND excluded.max_step < max_step)
+                                     THEN coalesce(excluded.max_step, max_step) ELSE max_step END,
+                     max_value = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
+                                      THEN coalesce(excluded.max_value, max_value) ELSE max_value END,
+                     points = points + excluded.points,
+                     non_finite = non_finite + excluded.non_finite,
+                     latest_wall = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_wall ELSE latest_wall END,
+                     latest_bits = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_bits ELSE latest_bits END,
+                     latest_step = max(excluded.latest_step, latest_step),
+                     first_non_finite_step = min(coalesce(first_non_finite_step, excluded.first_non_finite_step),
+                                                 coalesce(excluded.first_non_finite_step, first_non_finite_step))",
+            );
+            upsert.build().execute(conn).await.map(|_| ())
+        })?;
     }
     for (key, _, update) in series {
         if let Some(first_bad) = update.first_bad
@@ -428,29 +433,32 @@ async fn update_series(
 
 /// A LOSS_NAN event for a loss key's first non-finite value, once per key.
 async fn report_loss_nan(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     key: &str,
     first_bad: RawPoint,
     now: i64,
 ) -> Result<(), Error> {
-    let newly_reported = sqlx::query(
-        "UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = $1 AND key = $2 AND loss_nan_reported = 0",
-    )
-    .bind(run_id)
-    .bind(key)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected()
-        == 1;
+    let newly_reported = sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = $1 AND key = $2 AND loss_nan_reported = 0",
+        )
+        .bind(run_id)
+        .bind(key)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })? == 1;
     if !newly_reported {
         return Ok(());
     }
     let (step, bad) = (first_bad.step, Value(first_bad.value).describe());
-    let job_id: Option<String> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
-        .bind(run_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let job_id: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_one(conn)
+            .await
+    })?;
     let links = Links {
         job_id: job_id.as_deref(),
         run_id: Some(run_id),
@@ -465,16 +473,19 @@ async fn report_loss_nan(
 
 /// The latest point of every key of each of these runs (one query for a page of runs).
 pub async fn latest_of_runs(
-    db: &SqlitePool,
+    db: &Db,
     run_ids: &[&str],
 ) -> Result<HashMap<String, BTreeMap<String, Latest>>, Error> {
-    let rows: Vec<(String, String, i64, i64, i64, i64)> = sqlx::query_as(
-        "SELECT run_id, key, points, non_finite, latest_step, latest_bits FROM metric_series
-         WHERE run_id IN (SELECT value FROM json_each($1))",
-    )
-    .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
-    .fetch_all(db)
-    .await?;
+    let ids = serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into());
+    let rows: Vec<(String, String, i64, i64, i64, i64)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT run_id, key, points, non_finite, latest_step, latest_bits FROM metric_series
+             WHERE run_id IN (SELECT value FROM json_each($1))",
+        )
+        .bind(&ids)
+        .fetch_all(pool)
+        .await
+    })?;
     let mut by_run: HashMap<String, BTreeMap<String, Latest>> = HashMap::new();
     for (run_id, key, count, non_finite, step, bits) in rows {
         let value = f64::from_bits(bits as u64);
@@ -491,13 +502,14 @@ pub async fn latest_of_runs(
 }
 
 /// The step of a series' first non-finite value, if it has one.
-pub async fn first_non_finite_step(db: &SqlitePool, run_id: &str, key: &str) -> Result<Option<i64>, Error> {
-    let step: Option<Option<i64>> =
+pub async fn first_non_finite_step(db: &Db, run_id: &str, key: &str) -> Result<Option<i64>, Error> {
+    let step: Option<Option<i64>> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT first_non_finite_step FROM metric_series WHERE run_id = $1 AND key = $2")
             .bind(run_id)
             .bind(key)
-            .fetch_optional(db)
-            .await?;
+            .fetch_optional(pool)
+            .await
+    })?;
     Ok(step.flatten())
 }
 
@@ -544,12 +556,14 @@ impl Range<'_> {
         )
     }
 
-    fn bind<'q, O>(
+    fn bind<'q, D: sqlx::Database, O>(
         &self,
-        query: sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>,
-    ) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>
+        query: sqlx::query::QueryAs<'q, D, O, D::Arguments<'q>>,
+    ) -> sqlx::query::QueryAs<'q, D, O, D::Arguments<'q>>
     where
         Self: 'q,
+        String: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        f64: sqlx::Encode<'q, D> + sqlx::Type<D>,
     {
         query
             .bind(self.run_id.to_string())
@@ -559,18 +573,9 @@ impl Range<'_> {
     }
 
     /// One blob (or blob expression) of every chunk matching `condition`.
-    async fn blobs(
-        &self,
-        db: &mut SqliteConnection,
-        column: &str,
-        condition: &str,
-    ) -> Result<Vec<Vec<u8>>, Error> {
-        let blobs: Vec<(Vec<u8>,)> = self
-            .bind(sqlx::query_as(&format!(
-                "SELECT {column} FROM metric_chunks WHERE {condition}"
-            )))
-            .fetch_all(db)
-            .await?;
+    async fn blobs(&self, db: &mut Tx, column: &str, condition: &str) -> Result<Vec<Vec<u8>>, Error> {
+        let text = format!("SELECT {column} FROM metric_chunks WHERE {condition}");
+        let blobs: Vec<(Vec<u8>,)> = sql!(db, |conn| self.bind(sqlx::query_as(&text)).fetch_all(conn).await)?;
         Ok(blobs.into_iter().map(|(blob,)| blob).collect())
     }
 }
@@ -585,11 +590,11 @@ fn decode_all(blobs: &[Vec<u8>]) -> Result<Vec<RawPoint>, Error> {
 
 /// One series over a range: points when there are at most `max_points`,
 /// else at most `max_points` buckets with min, max, last and non-finite counts.
-pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Series, Error> {
+pub async fn query(db: &Db, run_id: &str, query: &Query) -> Result<Series, Error> {
     // One read transaction: every statement below sees the same chunks,
     // even while compaction replaces some of them.
-    let mut snapshot = db.begin().await?;
-    let db = &mut *snapshot;
+    let mut snapshot = crate::store::read(db).await?;
+    let db = &mut snapshot;
     let (from, to) = (
         query.from.unwrap_or(f64::NEG_INFINITY),
         query.to.unwrap_or(f64::INFINITY),
@@ -608,16 +613,17 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
     };
     // What the range holds, in one row (from the index alone): the points
     // of the chunks wholly inside it, and where its data starts and ends.
-    let (inside_points, lo, hi): (i64, Option<f64>, Option<f64>) = range
-        .bind(sqlx::query_as(&format!(
-            "SELECT coalesce(sum(CASE WHEN {inside} THEN count ELSE 0 END), 0),
-                    min(max(CAST({lo_col} AS REAL), $3)), max(min(CAST({hi_col} AS REAL), $4))
-             FROM metric_chunks WHERE {overlapping}",
-            inside = range.inside(),
-            overlapping = range.overlapping(),
-        )))
-        .fetch_one(&mut *db)
-        .await?;
+    let bounds = format!(
+        "SELECT coalesce(sum(CASE WHEN {inside} THEN count ELSE 0 END), 0),
+                min(max(CAST({lo_col} AS REAL), $3)), max(min(CAST({hi_col} AS REAL), $4))
+         FROM metric_chunks WHERE {overlapping}",
+        inside = range.inside(),
+        overlapping = range.overlapping(),
+    );
+    let (inside_points, lo, hi): (i64, Option<f64>, Option<f64>) = sql!(db, |conn| range
+        .bind(sqlx::query_as(&bounds))
+        .fetch_one(conn)
+        .await)?;
     let in_range = |p: &RawPoint| {
         let x = match query.axis {
             Axis::Step => p.step as f64,
@@ -633,13 +639,13 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         Axis::Time => (i64::MIN, i64::MAX),
     };
     let mut edge_points = Vec::new();
-    for blob in range.blobs(&mut *db, "points", &cut).await? {
+    for blob in range.blobs(db, "points", &cut).await? {
         decode_steps(&blob, first, last, &mut edge_points).map_err(anyhow::Error::from)?;
     }
     edge_points.retain(in_range);
     let total = inside_points as usize + edge_points.len();
     if total <= query.max_points {
-        let mut points = decode_all(&range.blobs(&mut *db, "points", &range.inside()).await?)?;
+        let mut points = decode_all(&range.blobs(db, "points", &range.inside()).await?)?;
         points.extend(edge_points);
         points.sort_by(|a, b| a.step.cmp(&b.step).then(a.wall.total_cmp(&b.wall)));
         return Ok(Series {
@@ -683,7 +689,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
         .find(|level| total / buckets >= 2 * level.sub_points);
     let mut points = edge_points;
     if let Some(level) = level {
-        for sub in load_summaries(&range, &mut *db, *level).await? {
+        for sub in load_summaries(&range, db, *level).await? {
             let x = match query.axis {
                 Axis::Step => sub.step_from as f64,
                 Axis::Time => sub.time_min,
@@ -691,9 +697,7 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
             add(index(x), &sub);
         }
     } else {
-        points.extend(decode_all(
-            &range.blobs(&mut *db, "points", &range.inside()).await?,
-        )?);
+        points.extend(decode_all(&range.blobs(db, "points", &range.inside()).await?)?);
     }
     for point in points {
         let x = match query.axis {
@@ -728,18 +732,14 @@ pub async fn query(db: &SqlitePool, run_id: &str, query: &Query) -> Result<Serie
 /// The value of a series at each of `steps`: the point at that step, else
 /// the last one before it (None before the first point). Decodes only the
 /// chunks that hold or precede the steps.
-pub async fn values_at(
-    db: &SqlitePool,
-    run_id: &str,
-    key: &str,
-    steps: &[i64],
-) -> Result<Vec<Option<f64>>, Error> {
-    let chunks: Vec<(i64, i64, i64)> =
+pub async fn values_at(db: &Db, run_id: &str, key: &str, steps: &[i64]) -> Result<Vec<Option<f64>>, Error> {
+    let chunks: Vec<(i64, i64, i64)> = sql!(db, |pool| {
         sqlx::query_as("SELECT id, step_min, step_max FROM metric_chunks WHERE run_id = $1 AND key = $2")
             .bind(run_id)
             .bind(key)
-            .fetch_all(db)
-            .await?;
+            .fetch_all(pool)
+            .await
+    })?;
     let mut needed = std::collections::BTreeSet::new();
     for &step in steps {
         let holding: Vec<i64> = chunks
@@ -768,17 +768,19 @@ pub async fn values_at(
         .collect())
 }
 
-async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<Vec<RawPoint>, Error> {
+async fn load_points(db: &Db, ids: impl Iterator<Item = i64>) -> Result<Vec<RawPoint>, Error> {
     let ids: Vec<i64> = ids.collect();
     let mut points = Vec::new();
     if ids.is_empty() {
         return Ok(points);
     }
-    let blobs: Vec<Vec<u8>> =
+    let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
+    let blobs: Vec<Vec<u8>> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT points FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
-            .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
-            .fetch_all(db)
-            .await?;
+            .bind(&ids)
+            .fetch_all(pool)
+            .await
+    })?;
     for blob in blobs {
         decode_points(&blob, &mut points).map_err(anyhow::Error::from)?;
     }
@@ -788,11 +790,7 @@ async fn load_points(db: &SqlitePool, ids: impl Iterator<Item = i64>) -> Result<
 /// The summaries at `level` of the chunks wholly inside the range, or at
 /// the next finer level a chunk has (chunks from before the coarser levels
 /// have them empty).
-async fn load_summaries(
-    range: &Range<'_>,
-    db: &mut SqliteConnection,
-    level: Level,
-) -> Result<Vec<Sub>, Error> {
+async fn load_summaries(range: &Range<'_>, db: &mut Tx, level: Level) -> Result<Vec<Sub>, Error> {
     // This level, then each finer one, down to the finest.
     let columns: Vec<&str> = LEVELS
         .iter()

@@ -2,10 +2,11 @@
 //! stored with a metric batch, in its transaction, and listed newest step
 //! first for the run page's table.
 
+use crate::sql;
 use crate::store::Error;
+use crate::store::{Db, Tx};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::metric::Text;
-use sqlx::{SqliteConnection, SqlitePool};
 
 /// The most texts one batch may carry, and the longest text.
 pub const MAX_BATCH_TEXTS: usize = 1_000;
@@ -34,16 +35,21 @@ pub fn validate(texts: &[Text], errors: &mut Vec<FieldError>) {
 }
 
 /// Stores a validated batch's texts in the caller's transaction.
-pub async fn insert(conn: &mut SqliteConnection, run_id: &str, texts: &[Text]) -> Result<(), Error> {
+pub async fn insert(conn: &mut Tx, run_id: &str, texts: &[Text]) -> Result<(), Error> {
     for text in texts {
-        sqlx::query("INSERT INTO run_texts (run_id, key, step, wall_time, text) VALUES ($1, $2, $3, $4, $5)")
+        sql!(conn, |conn| {
+            sqlx::query(
+                "INSERT INTO run_texts (run_id, key, step, wall_time, text) VALUES ($1, $2, $3, $4, $5)",
+            )
             .bind(run_id)
             .bind(&text.key)
             .bind(text.step)
             .bind(text.wall_time)
             .bind(&text.text)
-            .execute(&mut *conn)
-            .await?;
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
     }
     Ok(())
 }
@@ -52,7 +58,7 @@ pub async fn insert(conn: &mut SqliteConnection, run_id: &str, texts: &[Text]) -
 /// texts at one step the latest logged first. `before` is the cursor the
 /// previous page returned.
 pub async fn list(
-    db: &SqlitePool,
+    db: &Db,
     run_id: &str,
     key: Option<&str>,
     before: Option<i64>,
@@ -61,17 +67,19 @@ pub async fn list(
     // The cursor is an offset into this order: texts arrive out of step
     // order, so no one column keys it.
     let offset = before.unwrap_or(0);
-    let rows: Vec<(String, i64, f64, String)> = sqlx::query_as(
-        "SELECT key, step, wall_time, text FROM run_texts
+    let rows: Vec<(String, i64, f64, String)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT key, step, wall_time, text FROM run_texts
          WHERE run_id = $1 AND ($2 IS NULL OR key = $2)
          ORDER BY step DESC, id DESC LIMIT $3 OFFSET $4",
-    )
-    .bind(run_id)
-    .bind(key)
-    .bind(limit + 1)
-    .bind(offset)
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(run_id)
+        .bind(key)
+        .bind(limit + 1)
+        .bind(offset)
+        .fetch_all(pool)
+        .await
+    })?;
     let more = rows.len() as i64 > limit;
     let texts = rows
         .into_iter()
@@ -87,11 +95,11 @@ pub async fn list(
 }
 
 /// The keys a run logged texts under, sorted.
-pub async fn keys(db: &SqlitePool, run_id: &str) -> Result<Vec<String>, Error> {
-    Ok(
+pub async fn keys(db: &Db, run_id: &str) -> Result<Vec<String>, Error> {
+    Ok(sql!(db, |pool| {
         sqlx::query_scalar("SELECT DISTINCT key FROM run_texts WHERE run_id = $1 ORDER BY key")
             .bind(run_id)
-            .fetch_all(db)
-            .await?,
-    )
+            .fetch_all(pool)
+            .await
+    })?)
 }

@@ -4,6 +4,8 @@
 //! each node id seen, which never changes (nodes are neither renamed nor
 //! deleted), so an agent's poll checks its node without a query.
 
+use crate::sql;
+use crate::store::Db;
 use axum::body::Body;
 use gpuplane_api::agent::AgentCommand;
 use std::collections::HashMap;
@@ -26,18 +28,16 @@ pub struct AgentLink {
 impl AgentLink {
     /// The name of the node with id `node_id`, or `None` if no such node
     /// is registered.
-    pub async fn node_name(
-        &self,
-        db: &sqlx::SqlitePool,
-        node_id: &str,
-    ) -> Result<Option<String>, sqlx::Error> {
+    pub async fn node_name(&self, db: &Db, node_id: &str) -> Result<Option<String>, sqlx::Error> {
         if let Some(name) = self.names.lock().unwrap_or_else(|e| e.into_inner()).get(node_id) {
             return Ok(Some(name.clone()));
         }
-        let name: Option<String> = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
-            .bind(node_id)
-            .fetch_optional(db)
-            .await?;
+        let name: Option<String> = sql!(db, |pool| {
+            sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+                .bind(node_id)
+                .fetch_optional(pool)
+                .await
+        })?;
         if let Some(name) = &name {
             let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
             names.insert(node_id.to_string(), name.clone());

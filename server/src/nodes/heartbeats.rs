@@ -9,6 +9,7 @@
 //! is written.
 
 use super::{record_reconnect, write_gpus};
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::time::now_ms;
@@ -63,36 +64,41 @@ impl Heartbeats {
         let mut tx = crate::store::write(&state.db).await?;
         // Most nodes are ONLINE: their times are written in one statement.
         let times: Vec<(&str, i64)> = waiting.iter().map(|(id, r)| (id.as_str(), r.at)).collect();
-        let online: HashSet<String> = sqlx::query_scalar(
-            "UPDATE nodes SET last_seen_at = max(last_seen_at, reading.value ->> 1)
+        let online: HashSet<String> = sql!(tx, |conn| {
+            sqlx::query_scalar(
+                "UPDATE nodes SET last_seen_at = max(last_seen_at, reading.value ->> 1)
              FROM json_each($1) AS reading
              WHERE nodes.id = reading.value ->> 0 AND nodes.status = 'ONLINE'
              RETURNING nodes.id",
-        )
-        .bind(serde_json::to_string(&times).map_err(anyhow::Error::from)?)
-        .fetch_all(&mut *tx)
-        .await?
+            )
+            .bind(serde_json::to_string(&times).map_err(anyhow::Error::from)?)
+            .fetch_all(conn)
+            .await
+        })?
         .into_iter()
         .collect();
         let mut reconnected = false;
         let mut gpus = Vec::with_capacity(waiting.len());
         for (node_id, reading) in &waiting {
             if !online.contains(node_id) {
-                let Some((status, name)) =
+                let Some((status, name)) = sql!(tx, |conn| {
                     sqlx::query_as::<_, (String, String)>("SELECT status, name FROM nodes WHERE id = $1")
                         .bind(node_id)
-                        .fetch_optional(&mut *tx)
-                        .await?
+                        .fetch_optional(conn)
+                        .await
+                })?
                 else {
                     continue; // deleted since it polled
                 };
-                sqlx::query(
+                sql!(tx, |conn| {
+                    sqlx::query(
                     "UPDATE nodes SET status = 'ONLINE', last_seen_at = max(last_seen_at, $1) WHERE id = $2",
                 )
                 .bind(reading.at)
                 .bind(node_id)
-                .execute(&mut *tx)
-                .await?;
+                .execute(conn)
+                .await.map(|_| ())
+                })?;
                 if status == "OFFLINE" {
                     record_reconnect(&mut tx, node_id, &name, reading.at).await?;
                     reconnected = true;
@@ -100,7 +106,7 @@ impl Heartbeats {
             }
             gpus.push((node_id.as_str(), &reading.gpus[..]));
         }
-        write_gpus(&mut *tx, &gpus).await?;
+        write_gpus(&mut tx, &gpus).await?;
         tx.commit().await?;
         if reconnected {
             state.nodes_changed.notify_one();

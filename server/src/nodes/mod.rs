@@ -8,31 +8,35 @@ pub mod telemetry;
 
 use crate::events::{self, Links};
 use crate::jobs::lifecycle;
+use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
+use crate::store::{Db, Tx};
 use gpuplane_api::agent::AgentHello;
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::node::{Gpu, GpuSource, LabelChanges, Node, NodeStatus};
-use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// Registers a node (or refreshes the one with the same name) and marks it
 /// ONLINE; returns its id and whether it was OFFLINE before.
-pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result<(String, bool), Error> {
+pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool), Error> {
     let now = now_ms();
     // A map of strings always serialises.
     let labels = serde_json::to_string(&hello.labels).unwrap_or_else(|_| "{}".to_string());
-    let was_offline: Option<String> = sqlx::query_scalar("SELECT status FROM nodes WHERE name = $1")
-        .bind(&hello.name)
-        .fetch_optional(&mut *conn)
-        .await?;
+    let was_offline: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT status FROM nodes WHERE name = $1")
+            .bind(&hello.name)
+            .fetch_optional(conn)
+            .await
+    })?;
     // The admins' label changes stay on top of what the agent says.
-    let node_id: String = sqlx::query_scalar(
+    let node_id: String = sql!(conn, |conn| {
+        sqlx::query_scalar(
         "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at)
          VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7)
          ON CONFLICT (name) DO UPDATE SET
@@ -49,12 +53,16 @@ pub async fn register(conn: &mut SqliteConnection, hello: &AgentHello) -> Result
     .bind(&hello.agent_version)
     .bind(now)
     .bind(now)
-    .fetch_one(&mut *conn)
-    .await?;
-    sqlx::query("DELETE FROM gpus WHERE node_id = $1")
-        .bind(&node_id)
-        .execute(&mut *conn)
-        .await?;
+    .fetch_one(conn)
+    .await
+    })?;
+    sql!(conn, |conn| {
+        sqlx::query("DELETE FROM gpus WHERE node_id = $1")
+            .bind(&node_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     write_gpus(&mut *conn, &[(&node_id, &hello.gpus)]).await?;
     Ok((node_id, was_offline.as_deref() == Some("OFFLINE")))
 }
@@ -65,7 +73,7 @@ pub const MAX_LABEL_VALUE: usize = 256;
 
 /// Applies an admin's label changes to the node named `name`: kept in
 /// `admin_labels`, so agent restarts keep them; `labels` is recomputed.
-pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) -> Result<(), Error> {
+pub async fn change_labels(db: &Db, name: &str, changes: &LabelChanges) -> Result<(), Error> {
     let mut errors = Vec::new();
     let reserved = gpuplane_api::node::NODE_NAME_LABEL;
     let keys = changes
@@ -106,10 +114,12 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
         return Err(Error::Invalid(errors));
     }
     let mut tx = crate::store::write(db).await?;
-    let current: Option<String> = sqlx::query_scalar("SELECT admin_labels FROM nodes WHERE name = $1")
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?;
+    let current: Option<String> = sql!(tx, |conn| {
+        sqlx::query_scalar("SELECT admin_labels FROM nodes WHERE name = $1")
+            .bind(name)
+            .fetch_optional(conn)
+            .await
+    })?;
     let current = current.ok_or_else(|| Error::NotFound(format!("no node {name}")))?;
     let mut admin: BTreeMap<String, Option<String>> = if changes.reset {
         BTreeMap::new()
@@ -123,23 +133,23 @@ pub async fn change_labels(db: &SqlitePool, name: &str, changes: &LabelChanges) 
         admin.insert(key.clone(), None);
     }
     let admin = serde_json::to_string(&admin).map_err(anyhow::Error::from)?;
-    sqlx::query("UPDATE nodes SET admin_labels = $1, labels = json_patch(agent_labels, $2) WHERE name = $3")
+    sql!(tx, |conn| {
+        sqlx::query(
+            "UPDATE nodes SET admin_labels = $1, labels = json_patch(agent_labels, $2) WHERE name = $3",
+        )
         .bind(&admin)
         .bind(&admin)
         .bind(name)
-        .execute(&mut *tx)
-        .await?;
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(())
 }
 
 /// AGENT_RECONNECTED for a node that was OFFLINE.
-pub async fn record_reconnect(
-    conn: &mut SqliteConnection,
-    node_id: &str,
-    name: &str,
-    now: i64,
-) -> Result<(), Error> {
+pub async fn record_reconnect(conn: &mut Tx, node_id: &str, name: &str, now: i64) -> Result<(), Error> {
     let links = Links {
         node_id: Some(node_id),
         ..Links::default()
@@ -159,10 +169,7 @@ pub async fn record_reconnect(
 
 /// Writes the GPUs of several nodes (index, model, latest readings), all in
 /// one statement, over what was there for the same indices.
-pub(crate) async fn write_gpus<'c>(
-    conn: impl sqlx::Executor<'c, Database = sqlx::Sqlite>,
-    nodes: &[(&str, &[Gpu])],
-) -> Result<(), Error> {
+pub(crate) async fn write_gpus(conn: &mut Tx, nodes: &[(&str, &[Gpu])]) -> Result<(), Error> {
     let rows: Vec<serde_json::Value> = nodes
         .iter()
         .flat_map(|&(node_id, gpus)| {
@@ -185,8 +192,9 @@ pub(crate) async fn write_gpus<'c>(
         return Ok(());
     }
     // `WHERE true` tells SQLite's parser the ON CONFLICT is the upsert's.
-    sqlx::query(
-        "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
+    sql!(conn, |conn| {
+        sqlx::query(
+            "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
                            utilization_percent, temperature_c)
          SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
                 value ->> 5, value ->> 6, value ->> 7, value ->> 8
@@ -195,10 +203,12 @@ pub(crate) async fn write_gpus<'c>(
              uuid = excluded.uuid, model = excluded.model, source = excluded.source,
              memory_total_mib = excluded.memory_total_mib, memory_used_mib = excluded.memory_used_mib,
              utilization_percent = excluded.utilization_percent, temperature_c = excluded.temperature_c",
-    )
-    .bind(serde_json::Value::Array(rows).to_string())
-    .execute(conn)
-    .await?;
+        )
+        .bind(serde_json::Value::Array(rows).to_string())
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }
 
@@ -239,18 +249,22 @@ struct GpuRow {
 }
 
 /// Every node, by name, with its GPUs by index.
-pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
-    let nodes: Vec<NodeRow> = sqlx::query_as(
+pub async fn list(db: &Db) -> Result<Vec<Node>, Error> {
+    let nodes: Vec<NodeRow> = sql!(db, |pool| {
+        sqlx::query_as(
         "SELECT id, name, hostname, labels, admin_labels, agent_version, status, last_seen_at, drained_at, drained_by,
                 (SELECT count(*) FROM attempts a
                  WHERE a.node_id = nodes.id AND a.status IN ('DISPATCHING', 'RUNNING')) AS active
          FROM nodes ORDER BY name",
     )
-    .fetch_all(db)
-    .await?;
-    let gpus: Vec<GpuRow> = sqlx::query_as("SELECT * FROM gpus ORDER BY node_id, idx")
-        .fetch_all(db)
-        .await?;
+    .fetch_all(pool)
+    .await
+    })?;
+    let gpus: Vec<GpuRow> = sql!(db, |pool| {
+        sqlx::query_as("SELECT * FROM gpus ORDER BY node_id, idx")
+            .fetch_all(pool)
+            .await
+    })?;
     let mut by_node: BTreeMap<String, Vec<Gpu>> = BTreeMap::new();
     for row in gpus {
         by_node.entry(row.node_id.clone()).or_default().push(Gpu {
@@ -293,25 +307,30 @@ pub async fn list(db: &SqlitePool) -> Result<Vec<Node>, Error> {
 
 /// Drains the node named `name` (`by` says who): it takes no new jobs and
 /// its running jobs finish. Draining a drained node changes nothing.
-pub async fn drain(db: &SqlitePool, name: &str, by: Option<&str>) -> Result<(), Error> {
-    let changed = sqlx::query(
+pub async fn drain(db: &Db, name: &str, by: Option<&str>) -> Result<(), Error> {
+    let changed = sql!(db, |pool| {
+        sqlx::query(
         "UPDATE nodes SET drained_at = coalesce(drained_at, $1), drained_by = coalesce(drained_by, $2) WHERE name = $3",
     )
     .bind(now_ms())
     .bind(by)
     .bind(name)
-    .execute(db)
-    .await?;
-    one_node(changed.rows_affected(), name)
+    .execute(pool)
+    .await.map(|done| done.rows_affected())
+    })?;
+    one_node(changed, name)
 }
 
 /// Lets the node named `name` take jobs again.
-pub async fn undrain(db: &SqlitePool, name: &str) -> Result<(), Error> {
-    let changed = sqlx::query("UPDATE nodes SET drained_at = NULL, drained_by = NULL WHERE name = $1")
-        .bind(name)
-        .execute(db)
-        .await?;
-    one_node(changed.rows_affected(), name)
+pub async fn undrain(db: &Db, name: &str) -> Result<(), Error> {
+    let changed = sql!(db, |pool| {
+        sqlx::query("UPDATE nodes SET drained_at = NULL, drained_by = NULL WHERE name = $1")
+            .bind(name)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    one_node(changed, name)
 }
 
 /// An update by node name changed one node, or there is no such node.
@@ -353,19 +372,23 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
     state.heartbeats.flush(state).await?;
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
-    let expired: Vec<(String, String)> = sqlx::query_as(
+    let expired: Vec<(String, String)> = sql!(tx, |conn| {
+        sqlx::query_as(
         "UPDATE nodes SET status = 'OFFLINE' WHERE status = 'ONLINE' AND last_seen_at <= $1 RETURNING id, name",
     )
     .bind(now - timeout_ms)
-    .fetch_all(&mut *tx)
-    .await?;
+    .fetch_all(conn)
+    .await
+    })?;
     for (node_id, name) in &expired {
-        let active: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
-        )
-        .bind(node_id)
-        .fetch_one(&mut *tx)
-        .await?;
+        let active: i64 = sql!(tx, |conn| {
+            sqlx::query_scalar(
+                "SELECT count(*) FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
+            )
+            .bind(node_id)
+            .fetch_one(conn)
+            .await
+        })?;
         let message = format!(
             "node {name} missed its heartbeats for {}s; {active} active job(s) turn LOST in {}s unless it reconnects",
             timeout_ms / 1000,
@@ -385,27 +408,32 @@ async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
         )
         .await?;
     }
-    let lost: Vec<(String, i64, String, String, i64)> = sqlx::query_as(
+    let lost: Vec<(String, i64, String, String, i64)> = sql!(tx, |conn| {
+        sqlx::query_as(
         "SELECT a.job_id, a.n, n.id, n.name, n.last_seen_at FROM attempts a JOIN nodes n ON n.id = a.node_id
          WHERE a.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= $1",
     )
     .bind(now - timeout_ms - grace_ms)
-    .fetch_all(&mut *tx)
-    .await?;
+    .fetch_all(conn)
+    .await
+    })?;
     for (job_id, attempt, node_id, name, last_seen) in &lost {
         let detail = format!("node {name} has not answered since {}", rfc3339(*last_seen));
         lifecycle::lose_attempt(&mut tx, job_id, *attempt, node_id, &detail, now).await?;
     }
-    let next_offline: Option<i64> =
+    let next_offline: Option<i64> = sql!(tx, |conn| {
         sqlx::query_scalar("SELECT min(last_seen_at) FROM nodes WHERE status = 'ONLINE'")
-            .fetch_one(&mut *tx)
-            .await?;
-    let next_lost: Option<i64> = sqlx::query_scalar(
-        "SELECT min(n.last_seen_at) FROM nodes n JOIN attempts a ON a.node_id = n.id
+            .fetch_one(conn)
+            .await
+    })?;
+    let next_lost: Option<i64> = sql!(tx, |conn| {
+        sqlx::query_scalar(
+            "SELECT min(n.last_seen_at) FROM nodes n JOIN attempts a ON a.node_id = n.id
          WHERE n.status = 'OFFLINE' AND a.status IN ('DISPATCHING', 'RUNNING')",
-    )
-    .fetch_one(&mut *tx)
-    .await?;
+        )
+        .fetch_one(conn)
+        .await
+    })?;
     tx.commit().await?;
     if !expired.is_empty() || !lost.is_empty() {
         // Events were recorded; lost jobs may be queued again.

@@ -10,14 +10,15 @@ use crate::events::{self, Links};
 use crate::metrics::chunk::{CHUNK_POINTS, RawPoint, decode_points};
 use crate::metrics::codec::to_millis;
 use crate::metrics::{self, Axis, Query};
+use crate::sql;
+use crate::store::Db;
 use crate::store::group::{GroupCommit, GroupStore, Limits};
 use crate::store::time::now_ms;
-use crate::store::{Error, WriteTx};
+use crate::store::{Error, Tx};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::metric::Series;
 use gpuplane_api::telemetry::{GpuFault, GpuFaultKind, TelemetryBatch, gpu_key, process_key};
-use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
@@ -99,7 +100,7 @@ pub struct Telemetry;
 const GATHER: Duration = Duration::from_millis(100);
 
 /// Starts the telemetry writer over `db`.
-pub fn start_writer(db: SqlitePool) -> TelemetryWriter {
+pub fn start_writer(db: Db) -> TelemetryWriter {
     let limits = Limits {
         most: 4 * MAX_BATCH_SAMPLES,
         gather: GATHER,
@@ -115,7 +116,7 @@ impl GroupStore for Telemetry {
         batch.samples.len().max(1)
     }
 
-    async fn store(&self, tx: &mut WriteTx, items: &[NodeBatch]) -> Result<Vec<Ingested>, Error> {
+    async fn store(&self, tx: &mut Tx, items: &[NodeBatch]) -> Result<Vec<Ingested>, Error> {
         ingest(tx, items).await
     }
 }
@@ -124,22 +125,24 @@ impl GroupStore for Telemetry {
 /// few statements; a batch id seen before for its node adds nothing. Each
 /// GPU fault becomes a `GPU_ERROR` event on the node and on the job that
 /// held the GPU then.
-pub async fn ingest(conn: &mut SqliteConnection, batches: &[NodeBatch]) -> Result<Vec<Ingested>, Error> {
+pub async fn ingest(conn: &mut Tx, batches: &[NodeBatch]) -> Result<Vec<Ingested>, Error> {
     let ids: Vec<(&str, &str, usize)> = batches
         .iter()
         .map(|(node_id, batch)| (node_id.as_str(), batch.batch_id.as_str(), batch.samples.len()))
         .collect();
     // A batch sent twice in one group is claimed by its first copy only.
-    let mut claimed: HashSet<(String, String)> = sqlx::query_as(
-        "INSERT INTO metric_batches (run_id, batch_id, points, received_at)
+    let mut claimed: HashSet<(String, String)> = sql!(conn, |conn| {
+        sqlx::query_as(
+            "INSERT INTO metric_batches (run_id, batch_id, points, received_at)
          SELECT value ->> 0, value ->> 1, value ->> 2, $1 FROM json_each($2) WHERE true
          ON CONFLICT (run_id, batch_id) DO NOTHING
          RETURNING run_id, batch_id",
-    )
-    .bind(now_ms())
-    .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
-    .fetch_all(&mut *conn)
-    .await?
+        )
+        .bind(now_ms())
+        .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
+        .fetch_all(conn)
+        .await
+    })?
     .into_iter()
     .collect();
     let mut ingested = Vec::with_capacity(batches.len());
@@ -169,13 +172,15 @@ pub async fn ingest(conn: &mut SqliteConnection, batches: &[NodeBatch]) -> Resul
     metrics::insert_series_chunks(conn, &chunks, CHUNK_POINTS).await?;
     // Every key in one statement: most are known already.
     let keys: Vec<(&str, &str)> = chunks.iter().map(|&(node_id, key, _)| (node_id, key)).collect();
-    sqlx::query(
+    sql!(conn, |conn| {
+        sqlx::query(
         "INSERT INTO telemetry_series (node_id, key) SELECT value ->> 0, value ->> 1 FROM json_each($1) WHERE true
          ON CONFLICT DO NOTHING",
     )
     .bind(serde_json::to_string(&keys).map_err(anyhow::Error::from)?)
-    .execute(&mut *conn)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     Ok(ingested)
 }
 
@@ -215,23 +220,27 @@ fn series_of(batch: &TelemetryBatch) -> BTreeMap<String, Vec<RawPoint>> {
 
 /// A `GPU_ERROR` event for a fault, linked to the job whose attempt held the
 /// GPU when it happened (critical, but for a corrected ECC error).
-async fn record_fault(conn: &mut SqliteConnection, node_id: &str, fault: &GpuFault) -> Result<(), Error> {
+async fn record_fault(conn: &mut Tx, node_id: &str, fault: &GpuFault) -> Result<(), Error> {
     let at = (fault.wall_time * 1000.0) as i64;
-    let holder: Option<(String, Option<String>)> = sqlx::query_as(
-        "SELECT a.job_id, r.id FROM attempts a LEFT JOIN runs r ON r.job_id = a.job_id
+    let holder: Option<(String, Option<String>)> = sql!(conn, |conn| {
+        sqlx::query_as(
+            "SELECT a.job_id, r.id FROM attempts a LEFT JOIN runs r ON r.job_id = a.job_id
          WHERE a.node_id = $1 AND a.started_at <= $2 AND (a.ended_at IS NULL OR a.ended_at >= $2)
            AND EXISTS (SELECT 1 FROM json_each(a.gpus) WHERE value = $3)
          ORDER BY a.started_at DESC LIMIT 1",
-    )
-    .bind(node_id)
-    .bind(at)
-    .bind(fault.index)
-    .fetch_optional(&mut *conn)
-    .await?;
-    let node: String = sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+        )
         .bind(node_id)
-        .fetch_one(&mut *conn)
-        .await?;
+        .bind(at)
+        .bind(i64::from(fault.index))
+        .fetch_optional(conn)
+        .await
+    })?;
+    let node: String = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
+            .bind(node_id)
+            .fetch_one(conn)
+            .await
+    })?;
     let (job_id, run_id) = holder.map_or((None, None), |(job, run)| (Some(job), run));
     let severity = match fault.kind {
         GpuFaultKind::EccSingleBit => Severity::Warning,
@@ -258,7 +267,7 @@ async fn record_fault(conn: &mut SqliteConnection, node_id: &str, fault: &GpuFau
 /// A node's series over a time range (seconds since the epoch), as points
 /// or at most `max_points` buckets.
 pub async fn series(
-    db: &SqlitePool,
+    db: &Db,
     node_id: &str,
     key: &str,
     from: f64,
@@ -278,7 +287,7 @@ pub async fn series(
 /// The mean of a node's series over a time range (seconds since the epoch)
 /// and the seconds its samples span; `None` without samples.
 pub async fn mean(
-    db: &SqlitePool,
+    db: &Db,
     node_id: &str,
     key: &str,
     from: f64,
@@ -296,22 +305,18 @@ pub async fn mean(
 }
 
 /// Every stored point of a series in a time range.
-async fn raw_points(
-    db: &SqlitePool,
-    node_id: &str,
-    key: &str,
-    from: f64,
-    to: f64,
-) -> Result<Vec<RawPoint>, Error> {
-    let blobs: Vec<Vec<u8>> = sqlx::query_scalar(
+async fn raw_points(db: &Db, node_id: &str, key: &str, from: f64, to: f64) -> Result<Vec<RawPoint>, Error> {
+    let blobs: Vec<Vec<u8>> = sql!(db, |pool| {
+        sqlx::query_scalar(
         "SELECT points FROM metric_chunks WHERE run_id = $1 AND key = $2 AND time_max >= $3 AND time_min <= $4",
     )
     .bind(node_id)
     .bind(key)
     .bind(from)
     .bind(to)
-    .fetch_all(db)
-    .await?;
+    .fetch_all(pool)
+    .await
+    })?;
     let mut points = Vec::new();
     for blob in &blobs {
         decode_points(blob, &mut points).map_err(anyhow::Error::from)?;
@@ -338,35 +343,42 @@ pub struct Maintained {
 /// points older than `full_resolution` by one mean a minute. A series is
 /// downsampled chunk by chunk, each in its own transaction, so readers see
 /// the old chunk or its replacement, never both.
-pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Result<Maintained, Error> {
+pub async fn maintain(db: &Db, now_ms: i64, retention: Retention) -> Result<Maintained, Error> {
     let mut done = Maintained::default();
     let keep_from = now_ms - retention.keep.as_millis() as i64;
-    done.deleted_chunks = sqlx::query(
-        "DELETE FROM metric_chunks WHERE step_max < $1
+    done.deleted_chunks = sql!(db, |pool| {
+        sqlx::query(
+            "DELETE FROM metric_chunks WHERE step_max < $1
          AND run_id IN (SELECT DISTINCT node_id FROM telemetry_series)",
-    )
-    .bind(keep_from)
-    .execute(db)
-    .await?
-    .rows_affected();
+        )
+        .bind(keep_from)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
     let full_from = now_ms - retention.full_resolution.as_millis() as i64;
     // A node's batch ids guard against resends, which come within the hour
     // an agent keeps what it could not send: a day's worth is plenty.
-    sqlx::query(
-        "DELETE FROM metric_batches WHERE received_at < $1
+    sql!(db, |pool| {
+        sqlx::query(
+            "DELETE FROM metric_batches WHERE received_at < $1
          AND run_id IN (SELECT DISTINCT node_id FROM telemetry_series)",
-    )
-    .bind(full_from)
-    .execute(db)
-    .await?;
+        )
+        .bind(full_from)
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
     // Whole minutes only, so a minute is never averaged twice.
     let cutoff = full_from - full_from.rem_euclid(DOWNSAMPLED_MS);
-    let series: Vec<(String, String, i64)> = sqlx::query_as(
-        "SELECT node_id, key, downsampled_until FROM telemetry_series WHERE downsampled_until < $1",
-    )
-    .bind(cutoff)
-    .fetch_all(db)
-    .await?;
+    let series: Vec<(String, String, i64)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT node_id, key, downsampled_until FROM telemetry_series WHERE downsampled_until < $1",
+        )
+        .bind(cutoff)
+        .fetch_all(pool)
+        .await
+    })?;
     for (node_id, key, since) in series {
         done.downsampled_points += downsample(db, &node_id, &key, since, cutoff).await?;
     }
@@ -375,23 +387,19 @@ pub async fn maintain(db: &SqlitePool, now_ms: i64, retention: Retention) -> Res
 
 /// Replaces a series' points in `[since, until)` (milliseconds) by one mean
 /// a minute; returns how many points were replaced.
-async fn downsample(
-    db: &SqlitePool,
-    node_id: &str,
-    key: &str,
-    since: i64,
-    until: i64,
-) -> Result<usize, Error> {
+async fn downsample(db: &Db, node_id: &str, key: &str, since: i64, until: i64) -> Result<usize, Error> {
     let mut tx = crate::store::write(db).await?;
-    let chunks: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+    let chunks: Vec<(i64, Vec<u8>)> = sql!(tx, |conn| {
+        sqlx::query_as(
         "SELECT id, points FROM metric_chunks WHERE run_id = $1 AND key = $2 AND step_max >= $3 AND step_min < $4",
     )
     .bind(node_id)
     .bind(key)
     .bind(since)
     .bind(until)
-    .fetch_all(&mut *tx)
-    .await?;
+    .fetch_all(conn)
+    .await
+    })?;
     let mut points = Vec::new();
     for (_, blob) in &chunks {
         decode_points(blob, &mut points).map_err(anyhow::Error::from)?;
@@ -418,20 +426,26 @@ async fn downsample(
     merged.extend(keep);
     metrics::sort_points(&mut merged);
     for (id, _) in &chunks {
-        sqlx::query("DELETE FROM metric_chunks WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        sql!(tx, |conn| {
+            sqlx::query("DELETE FROM metric_chunks WHERE id = $1")
+                .bind(id)
+                .execute(conn)
+                .await
+                .map(|_| ())
+        })?;
     }
     if !merged.is_empty() {
         metrics::insert_chunks(&mut tx, node_id, key, &merged, CHUNK_POINTS).await?;
     }
-    sqlx::query("UPDATE telemetry_series SET downsampled_until = $1 WHERE node_id = $2 AND key = $3")
-        .bind(until)
-        .bind(node_id)
-        .bind(key)
-        .execute(&mut *tx)
-        .await?;
+    sql!(tx, |conn| {
+        sqlx::query("UPDATE telemetry_series SET downsampled_until = $1 WHERE node_id = $2 AND key = $3")
+            .bind(until)
+            .bind(node_id)
+            .bind(key)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(old.len())
 }

@@ -1,15 +1,16 @@
 //! Checkpoint files recorded from jobs' watch dirs, and which paths more
 //! than one run wrote.
 
+use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
+use crate::store::{Db, Tx};
 use gpuplane_api::metric::Checkpoint;
-use sqlx::{SqliteConnection, SqlitePool};
 
 /// Records (or refreshes) a checkpoint of a run.
 pub async fn record(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     node_id: &str,
     path: &str,
@@ -17,22 +18,25 @@ pub async fn record(
     modified: i64,
     step: Option<i64>,
 ) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO checkpoints (id, run_id, node_id, path, size, modified_at, step, recorded_at)
+    sql!(conn, |conn| {
+        sqlx::query(
+            "INSERT INTO checkpoints (id, run_id, node_id, path, size, modified_at, step, recorded_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (run_id, path) DO UPDATE SET size = excluded.size, modified_at = excluded.modified_at,
              step = coalesce(excluded.step, step), recorded_at = excluded.recorded_at",
-    )
-    .bind(new_id("ckpt"))
-    .bind(run_id)
-    .bind(node_id)
-    .bind(path)
-    .bind(size as i64)
-    .bind(modified)
-    .bind(step)
-    .bind(now_ms())
-    .execute(&mut *conn)
-    .await?;
+        )
+        .bind(new_id("ckpt"))
+        .bind(run_id)
+        .bind(node_id)
+        .bind(path)
+        .bind(size as i64)
+        .bind(modified)
+        .bind(step)
+        .bind(now_ms())
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }
 
@@ -48,16 +52,18 @@ struct Row {
 }
 
 /// A run's checkpoints, newest step first, each with the other runs that wrote its path.
-pub async fn of_run(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
-    let rows: Vec<Row> = sqlx::query_as(
+pub async fn of_run(db: &Db, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
+    let rows: Vec<Row> = sql!(db, |pool| {
+        sqlx::query_as(
         "SELECT c.id, c.run_id, c.path, c.size, c.modified_at, c.step,
                 (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
                     AS shared_with
          FROM checkpoints c WHERE c.run_id = $1 ORDER BY c.step DESC, c.modified_at DESC",
     )
     .bind(run_id)
-    .fetch_all(db)
-    .await?;
+    .fetch_all(pool)
+    .await
+    })?;
     Ok(rows
         .into_iter()
         .map(|row| Checkpoint {

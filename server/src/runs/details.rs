@@ -2,10 +2,10 @@
 //! (`GET /runs?tag=&q=&config.KEY=>VALUE`). The limits are the shared
 //! ones in `gpuplane_api::experiment`.
 
-use crate::store::Error;
+use crate::sql;
+use crate::store::{Db, Dialect, Error, Tx};
 use gpuplane_api::experiment::{self, Comparison, ConfigFilter, RunChanges};
 use serde_json::Value;
-use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Tags as stored: a sorted JSON array without repeats.
@@ -16,7 +16,7 @@ pub fn tags_json(tags: &[String]) -> String {
 
 /// Sets config keys (others stay), after checking every key and value.
 pub async fn update_config(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     run_id: &str,
     config: &BTreeMap<String, Value>,
 ) -> Result<(), Error> {
@@ -25,21 +25,42 @@ pub async fn update_config(
         return Err(Error::Invalid(errors));
     }
     for (key, value) in config {
-        let stored = sqlx::query(
-            "INSERT INTO run_config (run_id, key, value, json) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, json = excluded.json",
-        )
-        .bind(run_id)
-        .bind(key);
-        bind_value(stored, value)
-            .bind(value.to_string())
-            .execute(&mut *conn)
-            .await?;
+        // SQLite keeps the value itself (a number, text or NULL: the column
+        // has no type); PostgreSQL keeps it as JSONB, read from `json`.
+        match conn.dialect() {
+            Dialect::Sqlite => sql!(conn, |conn| {
+                let stored = sqlx::query(
+                    "INSERT INTO run_config (run_id, key, value, json) VALUES ($1, $2, $3, $4)
+                     ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, json = excluded.json",
+                )
+                .bind(run_id)
+                .bind(key);
+                bind_value(stored, value)
+                    .bind(value.to_string())
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })?,
+            Dialect::Postgres => sql!(conn, |conn| {
+                sqlx::query(
+                    "INSERT INTO run_config (run_id, key, value, json) VALUES ($1, $2, CAST($3 AS JSONB), $3)
+                     ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value, json = excluded.json",
+                )
+                .bind(run_id)
+                .bind(key)
+                .bind(value.to_string())
+                .execute(conn)
+                .await
+                .map(|_| ())
+            })?,
+        }
     }
-    let keys: i64 = sqlx::query_scalar("SELECT count(*) FROM run_config WHERE run_id = $1")
-        .bind(run_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let keys: i64 = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT count(*) FROM run_config WHERE run_id = $1")
+            .bind(run_id)
+            .fetch_one(conn)
+            .await
+    })?;
     if keys as usize > experiment::MAX_CONFIG_KEYS {
         return Err(Error::field(
             "config",
@@ -49,10 +70,17 @@ pub async fn update_config(
     Ok(())
 }
 
-type Query<'q> = sqlx::query::Query<'q, Sqlite, sqlx::sqlite::SqliteArguments<'q>>;
-
 /// Binds a config value as SQLite compares it: numbers as numbers, booleans as 0/1.
-fn bind_value<'q>(query: Query<'q>, value: &Value) -> Query<'q> {
+fn bind_value<'q, D: sqlx::Database>(
+    query: sqlx::query::Query<'q, D, D::Arguments<'q>>,
+    value: &Value,
+) -> sqlx::query::Query<'q, D, D::Arguments<'q>>
+where
+    Option<String>: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    String: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    i64: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    Option<f64>: sqlx::Encode<'q, D> + sqlx::Type<D>,
+{
     match value {
         Value::Null => query.bind(None::<String>),
         Value::Bool(flag) => query.bind(i64::from(*flag)),
@@ -66,7 +94,7 @@ fn bind_value<'q>(query: Query<'q>, value: &Value) -> Query<'q> {
 }
 
 /// Changes tags and notes; answers nothing when nothing was asked.
-pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChanges) -> Result<(), Error> {
+pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result<(), Error> {
     let mut errors = Vec::new();
     if let Some(tags) = &changes.tags {
         errors.extend(experiment::check_tags("tags", tags));
@@ -78,10 +106,12 @@ pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChan
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
-    let current: String = sqlx::query_scalar("SELECT tags FROM runs WHERE id = $1")
-        .bind(run_id)
-        .fetch_one(&mut *conn)
-        .await?;
+    let current: String = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT tags FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_one(conn)
+            .await
+    })?;
     let mut tags: BTreeSet<String> = match &changes.tags {
         Some(replaced) => replaced.iter().cloned().collect(),
         None => serde_json::from_str(&current).unwrap_or_default(),
@@ -97,28 +127,30 @@ pub async fn change(conn: &mut SqliteConnection, run_id: &str, changes: &RunChan
         ));
     }
     let tags: Vec<String> = tags.into_iter().collect();
-    sqlx::query("UPDATE runs SET tags = $1, notes = coalesce($2, notes) WHERE id = $3")
-        .bind(tags_json(&tags))
-        .bind(&changes.notes)
-        .bind(run_id)
-        .execute(&mut *conn)
-        .await?;
+    sql!(conn, |conn| {
+        sqlx::query("UPDATE runs SET tags = $1, notes = coalesce($2, notes) WHERE id = $3")
+            .bind(tags_json(&tags))
+            .bind(&changes.notes)
+            .bind(run_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// The config of each of these runs, by key: one row per run, its config
 /// gathered into one JSON object by SQLite (rows cost more than bytes here).
-pub async fn configs(
-    db: &SqlitePool,
-    run_ids: &[&str],
-) -> Result<HashMap<String, BTreeMap<String, Value>>, Error> {
-    let rows: Vec<(String, String)> = sqlx::query_as(
-        "SELECT run_id, json_group_object(key, json(json)) FROM run_config
+pub async fn configs(db: &Db, run_ids: &[&str]) -> Result<HashMap<String, BTreeMap<String, Value>>, Error> {
+    let rows: Vec<(String, String)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT run_id, json_group_object(key, json(json)) FROM run_config
          WHERE run_id IN (SELECT value FROM json_each($1)) GROUP BY run_id",
-    )
-    .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
-    .fetch_all(db)
-    .await?;
+        )
+        .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
+        .fetch_all(pool)
+        .await
+    })?;
     Ok(rows
         .into_iter()
         .map(|(run_id, object)| (run_id, serde_json::from_str(&object).unwrap_or_default()))
@@ -192,10 +224,16 @@ impl Filters {
     }
 
     /// Binds the values of [`Filters::sql`]'s placeholders.
-    pub fn bind<'q, O>(
+    pub fn bind<'q, D: sqlx::Database, O>(
         &'q self,
-        mut query: sqlx::query::QueryAs<'q, Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>,
-    ) -> sqlx::query::QueryAs<'q, Sqlite, O, sqlx::sqlite::SqliteArguments<'q>> {
+        mut query: sqlx::query::QueryAs<'q, D, O, D::Arguments<'q>>,
+    ) -> sqlx::query::QueryAs<'q, D, O, D::Arguments<'q>>
+    where
+        String: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        &'q String: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        i64: sqlx::Encode<'q, D> + sqlx::Type<D>,
+        Option<f64>: sqlx::Encode<'q, D> + sqlx::Type<D>,
+    {
         if let Some(tag) = &self.tag {
             query = query.bind(serde_json::to_string(tag).unwrap_or_default());
         }

@@ -7,15 +7,16 @@
 use crate::identity::access::{self, Principal, Visible};
 use crate::jobs::store;
 use crate::metrics;
+use crate::sql;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
+use crate::store::{Db, Tx};
 use gpuplane_api::Page;
 use gpuplane_api::evaluation::{Evaluation, NewEvaluation, ResultFile};
 use gpuplane_api::job::{JobKind, JobSpec, JobStatus};
 use gpuplane_api::metric::{Batch, Point, Value};
 use gpuplane_api::node::NODE_NAME_LABEL;
 use gpuplane_api::spec;
-use sqlx::{SqliteConnection, SqlitePool};
 use std::collections::BTreeMap;
 
 /// Metric keys of results get this prefix on the evaluated run.
@@ -40,17 +41,19 @@ struct CheckpointRow {
 /// project (the caller must be an editor there: checked by the caller).
 /// A path another run also wrote is refused with 409.
 pub async fn create(
-    db: &SqlitePool,
+    db: &Db,
     secret: &crate::identity::secrets::SecretKey,
     principal: &Principal,
     new: &NewEvaluation,
 ) -> Result<String, Error> {
-    let (project, run_name): (String, String) =
+    let (project, run_name): (String, String) = sql!(db, |pool| {
         sqlx::query_as("SELECT project, name FROM runs WHERE id = $1")
             .bind(&new.run_id)
-            .fetch_one(db)
-            .await?;
-    let checkpoint: Option<CheckpointRow> = sqlx::query_as(
+            .fetch_one(pool)
+            .await
+    })?;
+    let checkpoint: Option<CheckpointRow> = sql!(db, |pool| {
+        sqlx::query_as(
         "SELECT c.step, n.name AS node_name,
                 (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
                     AS shared_with
@@ -58,8 +61,9 @@ pub async fn create(
     )
     .bind(&new.run_id)
     .bind(&new.checkpoint)
-    .fetch_optional(db)
-    .await?;
+    .fetch_optional(pool)
+    .await
+    })?;
     let Some(checkpoint) = checkpoint else {
         return Err(unknown_checkpoint(db, new).await?);
     };
@@ -70,10 +74,12 @@ pub async fn create(
         let visible = access::visible_projects(db, principal).await?;
         let mut named = Vec::new();
         for run_id in &shared_with {
-            let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = $1")
-                .bind(run_id)
-                .fetch_optional(db)
-                .await?;
+            let project: Option<String> = sql!(db, |pool| {
+                sqlx::query_scalar("SELECT project FROM runs WHERE id = $1")
+                    .bind(run_id)
+                    .fetch_optional(pool)
+                    .await
+            })?;
             if project.is_some_and(|p| visible.contains(&p)) {
                 named.push(run_id.clone());
             }
@@ -101,7 +107,8 @@ pub async fn create(
 
     let mut tx = crate::store::write(db).await?;
     let job_id = store::insert(&mut tx, secret, &spec, principal.user_id.as_deref()).await?;
-    sqlx::query(
+    sql!(tx, |conn| {
+        sqlx::query(
         "INSERT INTO evaluations (job_id, run_id, checkpoint, step, created_at) VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(&job_id)
@@ -109,8 +116,9 @@ pub async fn create(
     .bind(&new.checkpoint)
     .bind(step)
     .bind(now_ms())
-    .execute(&mut *tx)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(job_id)
 }
@@ -140,13 +148,15 @@ fn job_spec(new: &NewEvaluation, project: &str, run_name: &str, step: i64, node:
 }
 
 /// 422 naming the checkpoints the run does have.
-async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<Error, Error> {
-    let known: Vec<String> = sqlx::query_scalar(
-        "SELECT path FROM checkpoints WHERE run_id = $1 ORDER BY step DESC, modified_at DESC LIMIT 5",
-    )
-    .bind(&new.run_id)
-    .fetch_all(db)
-    .await?;
+async fn unknown_checkpoint(db: &Db, new: &NewEvaluation) -> Result<Error, Error> {
+    let known: Vec<String> = sql!(db, |pool| {
+        sqlx::query_scalar(
+            "SELECT path FROM checkpoints WHERE run_id = $1 ORDER BY step DESC, modified_at DESC LIMIT 5",
+        )
+        .bind(&new.run_id)
+        .fetch_all(pool)
+        .await
+    })?;
     let message = if known.is_empty() {
         format!(
             "run {} has no recorded checkpoints; the agent records files written into a job's watch_dirs",
@@ -163,12 +173,13 @@ async fn unknown_checkpoint(db: &SqlitePool, new: &NewEvaluation) -> Result<Erro
 }
 
 /// The highest step the run recorded, for a checkpoint whose name tells none.
-async fn last_step(db: &SqlitePool, run_id: &str) -> Result<i64, Error> {
-    let step: Option<i64> =
+async fn last_step(db: &Db, run_id: &str) -> Result<i64, Error> {
+    let step: Option<i64> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT max(latest_step) FROM metric_series WHERE run_id = $1")
             .bind(run_id)
-            .fetch_one(db)
-            .await?;
+            .fetch_one(pool)
+            .await
+    })?;
     Ok(step.unwrap_or(0))
 }
 
@@ -176,7 +187,7 @@ async fn last_step(db: &SqlitePool, run_id: &str) -> Result<i64, Error> {
 /// recorded on the evaluated run (the job's own run for an EVALUATE job
 /// submitted directly); otherwise the reason, for EVALUATION_RESULT_INVALID.
 pub async fn accept(
-    conn: &mut SqliteConnection,
+    conn: &mut Tx,
     job_id: &str,
     result: Option<&ResultFile>,
     loss_pattern: &str,
@@ -185,18 +196,21 @@ pub async fn accept(
         Ok(metrics) => metrics,
         Err(reason) => return Ok(Err(reason)),
     };
-    let target: Option<(String, i64)> =
+    let target: Option<(String, i64)> = sql!(conn, |conn| {
         sqlx::query_as("SELECT run_id, step FROM evaluations WHERE job_id = $1")
             .bind(job_id)
-            .fetch_optional(&mut *conn)
-            .await?;
+            .fetch_optional(conn)
+            .await
+    })?;
     let (run_id, step) = match target {
         Some(target) => target,
         None => (
-            sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-                .bind(job_id)
-                .fetch_one(&mut *conn)
-                .await?,
+            sql!(conn, |conn| {
+                sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
+                    .bind(job_id)
+                    .fetch_one(conn)
+                    .await
+            })?,
             0,
         ),
     };
@@ -222,11 +236,14 @@ pub async fn accept(
         return Ok(Err(format!("the metrics were refused: {}", problems.join("; "))));
     }
     metrics::ingest(conn, &run_id, batch, loss_pattern).await?;
-    sqlx::query("UPDATE evaluations SET metrics = $1 WHERE job_id = $2")
-        .bind(serde_json::to_string(&metrics).map_err(anyhow::Error::from)?)
-        .bind(job_id)
-        .execute(&mut *conn)
-        .await?;
+    sql!(conn, |conn| {
+        sqlx::query("UPDATE evaluations SET metrics = $1 WHERE job_id = $2")
+            .bind(serde_json::to_string(&metrics).map_err(anyhow::Error::from)?)
+            .bind(job_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     Ok(Ok(()))
 }
 
@@ -349,24 +366,26 @@ const COLUMNS: &str =
 
 /// Evaluations in the visible projects, newest first, optionally of one run.
 pub async fn list(
-    db: &SqlitePool,
+    db: &Db,
     visible: &Visible,
     run_id: Option<&str>,
     limit: i64,
     before: Option<i64>,
 ) -> Result<Page<Evaluation>, Error> {
-    let rows: Vec<Row> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id
+    let rows: Vec<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id
          WHERE ($1 IS NULL OR e.run_id = $1) AND ($2 IS NULL OR j.seq < $2)
            AND ($4 IS NULL OR j.project IN (SELECT value FROM json_each($4)))
          ORDER BY j.seq DESC LIMIT $3"
-    ))
-    .bind(run_id)
-    .bind(before)
-    .bind(limit + 1)
-    .bind(visible.as_json())
-    .fetch_all(db)
-    .await?;
+        ))
+        .bind(run_id)
+        .bind(before)
+        .bind(limit + 1)
+        .bind(visible.as_json())
+        .fetch_all(pool)
+        .await
+    })?;
     let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
     let items = rows
         .into_iter()
@@ -376,13 +395,15 @@ pub async fn list(
 }
 
 /// One evaluation by its job id.
-pub async fn get(db: &SqlitePool, job_id: &str) -> Result<Evaluation, Error> {
-    let row: Option<Row> = sqlx::query_as(&format!(
-        "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id WHERE e.job_id = $1"
-    ))
-    .bind(job_id)
-    .fetch_optional(db)
-    .await?;
+pub async fn get(db: &Db, job_id: &str) -> Result<Evaluation, Error> {
+    let row: Option<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id WHERE e.job_id = $1"
+        ))
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await
+    })?;
     evaluation_from_row(row.ok_or_else(|| Error::NotFound(format!("no evaluation {job_id}")))?)
 }
 

@@ -6,41 +6,42 @@
 //! `archived_run_retention_days` and kept output older than
 //! `log_retention_days`.
 
+use crate::sql;
 use crate::store::Error;
 use crate::store::time::now_ms;
+use crate::store::{Db, Tx};
 use gpuplane_api::experiment::{DeletedRun, ProjectUsage};
-use sqlx::{SqliteConnection, SqlitePool};
 
 /// Refuses (409) when the run's job, or an evaluation of the run, is still
 /// queued or running, or a queued job waits for the run's job.
-async fn check_finished(
-    conn: &mut SqliteConnection,
-    run_id: &str,
-    job_id: Option<&str>,
-) -> Result<(), Error> {
-    let active: Option<(String, String)> = sqlx::query_as(
-        "SELECT id, status FROM jobs
+async fn check_finished(conn: &mut Tx, run_id: &str, job_id: Option<&str>) -> Result<(), Error> {
+    let active: Option<(String, String)> = sql!(conn, |conn| {
+        sqlx::query_as(
+            "SELECT id, status FROM jobs
          WHERE (id = $1 OR id IN (SELECT job_id FROM evaluations WHERE run_id = $2))
            AND status IN ('QUEUED', 'DISPATCHING', 'RUNNING') LIMIT 1",
-    )
-    .bind(job_id)
-    .bind(run_id)
-    .fetch_optional(&mut *conn)
-    .await?;
+        )
+        .bind(job_id)
+        .bind(run_id)
+        .fetch_optional(conn)
+        .await
+    })?;
     if let Some((id, status)) = active {
         return Err(Error::Conflict(format!(
             "job {id} is {status}: cancel it or let it end first"
         )));
     }
     if let Some(job_id) = job_id {
-        let waiting: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM jobs WHERE status = 'QUEUED' AND after_jobs IS NOT NULL
+        let waiting: Option<String> = sql!(conn, |conn| {
+            sqlx::query_scalar(
+                "SELECT id FROM jobs WHERE status = 'QUEUED' AND after_jobs IS NOT NULL
                AND EXISTS (SELECT 1 FROM json_each(after_jobs) WHERE value = $1 OR value LIKE $1 || ':%')
              LIMIT 1",
-        )
-        .bind(job_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+            )
+            .bind(job_id)
+            .fetch_optional(conn)
+            .await
+        })?;
         if let Some(waiting) = waiting {
             return Err(Error::Conflict(format!(
                 "queued job {waiting} waits for job {job_id}"
@@ -50,52 +51,56 @@ async fn check_finished(
     Ok(())
 }
 
-async fn job_of(conn: &mut SqliteConnection, run_id: &str) -> Result<Option<String>, Error> {
-    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
-        .bind(run_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+async fn job_of(conn: &mut Tx, run_id: &str) -> Result<Option<String>, Error> {
+    let job: Option<Option<String>> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(conn)
+            .await
+    })?;
     job.ok_or_else(|| Error::NotFound(format!("no run {run_id}")))
 }
 
 /// Archives a run and its job (`archive = true`), or brings them back.
-pub async fn set_archived(
-    db: &SqlitePool,
-    run_id: &str,
-    archive: bool,
-    by: Option<&str>,
-) -> Result<(), Error> {
+pub async fn set_archived(db: &Db, run_id: &str, archive: bool, by: Option<&str>) -> Result<(), Error> {
     let mut tx = crate::store::write(db).await?;
     let job_id = job_of(&mut tx, run_id).await?;
     if archive {
         check_finished(&mut tx, run_id, job_id.as_deref()).await?;
     }
     let at = archive.then(now_ms);
-    sqlx::query("UPDATE runs SET archived_at = $1, archived_by = $2 WHERE id = $3")
-        .bind(at)
-        .bind(by.filter(|_| archive))
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("UPDATE jobs SET archived_at = $1 WHERE id = $2")
-        .bind(at)
-        .bind(&job_id)
-        .execute(&mut *tx)
-        .await?;
+    sql!(tx, |conn| {
+        sqlx::query("UPDATE runs SET archived_at = $1, archived_by = $2 WHERE id = $3")
+            .bind(at)
+            .bind(by.filter(|_| archive))
+            .bind(run_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
+    sql!(tx, |conn| {
+        sqlx::query("UPDATE jobs SET archived_at = $1 WHERE id = $2")
+            .bind(at)
+            .bind(&job_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
     tx.commit().await?;
     Ok(())
 }
 
 /// Deletes a run and its job with everything recorded about them.
-pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> {
+pub async fn delete(db: &Db, run_id: &str) -> Result<DeletedRun, Error> {
     let mut tx = crate::store::write(db).await?;
     let job_id = job_of(&mut tx, run_id).await?;
     check_finished(&mut tx, run_id, job_id.as_deref()).await?;
-    let metric_points: i64 =
+    let metric_points: i64 = sql!(tx, |conn| {
         sqlx::query_scalar("SELECT coalesce(sum(points), 0) FROM metric_series WHERE run_id = $1")
             .bind(run_id)
-            .fetch_one(&mut *tx)
-            .await?;
+            .fetch_one(conn)
+            .await
+    })?;
     let run_statements = [
         "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE run_id = $1)",
         "DELETE FROM events WHERE run_id = $1",
@@ -113,9 +118,15 @@ pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> 
     ];
     let mut events = 0;
     for statement in run_statements {
-        let done = sqlx::query(statement).bind(run_id).execute(&mut *tx).await?;
+        let done = sql!(tx, |conn| {
+            sqlx::query(statement)
+                .bind(run_id)
+                .execute(conn)
+                .await
+                .map(|done| done.rows_affected())
+        })?;
         if statement.starts_with("DELETE FROM events") {
-            events += done.rows_affected() as i64;
+            events += done as i64;
         }
     }
     let mut log_lines = 0;
@@ -129,10 +140,16 @@ pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> 
             "DELETE FROM jobs WHERE id = $1",
         ];
         for statement in job_statements {
-            let done = sqlx::query(statement).bind(job_id).execute(&mut *tx).await?;
+            let done = sql!(tx, |conn| {
+                sqlx::query(statement)
+                    .bind(job_id)
+                    .execute(conn)
+                    .await
+                    .map(|done| done.rows_affected())
+            })?;
             match statement {
-                s if s.starts_with("DELETE FROM events") => events += done.rows_affected() as i64,
-                s if s.starts_with("DELETE FROM log_lines") => log_lines = done.rows_affected() as i64,
+                s if s.starts_with("DELETE FROM events") => events += done as i64,
+                s if s.starts_with("DELETE FROM log_lines") => log_lines = done as i64,
                 _ => {}
             }
         }
@@ -149,12 +166,13 @@ pub async fn delete(db: &SqlitePool, run_id: &str) -> Result<DeletedRun, Error> 
 
 /// Deletes the runs archived before `cutoff` (ms), one transaction each;
 /// returns how many.
-pub async fn delete_archived_before(db: &SqlitePool, cutoff: i64) -> Result<usize, Error> {
-    let due: Vec<String> =
+pub async fn delete_archived_before(db: &Db, cutoff: i64) -> Result<usize, Error> {
+    let due: Vec<String> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT id FROM runs WHERE archived_at < $1 ORDER BY archived_at")
             .bind(cutoff)
-            .fetch_all(db)
-            .await?;
+            .fetch_all(pool)
+            .await
+    })?;
     let mut deleted = 0;
     for run_id in due {
         match delete(db, &run_id).await {
@@ -169,21 +187,24 @@ pub async fn delete_archived_before(db: &SqlitePool, cutoff: i64) -> Result<usiz
 
 /// Deletes the kept output lines of jobs that ended before `cutoff` (ms),
 /// at most `batch` lines per statement; returns how many.
-pub async fn delete_logs_before(db: &SqlitePool, cutoff: i64, batch: i64) -> Result<u64, Error> {
+pub async fn delete_logs_before(db: &Db, cutoff: i64, batch: i64) -> Result<u64, Error> {
     let mut total = 0;
     loop {
-        let done = sqlx::query(
-            "DELETE FROM log_lines WHERE id IN (
+        let done = sql!(db, |pool| {
+            sqlx::query(
+                "DELETE FROM log_lines WHERE id IN (
                  SELECT l.id FROM log_lines l JOIN jobs j ON j.id = l.job_id
                  WHERE j.status IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'LOST') AND j.updated_at < $1
                  LIMIT $2)",
-        )
-        .bind(cutoff)
-        .bind(batch)
-        .execute(db)
-        .await?;
-        total += done.rows_affected();
-        if done.rows_affected() < batch as u64 {
+            )
+            .bind(cutoff)
+            .bind(batch)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+        })?;
+        total += done;
+        if done < batch as u64 {
             return Ok(total);
         }
     }
@@ -192,8 +213,9 @@ pub async fn delete_logs_before(db: &SqlitePool, cutoff: i64, batch: i64) -> Res
 /// What each project keeps: runs, metric chunks, output lines and texts.
 /// Reads every chunk's and line's length (not their content), so callers
 /// cache it.
-pub async fn usage(db: &SqlitePool) -> Result<Vec<ProjectUsage>, Error> {
-    let rows: Vec<UsageRow> = sqlx::query_as(
+pub async fn usage(db: &Db) -> Result<Vec<ProjectUsage>, Error> {
+    let rows: Vec<UsageRow> = sql!(db, |pool| {
+        sqlx::query_as(
         "SELECT p.name AS project,
             (SELECT count(*) FROM runs r WHERE r.project = p.name) AS runs,
             (SELECT count(*) FROM runs r WHERE r.project = p.name AND r.archived_at IS NOT NULL) AS archived_runs,
@@ -208,8 +230,9 @@ pub async fn usage(db: &SqlitePool) -> Result<Vec<ProjectUsage>, Error> {
               WHERE r.project = p.name) AS text_bytes
          FROM projects p ORDER BY p.name",
     )
-    .fetch_all(db)
-    .await?;
+    .fetch_all(pool)
+    .await
+    })?;
     Ok(rows
         .into_iter()
         .map(|row| ProjectUsage {

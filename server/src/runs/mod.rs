@@ -12,14 +12,15 @@ pub mod shares;
 use crate::identity::access::Caller;
 use crate::identity::access::{self, Principal, Visible};
 use crate::metrics;
+use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
+use crate::store::{Db, Tx};
 use gpuplane_api::Page;
 use gpuplane_api::experiment::{RunChanges, RunColumn, RunSort};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;
-use sqlx::{SqliteConnection, SqlitePool};
 
 #[derive(sqlx::FromRow)]
 struct RunRow {
@@ -68,15 +69,17 @@ fn select_runs() -> String {
 }
 
 /// A run the caller may use with at least `needed`, else "not found".
-pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role) -> Result<String, Error> {
+pub async fn check(db: &Db, caller: &Caller, run_id: &str, needed: Role) -> Result<String, Error> {
     let not_found = || Error::NotFound(format!("no run {run_id}"));
     if caller.run_id.as_deref().is_some_and(|only| only != run_id) {
         return Err(not_found());
     }
-    let project: Option<String> = sqlx::query_scalar("SELECT project FROM runs WHERE id = $1")
-        .bind(run_id)
-        .fetch_optional(db)
-        .await?;
+    let project: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT project FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(pool)
+            .await
+    })?;
     let project = project.ok_or_else(not_found)?;
     access::require(db, &caller.principal(), &project, needed, not_found).await?;
     Ok(project)
@@ -84,27 +87,31 @@ pub async fn check(db: &SqlitePool, caller: &Caller, run_id: &str, needed: Role)
 
 /// The run with its latest value per metric, its primary metric and best checkpoint.
 /// A run's name for legends: `project/name`.
-pub async fn label(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
-    let (project, name): (String, String) = sqlx::query_as("SELECT project, name FROM runs WHERE id = $1")
-        .bind(run_id)
-        .fetch_optional(db)
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("no run {run_id}")))?;
+pub async fn label(db: &Db, run_id: &str) -> Result<String, Error> {
+    let (project, name): (String, String) = sql!(db, |pool| {
+        sqlx::query_as("SELECT project, name FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(pool)
+            .await
+    })?
+    .ok_or_else(|| Error::NotFound(format!("no run {run_id}")))?;
     Ok(format!("{project}/{name}"))
 }
 
 /// Changes whenever the run gets points or checkpoints, or its job changes
 /// state: what live pages watch.
-pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
-    let (points, checkpoints, job, finished): (i64, i64, Option<String>, Option<i64>) = sqlx::query_as(
+pub async fn version(db: &Db, run_id: &str) -> Result<String, Error> {
+    let (points, checkpoints, job, finished): (i64, i64, Option<String>, Option<i64>) = sql!(db, |pool| {
+        sqlx::query_as(
         "SELECT (SELECT COALESCE(SUM(points), 0) FROM metric_series WHERE run_id = $1),
                 (SELECT COUNT(*) FROM checkpoints WHERE run_id = $1),
                 (SELECT j.status || ' ' || j.updated_at FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1),
                 (SELECT finished_at FROM runs WHERE id = $1)",
     )
     .bind(run_id)
-    .fetch_one(db)
-    .await?;
+    .fetch_one(pool)
+    .await
+    })?;
     Ok(format!(
         "{points} {checkpoints} {} {}",
         job.unwrap_or_default(),
@@ -112,7 +119,7 @@ pub async fn version(db: &SqlitePool, run_id: &str) -> Result<String, Error> {
     ))
 }
 
-pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, Error> {
+pub async fn get(db: &Db, run_id: &str) -> Result<Run, Error> {
     let mut runs = runs_from_rows(db, vec![row(db, run_id).await?]).await?;
     let mut run = runs.remove(0);
     if let Some(primary) = &mut run.primary_metric {
@@ -123,16 +130,18 @@ pub async fn get(db: &SqlitePool, run_id: &str) -> Result<Run, Error> {
     Ok(run)
 }
 
-async fn row(db: &SqlitePool, run_id: &str) -> Result<RunRow, Error> {
-    let row: Option<RunRow> = sqlx::query_as(&format!("{} WHERE r.id = $1", select_runs()))
-        .bind(run_id)
-        .fetch_optional(db)
-        .await?;
+async fn row(db: &Db, run_id: &str) -> Result<RunRow, Error> {
+    let row: Option<RunRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!("{} WHERE r.id = $1", select_runs()))
+            .bind(run_id)
+            .fetch_optional(pool)
+            .await
+    })?;
     row.ok_or_else(|| Error::NotFound(format!("no run {run_id}")))
 }
 
 /// A run's checkpoints, newest step first, the best by its primary metric marked.
-pub async fn checkpoints(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
+pub async fn checkpoints(db: &Db, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
     let mut listed = checkpoints::of_run(db, run_id).await?;
     if let Some(primary) = row(db, run_id).await?.primary.metric() {
         primary::mark_checkpoints(db, run_id, &primary, &mut listed).await?;
@@ -145,7 +154,7 @@ pub async fn checkpoints(db: &SqlitePool, run_id: &str) -> Result<Vec<Checkpoint
 /// order sorts every matching run by its column, runs without a value last
 /// and newest first among equals, and `before` is where the next page starts.
 pub async fn list(
-    db: &SqlitePool,
+    db: &Db,
     visible: &Visible,
     project: Option<&str>,
     filters: &details::Filters,
@@ -161,12 +170,14 @@ pub async fn list(
             select_runs(),
             filters.sql(5),
         );
-        let query = sqlx::query_as(&sql)
-            .bind(project)
-            .bind(before)
-            .bind(limit + 1)
-            .bind(visible.as_json());
-        let rows: Vec<RunRow> = filters.bind(query).fetch_all(db).await?;
+        let rows: Vec<RunRow> = sql!(db, |pool| {
+            let query = sqlx::query_as(&sql)
+                .bind(project)
+                .bind(before)
+                .bind(limit + 1)
+                .bind(visible.as_json());
+            filters.bind(query).fetch_all(pool).await
+        })?;
         let (rows, next_before) = crate::paging::split(rows, limit, |row| row.seq);
         let items = runs_from_rows(db, rows).await?;
         return Ok(Page { items, next_before });
@@ -183,15 +194,17 @@ pub async fn list(
         filters.sql(if key.is_some() { 6 } else { 5 }),
     );
     let offset = before.unwrap_or(0).max(0);
-    let mut query = sqlx::query_as(&sql)
-        .bind(project)
-        .bind(visible.as_json())
-        .bind(limit + 1)
-        .bind(offset);
-    if let Some(key) = key {
-        query = query.bind(key);
-    }
-    let found: Vec<(i64,)> = filters.bind(query).fetch_all(db).await?;
+    let found: Vec<(i64,)> = sql!(db, |pool| {
+        let mut query = sqlx::query_as(&sql)
+            .bind(project)
+            .bind(visible.as_json())
+            .bind(limit + 1)
+            .bind(offset);
+        if let Some(key) = key {
+            query = query.bind(key);
+        }
+        filters.bind(query).fetch_all(pool).await
+    })?;
     let mut page: Vec<i64> = found.into_iter().map(|(seq,)| seq).collect();
     let more = page.len() as i64 > limit;
     page.truncate(limit as usize);
@@ -199,10 +212,12 @@ pub async fn list(
         "{} WHERE r.rowid IN (SELECT value FROM json_each($1))",
         select_runs()
     );
-    let mut rows: Vec<RunRow> = sqlx::query_as(&sql)
-        .bind(serde_json::to_string(&page).unwrap_or_else(|_| "[]".into()))
-        .fetch_all(db)
-        .await?;
+    let mut rows: Vec<RunRow> = sql!(db, |pool| {
+        sqlx::query_as(&sql)
+            .bind(serde_json::to_string(&page).unwrap_or_else(|_| "[]".into()))
+            .fetch_all(pool)
+            .await
+    })?;
     rows.sort_by_key(|row| page.iter().position(|seq| *seq == row.seq));
     Ok(Page {
         items: runs_from_rows(db, rows).await?,
@@ -272,7 +287,7 @@ struct PlotRow {
 /// for plots: a numeric config value, a metric's latest value, the primary
 /// metric's best value, the duration in seconds.
 pub async fn column_numbers(
-    db: &SqlitePool,
+    db: &Db,
     visible: &Visible,
     project: Option<&str>,
     filters: &details::Filters,
@@ -301,11 +316,13 @@ pub async fn column_numbers(
         join_for(column, 3),
         filters.sql(if key.is_some() { 4 } else { 3 }),
     );
-    let mut query = sqlx::query_as(&sql).bind(project).bind(visible.as_json());
-    if let Some(key) = key {
-        query = query.bind(key);
-    }
-    let rows: Vec<PlotRow> = filters.bind(query).fetch_all(db).await?;
+    let rows: Vec<PlotRow> = sql!(db, |pool| {
+        let mut query = sqlx::query_as(&sql).bind(project).bind(visible.as_json());
+        if let Some(key) = key {
+            query = query.bind(key);
+        }
+        filters.bind(query).fetch_all(pool).await
+    })?;
     Ok(rows
         .into_iter()
         .map(|row| {
@@ -318,7 +335,7 @@ pub async fn column_numbers(
 }
 
 /// Runs from their rows, with their config and latest metrics read for all at once.
-async fn runs_from_rows(db: &SqlitePool, rows: Vec<RunRow>) -> Result<Vec<Run>, Error> {
+async fn runs_from_rows(db: &Db, rows: Vec<RunRow>) -> Result<Vec<Run>, Error> {
     let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
     let mut latest = metrics::latest_of_runs(db, &ids).await?;
     let mut config = details::configs(db, &ids).await?;
@@ -343,7 +360,7 @@ async fn runs_from_rows(db: &SqlitePool, rows: Vec<RunRow>) -> Result<Vec<Run>, 
 }
 
 /// A run made by the SDK outside jobs, in a project where the caller is an editor.
-pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Result<String, Error> {
+pub async fn create(db: &Db, principal: &Principal, new: &NewRun) -> Result<String, Error> {
     if new.name.trim().is_empty() || new.name.chars().count() > 200 {
         return Err(Error::field("name", "must be 1-200 characters"));
     }
@@ -354,10 +371,12 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
             format!("no project named `{project}` that you can write to"),
         )
     };
-    let exists: Option<String> = sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
-        .bind(&new.project)
-        .fetch_optional(db)
-        .await?;
+    let exists: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
+            .bind(&new.project)
+            .fetch_optional(pool)
+            .await
+    })?;
     if exists.is_none() {
         return Err(not_found());
     }
@@ -371,7 +390,8 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
     }
     let id = new_id("run");
     let mut tx = crate::store::write(db).await?;
-    sqlx::query(
+    sql!(tx, |conn| {
+        sqlx::query(
         "INSERT INTO runs (id, job_id, project, name, created_at, created_by) VALUES ($1, NULL, $2, $3, $4, $5)",
     )
     .bind(&id)
@@ -379,8 +399,9 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
     .bind(new.name.trim())
     .bind(now_ms())
     .bind(&principal.user_id)
-    .execute(&mut *tx)
-    .await?;
+    .execute(conn)
+    .await.map(|_| ())
+    })?;
     details::update_config(&mut tx, &id, &new.config).await?;
     let changes = RunChanges {
         tags: Some(new.tags.clone()),
@@ -393,35 +414,45 @@ pub async fn create(db: &SqlitePool, principal: &Principal, new: &NewRun) -> Res
 }
 
 /// Marks an SDK run finished (a job's run follows its job instead).
-pub async fn finish(db: &SqlitePool, run_id: &str) -> Result<(), Error> {
-    sqlx::query("UPDATE runs SET finished_at = coalesce(finished_at, $1) WHERE id = $2 AND job_id IS NULL")
+pub async fn finish(db: &Db, run_id: &str) -> Result<(), Error> {
+    sql!(db, |pool| {
+        sqlx::query(
+            "UPDATE runs SET finished_at = coalesce(finished_at, $1) WHERE id = $2 AND job_id IS NULL",
+        )
         .bind(now_ms())
         .bind(run_id)
-        .execute(db)
-        .await?;
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// Finishes an SDK run, or reopens it (`finished: false`, when a script
 /// resumes it). A job's run follows its job: 422 on `finished`.
-pub async fn set_finished(conn: &mut SqliteConnection, run_id: &str, finished: bool) -> Result<(), Error> {
-    let job: Option<Option<String>> = sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
-        .bind(run_id)
-        .fetch_optional(&mut *conn)
-        .await?;
+pub async fn set_finished(conn: &mut Tx, run_id: &str, finished: bool) -> Result<(), Error> {
+    let job: Option<Option<String>> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(conn)
+            .await
+    })?;
     if job.flatten().is_some() {
         return Err(Error::field(
             "finished",
             "a job's run follows its job: cancel or retry the job instead",
         ));
     }
-    sqlx::query(
-        "UPDATE runs SET finished_at = CASE WHEN $1 THEN coalesce(finished_at, $2) END WHERE id = $3",
-    )
-    .bind(finished)
-    .bind(now_ms())
-    .bind(run_id)
-    .execute(&mut *conn)
-    .await?;
+    sql!(conn, |conn| {
+        sqlx::query(
+            "UPDATE runs SET finished_at = CASE WHEN $1 THEN coalesce(finished_at, $2) END WHERE id = $3",
+        )
+        .bind(finished)
+        .bind(now_ms())
+        .bind(run_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
     Ok(())
 }

@@ -5,9 +5,10 @@
 //! best value.
 
 use crate::metrics;
+use crate::sql;
+use crate::store::Db;
 use crate::store::Error;
 use gpuplane_api::metric::{BestValue, Checkpoint, Goal, PrimaryMetric, SetPrimaryMetric, Value};
-use sqlx::SqlitePool;
 
 /// Joins runs `r` to their project `pp` and their primary metric's series `ps`.
 pub const JOIN: &str = "LEFT JOIN projects pp ON pp.name = r.project
@@ -82,40 +83,43 @@ fn check(request: &SetPrimaryMetric) -> Result<(), Error> {
 }
 
 /// Sets a run's own primary metric.
-pub async fn set_for_run(db: &SqlitePool, run_id: &str, request: &SetPrimaryMetric) -> Result<(), Error> {
+pub async fn set_for_run(db: &Db, run_id: &str, request: &SetPrimaryMetric) -> Result<(), Error> {
     check(request)?;
-    sqlx::query("UPDATE runs SET primary_key = $1, primary_goal = $2 WHERE id = $3")
-        .bind(&request.key)
-        .bind(request.goal.as_str())
-        .bind(run_id)
-        .execute(db)
-        .await?;
+    sql!(db, |pool| {
+        sqlx::query("UPDATE runs SET primary_key = $1, primary_goal = $2 WHERE id = $3")
+            .bind(&request.key)
+            .bind(request.goal.as_str())
+            .bind(run_id)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// Sets the primary metric of a project's runs that set none.
-pub async fn set_for_project(
-    db: &SqlitePool,
-    project: &str,
-    request: &SetPrimaryMetric,
-) -> Result<(), Error> {
+pub async fn set_for_project(db: &Db, project: &str, request: &SetPrimaryMetric) -> Result<(), Error> {
     check(request)?;
-    sqlx::query("UPDATE projects SET primary_key = $1, primary_goal = $2 WHERE name = $3")
-        .bind(&request.key)
-        .bind(request.goal.as_str())
-        .bind(project)
-        .execute(db)
-        .await?;
+    sql!(db, |pool| {
+        sqlx::query("UPDATE projects SET primary_key = $1, primary_goal = $2 WHERE name = $3")
+            .bind(&request.key)
+            .bind(request.goal.as_str())
+            .bind(project)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })?;
     Ok(())
 }
 
 /// A project's default, if it has one.
-pub async fn of_project(db: &SqlitePool, project: &str) -> Result<Option<SetPrimaryMetric>, Error> {
-    let row: Option<(Option<String>, Option<String>)> =
+pub async fn of_project(db: &Db, project: &str) -> Result<Option<SetPrimaryMetric>, Error> {
+    let row: Option<(Option<String>, Option<String>)> = sql!(db, |pool| {
         sqlx::query_as("SELECT primary_key, primary_goal FROM projects WHERE name = $1")
             .bind(project)
-            .fetch_optional(db)
-            .await?;
+            .fetch_optional(pool)
+            .await
+    })?;
     Ok(match row {
         Some((Some(key), Some(goal))) => Goal::parse(&goal).map(|goal| SetPrimaryMetric { key, goal }),
         _ => None,
@@ -125,7 +129,7 @@ pub async fn of_project(db: &SqlitePool, project: &str) -> Result<Option<SetPrim
 /// Fills each checkpoint's `primary_value` (the metric at its step) and marks
 /// the best one: the best finite value, the earliest step on a tie.
 pub async fn mark_checkpoints(
-    db: &SqlitePool,
+    db: &Db,
     run_id: &str,
     primary: &PrimaryMetric,
     checkpoints: &mut [Checkpoint],

@@ -7,8 +7,7 @@
 //! An item that fails fails alone: when a group's transaction fails, its
 //! items are stored again one transaction each.
 
-use super::{Error, WriteTx};
-use sqlx::SqlitePool;
+use super::{Db, Error, Tx};
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -27,7 +26,7 @@ pub trait GroupStore: Send + Sync + 'static {
     /// Stores `items` in `tx`; one answer per item, in order.
     fn store<'a>(
         &'a self,
-        tx: &'a mut WriteTx,
+        tx: &'a mut Tx,
         items: &'a [Self::Item],
     ) -> impl Future<Output = Result<Vec<Self::Answer>, Error>> + Send + 'a;
 }
@@ -65,7 +64,7 @@ impl<S: GroupStore> Clone for GroupCommit<S> {
 
 impl<S: GroupStore> GroupCommit<S> {
     /// Starts the writer task over `db`; it ends when the last handle is dropped.
-    pub fn start(db: SqlitePool, store: S, limits: Limits) -> Self {
+    pub fn start(db: Db, store: S, limits: Limits) -> Self {
         let (queue, waiting) = mpsc::channel(QUEUE);
         tokio::spawn(writer(db, store, limits, waiting));
         GroupCommit { queue }
@@ -87,12 +86,7 @@ impl<S: GroupStore> GroupCommit<S> {
     }
 }
 
-async fn writer<S: GroupStore>(
-    db: SqlitePool,
-    store: S,
-    limits: Limits,
-    mut waiting: mpsc::Receiver<Waiting<S>>,
-) {
+async fn writer<S: GroupStore>(db: Db, store: S, limits: Limits, mut waiting: mpsc::Receiver<Waiting<S>>) {
     while let Some(first) = waiting.recv().await {
         let until = tokio::time::Instant::now() + limits.gather;
         let mut weight = S::weight(&first.item);
@@ -133,11 +127,7 @@ async fn writer<S: GroupStore>(
 }
 
 /// Stores the items in one write transaction; their answers in order.
-async fn store_group<S: GroupStore>(
-    db: &SqlitePool,
-    store: &S,
-    items: &[S::Item],
-) -> Result<Vec<S::Answer>, Error> {
+async fn store_group<S: GroupStore>(db: &Db, store: &S, items: &[S::Item]) -> Result<Vec<S::Answer>, Error> {
     let mut tx = super::write(db).await?;
     let answers = store.store(&mut tx, items).await?;
     debug_assert_eq!(answers.len(), items.len());

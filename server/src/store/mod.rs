@@ -1,5 +1,7 @@
-//! The one SQLite pool: opened at start-up with WAL, a busy timeout and
-//! foreign keys, migrated before anything else touches it.
+//! The database: SQLite in the data directory by default (WAL, a busy
+//! timeout, foreign keys), or PostgreSQL; migrated before anything else
+//! touches it. Every query goes through [`sql!`], which compiles it once
+//! for each dialect's native driver.
 
 pub mod group;
 pub mod ids;
@@ -8,8 +10,10 @@ pub mod to_postgres;
 
 use anyhow::Context;
 use gpuplane_api::error::FieldError;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 use std::path::Path;
 use std::time::Duration;
@@ -17,8 +21,99 @@ use std::time::Duration;
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "gpuplane.db";
 
-/// Opens (creating if needed) and migrates the database in `data_dir`.
-pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
+/// Which SQL the database speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// The text for this dialect, where the two differ.
+    pub fn pick<'a>(self, sqlite: &'a str, postgres: &'a str) -> &'a str {
+        match self {
+            Dialect::Sqlite => sqlite,
+            Dialect::Postgres => postgres,
+        }
+    }
+}
+
+/// The pool of the server's database, in its own driver: SQLite keeps its
+/// connection hooks and speed, PostgreSQL its own types. Cheap to clone.
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Either dialect's native pool or connection; what [`sql!`] matches on.
+pub enum Native<S, P> {
+    Sqlite(S),
+    Postgres(P),
+}
+
+/// Runs `$body` with `$native` bound to the native pool (for a [`Db`]) or
+/// connection (for a [`Tx`]) of `$on`'s dialect. The body is compiled once
+/// per dialect, so one query text serves both where they agree; where they
+/// differ, [`Dialect::pick`] chooses the text.
+///
+/// ```ignore
+/// let name: Option<String> = sql!(db, |pool| {
+///     sqlx::query_scalar("SELECT name FROM projects WHERE name = $1").bind(name).fetch_optional(pool).await
+/// })?;
+/// ```
+#[macro_export]
+macro_rules! sql {
+    ($on:expr, |$native:ident| $body:expr) => {
+        match $on.native() {
+            $crate::store::Native::Sqlite($native) => $body,
+            $crate::store::Native::Postgres($native) => $body,
+        }
+    };
+}
+pub use crate::sql;
+
+impl Db {
+    pub fn native(&self) -> Native<&SqlitePool, &PgPool> {
+        match self {
+            Db::Sqlite(pool) => Native::Sqlite(pool),
+            Db::Postgres(pool) => Native::Postgres(pool),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Db::Sqlite(_) => Dialect::Sqlite,
+            Db::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
+    /// The SQLite pool, for what only SQLite has (the file, its tests).
+    pub fn as_sqlite(&self) -> Option<&SqlitePool> {
+        match self {
+            Db::Sqlite(pool) => Some(pool),
+            Db::Postgres(_) => None,
+        }
+    }
+
+    /// Closes every connection; queries after this fail.
+    pub async fn close(&self) {
+        match self {
+            Db::Sqlite(pool) => pool.close().await,
+            Db::Postgres(pool) => pool.close().await,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        match self {
+            Db::Sqlite(pool) => pool.is_closed(),
+            Db::Postgres(pool) => pool.is_closed(),
+        }
+    }
+}
+
+/// Opens (creating if needed) and migrates the SQLite database in `data_dir`.
+pub async fn open(data_dir: &Path) -> anyhow::Result<Db> {
     let path = data_dir.join(DATABASE_FILE);
     let options = SqliteConnectOptions::new()
         .filename(&path)
@@ -43,7 +138,22 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
         .run(&pool)
         .await
         .with_context(|| format!("cannot migrate database {}", path.display()))?;
-    Ok(pool)
+    Ok(Db::Sqlite(pool))
+}
+
+/// Connects to the PostgreSQL database at `url` and migrates it.
+pub async fn open_postgres(url: &str) -> anyhow::Result<Db> {
+    let pool = PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .context("cannot connect to the PostgreSQL database")?;
+    sqlx::migrate!("../migrations/postgres")
+        .run(&pool)
+        .await
+        .context("cannot migrate the PostgreSQL database")?;
+    Ok(Db::Postgres(pool))
 }
 
 /// Whether a connection coming back to the pool may be reused: not if it is
@@ -52,7 +162,7 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<SqlitePool> {
 /// up), and that transaction would hold SQLite's write lock for good.
 /// Closing the connection rolls it back. A transaction dropped the normal
 /// way has its rollback queued; the ping lets it run before the check.
-async fn no_transaction_left_open(conn: &mut sqlx::SqliteConnection) -> Result<bool, sqlx::Error> {
+async fn no_transaction_left_open(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
     use sqlx::Connection;
     if !conn.is_in_transaction() {
         return Ok(true);
@@ -65,46 +175,93 @@ async fn no_transaction_left_open(conn: &mut sqlx::SqliteConnection) -> Result<b
     Ok(true)
 }
 
-/// A write transaction (`BEGIN IMMEDIATE`), begun in its turn. SQLite lets
-/// one connection write to a database file at a time, and a connection that
-/// finds the lock taken polls for it, sleeping longer each time (up to
-/// 100 ms): under load a writer slept on while the lock sat free, and
-/// writers overtook one another. So this process's writers queue here, in
-/// order, and begin only when the lock is theirs. It derefs to the
-/// connection, like sqlx's transaction; dropped without
-/// [`WriteTx::commit`], it rolls back.
-pub struct WriteTx {
-    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
-    _turn: tokio::sync::OwnedSemaphorePermit,
+/// A transaction of either dialect: a write transaction from [`write`] or a
+/// read snapshot from [`read`]. Dropped without [`Tx::commit`], it rolls
+/// back.
+pub enum Tx {
+    Sqlite {
+        tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+        /// A writer's place in this process's queue (see [`write`]).
+        _turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
 }
 
-impl WriteTx {
+impl Tx {
+    pub fn native(&mut self) -> Native<&mut SqliteConnection, &mut PgConnection> {
+        match self {
+            Tx::Sqlite { tx, .. } => Native::Sqlite(&mut **tx),
+            Tx::Postgres(tx) => Native::Postgres(&mut **tx),
+        }
+    }
+
+    pub fn dialect(&self) -> Dialect {
+        match self {
+            Tx::Sqlite { .. } => Dialect::Sqlite,
+            Tx::Postgres(_) => Dialect::Postgres,
+        }
+    }
+
     pub async fn commit(self) -> Result<(), sqlx::Error> {
-        self.tx.commit().await
+        match self {
+            Tx::Sqlite { tx, .. } => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await,
+        }
     }
 }
 
-impl std::ops::Deref for WriteTx {
-    type Target = sqlx::SqliteConnection;
-    fn deref(&self) -> &Self::Target {
-        &self.tx
+/// The key of the PostgreSQL advisory lock that every write transaction
+/// holds until it ends ("GPUP" in ASCII).
+const WRITE_LOCK: i64 = 0x4750_5550;
+
+/// Begins a write transaction when it is this writer's turn. Writers take
+/// turns, one at a time, on both dialects, so the code above reads and
+/// then writes without racing another writer (as SQLite's one write lock
+/// always made it).
+///
+/// SQLite (`BEGIN IMMEDIATE`): one connection may write to a database file
+/// at a time, and a connection that finds the lock taken polls for it,
+/// sleeping longer each time (up to 100 ms): under load a writer slept on
+/// while the lock sat free, and writers overtook one another. So this
+/// process's writers queue here, in order, and begin only when the lock is
+/// theirs. PostgreSQL: the transaction takes one advisory lock, shared by
+/// every server on the database, which it holds until commit or rollback.
+pub async fn write(db: &Db) -> Result<Tx, sqlx::Error> {
+    match db {
+        Db::Sqlite(pool) => {
+            let turn = writers_of(pool)
+                .acquire_owned()
+                .await
+                .expect("the writers' queue is never closed");
+            let tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+            Ok(Tx::Sqlite {
+                tx,
+                _turn: Some(turn),
+            })
+        }
+        Db::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(WRITE_LOCK)
+                .execute(&mut *tx)
+                .await?;
+            Ok(Tx::Postgres(tx))
+        }
     }
 }
 
-impl std::ops::DerefMut for WriteTx {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.tx
+/// Begins a read-only transaction: its queries all see one snapshot.
+pub async fn read(db: &Db) -> Result<Tx, sqlx::Error> {
+    match db {
+        Db::Sqlite(pool) => Ok(Tx::Sqlite {
+            tx: pool.begin().await?,
+            _turn: None,
+        }),
+        Db::Postgres(pool) => Ok(Tx::Postgres(
+            pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .await?,
+        )),
     }
-}
-
-/// Begins a write transaction on `db` when it is this writer's turn (see [`WriteTx`]).
-pub async fn write(db: &SqlitePool) -> Result<WriteTx, sqlx::Error> {
-    let turn = writers_of(db)
-        .acquire_owned()
-        .await
-        .expect("the writers' queue is never closed");
-    let tx = db.begin_with("BEGIN IMMEDIATE").await?;
-    Ok(WriteTx { tx, _turn: turn })
 }
 
 /// The queue of writers to `db`'s file in this process: one per file, as
@@ -180,7 +337,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_transaction_cancelled_while_it_begins_never_holds_the_write_lock() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = open(dir.path()).await.unwrap();
+        let db = open(dir.path()).await.unwrap();
+        let pool = db.as_sqlite().unwrap();
         for round in 0..1000u64 {
             let begin = pool.begin_with("BEGIN IMMEDIATE");
             // Cancelled at a different point each round, sometimes after the BEGIN ran.
@@ -203,26 +361,29 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_cancelled_writer_gives_its_turn_up() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = open(dir.path()).await.unwrap();
-        let holder = write(&pool).await.unwrap();
+        let db = open(dir.path()).await.unwrap();
+        let holder = write(&db).await.unwrap();
         // Waiting behind the holder, then cancelled.
         assert!(
-            tokio::time::timeout(Duration::from_millis(20), write(&pool))
+            tokio::time::timeout(Duration::from_millis(20), write(&db))
                 .await
                 .is_err()
         );
         drop(holder);
         for round in 0..200u64 {
-            let _ = tokio::time::timeout(Duration::from_micros(round % 40 * 5), write(&pool)).await;
+            let _ = tokio::time::timeout(Duration::from_micros(round % 40 * 5), write(&db)).await;
             let started = std::time::Instant::now();
-            let mut tx = tokio::time::timeout(Duration::from_secs(5), write(&pool))
+            let mut tx = tokio::time::timeout(Duration::from_secs(5), write(&db))
                 .await
                 .unwrap_or_else(|_| panic!("round {round}: the turn was never given up"))
                 .unwrap();
-            sqlx::query("CREATE TABLE IF NOT EXISTS turns (n INTEGER)")
-                .execute(&mut *tx)
-                .await
-                .unwrap();
+            sql!(tx, |conn| sqlx::query(
+                "CREATE TABLE IF NOT EXISTS turns (n INTEGER)"
+            )
+            .execute(conn)
+            .await
+            .map(|_| ())
+            .unwrap());
             tx.commit().await.unwrap();
             assert!(
                 started.elapsed() < Duration::from_secs(1),

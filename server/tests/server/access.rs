@@ -4,6 +4,7 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_server::events::{self, Links};
+use gpuplane_server::sql;
 use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -51,7 +52,7 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
     let job_id = job["id"].as_str().unwrap().to_string();
-    let mut conn = db.acquire().await.unwrap();
+    let mut conn = gpuplane_server::store::write(&db).await.unwrap();
     let links = Links {
         job_id: Some(&job_id),
         ..Links::default()
@@ -66,7 +67,7 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
     )
     .await
     .unwrap();
-    drop(conn);
+    conn.commit().await.unwrap();
 
     // Alice is not a member: every route family answers as if the job did not exist.
     let routes = [
@@ -208,11 +209,14 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
     assert_eq!(listed["items"].as_array().unwrap().len(), 1);
 
     // A token limited to `default` cannot reach Bob's secret job.
-    sqlx::query("UPDATE api_tokens SET project = 'default' WHERE token_hash = $1")
-        .bind(gpuplane_server::identity::credentials::hash_token(&bob))
-        .execute(&db)
-        .await
-        .unwrap();
+    sql!(&db, |pool| {
+        sqlx::query("UPDATE api_tokens SET project = 'default' WHERE token_hash = $1")
+            .bind(gpuplane_server::identity::credentials::hash_token(&bob))
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let (status, _) = f.call("GET", &format!("/jobs/{job_id}"), &bob, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

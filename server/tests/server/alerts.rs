@@ -5,6 +5,7 @@
 //! server are tested end to end in `testkit/alerts/test_alerts.py`.
 
 use gpuplane_api::auth::Scope;
+use gpuplane_server::sql;
 use gpuplane_testkit::{TestServer, eventually, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -67,10 +68,12 @@ async fn channels_belong_to_admins_and_subscriptions_to_their_scope() {
     let listed = ok(f.get("/alerts/channels", &root).await);
     assert_eq!(listed["items"][0]["url"], "http://127.0.0.1:9/hook");
     assert_eq!(listed["items"][0]["secret"], Value::Null);
-    let stored: String = sqlx::query_scalar("SELECT sealed_secret FROM alert_channels")
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let stored: String = sql!(&db, |pool| {
+        sqlx::query_scalar("SELECT sealed_secret FROM alert_channels")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert!(!stored.contains(&secret[6..]));
     // Where a channel sends is for admins only (a Slack URL is a credential).
     let listed = ok(f.get("/alerts/channels", &bob).await);

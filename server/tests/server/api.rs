@@ -3,6 +3,7 @@
 
 use expect_test::expect;
 use gpuplane_api::auth::Scope;
+use gpuplane_server::sql;
 use gpuplane_testkit::{TestServer, agent_token, start_server, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -139,21 +140,27 @@ async fn bearer_errors_follow_rfc_6750() {
     );
 
     let hash = gpuplane_server::identity::credentials::hash_token(&token);
-    sqlx::query("UPDATE api_tokens SET expires_at = 1 WHERE token_hash = $1")
-        .bind(&hash)
-        .execute(db)
-        .await
-        .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("UPDATE api_tokens SET expires_at = 1 WHERE token_hash = $1")
+            .bind(&hash)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     expect_invalid(
         f.get("/api/v1/auth/whoami", Some(&token)).await,
         "the token has expired",
     );
 
-    sqlx::query("UPDATE api_tokens SET expires_at = NULL, revoked_at = 1 WHERE token_hash = $1")
-        .bind(&hash)
-        .execute(db)
-        .await
-        .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("UPDATE api_tokens SET expires_at = NULL, revoked_at = 1 WHERE token_hash = $1")
+            .bind(&hash)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     expect_invalid(
         f.get("/api/v1/auth/whoami", Some(&token)).await,
         "the token was revoked",
@@ -161,10 +168,13 @@ async fn bearer_errors_follow_rfc_6750() {
 
     let other = user_token(db, "carol", Scope::Read, false).await;
     assert_eq!(f.get("/api/v1/auth/whoami", Some(&other)).await.0, StatusCode::OK);
-    sqlx::query("UPDATE users SET disabled_at = 1 WHERE name = 'carol'")
-        .execute(db)
-        .await
-        .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("UPDATE users SET disabled_at = 1 WHERE name = 'carol'")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     expect_invalid(
         f.get("/api/v1/auth/whoami", Some(&other)).await,
         "the token's user is disabled",

@@ -3,6 +3,7 @@
 //! expiry, rate-limited wrong user codes, and no code stored in clear.
 
 use gpuplane_server::identity::device_login;
+use gpuplane_server::sql;
 use gpuplane_testkit::http::TestServer;
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -125,10 +126,12 @@ async fn a_code_approved_in_the_console_yields_one_token() {
     // Polling again at once is too fast: slow_down, and the interval grows by 5 s.
     let (_, body) = flow.poll(device_code).await;
     assert_eq!(error(&body), "slow_down");
-    let interval: i64 = sqlx::query_scalar("SELECT interval_s FROM device_authorizations")
-        .fetch_one(flow.db())
-        .await
-        .unwrap();
+    let interval: i64 = sql!(flow.db(), |pool| {
+        sqlx::query_scalar("SELECT interval_s FROM device_authorizations")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(interval, 6);
 
     // The approving user sees who asks; the code matches whatever the case and dashes.
@@ -153,10 +156,13 @@ async fn a_code_approved_in_the_console_yields_one_token() {
     );
 
     // Wait out the (grown) interval, then the token comes, once.
-    sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
-        .execute(flow.db())
-        .await
-        .unwrap();
+    sql!(flow.db(), |pool| {
+        sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let (status, body) = flow.poll(device_code).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["token_type"], "Bearer");
@@ -168,10 +174,13 @@ async fn a_code_approved_in_the_console_yields_one_token() {
         me["token_name"], "gpuctl on gpu-box-7",
         "listed and revocable by name"
     );
-    sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
-        .execute(flow.db())
-        .await
-        .unwrap();
+    sql!(flow.db(), |pool| {
+        sqlx::query("UPDATE device_authorizations SET last_poll_at = 0")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let (_, body) = flow.poll(device_code).await;
     assert_eq!(error(&body), "invalid_grant", "a device code yields a token once");
 }
@@ -193,10 +202,13 @@ async fn denied_expired_and_malformed_requests_get_their_rfc_errors() {
     assert_eq!(error(&body), "access_denied");
 
     let expired = flow.authorize().await;
-    sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE status = 'pending'")
-        .execute(flow.db())
-        .await
-        .unwrap();
+    sql!(flow.db(), |pool| {
+        sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE status = 'pending'")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let (_, body) = flow.poll(expired["device_code"].as_str().unwrap()).await;
     assert_eq!(error(&body), "expired_token");
     assert!(
@@ -279,10 +291,12 @@ async fn wrong_user_codes_are_rate_limited() {
         device_login::decide(&flow.server.state, right, "usr_x", "203.0.113.7", true).await,
         Err(device_login::LookupError::Limited(_))
     ));
-    let pending: String = sqlx::query_scalar("SELECT status FROM device_authorizations")
-        .fetch_one(flow.db())
-        .await
-        .unwrap();
+    let pending: String = sql!(flow.db(), |pool| {
+        sqlx::query_scalar("SELECT status FROM device_authorizations")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(pending, "pending");
 }
 
@@ -314,16 +328,21 @@ async fn expired_device_authorizations_are_deleted() {
     let fresh = flow.authorize().await;
     let db = flow.db();
     let old_code = old["device_code"].as_str().unwrap();
-    sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = $1")
-        .bind(gpuplane_server::identity::credentials::hash_token(old_code))
-        .execute(db)
-        .await
-        .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("UPDATE device_authorizations SET expires_at = 1 WHERE device_code_hash = $1")
+            .bind(gpuplane_server::identity::credentials::hash_token(old_code))
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     device_login::delete_expired(db).await;
-    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM device_authorizations")
-        .fetch_one(db)
-        .await
-        .unwrap();
+    let left: i64 = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT count(*) FROM device_authorizations")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(left, 1, "the expired one is gone, the pending one stays");
     let (_, body) = flow.poll(fresh["device_code"].as_str().unwrap()).await;
     assert_eq!(error(&body), "authorization_pending");

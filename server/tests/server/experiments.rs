@@ -2,6 +2,7 @@
 //! field, changed by editors and the job's own token only, and filtered on.
 
 use gpuplane_api::auth::Scope;
+use gpuplane_server::sql;
 use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -282,12 +283,15 @@ async fn jobs_tag_their_runs_and_only_editors_and_the_jobs_token_change_them() {
         .await;
     let other = other["id"].as_str().unwrap();
     let job_token = user_token(&db, "job-owner", Scope::Sdk, false).await;
-    sqlx::query("UPDATE api_tokens SET run_id = $1 WHERE token_hash = $2")
-        .bind(run_id)
-        .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
-        .execute(&db)
-        .await
-        .unwrap();
+    sql!(&db, |pool| {
+        sqlx::query("UPDATE api_tokens SET run_id = $1 WHERE token_hash = $2")
+            .bind(run_id)
+            .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let config = json!({"config": {"lr": 0.1}});
     let (status, _) = f
         .call(

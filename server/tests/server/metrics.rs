@@ -3,6 +3,7 @@
 //! LOSS_NAN once per key, and clear refusals that write nothing.
 
 use gpuplane_api::auth::Scope;
+use gpuplane_server::sql;
 use gpuplane_testkit::http::answer;
 use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
@@ -201,10 +202,12 @@ async fn batches_sent_at_once_are_stored_together_and_one_that_fails_fails_alone
     let loss = |run: &str| format!("/runs/{run}/metrics?key=train/loss");
     assert_eq!(f.get(&loss(&a)).await["points"].as_array().unwrap().len(), 1);
     assert_eq!(f.get(&loss(&b)).await["points"][0]["value"], 2.0);
-    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM metric_batches WHERE run_id = 'no-such-run'")
-        .fetch_one(&state.db)
-        .await
-        .unwrap();
+    let stored: i64 = sql!(&state.db, |pool| {
+        sqlx::query_scalar("SELECT COUNT(*) FROM metric_batches WHERE run_id = 'no-such-run'")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(stored, 0, "nothing of the bad batch was kept");
 }
 
@@ -365,10 +368,12 @@ async fn texts_ride_in_batches_once_and_bad_ones_are_refused_clearly() {
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
         assert_eq!(body["error"]["details"][0]["field"], field, "{body}");
     }
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM run_texts")
-        .fetch_one(f.server.db())
-        .await
-        .unwrap();
+    let rows: i64 = sql!(f.server.db(), |pool| {
+        sqlx::query_scalar("SELECT count(*) FROM run_texts")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(rows, 4, "refused batches wrote no text");
     assert_eq!(
         f.get(&format!("/runs/{run}")).await["latest"]["train/loss"]["count"],
@@ -497,10 +502,12 @@ async fn bad_batches_are_refused_clearly_and_write_nothing() {
 
     let db = f.server.db();
     for table in ["metric_chunks", "metric_series", "metric_batches"] {
-        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-            .fetch_one(db)
-            .await
-            .unwrap();
+        let rows: i64 = sql!(db, |pool| {
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+                .fetch_one(pool)
+                .await
+        })
+        .unwrap();
         assert_eq!(rows, 0, "nothing written to {table}");
     }
 }
@@ -513,12 +520,15 @@ async fn a_job_token_reaches_only_its_run_and_read_tokens_cannot_ingest() {
     let db = f.server.db();
     // What the scheduler gives a job: an sdk token limited to the job's run.
     let job_token = user_token(db, "job-owner", Scope::Sdk, false).await;
-    sqlx::query("UPDATE api_tokens SET run_id = $1 WHERE token_hash = $2")
-        .bind(&mine)
-        .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
-        .execute(db)
-        .await
-        .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("UPDATE api_tokens SET run_id = $1 WHERE token_hash = $2")
+            .bind(&mine)
+            .bind(gpuplane_server::identity::credentials::hash_token(&job_token))
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let batch = json!({"batch_id": "j", "points": [point("train/loss", 1, json!(0.1))]}).to_string();
     let (status, _) = f
         .send(
@@ -754,11 +764,13 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
     }
     let db = f.server.db();
     let chunks = || async {
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM metric_chunks WHERE run_id = $1")
-            .bind(&run)
-            .fetch_one(db)
-            .await
-            .unwrap()
+        sql!(db, |pool| {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM metric_chunks WHERE run_id = $1")
+                .bind(&run)
+                .fetch_one(pool)
+                .await
+        })
+        .unwrap()
     };
     let answers = || async {
         [
@@ -813,12 +825,13 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
 
     // Tiny chunks are merged among themselves: the 2,000-point chunk is not
     // rewritten for them.
-    let merged_id: i64 =
+    let merged_id: i64 = sql!(db, |pool| {
         sqlx::query_scalar("SELECT id FROM metric_chunks WHERE run_id = $1 AND count = 2000")
             .bind(&run)
-            .fetch_one(db)
+            .fetch_one(pool)
             .await
-            .unwrap();
+    })
+    .unwrap();
     for batch in 0..15 {
         let points: Vec<Value> = (0..10)
             .map(|i| point("train/loss", 3_000 + batch * 10 + i, json!(1.0)))
@@ -834,12 +847,13 @@ async fn many_small_batches_are_compacted_without_changing_any_answer() {
             .unwrap(),
         1
     );
-    let sizes: Vec<(i64, i64)> =
+    let sizes: Vec<(i64, i64)> = sql!(db, |pool| {
         sqlx::query_as("SELECT id, count FROM metric_chunks WHERE run_id = $1 ORDER BY step_min")
             .bind(&run)
-            .fetch_all(db)
+            .fetch_all(pool)
             .await
-            .unwrap();
+    })
+    .unwrap();
     assert_eq!(
         sizes.iter().map(|(_, count)| *count).collect::<Vec<_>>(),
         [2_000, 151]
@@ -892,11 +906,15 @@ async fn long_series_are_merged_into_big_chunks_and_read_through_coarse_summarie
     }
     let db = f.server.db();
     let sizes = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count FROM metric_chunks WHERE run_id = $1 ORDER BY step_min")
+        sql!(db, |pool| {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count FROM metric_chunks WHERE run_id = $1 ORDER BY step_min",
+            )
             .bind(&run)
-            .fetch_all(db)
+            .fetch_all(pool)
             .await
-            .unwrap()
+        })
+        .unwrap()
     };
     assert_eq!(sizes().await, vec![4096; 40], "ingest writes chunks of 4,096");
     // 5 buckets of 32,768 points read the 8,192-point level, 20 the
@@ -980,7 +998,7 @@ async fn chunks_written_before_compression_and_summary_levels_still_read() {
             raw.extend(p.wall.to_le_bytes());
             raw.extend(p.value.to_le_bytes());
         }
-        sqlx::query(
+        sql!(f.server.db(), |pool| { sqlx::query(
             "INSERT INTO metric_chunks (run_id, key, step_min, step_max, time_min, time_max, count, summary, points)
              VALUES ($1, 'old/loss', $2, $3, $4, $5, 4096, $6, $7)",
         )
@@ -991,8 +1009,8 @@ async fn chunks_written_before_compression_and_summary_levels_still_read() {
         .bind(points[4095].wall)
         .bind(encode_summary(&points, 64))
         .bind(raw)
-        .execute(f.server.db())
-        .await
+        .execute(pool)
+        .await.map(|_| ()) })
         .unwrap();
     }
     let read = |max_points: usize, from: Option<f64>| {

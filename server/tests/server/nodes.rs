@@ -5,6 +5,8 @@
 //! are stored together, each once.
 
 use gpuplane_api::node::Gpu;
+use gpuplane_server::sql;
+use gpuplane_server::store::Db;
 use gpuplane_testkit::{TestServer, agent_token};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -17,12 +19,14 @@ fn gpu(utilization: u32) -> Gpu {
     }
 }
 
-async fn last_seen(db: &sqlx::SqlitePool, node: &str) -> (String, i64) {
-    sqlx::query_as("SELECT status, last_seen_at FROM nodes WHERE id = $1")
-        .bind(node)
-        .fetch_one(db)
-        .await
-        .unwrap()
+async fn last_seen(db: &Db, node: &str) -> (String, i64) {
+    sql!(db, |pool| {
+        sqlx::query_as("SELECT status, last_seen_at FROM nodes WHERE id = $1")
+            .bind(node)
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -48,21 +52,26 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
         (last_seen(&state.db, &node).await.1 > before).then_some(())
     })
     .await;
-    let utilization: i64 = sqlx::query_scalar("SELECT utilization_percent FROM gpus WHERE node_id = $1")
-        .bind(&node)
-        .fetch_one(&state.db)
-        .await
-        .unwrap();
+    let utilization: i64 = sql!(&state.db, |pool| {
+        sqlx::query_scalar("SELECT utilization_percent FROM gpus WHERE node_id = $1")
+            .bind(&node)
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(utilization, 42);
 
     // The writer now waits 250 ms before its next write. Meanwhile the
     // database says the node is long silent, a fresh reading waits, and
     // the liveness check runs: it must write the reading first.
-    sqlx::query("UPDATE nodes SET last_seen_at = 0 WHERE id = $1")
-        .bind(&node)
-        .execute(&state.db)
-        .await
-        .unwrap();
+    sql!(&state.db, |pool| {
+        sqlx::query("UPDATE nodes SET last_seen_at = 0 WHERE id = $1")
+            .bind(&node)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     state.heartbeats.record(&node, vec![gpu(7)]);
     state.nodes_changed.notify_one();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -73,21 +82,26 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
     );
 
     // A node that was OFFLINE comes back when its reading is written.
-    sqlx::query("UPDATE nodes SET status = 'OFFLINE' WHERE id = $1")
-        .bind(&node)
-        .execute(&state.db)
-        .await
-        .unwrap();
+    sql!(&state.db, |pool| {
+        sqlx::query("UPDATE nodes SET status = 'OFFLINE' WHERE id = $1")
+            .bind(&node)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     state.heartbeats.record(&node, vec![gpu(9)]);
     gpuplane_testkit::eventually("the node back", Duration::from_secs(5), || async {
         (last_seen(&state.db, &node).await.0 == "ONLINE").then_some(())
     })
     .await;
-    let kinds: Vec<String> = sqlx::query_scalar("SELECT kind FROM events WHERE node_id = $1 ORDER BY seq")
-        .bind(&node)
-        .fetch_all(&state.db)
-        .await
-        .unwrap();
+    let kinds: Vec<String> = sql!(&state.db, |pool| {
+        sqlx::query_scalar("SELECT kind FROM events WHERE node_id = $1 ORDER BY seq")
+            .bind(&node)
+            .fetch_all(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(
         kinds,
         ["AGENT_RECONNECTED"],
@@ -142,13 +156,13 @@ async fn telemetry_sent_at_once_is_stored_together_and_each_batch_once() {
     let stored = |node: &str| {
         let node = node.to_string();
         async move {
-            sqlx::query_as::<_, (i64, f64)>(
+            sql!(&state.db, |pool| { sqlx::query_as::<_, (i64, f64)>(
                 "SELECT count, time_min FROM metric_chunks WHERE run_id = $1 AND key = 'gpu0.utilization_percent'
                  ORDER BY step_min",
             )
             .bind(node)
-            .fetch_all(&state.db)
-            .await
+            .fetch_all(pool)
+            .await })
             .unwrap()
         }
     };
@@ -158,11 +172,13 @@ async fn telemetry_sent_at_once_is_stored_together_and_each_batch_once() {
         "a-1 once, a-2 once"
     );
     assert_eq!(stored(b).await, vec![(3, 1_000.0)]);
-    let batches: Vec<(String, String)> = sqlx::query_as(
-        "SELECT run_id, batch_id FROM metric_batches WHERE batch_id LIKE '_-_' ORDER BY batch_id",
-    )
-    .fetch_all(&state.db)
-    .await
+    let batches: Vec<(String, String)> = sql!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT run_id, batch_id FROM metric_batches WHERE batch_id LIKE '_-_' ORDER BY batch_id",
+        )
+        .fetch_all(pool)
+        .await
+    })
     .unwrap();
     let expected: Vec<(String, String)> = [(a, "a-1"), (a, "a-2"), (b, "b-1")]
         .iter()

@@ -28,7 +28,8 @@ fn corresponds(sqlite: &str, postgres: &str) -> bool {
 
 async fn sqlite_tables() -> (Tables, Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
-    let pool = gpuplane_server::store::open(dir.path()).await.unwrap();
+    let db = gpuplane_server::store::open(dir.path()).await.unwrap();
+    let pool = db.as_sqlite().unwrap().clone();
     let rows: Vec<(String, String, String, bool, i64)> = sqlx::query_as(
         "SELECT m.name, c.name, c.type, c.\"notnull\" = 0 AND c.pk = 0, c.pk
          FROM sqlite_master m JOIN pragma_table_info(m.name) c

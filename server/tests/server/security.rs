@@ -3,6 +3,7 @@
 //! (those are in `testkit/tests/system/security.rs`).
 
 use gpuplane_api::auth::Scope;
+use gpuplane_server::sql;
 use gpuplane_testkit::{TestServer, agent_token, eventually, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -37,12 +38,15 @@ fn hello(name: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn accounts_without_a_password_accept_none() {
     let f = TestServer::start().await;
-    sqlx::query(
-        "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at)
+    sql!(&f.server.state.db, |pool| {
+        sqlx::query(
+            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at)
          VALUES ('usr_sso', 'sso-ada', 'ada@example.com', 'https://idp|ada', 1, 0)",
-    )
-    .execute(&f.server.state.db)
-    .await
+        )
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })
     .unwrap();
     for password in ["not a real password", "", "x"] {
         let (location, session) = login(&f, "sso-ada", password, "/").await;
@@ -164,10 +168,12 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
         {"wall_time": 1.0e9, "gpus": [{"index": 0, "utilization_percent": 99.0}]}]});
     let (status, _) = f.post("/agent/telemetry", &token_b, telemetry.clone()).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_series")
-        .fetch_one(f.db())
-        .await
-        .unwrap();
+    let stored: i64 = sql!(f.db(), |pool| {
+        sqlx::query_scalar("SELECT count(*) FROM telemetry_series")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(stored, 0);
     // Reported under its own node id, the forged exit changes nothing.
     let mut own = forged.clone();
@@ -227,15 +233,20 @@ async fn an_agent_token_speaks_only_for_its_own_node() {
     );
 
     // Revoking A's token stops it at once.
-    let token_a_id: String = sqlx::query_scalar("SELECT id FROM api_tokens WHERE node_name = 'node-a'")
-        .fetch_one(db)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE api_tokens SET revoked_at = 1 WHERE id = $1")
-        .bind(&token_a_id)
-        .execute(db)
-        .await
-        .unwrap();
+    let token_a_id: String = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT id FROM api_tokens WHERE node_name = 'node-a'")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("UPDATE api_tokens SET revoked_at = 1 WHERE id = $1")
+            .bind(&token_a_id)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let (status, _) = f.post("/agent/hello", &token_a, hello("node-a")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     // And the node can move to a new token.
@@ -398,10 +409,13 @@ async fn secret_env_is_never_shown_and_never_stored_in_clear() {
     );
 
     // Nowhere in the database files in clear.
-    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-        .execute(db)
-        .await
-        .unwrap();
+    sql!(db, |pool| {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     for entry in std::fs::read_dir(f.data_dir()).unwrap() {
         let bytes = std::fs::read(entry.unwrap().path()).unwrap();
         assert!(
@@ -536,7 +550,7 @@ async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
         runs.push(run["id"].as_str().unwrap().to_string());
     }
     for run in &runs {
-        let mut conn = db.acquire().await.unwrap();
+        let mut conn = gpuplane_server::store::write(db).await.unwrap();
         gpuplane_server::runs::checkpoints::record(
             &mut conn,
             run,
@@ -548,6 +562,7 @@ async fn a_shared_checkpoint_names_only_runs_the_caller_can_see() {
         )
         .await
         .unwrap();
+        conn.commit().await.unwrap();
     }
     let (status, body) = f
         .post(

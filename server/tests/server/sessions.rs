@@ -2,6 +2,7 @@
 //! sign-out, timeouts, disabled users, cross-origin refusals, rate limits,
 //! and no session id in the database in clear.
 
+use gpuplane_server::sql;
 use gpuplane_testkit::http::TestServer;
 use reqwest::StatusCode;
 use std::time::Duration;
@@ -244,10 +245,12 @@ async fn the_database_holds_no_session_id_in_clear() {
         .await
         .trim_start_matches("gpuplane_session=")
         .to_string();
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM tower_sessions")
-        .fetch_one(console.db())
-        .await
-        .unwrap();
+    let stored: i64 = sql!(console.db(), |pool| {
+        sqlx::query_scalar("SELECT count(*) FROM tower_sessions")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(stored, 1, "the session is stored");
     let dir = console.0.stop().await;
     let mut bytes = Vec::new();

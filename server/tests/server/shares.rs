@@ -4,6 +4,7 @@
 //! it is recorded, and only its hash is stored.
 
 use gpuplane_api::auth::Scope;
+use gpuplane_server::sql;
 use gpuplane_testkit::TestServer;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -81,10 +82,12 @@ async fn a_share_link_opens_one_run_read_only_until_it_is_revoked_expires_or_is_
     assert_eq!(created["link"]["created_by"], "ed");
 
     // Only the hash is stored.
-    let stored: Vec<String> = sqlx::query_scalar("SELECT secret_hash FROM share_links")
-        .fetch_all(&db)
-        .await
-        .unwrap();
+    let stored: Vec<String> = sql!(&db, |pool| {
+        sqlx::query_scalar("SELECT secret_hash FROM share_links")
+            .fetch_all(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(stored.len(), 1);
     assert!(!stored[0].contains(&secret[4..]));
 
@@ -216,11 +219,14 @@ async fn a_share_link_opens_one_run_read_only_until_it_is_revoked_expires_or_is_
         anonymous.get(&second_url).send().await.unwrap().status(),
         StatusCode::OK
     );
-    sqlx::query("UPDATE share_links SET expires_at = 0 WHERE id = $1")
-        .bind(second["link"]["id"].as_str().unwrap())
-        .execute(&db)
-        .await
-        .unwrap();
+    sql!(&db, |pool| {
+        sqlx::query("UPDATE share_links SET expires_at = 0 WHERE id = $1")
+            .bind(second["link"]["id"].as_str().unwrap())
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     assert_eq!(
         anonymous.get(&second_url).send().await.unwrap().status(),
         StatusCode::NOT_FOUND

@@ -8,6 +8,7 @@
 //! it, and each change has its audit entry. `GPUPLANE_CONCURRENCY_JOBS`
 //! (jobs per writer, default 4) makes the long version.
 
+use gpuplane_server::sql;
 use gpuplane_testkit::process::{Api, ServerProcess};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -143,11 +144,13 @@ async fn fifty_writers_ingest_and_compaction_at_once_lose_nothing_and_never_fail
     );
     assert_eq!(server.integrity_check().await, "ok");
     let db = gpuplane_server::store::open(&data).await.unwrap();
-    let chunks: i64 = sqlx::query_scalar(
+    let chunks: i64 = sql!(&db, |pool| {
+        sqlx::query_scalar(
         "SELECT count(*) FROM metric_chunks m JOIN runs r ON r.id = m.run_id WHERE r.name LIKE 'ingest-%'",
     )
-    .fetch_one(&db)
+    .fetch_one(pool)
     .await
+    })
     .unwrap();
     db.close().await;
     let batches = METRIC_CLIENTS as i64 * BATCHES_PER_CLIENT;

@@ -7,6 +7,7 @@
 
 use gpuplane_api::auth::Scope;
 use gpuplane_api::job::JobStatus;
+use gpuplane_server::sql;
 use gpuplane_testkit::cluster::{Cluster, sh};
 use gpuplane_testkit::{WAIT, eventually, user_token};
 use reqwest::Method;
@@ -171,11 +172,13 @@ sys.exit(3)
         ("log_lines", "job_id", &done.id),
         ("attempts", "job_id", &done.id),
     ] {
-        let left: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {column} = $1"))
-            .bind(id)
-            .fetch_one(&db)
-            .await
-            .unwrap();
+        let left: i64 = sql!(&db, |pool| {
+            sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE {column} = $1"))
+                .bind(id)
+                .fetch_one(pool)
+                .await
+        })
+        .unwrap();
         assert_eq!(left, 0, "{table} still holds rows of {id}");
     }
     let (_, audit) = cluster.get("/audit?action=run.delete").await;
@@ -188,12 +191,15 @@ sys.exit(3)
     assert_eq!(status, 200);
     cluster.wait_for(&running.id, JobStatus::Cancelled).await;
     let two_days_ago = gpuplane_server::store::time::now_ms() - 2 * 24 * 3600 * 1000;
-    sqlx::query("UPDATE jobs SET updated_at = $1 WHERE id = $2")
-        .bind(two_days_ago)
-        .bind(&running.id)
-        .execute(&db)
-        .await
-        .unwrap();
+    sql!(&db, |pool| {
+        sqlx::query("UPDATE jobs SET updated_at = $1 WHERE id = $2")
+            .bind(two_days_ago)
+            .bind(&running.id)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     let (_, sdk_run) = cluster
         .post("/runs", json!({"project": "default", "name": "old"}))
         .await;
@@ -201,12 +207,15 @@ sys.exit(3)
     cluster
         .post(&format!("/runs/{sdk_run}/archive"), json!(null))
         .await;
-    sqlx::query("UPDATE runs SET archived_at = $1 WHERE id = $2")
-        .bind(two_days_ago)
-        .bind(&sdk_run)
-        .execute(&db)
-        .await
-        .unwrap();
+    sql!(&db, |pool| {
+        sqlx::query("UPDATE runs SET archived_at = $1 WHERE id = $2")
+            .bind(two_days_ago)
+            .bind(&sdk_run)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
     gpuplane_server::apply_retention(&cluster.server.state)
         .await
         .unwrap();

@@ -224,7 +224,7 @@ sys.exit(3)
 
     // Telemetry samples and the alert's delivery attempts arrive on their own.
     eventually("telemetry and an alert delivery", WAIT, || async {
-        let db = &cluster.server.state.db;
+        let db = cluster.server.state.db.as_sqlite().unwrap();
         let series: i64 = sqlx::query_scalar("SELECT count(*) FROM telemetry_series")
             .fetch_one(db)
             .await

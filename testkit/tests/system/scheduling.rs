@@ -4,6 +4,8 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
+use gpuplane_server::sql;
+use gpuplane_server::store::Db;
 use gpuplane_testkit::cluster::{Cluster, sh};
 use serde_json::json;
 
@@ -294,11 +296,13 @@ async fn bad_specs_are_refused_with_every_field_and_write_nothing() {
     }
 }
 
-async fn sqlx_count(db: &sqlx::SqlitePool, table: &str) -> i64 {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
-        .fetch_one(db)
-        .await
-        .unwrap()
+async fn sqlx_count(db: &Db, table: &str) -> i64 {
+    sql!(db, |pool| {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

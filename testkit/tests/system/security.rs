@@ -5,6 +5,7 @@
 
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::JobStatus;
+use gpuplane_server::sql;
 use gpuplane_testkit::cluster::{Cluster, sh};
 use gpuplane_testkit::eventually;
 use gpuplane_testkit::{WAIT, binary};
@@ -258,21 +259,25 @@ async fn attempts_of_another_server_are_never_reported() {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let db = &second.server.state.db;
-    let leaked: i64 = sqlx::query_scalar("SELECT count(*) FROM log_lines WHERE job_id = $1")
-        .bind(&old.id)
-        .fetch_one(db)
-        .await
-        .unwrap();
+    let leaked: i64 = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT count(*) FROM log_lines WHERE job_id = $1")
+            .bind(&old.id)
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(
         leaked, 0,
         "lines of the first cluster's job reached the second server"
     );
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE job_id = $1 OR message LIKE $2")
-        .bind(&old.id)
-        .bind(format!("%{}%", old.id))
-        .fetch_one(db)
-        .await
-        .unwrap();
+    let events: i64 = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT count(*) FROM events WHERE job_id = $1 OR message LIKE $2")
+            .bind(&old.id)
+            .bind(format!("%{}%", old.id))
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
     assert_eq!(events, 0);
     let after: Vec<_> = ["stdout.log", "exit.json", "owner.json", "dispatch.json"]
         .iter()

@@ -6,6 +6,7 @@
 
 use gpuplane_api::job::JobStatus;
 use gpuplane_server::nodes::telemetry::{Retention, maintain};
+use gpuplane_server::sql;
 use gpuplane_testkit::cluster::{Cluster, sh};
 use gpuplane_testkit::{WAIT, eventually};
 use serde_json::{Value, json};
@@ -143,11 +144,13 @@ async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_
         "{gone}"
     );
     // The node's batch ids (kept against resends) went with them.
-    let node_batches: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM metric_batches WHERE run_id IN (SELECT node_id FROM telemetry_series)",
-    )
-    .fetch_one(db)
-    .await
+    let node_batches: i64 = sql!(db, |pool| {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM metric_batches WHERE run_id IN (SELECT node_id FROM telemetry_series)",
+        )
+        .fetch_one(pool)
+        .await
+    })
     .unwrap();
     assert_eq!(node_batches, 0);
 }
