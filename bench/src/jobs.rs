@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 pub async fn run() -> anyhow::Result<()> {
     println!(
-        "== jobs benchmarks ({} cores)",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        "== jobs benchmarks ({} cores, {})",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        store_name()
     );
     scheduling_pass().await?;
     let binaries = release_binaries()?;
@@ -343,6 +344,16 @@ pub(crate) struct ServerProcess {
     pub agent_token: String,
 }
 
+/// Which store the benchmark servers use: PostgreSQL when
+/// `GPUPLANE_TEST_POSTGRES` names one (scripts/with-postgres.sh), else SQLite.
+pub(crate) fn store_name() -> &'static str {
+    if std::env::var_os(gpuplane_testkit::postgres::TEST_POSTGRES).is_some_and(|dir| !dir.is_empty()) {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    }
+}
+
 pub(crate) async fn start_server_process(
     binaries: &Binaries,
     extra: &[&str],
@@ -350,12 +361,14 @@ pub(crate) async fn start_server_process(
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data)?;
-    let db = gpuplane_server::store::open(&data).await?;
+    // PostgreSQL instead of the SQLite file when GPUPLANE_TEST_POSTGRES is
+    // set (scripts/with-postgres.sh), as in the tests.
+    let db = gpuplane_testkit::open_store(&data).await;
     let token = user_token(&db, "bench", Scope::Write, true).await;
     let agent_token = agent_token(&db).await;
     db.close().await;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let process = spawn_server(binaries, &data, port, extra)?;
+    let process = spawn_server(binaries, &data, port, extra).await?;
     let server = ServerProcess {
         dir,
         process,
@@ -373,20 +386,24 @@ pub(crate) async fn restart_server_process(
     server: ServerProcess,
 ) -> anyhow::Result<ServerProcess> {
     let port: u16 = server.url.rsplit(':').next().unwrap_or_default().parse()?;
-    let process = spawn_server(binaries, &server.data_dir(), port, &[])?;
+    let process = spawn_server(binaries, &server.data_dir(), port, &[]).await?;
     let server = ServerProcess { process, ..server };
     wait_for_health(&server).await?;
     Ok(server)
 }
 
-fn spawn_server(
+async fn spawn_server(
     binaries: &Binaries,
     data: &std::path::Path,
     port: u16,
     extra: &[&str],
 ) -> anyhow::Result<Proc> {
+    let mut command = Command::new(&binaries.server);
+    if let Some(url) = gpuplane_testkit::postgres::database_for(data).await {
+        command.env("GPUPLANE_DATABASE_URL", url);
+    }
     Ok(Proc(
-        Command::new(&binaries.server)
+        command
             .arg("--data-dir")
             .arg(data)
             .args(["serve", "--bind", &format!("127.0.0.1:{port}")])

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 pub async fn run() -> anyhow::Result<()> {
     println!(
-        "== metrics benchmarks ({} cores)",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        "== metrics benchmarks ({} cores, {})",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        crate::jobs::store_name()
     );
     let binaries = release_binaries()?;
     ingest_and_query(&binaries).await
@@ -196,16 +197,19 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
 }
 
 /// The p50 of `train/loss` of a run downsampled to 2,000 buckets in this
-/// process, over the server's database file: SQLite and the aggregation
+/// process, over the server's database: the store and the aggregation
 /// without HTTP and JSON.
 pub(crate) async fn in_process_p50(data_dir: &std::path::Path, run_id: &str) -> anyhow::Result<f64> {
-    let pool = Db::Sqlite(
-        sqlx::SqlitePool::connect(&format!(
-            "sqlite://{}?mode=ro",
-            data_dir.join("gpuplane.db").display()
-        ))
-        .await?,
-    );
+    let pool = match gpuplane_testkit::postgres::database_for(data_dir).await {
+        Some(url) => Db::Postgres(sqlx::PgPool::connect(&url).await?),
+        None => Db::Sqlite(
+            sqlx::SqlitePool::connect(&format!(
+                "sqlite://{}?mode=ro",
+                data_dir.join("gpuplane.db").display()
+            ))
+            .await?,
+        ),
+    };
     let query = gpuplane_server::metrics::Query {
         key: "train/loss".into(),
         max_points: 2000,

@@ -213,6 +213,11 @@ settings! {
         smtp_from: String,
     }
     optional {
+        /// PostgreSQL to keep everything in (`postgres://USER:PASSWORD@HOST/DB`);
+        /// unset: the SQLite file in the data dir.
+        #[arg(long, env = "GPUPLANE_DATABASE_URL", value_name = "URL", hide_env_values = true)]
+        database_url: String,
+
         /// URL users and jobs reach this server at (default: http://BIND).
         #[arg(long, env = "GPUPLANE_PUBLIC_URL", value_name = "URL")]
         public_url: String,
@@ -465,6 +470,9 @@ impl ServerConfig {
         if s.log_tail_lines < 1 {
             bail!("log_tail_lines must be at least 1");
         }
+        if let Some(url) = &s.database_url {
+            check_database_url(url)?;
+        }
         if !(1..=3650).contains(&s.device_token_days) {
             bail!("device_token_days must be between 1 and 3650");
         }
@@ -615,6 +623,16 @@ pub fn load_file(explicit: Option<&Path>, data_dir: &Path) -> anyhow::Result<Set
     })
 }
 
+/// A `database_url` must name PostgreSQL: SQLite needs no URL (it is the
+/// file in the data dir).
+pub fn check_database_url(url: &str) -> anyhow::Result<()> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(())
+    } else {
+        bail!("database_url must start with postgres:// (leave it unset for the SQLite file in the data dir)")
+    }
+}
+
 /// Creates the data directory and proves it is writable.
 pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
@@ -629,6 +647,34 @@ pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_url_must_name_postgresql() {
+        let with_url = |url: &str| Settings {
+            database_url: Some(url.to_string()),
+            ..Settings::default()
+        };
+        for url in [
+            "postgres://u:p@db/gpuplane",
+            "postgresql://db/gpuplane?sslmode=require",
+        ] {
+            let config = ServerConfig::resolve("d".into(), with_url(url)).unwrap();
+            assert_eq!(config.settings.database_url.as_deref(), Some(url));
+        }
+        for url in ["sqlite://gpuplane.db", "db.example.com/gpuplane", ""] {
+            let error = ServerConfig::resolve("d".into(), with_url(url)).unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("database_url must start with postgres://"),
+                "{url}: {error}"
+            );
+        }
+        assert_eq!(
+            ServerConfig::with_defaults("d".into()).settings.database_url,
+            None
+        );
+    }
 
     #[test]
     fn the_example_config_parses_to_the_defaults() {

@@ -140,12 +140,13 @@ async fn query(
     newest_first: bool,
 ) -> Result<Vec<(i64, Event)>, Error> {
     let order = if newest_first { "DESC" } else { "ASC" };
+    let visible_projects = db.dialect().json_values("$8");
     let rows: Vec<EventRow> = sql!(db, |pool| {
         sqlx::query_as(&format!(
             "SELECT {EVENT_COLUMNS} FROM events e
          WHERE ($1 IS NULL OR run_id = $1) AND ($2 IS NULL OR job_id = $2) AND ($3 IS NULL OR severity = $3)
            AND ($4 IS NULL OR kind = $4) AND ($5 IS NULL OR seq < $5) AND ($6 IS NULL OR seq > $6)
-           AND ($8 IS NULL OR project IS NULL OR project IN (SELECT value FROM json_each($8)))
+           AND ($8 IS NULL OR project IS NULL OR project IN (SELECT value FROM {visible_projects}))
          ORDER BY seq {order} LIMIT $7"
         ))
         .bind(&filter.run_id)

@@ -206,7 +206,7 @@ async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener,
         .await
         .with_context(|| format!("cannot listen on {}", config.settings.bind))?;
     config.settings.bind = listener.local_addr()?;
-    let db = store::open(&config.data_dir).await?;
+    let db = store::open_configured(&config.data_dir, config.settings.database_url.as_deref()).await?;
     let secret = identity::secrets::SecretKey::load_or_create(&config.data_dir)?;
     Ok((listener, AppState::new(db, config, secret)))
 }
@@ -225,7 +225,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Admin(command) => {
             config::prepare_data_dir(&data_dir)?;
-            let db = store::open(&data_dir).await?;
+            let file = config::load_file(cli.config.as_deref(), &data_dir)?;
+            let database_url = std::env::var("GPUPLANE_DATABASE_URL")
+                .ok()
+                .filter(|url| !url.is_empty())
+                .or(file.database_url);
+            let db = store::open_configured(&data_dir, database_url.as_deref()).await?;
             if let Some(secret) = admin::run(&db, command).await? {
                 println!("{secret}");
             }

@@ -5,8 +5,9 @@
 use crate::sql;
 use crate::store::Error;
 use crate::store::time::rfc3339;
-use crate::store::{Db, Tx};
+use crate::store::{Db, Dialect, Tx};
 use gpuplane_api::log::{LogLine, LogStream, Logs};
+use std::borrow::Cow;
 
 /// Longest line kept on the server; the agent's file has the whole line.
 pub use gpuplane_api::log::MAX_LINE_BYTES;
@@ -35,23 +36,36 @@ pub async fn ingest(conn: &mut Tx, batch: Batch<'_>, keep: i64) -> Result<(), Er
     if lines.is_empty() {
         return Ok(());
     }
-    let clipped: Vec<&str> = lines.iter().map(|line| clip(line)).collect();
-    // One statement for the whole batch: json_each numbers the lines.
+    let dialect = conn.dialect();
+    let clipped: Vec<Cow<str>> = lines
+        .iter()
+        .map(|line| match dialect {
+            // PostgreSQL's text cannot hold NUL; it becomes U+FFFD there.
+            Dialect::Postgres if line.contains('\0') => Cow::Owned(clip(line).replace('\0', "\u{FFFD}")),
+            _ => Cow::Borrowed(clip(line)),
+        })
+        .collect();
+    // One statement for the whole batch: the JSON array's index numbers the lines.
     let json = serde_json::to_string(&clipped).map_err(|e| Error::Internal(e.into()))?;
-    sql!(conn, |conn| {
-        sqlx::query(
-            "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
+    let insert = dialect.pick(
+        "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
          SELECT $1, $2, $3, $4 + key, $5, value FROM json_each($6)",
-        )
-        .bind(job_id)
-        .bind(attempt)
-        .bind(stream.as_str())
-        .bind(first_n)
-        .bind(time)
-        .bind(json)
-        .execute(conn)
-        .await
-        .map(|_| ())
+        "INSERT INTO log_lines (job_id, attempt, stream, n, time, text)
+         SELECT $1, $2, $3, $4 + line.n - 1, $5, line.text
+         FROM jsonb_array_elements_text(CAST($6 AS JSONB)) WITH ORDINALITY AS line(text, n)
+         ON CONFLICT DO NOTHING",
+    );
+    sql!(conn, |conn| {
+        sqlx::query(insert)
+            .bind(job_id)
+            .bind(attempt)
+            .bind(stream.as_str())
+            .bind(first_n)
+            .bind(time)
+            .bind(json)
+            .execute(conn)
+            .await
+            .map(|_| ())
     })?;
     let last_n = first_n + lines.len() as i64 - 1;
     sql!(conn, |conn| {

@@ -93,8 +93,18 @@ pub async fn start_server_with(data_dir: &Path, configure: impl FnOnce(&mut Serv
     config.node_timeout = Duration::from_secs(1);
     config.lost_grace = Duration::from_secs(1);
     config.cancel_grace = Duration::from_secs(2);
+    config.settings.database_url = postgres::database_for(data_dir).await;
     configure(&mut config);
     start(config).await.expect("the test server starts")
+}
+
+/// Opens the store a test server over `data_dir` uses (see
+/// [`postgres::database_for`]), for tests that work on it with no server.
+pub async fn open_store(data_dir: &Path) -> Db {
+    let url = postgres::database_for(data_dir).await;
+    gpuplane_server::store::open_configured(data_dir, url.as_deref())
+        .await
+        .expect("the database opens")
 }
 
 /// Creates a user (admin when asked) and returns a token of `scope` for it.

@@ -60,22 +60,7 @@ impl Postgres {
 
     /// The URL of a new, empty database on this server.
     pub async fn fresh_database(&self) -> String {
-        use sqlx::Connection;
-        let name = format!("test_{}", ulid::Ulid::new().to_string().to_lowercase());
-        let mut admin = sqlx::PgConnection::connect(&self.url("postgres")).await.unwrap();
-        sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
-            .await
-            .unwrap();
-        admin.close().await.unwrap();
-        self.url(&name)
-    }
-
-    /// `postgres://` URL of database `name`, over the socket in the temporary directory.
-    fn url(&self, name: &str) -> String {
-        format!(
-            "postgres://postgres@localhost/{name}?host={}",
-            self.dir.path().display()
-        )
+        create_database(self.dir.path()).await
     }
 
     fn data_dir(&self) -> PathBuf {
@@ -116,6 +101,90 @@ impl Drop for Postgres {
             .args(["-m", "immediate", "-D", path(&data), "stop"])
             .output();
     }
+}
+
+/// The environment variable that runs the suites on PostgreSQL: the socket
+/// directory of a running server whose `postgres` user may create
+/// databases (`./scripts/test.sh --postgres` starts one and sets it).
+pub const TEST_POSTGRES: &str = "GPUPLANE_TEST_POSTGRES";
+
+/// Beside a data dir, the URL of its PostgreSQL database (see [`database_for`]).
+const DATABASE_URL_FILE: &str = "test-database-url";
+
+/// The store a test server over `data_dir` uses: `None` (the SQLite file in
+/// the data dir) unless [`TEST_POSTGRES`] is set, and then a database of its
+/// own on that server, created on first use and the same for every later
+/// server and process over `data_dir` (the URL is kept in a file in it).
+pub async fn database_for(data_dir: &Path) -> Option<String> {
+    let socket_dir = std::env::var_os(TEST_POSTGRES).filter(|dir| !dir.is_empty())?;
+    let file = data_dir.join(DATABASE_URL_FILE);
+    if let Ok(url) = std::fs::read_to_string(&file) {
+        return Some(url);
+    }
+    let url = create_database(Path::new(&socket_dir)).await;
+    std::fs::create_dir_all(data_dir).unwrap();
+    std::fs::write(&file, &url).unwrap();
+    Some(url)
+}
+
+/// Every byte the store of the test server over `data_dir` keeps: the files
+/// of the data dir (SQLite; checkpoint its log or stop the server first),
+/// and on PostgreSQL also every table of its database copied out in
+/// binary form (each value as stored, whatever the pages hold), for tests
+/// that prove a secret is nowhere in clear.
+pub async fn stored_bytes(data_dir: &Path) -> Vec<u8> {
+    use futures_util::TryStreamExt;
+    use sqlx::Connection;
+    let mut bytes = Vec::new();
+    for entry in std::fs::read_dir(data_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            bytes.extend(std::fs::read(path).unwrap());
+        }
+    }
+    let Some(url) = database_for(data_dir).await else {
+        return bytes;
+    };
+    let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    for table in tables {
+        let mut copy = conn
+            .copy_out_raw(&format!("COPY \"{table}\" TO STDOUT WITH (FORMAT binary)"))
+            .await
+            .unwrap();
+        while let Some(chunk) = copy.try_next().await.unwrap() {
+            bytes.extend_from_slice(&chunk);
+        }
+    }
+    conn.close().await.unwrap();
+    bytes
+}
+
+/// Creates an empty database on the server listening in `socket_dir`; returns its URL.
+async fn create_database(socket_dir: &Path) -> String {
+    use sqlx::Connection;
+    let name = format!("test_{}", ulid::Ulid::new().to_string().to_lowercase());
+    let mut admin = sqlx::PgConnection::connect(&url(socket_dir, "postgres"))
+        .await
+        .unwrap_or_else(|error| panic!("cannot reach PostgreSQL in {}: {error}", socket_dir.display()));
+    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap();
+    admin.close().await.unwrap();
+    url(socket_dir, &name)
+}
+
+/// `postgres://` URL of database `name`, over the socket in `socket_dir`.
+fn url(socket_dir: &Path, name: &str) -> String {
+    format!(
+        "postgres://postgres@localhost/{name}?host={}",
+        socket_dir.display()
+    )
 }
 
 fn path(path: &Path) -> &str {

@@ -27,9 +27,7 @@ impl ServerProcess {
     pub async fn bootstrap(dir: &Path, agents: usize) -> (PathBuf, String, Vec<String>) {
         let data = dir.join("data");
         std::fs::create_dir_all(&data).expect("the data dir is made");
-        let db = gpuplane_server::store::open(&data)
-            .await
-            .expect("the database opens");
+        let db = crate::open_store(&data).await;
         let token = crate::user_token(&db, "tester", gpuplane_api::auth::Scope::Write, true).await;
         let mut agent_tokens = Vec::new();
         for _ in 0..agents {
@@ -68,8 +66,14 @@ impl ServerProcess {
             .append(true)
             .open(&self.log)
             .expect("the server log opens");
+        let database_url = crate::postgres::database_for(&self.data_dir).await;
         let started = Instant::now();
-        let child = Command::new(binary("gpuplane-server"))
+        let mut command = Command::new(binary("gpuplane-server"));
+        match database_url {
+            Some(url) => command.env("GPUPLANE_DATABASE_URL", url),
+            None => command.env_remove("GPUPLANE_DATABASE_URL"),
+        };
+        let child = command
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(["serve", "--bind", &format!("127.0.0.1:{}", self.port)])
@@ -131,12 +135,30 @@ impl ServerProcess {
     }
 
     /// SQLite's `integrity_check` and `foreign_key_check` of the database
-    /// while the server is down: `ok`, else what they found.
+    /// while the server is down: `ok`, else what they found. On PostgreSQL
+    /// (see [`crate::postgres::database_for`]) the engine checks foreign
+    /// keys on every write and keeps its files whole itself: `ok` once the
+    /// database answers.
     pub async fn integrity_check(&self) -> String {
         assert!(
             self.child.is_none(),
             "check the database while the server is down"
         );
+        if let Some(url) = crate::postgres::database_for(&self.data_dir).await {
+            let mut conn = sqlx::PgConnection::connect(&url)
+                .await
+                .expect("the database opens");
+            let one: i32 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&mut conn)
+                .await
+                .expect("it answers");
+            conn.close().await.expect("the database closes");
+            return if one == 1 {
+                "ok".to_string()
+            } else {
+                format!("SELECT 1 gave {one}")
+            };
+        }
         let path = self.data_dir.join(gpuplane_server::store::DATABASE_FILE);
         let mut conn = SqliteConnectOptions::new()
             .filename(&path)

@@ -100,7 +100,7 @@ pub async fn target(db: &Db, secret_key: &SecretKey, name: &str) -> Result<Optio
 
 /// Whether `name` is a channel.
 pub async fn exists(db: &Db, name: &str) -> Result<bool, Error> {
-    let found: Option<i64> = sql!(db, |pool| {
+    let found: Option<i32> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT 1 FROM alert_channels WHERE name = $1")
             .bind(name)
             .fetch_optional(pool)

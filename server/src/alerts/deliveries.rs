@@ -281,12 +281,13 @@ pub async fn list(
     limit: i64,
     before: Option<i64>,
 ) -> Result<Page<Delivery>, Error> {
+    let visible_projects = db.dialect().json_values("$2");
     let rows: Vec<ListRow> = sql!(db, |pool| {
         sqlx::query_as(&format!(
             "SELECT d.seq AS delivery_seq, d.id, d.channel, d.status, d.attempts, d.last_error,
                 d.next_attempt_at, d.sent_at, d.created_at, {EVENT_COLUMNS}
          FROM alert_deliveries d JOIN events e ON e.seq = d.event_seq
-         WHERE ($1 OR d.project IN (SELECT value FROM json_each($2)) OR ($3 IS NOT NULL AND d.user_id = $3))
+         WHERE ($1 OR d.project IN (SELECT value FROM {visible_projects}) OR ($3 IS NOT NULL AND d.user_id = $3))
            AND ($4 IS NULL OR d.channel = $4) AND ($5 IS NULL OR d.status = $5)
            AND ($6 IS NULL OR e.run_id = $6) AND ($7 IS NULL OR e.job_id = $7)
            AND ($8 IS NULL OR d.seq < $8)

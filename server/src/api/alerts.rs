@@ -334,7 +334,7 @@ pub async fn raise_run_alert(
     let now = now_ms();
     let mut tx = crate::store::write(&state.db).await?;
     if alert.wait_s > 0 {
-        let recent: Option<i64> = sql!(tx, |conn| {
+        let recent: Option<i32> = sql!(tx, |conn| {
             sqlx::query_scalar(
                 "SELECT 1 FROM events WHERE run_id = $1 AND kind = $2 AND time > $3
                AND (message = $4 OR message LIKE $5 ESCAPE '\\') LIMIT 1",

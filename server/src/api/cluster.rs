@@ -32,23 +32,24 @@ pub async fn cluster(
 pub async fn summary(state: &AppState, principal: &Principal) -> Result<ClusterSummary, ApiError> {
     let (online, offline): (i64, i64) = sql!(&state.db, |pool| {
         sqlx::query_as(
-            "SELECT coalesce(sum(status = 'ONLINE'), 0), coalesce(sum(status = 'OFFLINE'), 0) FROM nodes",
+            "SELECT count(*) FILTER (WHERE status = 'ONLINE'), count(*) FILTER (WHERE status = 'OFFLINE') FROM nodes",
         )
         .fetch_one(pool)
         .await
     })?;
     let (total, simulated): (i64, i64) = sql!(&state.db, |pool| {
         sqlx::query_as(
-        "SELECT count(*), coalesce(sum(g.source = 'simulated'), 0) FROM gpus g JOIN nodes n ON n.id = g.node_id
+        "SELECT count(*), count(*) FILTER (WHERE g.source = 'simulated') FROM gpus g JOIN nodes n ON n.id = g.node_id
          WHERE n.status = 'ONLINE'",
     )
     .fetch_one(pool)
     .await
     })?;
+    let gpus = state.db.dialect().json_length("gpus");
     let in_use: i64 = sql!(&state.db, |pool| {
-        sqlx::query_scalar(
-        "SELECT coalesce(sum(json_array_length(gpus)), 0) FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')",
-    )
+        sqlx::query_scalar(&format!(
+            "SELECT CAST(coalesce(sum({gpus}), 0) AS BIGINT) FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')"
+        ))
     .fetch_one(pool)
     .await
     })?;

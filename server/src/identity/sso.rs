@@ -357,7 +357,7 @@ async fn provision(
         let mut tx = crate::store::write(&state.db).await?;
         let inserted = sql!(tx, |conn| {
             sqlx::query(
-            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES ($1, $2, $3, $4, 0, $5)
+            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES ($1, $2, $3, $4, FALSE, $5)
              ON CONFLICT (name) DO NOTHING",
         )
         .bind(&id)

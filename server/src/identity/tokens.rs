@@ -111,7 +111,7 @@ pub async fn create(
     if let Some(project) = &request.project {
         // An admin has a role in every project name, even one that does not exist.
         let exists = sql!(db, |pool| {
-            sqlx::query_scalar::<_, i64>("SELECT 1 FROM projects WHERE name = $1")
+            sqlx::query_scalar::<_, i32>("SELECT 1 FROM projects WHERE name = $1")
                 .bind(project)
                 .fetch_optional(pool)
                 .await

@@ -133,7 +133,7 @@ pub async fn change(db: &Db, name: &str, changes: &UserChanges, acting: Option<&
     sql!(db, |pool| {
         sqlx::query(
         "UPDATE users SET is_admin = coalesce($1, is_admin),
-                disabled_at = CASE $2 WHEN 1 THEN coalesce(disabled_at, $3) WHEN 0 THEN NULL ELSE disabled_at END
+                disabled_at = CASE $2 WHEN TRUE THEN coalesce(disabled_at, $3) WHEN FALSE THEN NULL ELSE disabled_at END
          WHERE id = $4",
     )
     .bind(changes.admin)

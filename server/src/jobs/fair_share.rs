@@ -116,17 +116,23 @@ pub async fn usage(db: &Db, window_ms: i64, now_ms: i64) -> Result<Usage, Error>
     }
     let since = now_ms - window_ms;
     // Ended attempts by the ended_at index, active ones by attempts_active.
+    let dialect = db.dialect();
+    let held_ms = format!(
+        "{} * ({} - {})",
+        dialect.json_length("a.gpus"),
+        dialect.least("coalesce(a.ended_at, $1)", "$1"),
+        dialect.greatest("a.started_at", "$2")
+    );
     let rows: Vec<(String, Option<String>, i64)> = sql!(db, |pool| {
-        sqlx::query_as(
-            "SELECT j.project, j.submitted_by,
-                sum(json_array_length(a.gpus) * (min(coalesce(a.ended_at, $1), $1) - max(a.started_at, $2)))
+        sqlx::query_as(&format!(
+            "SELECT j.project, j.submitted_by, CAST(sum({held_ms}) AS BIGINT)
          FROM (SELECT * FROM attempts WHERE ended_at > $2
                UNION ALL
                SELECT * FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')) a
          JOIN jobs j ON j.id = a.job_id
          WHERE a.started_at IS NOT NULL AND a.gpus != '[]'
-         GROUP BY j.project, j.submitted_by",
-        )
+         GROUP BY j.project, j.submitted_by"
+        ))
         .bind(now_ms)
         .bind(since)
         .fetch_all(pool)

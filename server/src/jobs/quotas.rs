@@ -20,13 +20,14 @@ struct Usage {
 }
 
 async fn usage(db: &Db) -> Result<Usage, Error> {
+    let gpus = db.dialect().json_length("a.gpus");
     let rows: Vec<(String, Option<String>, i64, i64)> = sql!(db, |pool| {
-        sqlx::query_as(
-            "SELECT j.project, j.submitted_by, coalesce(sum(json_array_length(a.gpus)), 0), count(*)
+        sqlx::query_as(&format!(
+            "SELECT j.project, j.submitted_by, CAST(coalesce(sum({gpus}), 0) AS BIGINT), count(*)
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.status IN ('DISPATCHING', 'RUNNING')
-         GROUP BY j.project, j.submitted_by",
-        )
+         GROUP BY j.project, j.submitted_by"
+        ))
         .fetch_all(pool)
         .await
     })?;

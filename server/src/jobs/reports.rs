@@ -368,17 +368,18 @@ async fn exited(
         })?;
         return Ok(false);
     }
+    let time_limit_s = conn.dialect().json_field("spec", "time_limit_s");
     let (cancel_requested, kind, time_limit_s, preempted_by): (
         Option<i64>,
         String,
         Option<i64>,
         Option<String>,
     ) = sql!(conn, |conn| {
-        sqlx::query_as(
-            "SELECT cancel_requested_at, kind, json_extract(spec, '$.time_limit_s'),
+        sqlx::query_as(&format!(
+            "SELECT cancel_requested_at, kind, CAST({time_limit_s} AS BIGINT),
                     (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
-             FROM jobs WHERE id = $1",
-        )
+             FROM jobs WHERE id = $1"
+        ))
         .bind(job_id)
         .bind(attempt)
         .fetch_one(conn)
@@ -475,14 +476,15 @@ async fn report_missing_metrics(
     links: &JobLinks,
     now: i64,
 ) -> Result<(), Error> {
+    let watch_dirs = conn.dialect().json_field("j.spec", "watch_dirs");
     let (series, watch_dirs): (i64, String) = sql!(conn, |conn| {
-        sqlx::query_as(
-        "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), json_extract(j.spec, '$.watch_dirs')
-         FROM jobs j WHERE j.id = $1",
-    )
-    .bind(job_id)
-    .fetch_one(conn)
-    .await
+        sqlx::query_as(&format!(
+            "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), {watch_dirs}
+         FROM jobs j WHERE j.id = $1"
+        ))
+        .bind(job_id)
+        .fetch_one(conn)
+        .await
     })?;
     if series > 0 {
         return Ok(());
@@ -543,7 +545,7 @@ async fn disk(
     }
     let flagged = sql!(conn, |conn| {
         sqlx::query(
-        "UPDATE attempts SET disk_low_reported = 1 WHERE job_id = $1 AND n = $2 AND disk_low_reported = 0",
+        "UPDATE attempts SET disk_low_reported = TRUE WHERE job_id = $1 AND n = $2 AND disk_low_reported = FALSE",
     )
     .bind(job_id)
     .bind(attempt)

@@ -10,9 +10,9 @@ use crate::jobs::lifecycle;
 use crate::jobs::plan::{NodeCapacity, Placement, Plan, Preemption, QueuedJob, Rules, RunningAttempt, plan};
 use crate::sql;
 use crate::state::AppState;
-use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
+use crate::store::{Dialect, Error};
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobStatus};
 use gpuplane_api::node::NODE_NAME_LABEL;
@@ -214,11 +214,14 @@ async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result
         .flat_map(|job| job.after.iter().map(|d| d.job_id.as_str()))
         .collect();
     let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
+    let job_ids = state.db.dialect().json_values("$1");
     let rows: Vec<(String, String)> = sql!(&state.db, |pool| {
-        sqlx::query_as("SELECT id, status FROM jobs WHERE id IN (SELECT value FROM json_each($1))")
-            .bind(ids)
-            .fetch_all(pool)
-            .await
+        sqlx::query_as(&format!(
+            "SELECT id, status FROM jobs WHERE id IN (SELECT value FROM {job_ids})"
+        ))
+        .bind(ids)
+        .fetch_all(pool)
+        .await
     })?;
     let statuses: HashMap<String, JobStatus> = rows
         .into_iter()
@@ -274,23 +277,28 @@ pub async fn load_queue(
     // One row holding a JSON array: the driver's per-row cost dominates at
     // 10,000 rows, and a pass reads the whole queue. Time limits are in the
     // spec, read only when scheduling windows need them.
+    let dialect = state.db.dialect();
     let time_limit = if state.config.scheduling_windows.is_empty() {
-        "NULL"
+        "NULL".to_string()
     } else {
-        "json_extract(spec, '$.time_limit_s')"
+        format!("CAST({} AS BIGINT)", dialect.json_field("spec", "time_limit_s"))
     };
-    let json: String = sql!(&state.db, |pool| {
-        sqlx::query_scalar(&format!(
-            "SELECT coalesce(json_group_array(json_array(id, gpus, priority, node_selector, not_before,
-                                                     attempt_count, max_attempts, queued_reason,
-                                                     project, submitted_by, after_jobs, queued_at,
-                                                     {time_limit})), '[]')
-         FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
-               ORDER BY priority DESC, queued_at, seq)"
-        ))
-        .fetch_one(pool)
-        .await
-    })?;
+    let columns = format!(
+        "id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason,
+         project, submitted_by, after_jobs, queued_at, {time_limit}"
+    );
+    let query = match dialect {
+        Dialect::Sqlite => format!(
+            "SELECT coalesce(json_group_array(json_array({columns})), '[]')
+             FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
+                   ORDER BY priority DESC, queued_at, seq)"
+        ),
+        Dialect::Postgres => format!(
+            "SELECT CAST(coalesce(json_agg(json_build_array({columns}) ORDER BY priority DESC, queued_at, seq), '[]') AS TEXT)
+             FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL"
+        ),
+    };
+    let json: String = sql!(&state.db, |pool| sqlx::query_scalar(&query).fetch_one(pool).await)?;
     let rows: Vec<QueueRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     let mut selectors: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let mut reasons = HashMap::with_capacity(rows.len());
@@ -399,26 +407,39 @@ struct ActiveRow(
 /// with preemption on, the GPU attempts themselves too.
 pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
     let preemption = state.config.settings.preempt_priority.is_some();
-    let attempts = if preemption {
-        "SELECT json_group_array(json_array(json(a.gpus), a.job_id, a.n, j.priority,
-                                            coalesce(a.started_at, a.dispatched_at),
-                                            a.preempted_at IS NOT NULL, a.status = 'RUNNING'))
-         FROM attempts a JOIN jobs j ON j.id = a.job_id"
+    let dialect = state.db.dialect();
+    let held = dialect.json_of("a.gpus");
+    let (attempt, from_attempts) = if preemption {
+        (
+            format!(
+                "{held}, a.job_id, a.n, j.priority, coalesce(a.started_at, a.dispatched_at),
+                 CAST(a.preempted_at IS NOT NULL AS INTEGER), CAST(a.status = 'RUNNING' AS INTEGER)"
+            ),
+            "FROM attempts a JOIN jobs j ON j.id = a.job_id",
+        )
     } else {
-        "SELECT json_group_array(json_array(json(a.gpus))) FROM attempts a"
+        (held, "FROM attempts a")
+    };
+    let labels = dialect.json_of("labels");
+    let active = "a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')";
+    let query = match dialect {
+        Dialect::Sqlite => format!(
+            "SELECT coalesce(json_group_array(json_array(id, name, {labels},
+                    (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
+                    (SELECT json_group_array(json_array({attempt})) {from_attempts} WHERE {active}))), '[]')
+             FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
+        ),
+        Dialect::Postgres => format!(
+            "SELECT CAST(coalesce(json_agg(json_build_array(id, name, {labels},
+                    (SELECT coalesce(json_agg(idx), '[]') FROM gpus g WHERE g.node_id = n.id),
+                    (SELECT coalesce(json_agg(json_build_array({attempt})), '[]') {from_attempts} WHERE {active}))
+                    ORDER BY name), '[]') AS TEXT)
+             FROM nodes n WHERE status = 'ONLINE' AND drained_at IS NULL"
+        ),
     };
     // id, name, labels, GPU indices, active attempts.
     type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<ActiveRow>);
-    let json: String = sql!(&state.db, |pool| {
-        sqlx::query_scalar(&format!(
-            "SELECT coalesce(json_group_array(json_array(id, name, json(labels),
-                    (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
-                    ({attempts} WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')))), '[]')
-         FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
-        ))
-        .fetch_one(pool)
-        .await
-    })?;
+    let json: String = sql!(&state.db, |pool| sqlx::query_scalar(&query).fetch_one(pool).await)?;
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     Ok(rows
         .into_iter()

@@ -251,13 +251,16 @@ pub async fn list(db: &Db, visible: &Visible, filter: ListFilter<'_>) -> Result<
         Sort::PrimaryMetric => primary::best_first("j.seq"),
     };
     // One transaction: jobs and their attempts read from the same snapshot.
+    let dialect = db.dialect();
+    let visible_projects = dialect.json_values("$5");
+    let text_matches = dialect.contains("lower(j.id || ' ' || j.name)", "lower($7)");
     let mut read = crate::store::read(db).await?;
     let rows: Vec<JobRow> = sql!(read, |conn| {
         sqlx::query_as(&format!(
         "{} WHERE ($1 IS NULL OR j.status = $1) AND ($2 IS NULL OR j.project = $2) AND ($3 IS NULL OR j.seq < $3)
-           AND ($5 IS NULL OR j.project IN (SELECT value FROM json_each($5)))
+           AND ($5 IS NULL OR j.project IN (SELECT value FROM {visible_projects}))
            AND ($6 IS NULL OR u.name = $6)
-           AND ($7 IS NULL OR instr(lower(j.id || ' ' || j.name), lower($7)) > 0)
+           AND ($7 IS NULL OR {text_matches})
            AND (j.archived_at IS NOT NULL) = $8
          ORDER BY {order} LIMIT $4",
         jobs_from()
@@ -293,14 +296,15 @@ async fn attempts_of(db: &mut Tx, job_ids: &[String]) -> Result<HashMap<String, 
         return Ok(by_job);
     }
     let ids = serde_json::to_string(job_ids).map_err(anyhow::Error::from)?;
+    let job_ids = db.dialect().json_values("$1");
     let rows: Vec<AttemptRow> = sql!(db, |conn| {
-        sqlx::query_as(
+        sqlx::query_as(&format!(
         "SELECT a.job_id, a.n, a.node_id, n.name AS node_name, a.gpus, a.status, a.dispatched_at,
                 a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail, a.git_commit
          FROM attempts a JOIN nodes n ON n.id = a.node_id
-         WHERE a.job_id IN (SELECT value FROM json_each($1))
-         ORDER BY a.job_id, a.n",
-    )
+         WHERE a.job_id IN (SELECT value FROM {job_ids})
+         ORDER BY a.job_id, a.n"
+    ))
     .bind(ids)
     .fetch_all(conn)
     .await
@@ -443,16 +447,21 @@ pub async fn set_priority(db: &Db, job_id: &str, priority: i64) -> Result<(), Er
     }
     let mut tx = crate::store::write(db).await?;
     require_queued(&mut tx, job_id, "given a new priority").await?;
+    let spec = tx.dialect().pick(
+        "json_set(spec, '$.priority', $2)",
+        "CAST(jsonb_set(CAST(spec AS JSONB), '{priority}', to_jsonb($2)) AS TEXT)",
+    );
     sql!(tx, |conn| {
-        sqlx::query(
-        "UPDATE jobs SET priority = $1, spec = json_set(spec, '$.priority', $2), updated_at = $3 WHERE id = $4",
-    )
-    .bind(priority)
-    .bind(priority)
-    .bind(now_ms())
-    .bind(job_id)
-    .execute(conn)
-    .await.map(|_| ())
+        sqlx::query(&format!(
+            "UPDATE jobs SET priority = $1, spec = {spec}, updated_at = $3 WHERE id = $4"
+        ))
+        .bind(priority)
+        .bind(priority)
+        .bind(now_ms())
+        .bind(job_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
     })?;
     tx.commit().await?;
     Ok(())
@@ -549,8 +558,9 @@ pub async fn retry(
     let mut tx = crate::store::write(db).await?;
     if changed {
         // Keep the sealed secrets the shown spec leaves out.
+        let secret_env = tx.dialect().json_field("spec", "secret_env");
         let sealed: Option<String> = sql!(tx, |conn| {
-            sqlx::query_scalar("SELECT json_extract(spec, '$.secret_env') FROM jobs WHERE id = $1")
+            sqlx::query_scalar(&format!("SELECT {secret_env} FROM jobs WHERE id = $1"))
                 .bind(job_id)
                 .fetch_one(conn)
                 .await
@@ -583,13 +593,14 @@ pub async fn retry(
             )));
         }
     }
+    let max_attempts = tx.dialect().greatest("max_attempts", "attempt_count + 1");
     sql!(tx, |conn| {
-        sqlx::query(
+        sqlx::query(&format!(
             "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL,
              queued_reason = $1, queued_at = $2, not_before = NULL, cancel_requested_at = NULL,
-             max_attempts = max(max_attempts, attempt_count + 1), updated_at = $3
-         WHERE id = $4",
-        )
+             max_attempts = {max_attempts}, updated_at = $3
+         WHERE id = $4"
+        ))
         .bind(WAITING_FOR_SCHEDULER)
         .bind(now)
         .bind(now)

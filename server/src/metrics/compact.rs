@@ -64,7 +64,8 @@ pub async fn pass(db: &Db, seen: &mut i64) -> Result<usize, Error> {
          WHERE count < $5 AND (run_id, key) IN
              (SELECT DISTINCT run_id, key FROM metric_chunks WHERE id > $1 AND id <= $2 AND count < $5)
          GROUP BY run_id, key
-         HAVING SUM(count < $3) >= $6 OR SUM(count >= $3 AND count < $4) >= $6 OR SUM(count >= $4) >= $6",
+         HAVING count(*) FILTER (WHERE count < $3) >= $6 OR count(*) FILTER (WHERE count >= $3 AND count < $4) >= $6
+             OR count(*) FILTER (WHERE count >= $4) >= $6",
         )
         .bind(*seen)
         .bind(newest)
@@ -175,13 +176,14 @@ async fn apply(db: &Db, plans: &[Plan]) -> Result<(), Error> {
     if plans.is_empty() {
         return Ok(());
     }
+    let chunk_ids = db.dialect().json_values("$1");
     let mut tx = crate::store::write(db).await?;
     for plan in plans {
         let ids = serde_json::to_string(&plan.ids).map_err(anyhow::Error::from)?;
         let present: i64 = sql!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))",
-            )
+            sqlx::query_scalar(&format!(
+                "SELECT COUNT(*) FROM metric_chunks WHERE id IN (SELECT CAST(value AS BIGINT) FROM {chunk_ids})"
+            ))
             .bind(&ids)
             .fetch_one(conn)
             .await
@@ -190,11 +192,13 @@ async fn apply(db: &Db, plans: &[Plan]) -> Result<(), Error> {
             continue;
         }
         sql!(tx, |conn| {
-            sqlx::query("DELETE FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
-                .bind(&ids)
-                .execute(conn)
-                .await
-                .map(|_| ())
+            sqlx::query(&format!(
+                "DELETE FROM metric_chunks WHERE id IN (SELECT CAST(value AS BIGINT) FROM {chunk_ids})"
+            ))
+            .bind(&ids)
+            .execute(conn)
+            .await
+            .map(|_| ())
         })?;
         insert_encoded(&mut tx, &plan.run_id, &[(&plan.key, &plan.merged[..])]).await?;
         tracing::debug!(

@@ -376,10 +376,36 @@ async fn update_series(
     loss_pattern: &str,
     now: i64,
 ) -> Result<(), Error> {
+    let dialect = conn.dialect();
+    let latest_step = dialect.greatest("excluded.latest_step", "s.latest_step");
+    let first_non_finite_step = dialect.least(
+        "coalesce(s.first_non_finite_step, excluded.first_non_finite_step)",
+        "coalesce(excluded.first_non_finite_step, s.first_non_finite_step)",
+    );
+    // `s`: the row already there; `excluded`: the one this batch proposes.
+    let on_conflict = format!(
+        " ON CONFLICT (run_id, key) DO UPDATE SET
+             min_step = CASE WHEN s.min_value IS NULL OR excluded.min_value < s.min_value
+                               OR (excluded.min_value = s.min_value AND excluded.min_step < s.min_step)
+                             THEN coalesce(excluded.min_step, s.min_step) ELSE s.min_step END,
+             min_value = CASE WHEN s.min_value IS NULL OR excluded.min_value < s.min_value
+                              THEN coalesce(excluded.min_value, s.min_value) ELSE s.min_value END,
+             max_step = CASE WHEN s.max_value IS NULL OR excluded.max_value > s.max_value
+                               OR (excluded.max_value = s.max_value AND excluded.max_step < s.max_step)
+                             THEN coalesce(excluded.max_step, s.max_step) ELSE s.max_step END,
+             max_value = CASE WHEN s.max_value IS NULL OR excluded.max_value > s.max_value
+                              THEN coalesce(excluded.max_value, s.max_value) ELSE s.max_value END,
+             points = s.points + excluded.points,
+             non_finite = s.non_finite + excluded.non_finite,
+             latest_wall = CASE WHEN excluded.latest_step >= s.latest_step THEN excluded.latest_wall ELSE s.latest_wall END,
+             latest_bits = CASE WHEN excluded.latest_step >= s.latest_step THEN excluded.latest_bits ELSE s.latest_bits END,
+             latest_step = {latest_step},
+             first_non_finite_step = {first_non_finite_step}"
+    );
     for statement in series.chunks(SERIES_PER_STATEMENT) {
         sql!(conn, |conn| {
             let mut upsert = sqlx::QueryBuilder::new(
-                "INSERT INTO metric_series (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
+                "INSERT INTO metric_series AS s (run_id, key, points, non_finite, latest_step, latest_wall, latest_bits,
                                             first_non_finite_step, min_value, min_step, max_value, max_step) ",
             );
             upsert.push_values(statement, |mut row, (key, _, update)| {
@@ -398,26 +424,7 @@ async fn update_series(
             });
             // The latest point moves only forward (a batch of older steps
             // sent late leaves it).
-            upsert.push(
-                " ON CONFLICT (run_id, key) DO UPDATE SET
-                     min_step = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
-                                       OR (excluded.min_value = min_value AND excluded.min_step < min_step)
-                                     THEN coalesce(excluded.min_step, min_step) ELSE min_step END,
-                     min_value = CASE WHEN min_value IS NULL OR excluded.min_value < min_value
-                                      THEN coalesce(excluded.min_value, min_value) ELSE min_value END,
-                     max_step = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
-                                       OR (excluded.max_value = max_value AND excluded.max_step < max_step)
-                                     THEN coalesce(excluded.max_step, max_step) ELSE max_step END,
-                     max_value = CASE WHEN max_value IS NULL OR excluded.max_value > max_value
-                                      THEN coalesce(excluded.max_value, max_value) ELSE max_value END,
-                     points = points + excluded.points,
-                     non_finite = non_finite + excluded.non_finite,
-                     latest_wall = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_wall ELSE latest_wall END,
-                     latest_bits = CASE WHEN excluded.latest_step >= latest_step THEN excluded.latest_bits ELSE latest_bits END,
-                     latest_step = max(excluded.latest_step, latest_step),
-                     first_non_finite_step = min(coalesce(first_non_finite_step, excluded.first_non_finite_step),
-                                                 coalesce(excluded.first_non_finite_step, first_non_finite_step))",
-            );
+            upsert.push(&on_conflict);
             upsert.build().execute(conn).await.map(|_| ())
         })?;
     }
@@ -441,7 +448,7 @@ async fn report_loss_nan(
 ) -> Result<(), Error> {
     let newly_reported = sql!(conn, |conn| {
         sqlx::query(
-            "UPDATE metric_series SET loss_nan_reported = 1 WHERE run_id = $1 AND key = $2 AND loss_nan_reported = 0",
+            "UPDATE metric_series SET loss_nan_reported = TRUE WHERE run_id = $1 AND key = $2 AND loss_nan_reported = FALSE",
         )
         .bind(run_id)
         .bind(key)
@@ -477,11 +484,12 @@ pub async fn latest_of_runs(
     run_ids: &[&str],
 ) -> Result<HashMap<String, BTreeMap<String, Latest>>, Error> {
     let ids = serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into());
+    let run_ids = db.dialect().json_values("$1");
     let rows: Vec<(String, String, i64, i64, i64, i64)> = sql!(db, |pool| {
-        sqlx::query_as(
+        sqlx::query_as(&format!(
             "SELECT run_id, key, points, non_finite, latest_step, latest_bits FROM metric_series
-             WHERE run_id IN (SELECT value FROM json_each($1))",
-        )
+             WHERE run_id IN (SELECT value FROM {run_ids})"
+        ))
         .bind(&ids)
         .fetch_all(pool)
         .await
@@ -613,11 +621,13 @@ pub async fn query(db: &Db, run_id: &str, query: &Query) -> Result<Series, Error
     };
     // What the range holds, in one row (from the index alone): the points
     // of the chunks wholly inside it, and where its data starts and ends.
+    let dialect = db.dialect();
     let bounds = format!(
-        "SELECT coalesce(sum(CASE WHEN {inside} THEN count ELSE 0 END), 0),
-                min(max(CAST({lo_col} AS REAL), $3)), max(min(CAST({hi_col} AS REAL), $4))
+        "SELECT CAST(coalesce(sum(CASE WHEN {inside} THEN count ELSE 0 END), 0) AS BIGINT), min({lo}), max({hi})
          FROM metric_chunks WHERE {overlapping}",
         inside = range.inside(),
+        lo = dialect.greatest(&format!("CAST({lo_col} AS DOUBLE PRECISION)"), "$3"),
+        hi = dialect.least(&format!("CAST({hi_col} AS DOUBLE PRECISION)"), "$4"),
         overlapping = range.overlapping(),
     );
     let (inside_points, lo, hi): (i64, Option<f64>, Option<f64>) = sql!(db, |conn| range
@@ -775,11 +785,14 @@ async fn load_points(db: &Db, ids: impl Iterator<Item = i64>) -> Result<Vec<RawP
         return Ok(points);
     }
     let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
+    let chunk_ids = db.dialect().json_values("$1");
     let blobs: Vec<Vec<u8>> = sql!(db, |pool| {
-        sqlx::query_scalar("SELECT points FROM metric_chunks WHERE id IN (SELECT value FROM json_each($1))")
-            .bind(&ids)
-            .fetch_all(pool)
-            .await
+        sqlx::query_scalar(&format!(
+            "SELECT points FROM metric_chunks WHERE id IN (SELECT CAST(value AS BIGINT) FROM {chunk_ids})"
+        ))
+        .bind(&ids)
+        .fetch_all(pool)
+        .await
     })?;
     for blob in blobs {
         decode_points(&blob, &mut points).map_err(anyhow::Error::from)?;

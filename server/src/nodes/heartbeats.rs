@@ -64,13 +64,15 @@ impl Heartbeats {
         let mut tx = crate::store::write(&state.db).await?;
         // Most nodes are ONLINE: their times are written in one statement.
         let times: Vec<(&str, i64)> = waiting.iter().map(|(id, r)| (id.as_str(), r.at)).collect();
+        let dialect = tx.dialect();
+        let seen_at = dialect.greatest("last_seen_at", "CAST(reading.value ->> 1 AS BIGINT)");
+        let readings = dialect.json_elements("$1", "reading");
         let online: HashSet<String> = sql!(tx, |conn| {
-            sqlx::query_scalar(
-                "UPDATE nodes SET last_seen_at = max(last_seen_at, reading.value ->> 1)
-             FROM json_each($1) AS reading
+            sqlx::query_scalar(&format!(
+                "UPDATE nodes SET last_seen_at = {seen_at} FROM {readings}
              WHERE nodes.id = reading.value ->> 0 AND nodes.status = 'ONLINE'
-             RETURNING nodes.id",
-            )
+             RETURNING nodes.id"
+            ))
             .bind(serde_json::to_string(&times).map_err(anyhow::Error::from)?)
             .fetch_all(conn)
             .await
@@ -90,14 +92,16 @@ impl Heartbeats {
                 else {
                     continue; // deleted since it polled
                 };
+                let seen_at = dialect.greatest("last_seen_at", "$1");
                 sql!(tx, |conn| {
-                    sqlx::query(
-                    "UPDATE nodes SET status = 'ONLINE', last_seen_at = max(last_seen_at, $1) WHERE id = $2",
-                )
-                .bind(reading.at)
-                .bind(node_id)
-                .execute(conn)
-                .await.map(|_| ())
+                    sqlx::query(&format!(
+                        "UPDATE nodes SET status = 'ONLINE', last_seen_at = {seen_at} WHERE id = $2"
+                    ))
+                    .bind(reading.at)
+                    .bind(node_id)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
                 })?;
                 if status == "OFFLINE" {
                     record_reconnect(&mut tx, node_id, &name, reading.at).await?;

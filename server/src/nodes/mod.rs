@@ -35,17 +35,20 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
             .await
     })?;
     // The admins' label changes stay on top of what the agent says.
+    let merged_labels = conn
+        .dialect()
+        .json_merge("excluded.agent_labels", "nodes.admin_labels");
     let node_id: String = sql!(conn, |conn| {
-        sqlx::query_scalar(
-        "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at)
+        sqlx::query_scalar(&format!(
+            "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at)
          VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7)
          ON CONFLICT (name) DO UPDATE SET
              hostname = excluded.hostname, agent_labels = excluded.agent_labels,
-             labels = json_patch(excluded.agent_labels, nodes.admin_labels),
+             labels = {merged_labels},
              agent_version = excluded.agent_version, status = 'ONLINE',
              last_seen_at = excluded.last_seen_at
-         RETURNING id",
-    )
+         RETURNING id"
+        ))
     .bind(new_id("node"))
     .bind(&hello.name)
     .bind(&hello.hostname)
@@ -133,10 +136,11 @@ pub async fn change_labels(db: &Db, name: &str, changes: &LabelChanges) -> Resul
         admin.insert(key.clone(), None);
     }
     let admin = serde_json::to_string(&admin).map_err(anyhow::Error::from)?;
+    let merged_labels = tx.dialect().json_merge("agent_labels", "$2");
     sql!(tx, |conn| {
-        sqlx::query(
-            "UPDATE nodes SET admin_labels = $1, labels = json_patch(agent_labels, $2) WHERE name = $3",
-        )
+        sqlx::query(&format!(
+            "UPDATE nodes SET admin_labels = $1, labels = {merged_labels} WHERE name = $3"
+        ))
         .bind(&admin)
         .bind(&admin)
         .bind(name)
@@ -192,18 +196,20 @@ pub(crate) async fn write_gpus(conn: &mut Tx, nodes: &[(&str, &[Gpu])]) -> Resul
         return Ok(());
     }
     // `WHERE true` tells SQLite's parser the ON CONFLICT is the upsert's.
+    let gpus = conn.dialect().json_elements("$1", "gpu");
     sql!(conn, |conn| {
-        sqlx::query(
+        sqlx::query(&format!(
             "INSERT INTO gpus (node_id, idx, uuid, model, source, memory_total_mib, memory_used_mib,
                            utilization_percent, temperature_c)
-         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4,
-                value ->> 5, value ->> 6, value ->> 7, value ->> 8
-         FROM json_each($1) WHERE true
+         SELECT gpu.value ->> 0, CAST(gpu.value ->> 1 AS BIGINT), gpu.value ->> 2, gpu.value ->> 3, gpu.value ->> 4,
+                CAST(gpu.value ->> 5 AS BIGINT), CAST(gpu.value ->> 6 AS BIGINT),
+                CAST(gpu.value ->> 7 AS BIGINT), CAST(gpu.value ->> 8 AS BIGINT)
+         FROM {gpus} WHERE true
          ON CONFLICT (node_id, idx) DO UPDATE SET
              uuid = excluded.uuid, model = excluded.model, source = excluded.source,
              memory_total_mib = excluded.memory_total_mib, memory_used_mib = excluded.memory_used_mib,
-             utilization_percent = excluded.utilization_percent, temperature_c = excluded.temperature_c",
-        )
+             utilization_percent = excluded.utilization_percent, temperature_c = excluded.temperature_c"
+        ))
         .bind(serde_json::Value::Array(rows).to_string())
         .execute(conn)
         .await

@@ -131,13 +131,14 @@ pub async fn ingest(conn: &mut Tx, batches: &[NodeBatch]) -> Result<Vec<Ingested
         .map(|(node_id, batch)| (node_id.as_str(), batch.batch_id.as_str(), batch.samples.len()))
         .collect();
     // A batch sent twice in one group is claimed by its first copy only.
+    let batch_rows = conn.dialect().json_elements("$2", "batch");
     let mut claimed: HashSet<(String, String)> = sql!(conn, |conn| {
-        sqlx::query_as(
+        sqlx::query_as(&format!(
             "INSERT INTO metric_batches (run_id, batch_id, points, received_at)
-         SELECT value ->> 0, value ->> 1, value ->> 2, $1 FROM json_each($2) WHERE true
+         SELECT batch.value ->> 0, batch.value ->> 1, CAST(batch.value ->> 2 AS BIGINT), $1 FROM {batch_rows} WHERE true
          ON CONFLICT (run_id, batch_id) DO NOTHING
-         RETURNING run_id, batch_id",
-        )
+         RETURNING run_id, batch_id"
+        ))
         .bind(now_ms())
         .bind(serde_json::to_string(&ids).map_err(anyhow::Error::from)?)
         .fetch_all(conn)
@@ -172,11 +173,12 @@ pub async fn ingest(conn: &mut Tx, batches: &[NodeBatch]) -> Result<Vec<Ingested
     metrics::insert_series_chunks(conn, &chunks, CHUNK_POINTS).await?;
     // Every key in one statement: most are known already.
     let keys: Vec<(&str, &str)> = chunks.iter().map(|&(node_id, key, _)| (node_id, key)).collect();
+    let key_rows = conn.dialect().json_elements("$1", "series");
     sql!(conn, |conn| {
-        sqlx::query(
-        "INSERT INTO telemetry_series (node_id, key) SELECT value ->> 0, value ->> 1 FROM json_each($1) WHERE true
-         ON CONFLICT DO NOTHING",
-    )
+        sqlx::query(&format!(
+            "INSERT INTO telemetry_series (node_id, key) SELECT series.value ->> 0, series.value ->> 1 FROM {key_rows}
+             WHERE true ON CONFLICT DO NOTHING"
+        ))
     .bind(serde_json::to_string(&keys).map_err(anyhow::Error::from)?)
     .execute(conn)
     .await.map(|_| ())
@@ -222,13 +224,14 @@ fn series_of(batch: &TelemetryBatch) -> BTreeMap<String, Vec<RawPoint>> {
 /// GPU when it happened (critical, but for a corrected ECC error).
 async fn record_fault(conn: &mut Tx, node_id: &str, fault: &GpuFault) -> Result<(), Error> {
     let at = (fault.wall_time * 1000.0) as i64;
+    let held = conn.dialect().json_values("a.gpus");
     let holder: Option<(String, Option<String>)> = sql!(conn, |conn| {
-        sqlx::query_as(
+        sqlx::query_as(&format!(
             "SELECT a.job_id, r.id FROM attempts a LEFT JOIN runs r ON r.job_id = a.job_id
          WHERE a.node_id = $1 AND a.started_at <= $2 AND (a.ended_at IS NULL OR a.ended_at >= $2)
-           AND EXISTS (SELECT 1 FROM json_each(a.gpus) WHERE value = $3)
-         ORDER BY a.started_at DESC LIMIT 1",
-        )
+           AND EXISTS (SELECT 1 FROM {held} WHERE CAST(value AS BIGINT) = $3)
+         ORDER BY a.started_at DESC LIMIT 1"
+        ))
         .bind(node_id)
         .bind(at)
         .bind(i64::from(fault.index))

@@ -23,7 +23,7 @@ pub async fn record(
             "INSERT INTO checkpoints (id, run_id, node_id, path, size, modified_at, step, recorded_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (run_id, path) DO UPDATE SET size = excluded.size, modified_at = excluded.modified_at,
-             step = coalesce(excluded.step, step), recorded_at = excluded.recorded_at",
+             step = coalesce(excluded.step, checkpoints.step), recorded_at = excluded.recorded_at",
         )
         .bind(new_id("ckpt"))
         .bind(run_id)
@@ -53,16 +53,17 @@ struct Row {
 
 /// A run's checkpoints, newest step first, each with the other runs that wrote its path.
 pub async fn of_run(db: &Db, run_id: &str) -> Result<Vec<Checkpoint>, Error> {
+    let shared_with = db.dialect().json_array_agg("o.run_id");
     let rows: Vec<Row> = sql!(db, |pool| {
-        sqlx::query_as(
-        "SELECT c.id, c.run_id, c.path, c.size, c.modified_at, c.step,
-                (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
+        sqlx::query_as(&format!(
+            "SELECT c.id, c.run_id, c.path, c.size, c.modified_at, c.step,
+                (SELECT {shared_with} FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
                     AS shared_with
-         FROM checkpoints c WHERE c.run_id = $1 ORDER BY c.step DESC, c.modified_at DESC",
-    )
-    .bind(run_id)
-    .fetch_all(pool)
-    .await
+         FROM checkpoints c WHERE c.run_id = $1 ORDER BY c.step DESC, c.modified_at DESC"
+        ))
+        .bind(run_id)
+        .fetch_all(pool)
+        .await
     })?;
     Ok(rows
         .into_iter()

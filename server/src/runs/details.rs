@@ -140,13 +140,19 @@ pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result
 }
 
 /// The config of each of these runs, by key: one row per run, its config
-/// gathered into one JSON object by SQLite (rows cost more than bytes here).
+/// gathered into one JSON object by the database (rows cost more than bytes here).
 pub async fn configs(db: &Db, run_ids: &[&str]) -> Result<HashMap<String, BTreeMap<String, Value>>, Error> {
+    let dialect = db.dialect();
+    let object = dialect.pick(
+        "json_group_object(key, json(json))",
+        "CAST(json_object_agg(key, value) AS TEXT)",
+    );
     let rows: Vec<(String, String)> = sql!(db, |pool| {
-        sqlx::query_as(
-            "SELECT run_id, json_group_object(key, json(json)) FROM run_config
-         WHERE run_id IN (SELECT value FROM json_each($1)) GROUP BY run_id",
-        )
+        sqlx::query_as(&format!(
+            "SELECT run_id, {object} FROM run_config
+         WHERE run_id IN (SELECT value FROM {}) GROUP BY run_id",
+            dialect.json_values("$1")
+        ))
         .bind(serde_json::to_string(run_ids).unwrap_or_else(|_| "[]".into()))
         .fetch_all(pool)
         .await
@@ -155,6 +161,54 @@ pub async fn configs(db: &Db, run_ids: &[&str]) -> Result<HashMap<String, BTreeM
         .into_iter()
         .map(|(run_id, object)| (run_id, serde_json::from_str(&object).unwrap_or_default()))
         .collect())
+}
+
+/// A config value (`value`: `run_config.value`) as a number, NULL when it
+/// is not one.
+pub fn config_number(dialect: Dialect, value: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("CASE WHEN typeof({value}) IN ('integer', 'real') THEN {value} END"),
+        Dialect::Postgres => {
+            format!("CASE WHEN jsonb_typeof({value}) = 'number' THEN CAST({value} AS DOUBLE PRECISION) END")
+        }
+    }
+}
+
+/// A config value as text, NULL when it is not a string.
+fn config_text(dialect: Dialect, value: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("CASE WHEN typeof({value}) = 'text' THEN {value} END"),
+        Dialect::Postgres => {
+            format!("CASE WHEN jsonb_typeof({value}) = 'string' THEN {value} #>> '{{}}' END")
+        }
+    }
+}
+
+/// A boolean config value of `run_config` row `row` as 1 or 0, NULL when it
+/// is not a boolean (SQLite keeps booleans as 1 and 0: its `json` tells).
+fn config_flag(dialect: Dialect, row: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!("CASE WHEN {row}.json IN ('true', 'false') THEN {row}.value END"),
+        Dialect::Postgres => format!(
+            "CASE WHEN jsonb_typeof({row}.value) = 'boolean' THEN CAST(CAST({row}.value AS BOOLEAN) AS INTEGER) END"
+        ),
+    }
+}
+
+/// What a config column sorts by: SQLite's own order (numbers, booleans
+/// among them as 1 and 0, before texts, texts by bytes); NULL for a JSON
+/// null or no value.
+pub fn config_sort_key(dialect: Dialect, value: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => value.to_string(),
+        Dialect::Postgres => format!(
+            "CASE jsonb_typeof({value})
+                 WHEN 'number' THEN ROW(0, CAST({value} AS DOUBLE PRECISION), NULL::TEXT)
+                 WHEN 'boolean' THEN ROW(0, CAST(CAST({value} AS BOOLEAN) AS INTEGER)::DOUBLE PRECISION, NULL::TEXT)
+                 WHEN 'string' THEN ROW(1, NULL::DOUBLE PRECISION, ({value} #>> '{{}}') COLLATE \"C\")
+             END"
+        ),
+    }
 }
 
 /// The SQL condition (over runs `r`) and its values for the list filters:
@@ -170,7 +224,7 @@ pub struct Filters {
 impl Filters {
     /// `AND …` clauses with numbered placeholders from `${first}` on, in
     /// the order [`Filters::bind`] fills them.
-    pub fn sql(&self, first: usize) -> String {
+    pub fn sql(&self, dialect: Dialect, first: usize) -> String {
         let mut next = first;
         let mut number = || {
             next += 1;
@@ -185,13 +239,19 @@ impl Filters {
             let tag = number();
             // Tags are plain words (no quotes or backslashes), so the quoted
             // tag appears in the stored JSON array exactly when it is an element.
-            sql.push_str(&format!(" AND instr(r.tags, ${tag}) > 0"));
+            sql.push_str(&format!(
+                " AND {}",
+                dialect.contains("r.tags", &format!("${tag}"))
+            ));
         }
         if self.text.is_some() {
-            let text = number();
+            let text = format!("${}", number());
+            let found_in = |column: &str| dialect.contains(&format!("lower({column})"), &text);
             sql.push_str(&format!(
-                " AND (instr(lower(r.name), ${text}) > 0 OR instr(lower(r.notes), ${text}) > 0
-                       OR instr(lower(r.tags), ${text}) > 0)"
+                " AND ({} OR {} OR {})",
+                found_in("r.name"),
+                found_in("r.notes"),
+                found_in("r.tags")
             ));
         }
         for filter in &self.config {
@@ -199,22 +259,22 @@ impl Filters {
             let op = filter.op.sql();
             let clause = match (&filter.value, filter.op) {
                 (Value::Null, Comparison::Equal) => format!(
-                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key} AND c.value IS NULL)"
+                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key} AND c.json = 'null')"
                 ),
                 (Value::Null, _) => format!(
-                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key} AND c.value IS NOT NULL)"
+                    " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key} AND c.json <> 'null')"
                 ),
                 // A number compares with numbers only, a text with texts, a boolean with booleans.
                 (value, _) => {
-                    let kind = match value {
-                        Value::Number(_) => "typeof(c.value) IN ('integer', 'real')",
-                        Value::Bool(_) => "c.json IN ('true', 'false')",
-                        _ => "typeof(c.value) = 'text'",
+                    let typed = match value {
+                        Value::Number(_) => config_number(dialect, "c.value"),
+                        Value::Bool(_) => config_flag(dialect, "c"),
+                        _ => config_text(dialect, "c.value"),
                     };
                     let compared = number();
                     format!(
                         " AND EXISTS (SELECT 1 FROM run_config c WHERE c.run_id = r.id AND c.key = ${key}
-                                      AND {kind} AND c.value {op} ${compared})"
+                                      AND {typed} {op} ${compared})"
                     )
                 }
             };

@@ -52,17 +52,18 @@ pub async fn create(
             .fetch_one(pool)
             .await
     })?;
+    let shared_with = db.dialect().json_array_agg("o.run_id");
     let checkpoint: Option<CheckpointRow> = sql!(db, |pool| {
-        sqlx::query_as(
-        "SELECT c.step, n.name AS node_name,
-                (SELECT json_group_array(o.run_id) FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
+        sqlx::query_as(&format!(
+            "SELECT c.step, n.name AS node_name,
+                (SELECT {shared_with} FROM checkpoints o WHERE o.path = c.path AND o.run_id != c.run_id)
                     AS shared_with
-         FROM checkpoints c LEFT JOIN nodes n ON n.id = c.node_id WHERE c.run_id = $1 AND c.path = $2",
-    )
-    .bind(&new.run_id)
-    .bind(&new.checkpoint)
-    .fetch_optional(pool)
-    .await
+         FROM checkpoints c LEFT JOIN nodes n ON n.id = c.node_id WHERE c.run_id = $1 AND c.path = $2"
+        ))
+        .bind(&new.run_id)
+        .bind(&new.checkpoint)
+        .fetch_optional(pool)
+        .await
     })?;
     let Some(checkpoint) = checkpoint else {
         return Err(unknown_checkpoint(db, new).await?);
@@ -372,11 +373,12 @@ pub async fn list(
     limit: i64,
     before: Option<i64>,
 ) -> Result<Page<Evaluation>, Error> {
+    let visible_projects = db.dialect().json_values("$4");
     let rows: Vec<Row> = sql!(db, |pool| {
         sqlx::query_as(&format!(
             "SELECT {COLUMNS} FROM evaluations e JOIN jobs j ON j.id = e.job_id
          WHERE ($1 IS NULL OR e.run_id = $1) AND ($2 IS NULL OR j.seq < $2)
-           AND ($4 IS NULL OR j.project IN (SELECT value FROM json_each($4)))
+           AND ($4 IS NULL OR j.project IN (SELECT value FROM {visible_projects}))
          ORDER BY j.seq DESC LIMIT $3"
         ))
         .bind(run_id)

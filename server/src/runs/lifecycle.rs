@@ -32,12 +32,13 @@ async fn check_finished(conn: &mut Tx, run_id: &str, job_id: Option<&str>) -> Re
         )));
     }
     if let Some(job_id) = job_id {
+        let dependencies = conn.dialect().json_values("after_jobs");
         let waiting: Option<String> = sql!(conn, |conn| {
-            sqlx::query_scalar(
+            sqlx::query_scalar(&format!(
                 "SELECT id FROM jobs WHERE status = 'QUEUED' AND after_jobs IS NOT NULL
-               AND EXISTS (SELECT 1 FROM json_each(after_jobs) WHERE value = $1 OR value LIKE $1 || ':%')
-             LIMIT 1",
-            )
+               AND EXISTS (SELECT 1 FROM {dependencies} WHERE value = $1 OR value LIKE $1 || ':%')
+             LIMIT 1"
+            ))
             .bind(job_id)
             .fetch_optional(conn)
             .await
@@ -96,10 +97,12 @@ pub async fn delete(db: &Db, run_id: &str) -> Result<DeletedRun, Error> {
     let job_id = job_of(&mut tx, run_id).await?;
     check_finished(&mut tx, run_id, job_id.as_deref()).await?;
     let metric_points: i64 = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT coalesce(sum(points), 0) FROM metric_series WHERE run_id = $1")
-            .bind(run_id)
-            .fetch_one(conn)
-            .await
+        sqlx::query_scalar(
+            "SELECT CAST(coalesce(sum(points), 0) AS BIGINT) FROM metric_series WHERE run_id = $1",
+        )
+        .bind(run_id)
+        .fetch_one(conn)
+        .await
     })?;
     let run_statements = [
         "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE run_id = $1)",
@@ -219,7 +222,7 @@ pub async fn usage(db: &Db) -> Result<Vec<ProjectUsage>, Error> {
         "SELECT p.name AS project,
             (SELECT count(*) FROM runs r WHERE r.project = p.name) AS runs,
             (SELECT count(*) FROM runs r WHERE r.project = p.name AND r.archived_at IS NOT NULL) AS archived_runs,
-            (SELECT coalesce(sum(s.points), 0) FROM metric_series s JOIN runs r ON r.id = s.run_id
+            (SELECT CAST(coalesce(sum(s.points), 0) AS BIGINT) FROM metric_series s JOIN runs r ON r.id = s.run_id
               WHERE r.project = p.name) AS metric_points,
             (SELECT coalesce(sum(length(c.summary_coarse) + length(c.summary_mid) + length(c.summary) + length(c.points)), 0) FROM metric_chunks c
               JOIN runs r ON r.id = c.run_id WHERE r.project = p.name) AS metric_bytes,

@@ -16,7 +16,7 @@ use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
-use crate::store::{Db, Tx};
+use crate::store::{Db, Dialect, Tx};
 use gpuplane_api::Page;
 use gpuplane_api::experiment::{RunChanges, RunColumn, RunSort};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
@@ -40,7 +40,17 @@ struct RunRow {
 }
 
 /// Now, in epoch milliseconds, inside SQL.
-const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+fn sql_now_ms(dialect: Dialect) -> &'static str {
+    dialect.pick(
+        "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+        "CAST(extract(epoch FROM now()) * 1000 AS BIGINT)",
+    )
+}
+
+/// A run's place in creation order, over runs `r`: SQLite's rowid, a column on PostgreSQL.
+fn run_seq(dialect: Dialect) -> &'static str {
+    dialect.pick("r.rowid", "r.seq")
+}
 
 /// A run's status over runs `r` and jobs `j`: its job's, else `RUNNING`
 /// until an SDK run finishes, then `FINISHED`.
@@ -48,21 +58,23 @@ const STATUS: &str = "coalesce(j.status, CASE WHEN r.finished_at IS NULL THEN 'R
 
 /// Milliseconds from a run's first start (its job's first attempt, an SDK
 /// run's creation) to its end, or to now while it goes; NULL before it starts.
-fn duration_ms() -> String {
+fn duration_ms(dialect: Dialect) -> String {
+    let now = sql_now_ms(dialect);
     format!(
-        "CASE WHEN r.job_id IS NULL THEN coalesce(r.finished_at, {NOW_MS}) - r.created_at
-              ELSE (SELECT max(coalesce(a.ended_at, {NOW_MS})) - min(a.started_at) FROM attempts a
+        "CASE WHEN r.job_id IS NULL THEN coalesce(r.finished_at, {now}) - r.created_at
+              ELSE (SELECT max(coalesce(a.ended_at, {now})) - min(a.started_at) FROM attempts a
                     WHERE a.job_id = r.job_id AND a.started_at IS NOT NULL) END"
     )
 }
 
 /// The columns of [`RunRow`], from runs `r`, jobs `j` and [`primary::JOIN`].
-fn select_runs() -> String {
+fn select_runs(dialect: Dialect) -> String {
     format!(
-        "SELECT r.rowid AS seq, r.id, r.job_id, r.project, r.name, r.created_at, {STATUS} AS status,
+        "SELECT {} AS seq, r.id, r.job_id, r.project, r.name, r.created_at, {STATUS} AS status,
                 {} AS duration_ms, r.tags, r.notes, r.archived_at, {}
          FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}",
-        duration_ms(),
+        run_seq(dialect),
+        duration_ms(dialect),
         primary::COLUMNS,
         primary::JOIN
     )
@@ -103,7 +115,7 @@ pub async fn label(db: &Db, run_id: &str) -> Result<String, Error> {
 pub async fn version(db: &Db, run_id: &str) -> Result<String, Error> {
     let (points, checkpoints, job, finished): (i64, i64, Option<String>, Option<i64>) = sql!(db, |pool| {
         sqlx::query_as(
-        "SELECT (SELECT COALESCE(SUM(points), 0) FROM metric_series WHERE run_id = $1),
+        "SELECT (SELECT CAST(COALESCE(SUM(points), 0) AS BIGINT) FROM metric_series WHERE run_id = $1),
                 (SELECT COUNT(*) FROM checkpoints WHERE run_id = $1),
                 (SELECT j.status || ' ' || j.updated_at FROM runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1),
                 (SELECT finished_at FROM runs WHERE id = $1)",
@@ -132,7 +144,7 @@ pub async fn get(db: &Db, run_id: &str) -> Result<Run, Error> {
 
 async fn row(db: &Db, run_id: &str) -> Result<RunRow, Error> {
     let row: Option<RunRow> = sql!(db, |pool| {
-        sqlx::query_as(&format!("{} WHERE r.id = $1", select_runs()))
+        sqlx::query_as(&format!("{} WHERE r.id = $1", select_runs(db.dialect())))
             .bind(run_id)
             .fetch_optional(pool)
             .await
@@ -162,13 +174,16 @@ pub async fn list(
     limit: i64,
     before: Option<i64>,
 ) -> Result<Page<Run>, Error> {
+    let dialect = db.dialect();
+    let seq = run_seq(dialect);
     if *sort == RunSort::newest() {
         let sql = format!(
-            "{} WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.rowid < $2)
-               AND ($4 IS NULL OR r.project IN (SELECT value FROM json_each($4))) {}
-             ORDER BY r.rowid DESC LIMIT $3",
-            select_runs(),
-            filters.sql(5),
+            "{} WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR {seq} < $2)
+               AND ($4 IS NULL OR r.project IN (SELECT value FROM {})) {}
+             ORDER BY {seq} DESC LIMIT $3",
+            select_runs(dialect),
+            dialect.json_values("$4"),
+            filters.sql(dialect, 5),
         );
         let rows: Vec<RunRow> = sql!(db, |pool| {
             let query = sqlx::query_as(&sql)
@@ -183,15 +198,16 @@ pub async fn list(
         return Ok(Page { items, next_before });
     }
     // The page's rowids in order (one more: is there a next page?), then their rows.
-    let order_by = sort_key(&sort.column);
+    let order_by = sort_key(dialect, &sort.column);
     let join = join_for(&sort.column, 5);
     let key = column_key(&sort.column);
     let direction = if sort.descending { "DESC" } else { "ASC" };
     let sql = format!(
-        "SELECT r.rowid FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {join}
-         WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.project IN (SELECT value FROM json_each($2))) {}
-         ORDER BY {order_by} {direction} NULLS LAST, r.rowid DESC LIMIT $3 OFFSET $4",
-        filters.sql(if key.is_some() { 6 } else { 5 }),
+        "SELECT {seq} FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {join}
+         WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.project IN (SELECT value FROM {})) {}
+         ORDER BY {order_by} {direction} NULLS LAST, {seq} DESC LIMIT $3 OFFSET $4",
+        dialect.json_values("$2"),
+        filters.sql(dialect, if key.is_some() { 6 } else { 5 }),
     );
     let offset = before.unwrap_or(0).max(0);
     let found: Vec<(i64,)> = sql!(db, |pool| {
@@ -209,8 +225,9 @@ pub async fn list(
     let more = page.len() as i64 > limit;
     page.truncate(limit as usize);
     let sql = format!(
-        "{} WHERE r.rowid IN (SELECT value FROM json_each($1))",
-        select_runs()
+        "{} WHERE {seq} IN (SELECT CAST(value AS BIGINT) FROM {})",
+        select_runs(dialect),
+        dialect.json_values("$1")
     );
     let mut rows: Vec<RunRow> = sql!(db, |pool| {
         sqlx::query_as(&sql)
@@ -247,15 +264,15 @@ fn join_for(column: &RunColumn, key: usize) -> String {
 /// What runs sort by in a column (over runs `r`, jobs `j` and
 /// [`join_for`]): SQLite orders numbers before texts, and NULL (no value,
 /// or a NaN) goes last.
-fn sort_key(column: &RunColumn) -> String {
+fn sort_key(dialect: Dialect, column: &RunColumn) -> String {
     match column {
         RunColumn::Name => "lower(r.name)".into(),
         RunColumn::Status => STATUS.into(),
         RunColumn::Created => "r.created_at".into(),
-        RunColumn::Duration => duration_ms(),
+        RunColumn::Duration => duration_ms(dialect),
         RunColumn::Tags => "nullif(r.tags, '[]')".into(),
         RunColumn::Primary => primary::SCORE.into(),
-        RunColumn::Config(_) => "c.value".into(),
+        RunColumn::Config(_) => details::config_sort_key(dialect, "c.value"),
         RunColumn::Metric(_) => ordered_bits("m.latest_bits"),
     }
 }
@@ -293,28 +310,28 @@ pub async fn column_numbers(
     filters: &details::Filters,
     column: &RunColumn,
 ) -> Result<Vec<(i64, Option<f64>)>, Error> {
+    let dialect = db.dialect();
     let (number, bits) = match column {
-        RunColumn::Duration => (format!("({}) / 1000.0", duration_ms()), "NULL"),
+        RunColumn::Duration => (format!("({}) / 1000.0", duration_ms(dialect)), "NULL"),
         RunColumn::Primary => (
             "CASE (CASE WHEN r.primary_key IS NOT NULL THEN r.primary_goal ELSE pp.primary_goal END)
              WHEN 'max' THEN ps.max_value WHEN 'min' THEN ps.min_value END"
                 .to_string(),
             "NULL",
         ),
-        RunColumn::Config(_) => (
-            "CASE WHEN typeof(c.value) IN ('integer', 'real') THEN c.value END".to_string(),
-            "NULL",
-        ),
+        RunColumn::Config(_) => (details::config_number(dialect, "c.value"), "NULL"),
         RunColumn::Metric(_) => ("NULL".to_string(), "m.latest_bits"),
         _ => ("NULL".to_string(), "NULL"),
     };
     let key = column_key(column);
     let sql = format!(
-        "SELECT r.rowid AS seq, CAST({number} AS REAL) AS number, {bits} AS bits
+        "SELECT {seq} AS seq, CAST({number} AS DOUBLE PRECISION) AS number, {bits} AS bits
          FROM runs r LEFT JOIN jobs j ON j.id = r.job_id {}
-         WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.project IN (SELECT value FROM json_each($2))) {}",
+         WHERE ($1 IS NULL OR r.project = $1) AND ($2 IS NULL OR r.project IN (SELECT value FROM {})) {}",
         join_for(column, 3),
-        filters.sql(if key.is_some() { 4 } else { 3 }),
+        dialect.json_values("$2"),
+        filters.sql(dialect, if key.is_some() { 4 } else { 3 }),
+        seq = run_seq(dialect),
     );
     let rows: Vec<PlotRow> = sql!(db, |pool| {
         let mut query = sqlx::query_as(&sql).bind(project).bind(visible.as_json());

@@ -212,7 +212,7 @@ pub async fn open(db: &Db, secret: &str, visit: Visit<'_>) -> Result<Opened, Err
         sqlx::query_as(
             "SELECT s.id, s.run_id, s.created_by, s.expires_at
          FROM share_links s JOIN runs r ON r.id = s.run_id JOIN projects p ON p.name = r.project
-         WHERE s.secret_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND p.share_links = 1",
+         WHERE s.secret_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND p.share_links = TRUE",
         )
         .bind(hash_token(secret))
         .bind(now)

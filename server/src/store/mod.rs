@@ -36,6 +36,97 @@ impl Dialect {
             Dialect::Postgres => postgres,
         }
     }
+
+    /// A FROM item with the elements of the JSON array in `array` (an SQL
+    /// expression holding JSON text) as rows of one column, `value`. On
+    /// PostgreSQL every value is text: compare numbers through
+    /// `CAST(value AS BIGINT)`, which both dialects read.
+    pub fn json_values(self, array: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_each({array})"),
+            Dialect::Postgres => format!("jsonb_array_elements_text(CAST({array} AS JSONB)) AS value"),
+        }
+    }
+
+    /// Field `field` of the JSON object in text column `column`, as text
+    /// (a string unquoted, an array or object as JSON); cast it for a number.
+    pub fn json_field(self, column: &str, field: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_extract({column}, '$.{field}')"),
+            Dialect::Postgres => format!("(CAST({column} AS JSONB) ->> '{field}')"),
+        }
+    }
+
+    /// Text column `column` read as JSON, to nest in a JSON value built by the query.
+    pub fn json_of(self, column: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json({column})"),
+            Dialect::Postgres => format!("CAST({column} AS JSON)"),
+        }
+    }
+
+    /// JSON object `patch` merged into JSON object `base` (RFC 7396: a key
+    /// with a null value in `patch` is removed), as text; both are text.
+    pub fn json_merge(self, base: &str, patch: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_patch({base}, {patch})"),
+            Dialect::Postgres => {
+                format!("CAST(jsonb_strip_nulls(CAST({base} AS JSONB) || CAST({patch} AS JSONB)) AS TEXT)")
+            }
+        }
+    }
+
+    /// The larger of two values (SQL expressions; NULL when either is on SQLite).
+    pub fn greatest(self, a: &str, b: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("max({a}, {b})"),
+            Dialect::Postgres => format!("GREATEST({a}, {b})"),
+        }
+    }
+
+    /// The smaller of two values, as [`Dialect::greatest`].
+    pub fn least(self, a: &str, b: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("min({a}, {b})"),
+            Dialect::Postgres => format!("LEAST({a}, {b})"),
+        }
+    }
+
+    /// A FROM item with the elements of the JSON array in `array` as rows
+    /// named `alias`, each element (itself JSON) in `alias.value`: read a
+    /// field with `alias.value ->> 0`, which is text on PostgreSQL (cast
+    /// it for a number column).
+    pub fn json_elements(self, array: &str, alias: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_each({array}) AS {alias}"),
+            Dialect::Postgres => format!("jsonb_array_elements(CAST({array} AS JSONB)) AS {alias}(value)"),
+        }
+    }
+
+    /// An aggregate: the values of `expr` over the group as a JSON array
+    /// in text (`[]` for none).
+    pub fn json_array_agg(self, expr: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_group_array({expr})"),
+            Dialect::Postgres => format!("CAST(coalesce(json_agg({expr}), '[]') AS TEXT)"),
+        }
+    }
+
+    /// The length of the JSON array in text column `column`.
+    pub fn json_length(self, column: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("json_array_length({column})"),
+            Dialect::Postgres => format!("json_array_length(CAST({column} AS JSON))"),
+        }
+    }
+
+    /// Whether text `haystack` holds text `needle` (SQL expressions), as a condition.
+    pub fn contains(self, haystack: &str, needle: &str) -> String {
+        match self {
+            Dialect::Sqlite => format!("instr({haystack}, {needle}) > 0"),
+            Dialect::Postgres => format!("strpos({haystack}, {needle}) > 0"),
+        }
+    }
 }
 
 /// The pool of the server's database, in its own driver: SQLite keeps its
@@ -109,6 +200,18 @@ impl Db {
             Db::Sqlite(pool) => pool.is_closed(),
             Db::Postgres(pool) => pool.is_closed(),
         }
+    }
+}
+
+/// The configured store: PostgreSQL at `database_url` when there is one,
+/// else the SQLite file in `data_dir`.
+pub async fn open_configured(data_dir: &Path, database_url: Option<&str>) -> anyhow::Result<Db> {
+    match database_url {
+        Some(url) => {
+            crate::config::check_database_url(url)?;
+            open_postgres(url).await
+        }
+        None => open(data_dir).await,
     }
 }
 

@@ -98,7 +98,13 @@ pub async fn copy(sqlite: &SqlitePool, url: &str, progress: impl Fn(&CopiedTable
     let tables = copy_order(&mut snapshot).await?;
     let mut pg = target.begin().await?;
     for table in &tables {
-        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        // A new schema's own first rows (migrations/postgres/0003_first_rows.sql) do not count.
+        let first_rows = match table.as_str() {
+            "projects" => "WHERE NOT (name = 'default' AND created_at = 0)",
+            "alert_cursor" => "WHERE seq <> 0",
+            _ => "",
+        };
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table} {first_rows}"))
             .fetch_one(&mut *pg)
             .await
             .with_context(|| {
@@ -108,6 +114,9 @@ pub async fn copy(sqlite: &SqlitePool, url: &str, progress: impl Fn(&CopiedTable
             bail!("the target database is not empty ({table} holds {rows} rows): give an empty database");
         }
     }
+    // Empty but for those: the copy brings the install's own.
+    sqlx::query("DELETE FROM alert_cursor").execute(&mut *pg).await?;
+    sqlx::query("DELETE FROM projects").execute(&mut *pg).await?;
     let mut copied = Copied {
         tables: Vec::new(),
         rows: 0,
@@ -228,6 +237,8 @@ async fn copy_table(
         .iter()
         .map(|column| match column.kind {
             Kind::Json => format!("CASE WHEN {0} IS NULL THEN NULL ELSE json END", column.name),
+            // PostgreSQL's runs.seq is SQLite's rowid (migrations/postgres/0002_run_seq.sql).
+            _ if table == "runs" && column.name == "seq" => "rowid".to_string(),
             _ => column.name.clone(),
         })
         .collect();

@@ -305,10 +305,7 @@ async fn no_device_or_user_code_is_stored_in_clear() {
     let flow = Flow::start().await;
     let grant = flow.authorize().await;
     let dir = flow.site.stop().await;
-    let mut bytes = Vec::new();
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
-    }
+    let bytes = gpuplane_testkit::postgres::stored_bytes(dir.path()).await;
     let contains = |needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
     let device_code = grant["device_code"].as_str().unwrap();
     let user_code = grant["user_code"].as_str().unwrap();

@@ -143,7 +143,7 @@ async fn fifty_writers_ingest_and_compaction_at_once_lose_nothing_and_never_fail
         "the server's log:\n{log}"
     );
     assert_eq!(server.integrity_check().await, "ok");
-    let db = gpuplane_server::store::open(&data).await.unwrap();
+    let db = gpuplane_testkit::open_store(&data).await;
     let chunks: i64 = sql!(&db, |pool| {
         sqlx::query_scalar(
         "SELECT count(*) FROM metric_chunks m JOIN runs r ON r.id = m.run_id WHERE r.name LIKE 'ingest-%'",
