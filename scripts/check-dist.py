@@ -9,7 +9,8 @@
    each file of `target/dist/site` comes back byte for byte with its media
    type, and the sign-in page names the bundle it loads.
 4. The `Dockerfile` copies only files the package has, and its entrypoint is
-   the server's path inside the image.
+   the server's path inside the image; `compose.yaml` builds that image and
+   sets only variables `gpuplane-server serve` reads.
 Exits 1 with one line per problem, else prints a one-line summary.
 Usage: scripts/check-dist.py target/dist/gpuplane-VERSION-ARCH-linux[-debug].tar.gz
 """
@@ -145,6 +146,19 @@ def check_dockerfile(package, problems):
                 problems.append("Dockerfile: does not copy bin/gpuplane-server to /usr/local/bin")
 
 
+def check_compose(package, problems):
+    text = open(os.path.join(package, "compose.yaml")).read()
+    if not re.search(r"^    build: \.$", text, re.MULTILINE):
+        problems.append("compose.yaml: the server is not built from the package's Dockerfile (build: .)")
+    server = os.path.join(package, "bin", "gpuplane-server")
+    known = subprocess.run([server, "serve", "--help"], capture_output=True, text=True).stdout
+    for name in sorted(set(re.findall(r"\b(GPUPLANE_[A-Z_]+):", text))):
+        if not re.search(rf"\[env: {name}[=\]]", known):
+            problems.append(f"compose.yaml: sets {name}, which `gpuplane-server serve` does not read")
+    if "GPUPLANE_DATABASE_URL" not in text:
+        problems.append("compose.yaml: the server is not given its PostgreSQL (GPUPLANE_DATABASE_URL)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tarball")
@@ -161,6 +175,7 @@ def main():
         check_binaries(package, problems)
         served = check_embedded_console(package, site, problems)
         check_dockerfile(package, problems)
+        check_compose(package, problems)
     for problem in problems:
         print(problem)
     if problems:
