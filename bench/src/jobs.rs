@@ -309,7 +309,8 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     plan(&queue, &nodes, &Quotas::default(), RULES, 0);
     let planned = started.elapsed().as_secs_f64() * 1000.0;
     println!(
-        "scheduling: server pass (SQLite load + plan + apply), {queued} queued x {node_count} nodes: first {first:.1} ms (writes {queued} reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",
+        "scheduling: server pass ({} load + plan + apply), {queued} queued x {node_count} nodes: first {first:.1} ms (writes {queued} reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",
+        store_name(),
         percentile(&steady, 0.5)
     );
     record(

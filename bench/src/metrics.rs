@@ -158,11 +158,12 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
         count(points)
     );
     record("downsample.1m", what, "ms", percentile(&times, 0.5));
-    // The same query in this process over the same database file: SQLite
+    // The same query in this process over the same database: the store
     // and the aggregation without HTTP and JSON.
     let inner = in_process_p50(&server.data_dir(), &run_id).await?;
     println!(
-        "metrics: the same query in-process (SQLite read + aggregation, no HTTP/JSON): p50 {inner:.1} ms"
+        "metrics: the same query in-process ({} read + aggregation, no HTTP/JSON): p50 {inner:.1} ms",
+        crate::jobs::store_name()
     );
     let mut zoom = Vec::new();
     let span = points as i64 / 20;

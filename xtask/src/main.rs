@@ -197,7 +197,10 @@ fn dist(release: bool) -> anyhow::Result<()> {
     }
     copy_dir(&root.join("dist/systemd"), &package.join("systemd"))?;
     std::fs::copy(root.join("dist/container/Dockerfile"), package.join("Dockerfile"))?;
-    std::fs::copy(root.join("dist/container/compose.yaml"), package.join("compose.yaml"))?;
+    std::fs::copy(
+        root.join("dist/container/compose.yaml"),
+        package.join("compose.yaml"),
+    )?;
     std::fs::copy(root.join("README.md"), package.join("README.md"))?;
     std::fs::write(package.join("SHA256SUMS"), checksums(&package)?)?;
 
