@@ -92,12 +92,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo nextest (Rust unit and integration tests)"
 cargo nextest run --workspace --locked --no-fail-fast
 
-# Not these two: `migrate` copies an SQLite install into PostgreSQL (it starts
-# both itself), and `diskfull` fills the data dir's disk, which PostgreSQL's
-# files are not on.
+# Not these three: `migrate` copies an SQLite install into PostgreSQL (it
+# starts both itself), `replicas` starts its own PostgreSQL for its two
+# servers (it ran above), and `diskfull` fills the data dir's disk, which
+# PostgreSQL's files are not on.
 step "cargo nextest on PostgreSQL (the server's and the system suites again, each test server on a database of its own: scripts/with-postgres.sh)"
 scripts/with-postgres.sh cargo nextest run --locked --no-fail-fast -p gpuplane-server -p gpuplane-testkit \
-  -E 'kind(test) - test(/^migrate::/) - test(/^diskfull::/)'
+  -E 'kind(test) - test(/^migrate::/) - test(/^replicas::/) - test(/^diskfull::/)'
 
 step "build the console bundle and binaries"
 cargo xtask site

@@ -9,4 +9,9 @@ pub struct Health {
     /// reachable); `ready` from `ready` (send it traffic).
     pub status: String,
     pub version: String,
+    /// Whether this server runs the scheduler, the liveness monitor and the
+    /// other work only one server runs: always with SQLite; with
+    /// PostgreSQL, one replica at a time.
+    #[serde(default)]
+    pub leader: bool,
 }

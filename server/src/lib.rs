@@ -17,6 +17,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod nodes;
 pub mod paging;
+pub mod replicas;
 pub mod runs;
 pub mod state;
 pub mod store;
@@ -82,13 +83,12 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), state.shutdown.clone()));
     let heartbeats = tokio::spawn(nodes::heartbeats::writer(state.clone()));
-    let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), state.shutdown.clone()));
-    let sweeper = tokio::spawn(housekeeping(state.clone()));
-    let compactor = tokio::spawn(metrics::compact::run(state.clone()));
-    // A try cut short is made again after a restart: aborting it loses nothing.
-    let alerter = tokio::spawn(alerts::run(state.clone()));
+    let wakes_from_replicas = match &state.db {
+        store::Db::Postgres(pool) => Some(tokio::spawn(replicas::listen(state.clone(), pool.clone()))),
+        store::Db::Sqlite(_) => None,
+    };
+    let leader = tokio::spawn(replicas::lead(state.clone(), run_once_per_database));
     let stopper = state.clone();
     let (limits, stop) = (state.config.http_limits, state.shutdown.clone());
     let server = http::serve(listener, app(state), limits, stop);
@@ -104,13 +104,30 @@ pub async fn serve(
         }
     }
     stopper.begin_shutdown();
-    let _ = monitor.await;
+    let _ = leader.await;
     let _ = heartbeats.await;
+    if let Some(listener) = wakes_from_replicas {
+        let _ = listener.await;
+    }
+    Ok(())
+}
+
+/// The background work only one server may run (`replicas::lead` runs it
+/// while this server leads): the scheduler, the liveness monitor,
+/// compaction, alert delivery and housekeeping; until `stop` turns true.
+async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), stop.clone()));
+    let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), stop.clone()));
+    let compactor = tokio::spawn(metrics::compact::run(state.clone(), stop.clone()));
+    let sweeper = tokio::spawn(housekeeping(state.clone()));
+    // A try cut short is made again later: aborting it loses nothing.
+    let alerter = tokio::spawn(alerts::run(state.clone(), stop.clone()));
+    let _ = stop.wait_for(|stop| *stop).await;
+    let _ = monitor.await;
     let _ = scheduler.await;
     let _ = compactor.await;
     sweeper.abort();
     alerter.abort();
-    Ok(())
 }
 
 /// Every hour: deletes expired console sessions and device authorizations,
@@ -125,6 +142,12 @@ async fn housekeeping(state: AppState) {
     loop {
         state.sessions.delete_expired().await;
         identity::device_login::delete_expired(&state.db).await;
+        // Every window is shorter than an hour.
+        if let Err(error) =
+            identity::ratelimit::delete_ended(&state.db, store::time::now_ms() - 3600 * 1000).await
+        {
+            tracing::warn!(%error, "deleting ended rate-limit windows failed; will try again");
+        }
         match nodes::telemetry::maintain(&state.db, store::time::now_ms(), retention).await {
             Ok(done) => tracing::debug!(?done, "telemetry maintained"),
             Err(error) => tracing::warn!(%error, "telemetry maintenance failed; will try again"),

@@ -5,12 +5,14 @@ use crate::identity::ratelimit::Limiter;
 use crate::identity::secrets::SecretKey;
 use crate::identity::session_store::HashedIdStore;
 use crate::nodes::agent_link::AgentLink;
+use crate::replicas::Wake;
 use crate::store::Db;
 use axum::extract::FromRef;
 use leptos::config::LeptosOptions;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, broadcast, watch};
+use tokio::sync::{Notify, broadcast, mpsc, watch};
 
 /// What each project keeps, and when it was measured.
 pub type MeasuredUsage = (std::time::Instant, Vec<gpuplane_api::experiment::ProjectUsage>);
@@ -65,6 +67,13 @@ pub struct Shared {
     /// Added to the time scheduling windows are judged at (ms). Always 0 in
     /// service; tests move it to see a window open or close.
     pub window_clock_offset_ms: Arc<std::sync::atomic::AtomicI64>,
+    /// This process among the replicas on one database (a new id each start).
+    pub replica_id: String,
+    /// On PostgreSQL: wake-ups for the other replicas (`replicas::send`).
+    replica_outbox: Option<mpsc::UnboundedSender<Wake>>,
+    /// Whether this server runs the scheduler and the other work only one
+    /// server may run (always, on SQLite; see `replicas::lead`).
+    leading: AtomicBool,
     /// Turns true when the server shuts down: long-lived responses end.
     pub shutdown: watch::Receiver<bool>,
     shutdown_sender: Arc<watch::Sender<bool>>,
@@ -79,12 +88,26 @@ impl AppState {
             .site_addr(config.settings.bind)
             .build();
         let (shutdown_sender, shutdown) = watch::channel(false);
+        let replica_id = crate::store::ids::new_id("replica");
+        let replica_outbox = match &db {
+            Db::Sqlite(_) => None,
+            Db::Postgres(pool) => {
+                let (outbox, waiting) = mpsc::unbounded_channel();
+                tokio::spawn(crate::replicas::send(pool.clone(), replica_id.clone(), waiting));
+                Some(outbox)
+            }
+        };
         AppState(Arc::new(Shared {
             sessions: HashedIdStore::new(&db),
-            sign_in_limiter: Arc::new(Limiter::new(5, Duration::from_secs(15 * 60))),
-            sign_in_limiter_ip: Arc::new(Limiter::new(30, Duration::from_secs(15 * 60))),
-            user_code_limiter: Arc::new(Limiter::new(10, Duration::from_secs(10 * 60))),
-            device_authorize_limiter: Arc::new(Limiter::new(30, Duration::from_secs(10 * 60))),
+            sign_in_limiter: Arc::new(Limiter::new(&db, "sign_in", 5, Duration::from_secs(15 * 60))),
+            sign_in_limiter_ip: Arc::new(Limiter::new(&db, "sign_in_ip", 30, Duration::from_secs(15 * 60))),
+            user_code_limiter: Arc::new(Limiter::new(&db, "user_code", 10, Duration::from_secs(10 * 60))),
+            device_authorize_limiter: Arc::new(Limiter::new(
+                &db,
+                "device_authorize",
+                30,
+                Duration::from_secs(10 * 60),
+            )),
             streams: Arc::default(),
             heartbeats: Arc::default(),
             telemetry_writer: crate::nodes::telemetry::start_writer(db.clone()),
@@ -100,6 +123,9 @@ impl AppState {
             event_recorded: broadcast::channel(64).0,
             window_clock_offset_ms: Arc::default(),
             usage: Arc::default(),
+            replica_id,
+            replica_outbox,
+            leading: AtomicBool::new(false),
             shutdown,
             shutdown_sender: Arc::new(shutdown_sender),
         }))
@@ -108,8 +134,49 @@ impl AppState {
     /// After a commit that changed jobs or recorded events: a scheduling
     /// pass may place something new, and event followers have news.
     pub fn jobs_changed(&self) {
-        self.scheduler_wake.notify_one();
-        let _ = self.event_recorded.send(());
+        self.wake(Wake::Scheduler);
+        self.wake(Wake::Events);
+    }
+
+    /// Wakes whatever waits for `wake`, here and on the other replicas.
+    pub fn wake(&self, wake: Wake) {
+        self.wake_here(&wake);
+        if let Some(outbox) = &self.replica_outbox {
+            let _ = outbox.send(wake);
+        }
+    }
+
+    /// Wakes whatever waits for `wake` in this process only.
+    pub fn wake_here(&self, wake: &Wake) {
+        match wake {
+            Wake::Scheduler => self.scheduler_wake.notify_one(),
+            Wake::Events => {
+                let _ = self.event_recorded.send(());
+            }
+            Wake::Nodes => self.nodes_changed.notify_one(),
+            Wake::Agent(node_id) => self.agents.wake(node_id),
+            Wake::Log(job_id) => {
+                let _ = self.log_appended.send(job_id.clone());
+            }
+        }
+    }
+
+    /// After wake-ups may have been missed: every loop and long poll here
+    /// looks again.
+    pub fn wake_everything_here(&self) {
+        self.wake_here(&Wake::Scheduler);
+        self.wake_here(&Wake::Events);
+        self.wake_here(&Wake::Nodes);
+        self.agents.wake_all();
+    }
+
+    /// Does this server run the scheduler now?
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Relaxed);
     }
 
     /// Tells background tasks and long-lived responses to finish.

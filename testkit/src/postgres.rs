@@ -111,20 +111,29 @@ pub const TEST_POSTGRES: &str = "GPUPLANE_TEST_POSTGRES";
 /// Beside a data dir, the URL of its PostgreSQL database (see [`database_for`]).
 const DATABASE_URL_FILE: &str = "test-database-url";
 
-/// The store a test server over `data_dir` uses: `None` (the SQLite file in
-/// the data dir) unless [`TEST_POSTGRES`] is set, and then a database of its
-/// own on that server, created on first use and the same for every later
-/// server and process over `data_dir` (the URL is kept in a file in it).
+/// The store a test server over `data_dir` uses: the database given to
+/// [`use_database`]; else `None` (the SQLite file in the data dir) unless
+/// [`TEST_POSTGRES`] is set, and then a database of its own on that
+/// server, created on first use and the same for every later server and
+/// process over `data_dir` (the URL is kept in a file in it).
 pub async fn database_for(data_dir: &Path) -> Option<String> {
-    let socket_dir = std::env::var_os(TEST_POSTGRES).filter(|dir| !dir.is_empty())?;
     let file = data_dir.join(DATABASE_URL_FILE);
     if let Ok(url) = std::fs::read_to_string(&file) {
         return Some(url);
     }
+    let socket_dir = std::env::var_os(TEST_POSTGRES).filter(|dir| !dir.is_empty())?;
     let url = create_database(Path::new(&socket_dir)).await;
     std::fs::create_dir_all(data_dir).unwrap();
     std::fs::write(&file, &url).unwrap();
     Some(url)
+}
+
+/// Makes the test servers over `data_dir` use the database at `url`
+/// (several data dirs on one database: replicas), whether or not
+/// [`TEST_POSTGRES`] is set.
+pub fn use_database(data_dir: &Path, url: &str) {
+    std::fs::create_dir_all(data_dir).unwrap();
+    std::fs::write(data_dir.join(DATABASE_URL_FILE), url).unwrap();
 }
 
 /// Every byte the store of the test server over `data_dir` keeps: the files

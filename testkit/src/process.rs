@@ -236,3 +236,41 @@ impl Drop for ServerProcess {
         self.kill();
     }
 }
+
+/// A real `gpuplane-agent` process with 4 simulated GPUs, its jobs under
+/// `DIR/agents/NAME` and its log in `DIR/agent-NAME.log`; killed when
+/// dropped.
+pub struct AgentProcess(Child);
+
+impl AgentProcess {
+    pub fn start(dir: &Path, url: &str, name: &str, token: &str) -> AgentProcess {
+        let log = std::fs::File::create(dir.join(format!("agent-{name}.log"))).unwrap();
+        let child = Command::new(binary("gpuplane-agent"))
+            .args([
+                "--server",
+                url,
+                "--name",
+                name,
+                "--token",
+                token,
+                "--fake-gpus",
+                "4",
+            ])
+            .arg("--jobs-dir")
+            .arg(dir.join("agents").join(name))
+            .args(["--disk-free-percent-override", "50"])
+            .env("GPUPLANE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        AgentProcess(child)
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

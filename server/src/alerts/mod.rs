@@ -30,7 +30,7 @@ const PARALLEL: usize = 8;
 const POLL: Duration = Duration::from_secs(5);
 
 /// Fans events out to deliveries and sends them, until shutdown.
-pub async fn run(state: AppState) {
+pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let settings = &state.config.settings;
     let senders = match Senders::new(
         settings.smtp_url.as_deref(),
@@ -44,7 +44,6 @@ pub async fn run(state: AppState) {
         }
     };
     let mut events = state.event_recorded.subscribe();
-    let mut shutdown = state.shutdown.clone();
     loop {
         if *shutdown.borrow() {
             return;

@@ -6,6 +6,7 @@ use crate::api::extract::{Agent, Authed};
 use crate::identity::access::Caller;
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
+use crate::replicas::Wake;
 use crate::sql;
 use crate::state::AppState;
 use crate::store::Tx;
@@ -39,7 +40,7 @@ pub async fn hello(
     }
     let resume = dispatch::reconcile(&mut tx, &node_id, &hello.name, &hello.attempts).await?;
     tx.commit().await?;
-    state.nodes_changed.notify_one();
+    state.wake(Wake::Nodes);
     state.jobs_changed();
     tracing::info!(
         node_id,
@@ -104,7 +105,7 @@ pub async fn report(
     require_own_node(&state, &auth.caller, &report.node_id).await?;
     let applied = reports::apply_report(&state, &report).await?;
     for job_id in applied.logs_for {
-        let _ = state.log_appended.send(job_id);
+        state.wake(Wake::Log(job_id));
     }
     if applied.jobs_changed {
         state.jobs_changed();
@@ -132,7 +133,7 @@ pub async fn telemetry(
         .store((batch.node_id.clone(), batch))
         .await?;
     if ingested.faults > 0 {
-        let _ = state.event_recorded.send(());
+        state.wake(Wake::Events);
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -376,7 +376,7 @@ pub async fn raise_run_alert(
     })
     .map_err(Error::from)?;
     tx.commit().await.map_err(Error::from)?;
-    let _ = state.event_recorded.send(());
+    state.wake(crate::replicas::Wake::Events);
     Ok(Json(RunAlertAnswer {
         recorded: true,
         event_id: Some(event_id),

@@ -39,7 +39,7 @@ pub async fn create_evaluation(
             other => other.into(),
         })?;
     let job_id = evaluations::create(&state.db, &state.secret, &auth.caller.principal(), &new).await?;
-    state.scheduler_wake.notify_one();
+    state.wake(crate::replicas::Wake::Scheduler);
     tracing::info!(
         job_id,
         run_id = new.run_id,

@@ -32,6 +32,7 @@ pub async fn check(state: &AppState) -> Result<Health, ApiError> {
     Ok(Health {
         status: "ok".to_string(),
         version: gpuplane_api::VERSION.to_string(),
+        leader: state.is_leading(),
     })
 }
 
@@ -52,6 +53,7 @@ pub async fn ready(State(state): State<AppState>) -> Result<Json<Health>, ApiErr
         Ok(Ok(_)) => Ok(Json(Health {
             status: "ready".to_string(),
             version: gpuplane_api::VERSION.to_string(),
+            leader: state.is_leading(),
         })),
         Ok(Err(error)) => {
             // Anyone may ask: the database's own words (paths, hosts) go to the log only.

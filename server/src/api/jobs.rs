@@ -7,6 +7,7 @@ use crate::identity::access::{self, Principal};
 use crate::jobs::plan::{QueuedJob, plan};
 use crate::jobs::store::{self, Cancelled};
 use crate::paging::{cursor, page_limit, sort_order};
+use crate::replicas::Wake;
 use crate::state::AppState;
 use crate::store::time::now_ms;
 use axum::Json;
@@ -35,7 +36,7 @@ pub async fn submit_job(
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     check_preempting_priority(&state, &auth.caller.principal(), spec.priority)?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
-    state.scheduler_wake.notify_one();
+    state.wake(Wake::Scheduler);
     tracing::info!(
         job_id,
         name = spec.name,
@@ -218,12 +219,12 @@ pub async fn cancel_job(
         ));
     }
     match store::cancel(&state.db, &job_id).await? {
-        Cancelled::Now => state.scheduler_wake.notify_one(),
-        Cancelled::Stopping { node_id } => state.agents.wake(&node_id),
+        Cancelled::Now => state.wake(Wake::Scheduler),
+        Cancelled::Stopping { node_id } => state.wake(Wake::Agent(node_id)),
     }
     let detail = format!("was {}", job.status);
     audit::by_caller(&state.db, &auth.caller, AuditAction::JobCancel, &job_id, &detail).await?;
-    let _ = state.event_recorded.send(());
+    state.wake(Wake::Events);
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
@@ -268,7 +269,7 @@ pub async fn retry_job(
         &detail.join(", "),
     )
     .await?;
-    state.scheduler_wake.notify_one();
+    state.wake(Wake::Scheduler);
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 

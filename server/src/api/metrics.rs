@@ -63,7 +63,7 @@ pub async fn ingest(
     let prepared = metrics::prepare(batch);
     let result = state.metric_writer.store((run_id, prepared)).await?;
     if !result.duplicate {
-        let _ = state.event_recorded.send(());
+        state.wake(crate::replicas::Wake::Events);
     }
     Ok(Json(result))
 }

@@ -119,14 +119,14 @@ pub async fn authorize(
     OAuthForm(request): OAuthForm<AuthorizationRequest>,
 ) -> Response {
     let limiter_key = client.to_string();
-    if state.device_authorize_limiter.check(&limiter_key).is_err() {
+    if state.device_authorize_limiter.check(&limiter_key).await.is_err() {
         return oauth_error(
             StatusCode::TOO_MANY_REQUESTS,
             "slow_down",
             "too many sign-in requests from this address; try again in a few minutes",
         );
     }
-    state.device_authorize_limiter.fail(&limiter_key);
+    state.device_authorize_limiter.fail(&limiter_key).await;
     if !CLIENTS.contains(&request.client_id.as_str()) {
         return oauth_error(StatusCode::UNAUTHORIZED, "invalid_client", "unknown client_id");
     }
@@ -404,7 +404,7 @@ pub async fn lookup(
     approver_ip: &str,
 ) -> Result<DeviceRequest, LookupError> {
     let limiter_key = &limiter_key(user_id, approver_ip);
-    if let Err(wait) = state.user_code_limiter.check(limiter_key) {
+    if let Err(wait) = state.user_code_limiter.check(limiter_key).await {
         return Err(LookupError::Limited(wait));
     }
     let code = normalise_user_code(user_code);
@@ -430,7 +430,7 @@ pub async fn lookup(
             status: row.status,
         }),
         _ => {
-            state.user_code_limiter.fail(limiter_key);
+            state.user_code_limiter.fail(limiter_key).await;
             Err(LookupError::Unknown)
         }
     }
@@ -446,7 +446,7 @@ pub async fn decide(
     approve: bool,
 ) -> Result<bool, LookupError> {
     let limiter_key = &limiter_key(user_id, approver_ip);
-    if let Err(wait) = state.user_code_limiter.check(limiter_key) {
+    if let Err(wait) = state.user_code_limiter.check(limiter_key).await {
         return Err(LookupError::Limited(wait));
     }
     let code = normalise_user_code(user_code);
@@ -466,7 +466,7 @@ pub async fn decide(
     })
     .map_err(|e| LookupError::Internal(e.into()))?;
     if decided == 0 {
-        state.user_code_limiter.fail(limiter_key);
+        state.user_code_limiter.fail(limiter_key).await;
     }
     Ok(decided == 1)
 }

@@ -92,7 +92,9 @@ pub async fn login(
     };
     let account = format!("user:{}", form.username.to_lowercase());
     let ip = format!("ip:{client}");
-    if state.sign_in_limiter.check(&account).is_err() || state.sign_in_limiter_ip.check(&ip).is_err() {
+    if state.sign_in_limiter.check(&account).await.is_err()
+        || state.sign_in_limiter_ip.check(&ip).await.is_err()
+    {
         tracing::warn!(user = form.username, ip = %client, "sign-in refused: too many failures");
         return back("locked");
     }
@@ -110,12 +112,12 @@ pub async fn login(
     let matched = verify_password(&form.password, own_hash.as_deref().unwrap_or(&DUMMY_HASH));
     let valid = matched && own_hash.is_some();
     let Some((user_id, _)) = user.filter(|_| valid) else {
-        state.sign_in_limiter.fail(&account);
-        state.sign_in_limiter_ip.fail(&ip);
+        state.sign_in_limiter.fail(&account).await;
+        state.sign_in_limiter_ip.fail(&ip).await;
         tracing::info!(user = form.username, ip = %client, "sign-in failed");
         return back("invalid");
     };
-    state.sign_in_limiter.reset(&account);
+    state.sign_in_limiter.reset(&account).await;
     if let Err(error) = start(&session, &user_id).await {
         tracing::error!(%error, "cannot start a session");
         return back("server");

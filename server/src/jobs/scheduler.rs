@@ -8,6 +8,7 @@ use crate::jobs::dependencies::{self, Verdict};
 use crate::jobs::fair_share;
 use crate::jobs::lifecycle;
 use crate::jobs::plan::{NodeCapacity, Placement, Plan, Preemption, QueuedJob, Rules, RunningAttempt, plan};
+use crate::replicas::Wake;
 use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
@@ -195,7 +196,7 @@ async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Resu
     tx.commit().await?;
     nodes.dedup();
     for node_id in &nodes {
-        state.agents.wake(node_id);
+        state.wake(Wake::Agent(node_id.clone()));
     }
     if !nodes.is_empty() {
         state.jobs_changed();
@@ -564,7 +565,7 @@ async fn apply(
     tx.commit().await?;
     dispatched_to.dedup();
     for node_id in dispatched_to {
-        state.agents.wake(&node_id);
+        state.wake(Wake::Agent(node_id));
     }
     Ok(())
 }

@@ -26,10 +26,9 @@ const CHUNKS_BEFORE_COMPACTING: i64 = 16;
 
 /// Runs until shutdown: after ingest (events are recorded with it) and every
 /// half minute, compacts the series that got small chunks.
-pub async fn run(state: AppState) {
+pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut seen = 0;
     let mut recorded = state.event_recorded.subscribe();
-    let mut shutdown = state.shutdown.clone();
     loop {
         if let Err(error) = pass(&state.db, &mut seen).await {
             tracing::warn!(%error, "metric compaction failed; will try again");

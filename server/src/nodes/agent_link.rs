@@ -56,6 +56,14 @@ impl AgentLink {
         self.waker(node_id).notify_one();
     }
 
+    /// Ends every long poll waiting here, so each looks for commands again.
+    pub fn wake_all(&self) {
+        let wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        for waker in wakers.values() {
+            waker.notify_one();
+        }
+    }
+
     /// Queues a command for the node's next poll.
     pub fn push(&self, node_id: &str, command: AgentCommand) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());

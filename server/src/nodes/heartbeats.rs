@@ -113,7 +113,7 @@ impl Heartbeats {
         write_gpus(&mut tx, &gpus).await?;
         tx.commit().await?;
         if reconnected {
-            state.nodes_changed.notify_one();
+            state.wake(crate::replicas::Wake::Nodes);
             state.jobs_changed();
         }
         Ok(())

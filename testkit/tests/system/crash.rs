@@ -12,14 +12,13 @@
 //! RELIABILITY.md.
 
 use futures_util::StreamExt;
-use gpuplane_testkit::process::{Api, ServerProcess};
-use gpuplane_testkit::{binary, eventually};
+use gpuplane_testkit::eventually;
+use gpuplane_testkit::process::{AgentProcess, Api, ServerProcess};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -521,40 +520,4 @@ async fn waiting_queue(api: &Api) -> reqwest::Result<Vec<(String, i64, String)>>
             )
         })
         .collect())
-}
-
-/// A real agent process with 4 simulated GPUs, killed when the test ends.
-struct AgentProcess(Child);
-
-impl AgentProcess {
-    fn start(dir: &Path, url: &str, name: &str, token: &str) -> AgentProcess {
-        let log = std::fs::File::create(dir.join(format!("agent-{name}.log"))).unwrap();
-        let child = Command::new(binary("gpuplane-agent"))
-            .args([
-                "--server",
-                url,
-                "--name",
-                name,
-                "--token",
-                token,
-                "--fake-gpus",
-                "4",
-            ])
-            .arg("--jobs-dir")
-            .arg(dir.join("agents").join(name))
-            .args(["--disk-free-percent-override", "50"])
-            .env("GPUPLANE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        AgentProcess(child)
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }

@@ -14,6 +14,7 @@ mod jobs;
 mod lifecycle;
 mod migrate;
 mod partition;
+mod replicas;
 mod scheduling;
 mod security;
 mod slurm;

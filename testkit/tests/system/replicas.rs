@@ -1,0 +1,181 @@
+//! Two `gpuplane-server` processes on one real PostgreSQL (#17), the way a
+//! load balancer would use them: the agent talks to replica B only, users
+//! to either. A job submitted to A is dispatched to the agent on B; an
+//! event raised through A reaches an SSE follower on B; when the leader is
+//! killed, the other leads within 10 s and schedules; a job submitted to a
+//! replica that does not lead still starts; and nothing runs twice.
+//!
+//! The heartbeat is 20 s, so an agent's long poll on B ends early only when
+//! B hears of its dispatch from A: a job that waited for the poll to time
+//! out would miss the 5 s the test gives it.
+
+use futures_util::StreamExt;
+use gpuplane_testkit::cluster::sh;
+use gpuplane_testkit::postgres::{Postgres, use_database};
+use gpuplane_testkit::process::{AgentProcess, Api, ServerProcess};
+use gpuplane_testkit::{WAIT, eventually};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const FLAGS: [&str; 6] = [
+    "--heartbeat-interval-ms",
+    "20000",
+    "--node-timeout-ms",
+    "60000",
+    "--lost-grace-ms",
+    "60000",
+];
+
+/// How long a dispatch may take to reach the agent: far less than a heartbeat.
+const DISPATCH_WAIT: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replicas_share_the_work_and_the_leader_fails_over() {
+    let postgres = Postgres::start();
+    let url = postgres.fresh_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (data_a, data_b) = (dir.path().join("a/data"), dir.path().join("b/data"));
+    use_database(&data_a, &url);
+    use_database(&data_b, &url);
+    let (_, token, agent_tokens) = ServerProcess::bootstrap(&dir.path().join("a"), 1).await;
+
+    let mut a = ServerProcess::start(&data_a, &FLAGS).await;
+    let api_a = a.api(&token);
+    wait_until_leading(&api_a, "A, the first replica").await;
+    // Every replica signs with the same key (sessions, attempt tokens).
+    std::fs::copy(data_a.join("secret.key"), data_b.join("secret.key")).unwrap();
+    let b = ServerProcess::start(&data_b, &FLAGS).await;
+    let api_b = b.api(&token);
+    assert_eq!(leader(&api_b).await, Some(false), "B starts while A leads");
+
+    let _agent = AgentProcess::start(dir.path(), &b.url, "replica-box", &agent_tokens[0]);
+    eventually("the agent on B, seen through A", WAIT, || async {
+        let (_, nodes) = api_a.get("/nodes").await.ok()?;
+        (nodes["items"].as_array()?.len() == 1 && nodes["items"][0]["status"] == "ONLINE").then_some(())
+    })
+    .await;
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+
+    // Submitted to A (the leader), dispatched to the agent polling B.
+    let first = submit(&api_a, &work, "first", 3).await;
+    wait_for_status(&api_b, &first, "RUNNING", DISPATCH_WAIT).await;
+
+    // An event raised through A reaches an SSE follower on B.
+    let (status, run) = api_a.post("/runs", &json!({"name": "replicas"})).await.unwrap();
+    assert_eq!(status, 201, "{run}");
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let follower = tokio::spawn(first_event_of_kind(api_b.clone(), "RUN_ALERT"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let raised = Instant::now();
+    let alert = json!({"title": "from A", "text": "raised through replica A", "level": "info"});
+    let (status, body) = api_a
+        .post(&format!("/runs/{run_id}/alerts"), &alert)
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let event = tokio::time::timeout(WAIT, follower)
+        .await
+        .expect("B's event stream delivers the alert raised through A")
+        .unwrap();
+    assert!(
+        event["message"].as_str().unwrap_or_default().contains("from A"),
+        "{event}"
+    );
+    println!(
+        "replicas: an event raised through A reached B's SSE follower in {:?}",
+        raised.elapsed()
+    );
+
+    // The leader dies while its job runs; B leads within 10 s.
+    a.kill();
+    let killed = Instant::now();
+    wait_until_leading(&api_b, "B, after A was killed").await;
+    let takeover = killed.elapsed();
+    println!("replicas: B led {takeover:?} after the leader was killed");
+    assert!(takeover < Duration::from_secs(10), "B took {takeover:?} to lead");
+    wait_for_status(&api_b, &first, "SUCCEEDED", WAIT).await;
+    let second = submit(&api_b, &work, "second", 0).await;
+    wait_for_status(&api_b, &second, "SUCCEEDED", WAIT).await;
+
+    // A comes back and follows; what it is given, B (leading) schedules.
+    a.restart().await;
+    assert_eq!(leader(&api_a).await, Some(false), "A follows now that B leads");
+    let third = submit(&api_a, &work, "third", 0).await;
+    wait_for_status(&api_a, &third, "SUCCEEDED", DISPATCH_WAIT).await;
+
+    // Nothing ran twice: one attempt each, and each command ran once.
+    for (name, id) in [("first", &first), ("second", &second), ("third", &third)] {
+        let (_, job) = api_a.get(&format!("/jobs/{id}")).await.unwrap();
+        assert_eq!(job["attempts"].as_array().unwrap().len(), 1, "{name}: {job}");
+        let runs = std::fs::read_to_string(work.join(name)).unwrap();
+        assert_eq!(
+            runs.lines().count(),
+            1,
+            "{name} ran {} times",
+            runs.lines().count()
+        );
+    }
+    assert_eq!(leader(&api_b).await, Some(true));
+}
+
+/// Submits a one-GPU job that appends a line to `work/NAME` and then sleeps
+/// `seconds`; returns its id.
+async fn submit(api: &Api, work: &Path, name: &str, seconds: u32) -> String {
+    let marker = work.join(name);
+    let script = format!("echo ran >> '{}'; sleep {seconds}", marker.display());
+    let spec = json!({"name": name, "resources": {"gpu": 1}, "command": sh(&script)});
+    let (status, job) = api.post("/jobs", &spec).await.unwrap();
+    assert_eq!(status, 201, "{job}");
+    job["id"].as_str().unwrap().to_string()
+}
+
+async fn wait_for_status(api: &Api, id: &str, status: &str, within: Duration) {
+    let what = format!("job {id} {status}");
+    eventually(&what, within, || async {
+        let (_, job) = api.get(&format!("/jobs/{id}")).await.ok()?;
+        (job["status"] == status).then_some(())
+    })
+    .await;
+}
+
+/// What the replica's health check says of leading; `None` when it does not answer.
+async fn leader(api: &Api) -> Option<bool> {
+    let (status, health) = api.get("/health").await.ok()?;
+    (status == 200).then(|| health["leader"].as_bool()).flatten()
+}
+
+async fn wait_until_leading(api: &Api, who: &str) {
+    eventually(&format!("{who} leads"), WAIT, || async {
+        (leader(api).await == Some(true)).then_some(())
+    })
+    .await;
+}
+
+/// The first event of `kind` from the replica's event stream.
+async fn first_event_of_kind(api: Api, kind: &str) -> Value {
+    let answer = reqwest::Client::new()
+        .get(format!("{}/events/stream", api.url))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let mut body = answer.bytes_stream();
+    let mut text = String::new();
+    while let Some(chunk) = body.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = text.find("\n\n") {
+            let message: String = text.drain(..end + 2).collect();
+            let Some(data) = message.lines().find_map(|line| line.strip_prefix("data:")) else {
+                continue;
+            };
+            let event: Value = serde_json::from_str(data.trim()).unwrap();
+            if event["kind"] == kind {
+                return event;
+            }
+        }
+    }
+    panic!("the event stream ended before a {kind} event");
+}
