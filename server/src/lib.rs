@@ -142,6 +142,9 @@ async fn housekeeping(state: AppState) {
     loop {
         state.sessions.delete_expired().await;
         identity::device_login::delete_expired(&state.db).await;
+        if let Err(error) = mcp::sessions::delete_expired(&state.db).await {
+            tracing::warn!(%error, "deleting old MCP sessions failed; will try again");
+        }
         // Every window is shorter than an hour.
         if let Err(error) =
             identity::ratelimit::delete_ended(&state.db, store::time::now_ms() - 3600 * 1000).await

@@ -9,6 +9,7 @@
 //! scope `read` or `write` open `/mcp` (never a console cookie); each call
 //! is then checked by the API route it becomes.
 
+pub mod sessions;
 mod text;
 pub mod tools;
 
@@ -66,10 +67,12 @@ pub fn router(
     // rebinding; here every request needs a bearer token, which a rebinding
     // page cannot have, and the server is reached by names it cannot know.
     // Browsers' requests must come from this server's own origin.
-    let config = StreamableHttpServerConfig::default()
+    let mut config = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .disable_allowed_hosts()
         .with_allowed_origins([state.config.public_url()]);
+    // A session begun on another replica (or before a restart) goes on here.
+    config.session_store = Some(Arc::new(sessions::McpSessions(state.db.clone())));
     // Open MCP streams end when the server shuts down, so it need not wait for them.
     let streams = config.cancellation_token.clone();
     let mut shutdown = state.shutdown.clone();

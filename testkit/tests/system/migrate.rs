@@ -33,7 +33,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 31, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 32, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -54,7 +54,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 31);
+    assert_eq!(tables.len(), 32);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -148,6 +148,20 @@ async fn fill_every_table(cluster: &Cluster) {
         .await
         .unwrap();
     assert_eq!(device.status(), 200);
+    // An MCP session.
+    let mcp = http
+        .post(format!("{}/mcp", cluster.server.url))
+        .bearer_auth(&cluster.token)
+        .header("accept", "application/json, text/event-stream")
+        .json(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "migrate-test", "version": "1"}}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mcp.status(), 200);
 
     // Alerts on every event, to a receiver that is not there (a delivery that retries).
     let (status, body) = cluster

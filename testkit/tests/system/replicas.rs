@@ -3,7 +3,8 @@
 //! to either. A job submitted to A is dispatched to the agent on B; an
 //! event raised through A reaches an SSE follower on B; when the leader is
 //! killed, the other leads within 10 s and schedules; a job submitted to a
-//! replica that does not lead still starts; and nothing runs twice.
+//! replica that does not lead still starts; nothing runs twice; and an MCP
+//! session begun on one replica goes on on the other.
 //!
 //! The heartbeat is 20 s, so an agent's long poll on B ends early only when
 //! B hears of its dispatch from A: a job that waited for the poll to time
@@ -27,6 +28,9 @@ const FLAGS: [&str; 6] = [
     "60000",
 ];
 
+/// A protocol version with sessions (later ones have none).
+const MCP_VERSION: &str = "2025-11-25";
+
 /// How long a dispatch may take to reach the agent: far less than a heartbeat.
 const DISPATCH_WAIT: Duration = Duration::from_secs(5);
 
@@ -48,6 +52,8 @@ async fn two_replicas_share_the_work_and_the_leader_fails_over() {
     let b = ServerProcess::start(&data_b, &FLAGS).await;
     let api_b = b.api(&token);
     assert_eq!(leader(&api_b).await, Some(false), "B starts while A leads");
+
+    mcp_session_moves(&a, &b, &token).await;
 
     let _agent = AgentProcess::start(dir.path(), &b.url, "replica-box", &agent_tokens[0]);
     eventually("the agent on B, seen through A", WAIT, || async {
@@ -178,4 +184,51 @@ async fn first_event_of_kind(api: Api, kind: &str) -> Value {
         }
     }
     panic!("the event stream ended before a {kind} event");
+}
+
+/// An MCP session begun on one replica is served by the other: rmcp keeps
+/// sessions in memory, and the other replica restores it from the database.
+async fn mcp_session_moves(from: &ServerProcess, to: &ServerProcess, token: &str) {
+    let http = reqwest::Client::new();
+    let post = |server: &ServerProcess, session: Option<&str>, body: Value| {
+        let mut request = http
+            .post(format!("{}/mcp", server.url))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MCP_VERSION)
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": MCP_VERSION, "capabilities": {},
+        "clientInfo": {"name": "replicas-test", "version": "1"}}});
+    let answer = post(from, None, initialize).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let session = answer.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let answer = post(from, Some(&session), initialized).await.unwrap();
+    assert_eq!(answer.status(), 202);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let answer = post(to, Some(&session), list).await.unwrap();
+    let status = answer.status();
+    let body = answer.text().await.unwrap();
+    assert_eq!(status, 200, "the other replica serves the session: {body}");
+    // JSON, or (a restored session primes a stream first) server-sent events.
+    let message = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|data| !data.is_empty())
+        .unwrap_or(&body);
+    let tools: Value = serde_json::from_str(message).unwrap_or_else(|_| panic!("{body}"));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{tools}"))
+        .iter()
+        .filter_map(|tool| tool["name"].as_str())
+        .collect();
+    assert!(names.contains(&"get_job"), "{names:?}");
 }
