@@ -142,6 +142,9 @@ async fn housekeeping(state: AppState) {
     loop {
         state.sessions.delete_expired().await;
         identity::device_login::delete_expired(&state.db).await;
+        if let Err(error) = nodes::log_relay::delete_stale(&state.db).await {
+            tracing::warn!(%error, "deleting stale log fetches failed; will try again");
+        }
         if let Err(error) = mcp::sessions::delete_expired(&state.db).await {
             tracing::warn!(%error, "deleting old MCP sessions failed; will try again");
         }

@@ -48,6 +48,9 @@ pub enum Wake {
     Agent(String),
     /// The job with this id has new output lines.
     Log(String),
+    /// The node with this id has a full-log fetch waiting in the database
+    /// (`nodes::log_relay`): whichever replica its agent polls hands it over.
+    Fetch(String),
 }
 
 impl Wake {
@@ -58,6 +61,7 @@ impl Wake {
             Wake::Nodes => "nodes".to_string(),
             Wake::Agent(node_id) => format!("agent {node_id}"),
             Wake::Log(job_id) => format!("log {job_id}"),
+            Wake::Fetch(node_id) => format!("fetch {node_id}"),
         }
     }
 
@@ -71,6 +75,7 @@ impl Wake {
             },
             Some(("agent", node_id)) => Some(Wake::Agent(node_id.to_string())),
             Some(("log", job_id)) => Some(Wake::Log(job_id.to_string())),
+            Some(("fetch", node_id)) => Some(Wake::Fetch(node_id.to_string())),
             Some(_) => None,
         }
     }
@@ -248,6 +253,7 @@ mod tests {
             Wake::Nodes,
             Wake::Agent("node_01".into()),
             Wake::Log("job_01".into()),
+            Wake::Fetch("node_01".into()),
         ] {
             assert_eq!(Wake::decode(&wake.encode()), Some(wake));
         }

@@ -158,6 +158,7 @@ impl AppState {
             Wake::Log(job_id) => {
                 let _ = self.log_appended.send(job_id.clone());
             }
+            Wake::Fetch(node_id) => self.agents.fetch_waiting(node_id),
         }
     }
 
@@ -168,6 +169,12 @@ impl AppState {
         self.wake_here(&Wake::Events);
         self.wake_here(&Wake::Nodes);
         self.agents.wake_all();
+    }
+
+    /// May other servers share this database (is it PostgreSQL)? Then what
+    /// one process kept in memory goes through the database instead.
+    pub fn may_have_replicas(&self) -> bool {
+        self.replica_outbox.is_some()
     }
 
     /// Does this server run the scheduler now?

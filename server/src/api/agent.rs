@@ -6,6 +6,7 @@ use crate::api::extract::{Agent, Authed};
 use crate::identity::access::Caller;
 use crate::jobs::{dispatch, reports};
 use crate::nodes;
+use crate::nodes::log_relay;
 use crate::replicas::Wake;
 use crate::sql;
 use crate::state::AppState;
@@ -153,11 +154,20 @@ pub async fn log_upload(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let node = auth.caller.node.as_deref().unwrap_or_default();
-    let done = state
-        .agents
-        .deliver_upload(&request_id, node, body)
-        .ok_or_else(|| ApiError::NotFound(format!("nobody is waiting for {request_id} any more")))?;
-    let _ = done.await;
+    let gone = || ApiError::NotFound(format!("nobody is waiting for {request_id} any more"));
+    match state.agents.take_upload(&request_id, node) {
+        Some(reader) => {
+            let done = crate::nodes::agent_link::hand_over(reader, body).ok_or_else(gone)?;
+            let _ = done.await;
+        }
+        // With replicas, the reader may be on the one the user asked.
+        None if state.may_have_replicas() => {
+            if !log_relay::relay_upload(&state.db, &request_id, node, body).await? {
+                return Err(gone());
+            }
+        }
+        None => return Err(gone()),
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 

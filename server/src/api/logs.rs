@@ -5,6 +5,7 @@ use crate::api::error::{ApiError, ApiQuery, AuthErrors};
 use crate::api::extract::{Authed, Read};
 use crate::jobs::store;
 use crate::logs;
+use crate::nodes::log_relay;
 use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
@@ -271,32 +272,61 @@ pub async fn full_log(
         )));
     }
     let request_id = new_id("fetch");
+    let command = AgentCommand::FetchLog {
+        request_id: request_id.clone(),
+        job_id: job_id.clone(),
+        attempt,
+        stream,
+    };
+    // An upload to this server comes straight to the reader; with replicas,
+    // one to another comes in parts through the database (`log_relay`).
     let upload = state.agents.expect_upload(&request_id, &node_name);
-    state.agents.push(
-        &node_id,
-        AgentCommand::FetchLog {
-            request_id: request_id.clone(),
-            job_id: job_id.clone(),
-            attempt,
-            stream,
-        },
-    );
-    let (body, done) = match tokio::time::timeout(FETCH_TIMEOUT, upload).await {
-        Ok(Ok(upload)) => upload,
+    if state.may_have_replicas() {
+        log_relay::ask(&state, &request_id, &node_id, &node_name, &command).await?;
+    } else {
+        state.agents.push(&node_id, command);
+    }
+    let relayed_here = async {
+        if state.may_have_replicas() {
+            log_relay::first_part(&state.db, &request_id).await
+        } else {
+            std::future::pending().await
+        }
+    };
+    let arrived = tokio::time::timeout(FETCH_TIMEOUT, async {
+        tokio::select! {
+            upload = upload => upload.map(Arrived::Here).map_err(|_| ()),
+            relayed = relayed_here => relayed.map(|()| Arrived::Relayed).map_err(|_| ()),
+        }
+    })
+    .await;
+    let body = match arrived {
+        Ok(Ok(Arrived::Here((body, done)))) => {
+            if state.may_have_replicas() {
+                let _ = log_relay::forget(&state.db, &request_id).await;
+            }
+            // `done` lives as long as the relayed stream, so the agent's upload
+            // request stays open until the reader has everything (or goes away).
+            Body::from_stream(body.into_data_stream().map(move |chunk| {
+                let _ = &done;
+                chunk
+            }))
+        }
+        Ok(Ok(Arrived::Relayed)) => {
+            state.agents.abandon_upload(&request_id);
+            Body::from_stream(log_relay::parts(state.db.clone(), request_id, FETCH_TIMEOUT))
+        }
         _ => {
             state.agents.abandon_upload(&request_id);
+            if state.may_have_replicas() {
+                let _ = log_relay::forget(&state.db, &request_id).await;
+            }
             return Err(ApiError::Unavailable(format!(
                 "the agent on {node_name} did not send {path} within {}s",
                 FETCH_TIMEOUT.as_secs()
             )));
         }
     };
-    // `done` lives as long as the relayed stream, so the agent's upload
-    // request stays open until the reader has everything (or goes away).
-    let relayed = body.into_data_stream().map(move |chunk| {
-        let _ = &done;
-        chunk
-    });
     let file_name = format!("{job_id}-attempt-{attempt}-{}", stream.file_name());
     Ok((
         [
@@ -308,7 +338,15 @@ pub async fn full_log(
             ),
             (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_string()),
         ],
-        Body::from_stream(relayed),
+        body,
     )
         .into_response())
+}
+
+/// Where the agent's upload of a full log arrived.
+enum Arrived {
+    /// At this server: the body and the signal to send when it is read.
+    Here(crate::nodes::agent_link::Upload),
+    /// At another replica, which writes it in parts (`log_relay`).
+    Relayed,
 }

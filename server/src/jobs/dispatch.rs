@@ -151,6 +151,9 @@ pub async fn commands_for(
         }
     }
     commands.extend(state.agents.take_pending(node_id));
+    if state.agents.take_fetch_waiting(node_id) {
+        commands.extend(crate::nodes::log_relay::claim(&state.db, node_id).await?);
+    }
     if !cancelled_before_start.is_empty() {
         let now = now_ms();
         let mut tx = crate::store::write(&state.db).await?;

@@ -8,7 +8,7 @@ use crate::sql;
 use crate::store::Db;
 use axum::body::Body;
 use gpuplane_api::agent::AgentCommand;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, oneshot};
 
@@ -23,6 +23,9 @@ pub struct AgentLink {
     fetches: Mutex<HashMap<String, (String, oneshot::Sender<Upload>)>>,
     /// Node id → node name, for the nodes looked up so far.
     names: Mutex<HashMap<String, String>>,
+    /// Nodes that may have full-log fetches waiting in the database
+    /// (`log_relay`), to claim at their next poll here.
+    fetches_waiting: Mutex<HashSet<String>>,
 }
 
 impl AgentLink {
@@ -56,12 +59,29 @@ impl AgentLink {
         self.waker(node_id).notify_one();
     }
 
-    /// Ends every long poll waiting here, so each looks for commands again.
+    /// Ends every long poll waiting here, so each looks for commands
+    /// again, fetches waiting in the database too.
     pub fn wake_all(&self) {
         let wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        for waker in wakers.values() {
+        let mut fetches = self.fetches_waiting.lock().unwrap_or_else(|e| e.into_inner());
+        for (node_id, waker) in wakers.iter() {
+            fetches.insert(node_id.clone());
             waker.notify_one();
         }
+    }
+
+    /// The node may have a fetch waiting in the database: its next poll here looks.
+    pub fn fetch_waiting(&self, node_id: &str) {
+        let mut fetches = self.fetches_waiting.lock().unwrap_or_else(|e| e.into_inner());
+        fetches.insert(node_id.to_string());
+        drop(fetches);
+        self.wake(node_id);
+    }
+
+    /// Whether the node's poll should claim fetches from the database (once).
+    pub fn take_fetch_waiting(&self, node_id: &str) -> bool {
+        let mut fetches = self.fetches_waiting.lock().unwrap_or_else(|e| e.into_inner());
+        fetches.remove(node_id)
     }
 
     /// Queues a command for the node's next poll.
@@ -91,18 +111,21 @@ impl AgentLink {
         fetches.remove(request_id);
     }
 
-    /// Hands an upload from the node named `node` to whoever asked that
-    /// node for it; `None` when nobody waits for this node's upload.
-    pub fn deliver_upload(&self, request_id: &str, node: &str, body: Body) -> Option<oneshot::Receiver<()>> {
-        let sender = {
-            let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
-            if fetches.get(request_id).is_none_or(|(asked, _)| asked != node) {
-                return None;
-            }
-            fetches.remove(request_id)?.1
-        };
-        let (done_sender, done) = oneshot::channel();
-        sender.send((body, done_sender)).ok()?;
-        Some(done)
+    /// The reader waiting here for fetch `request_id` from the node named
+    /// `node`, taken; `None` when nobody here waits for it.
+    pub fn take_upload(&self, request_id: &str, node: &str) -> Option<oneshot::Sender<Upload>> {
+        let mut fetches = self.fetches.lock().unwrap_or_else(|e| e.into_inner());
+        if fetches.get(request_id).is_none_or(|(asked, _)| asked != node) {
+            return None;
+        }
+        fetches.remove(request_id).map(|(_, reader)| reader)
     }
+}
+
+/// Hands an upload to its reader; the receiver hears when the reader has
+/// finished with it (`None`: the reader is gone).
+pub fn hand_over(reader: oneshot::Sender<Upload>, body: Body) -> Option<oneshot::Receiver<()>> {
+    let (done_sender, done) = oneshot::channel();
+    reader.send((body, done_sender)).ok()?;
+    Some(done)
 }

@@ -4,6 +4,7 @@
 
 pub mod agent_link;
 pub mod heartbeats;
+pub mod log_relay;
 pub mod telemetry;
 
 use crate::events::{self, Links};

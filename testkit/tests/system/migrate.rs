@@ -33,7 +33,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 32, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 34, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -54,13 +54,15 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 32);
+    assert_eq!(tables.len(), 34);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
         let to = rows_of_postgres(&mut pg, table, &columns).await;
+        // A fetch relayed between replicas lives seconds; one server never writes it.
+        let transient = ["log_fetches", "log_fetch_parts"].contains(&table.as_str());
         assert!(
-            !from.is_empty(),
+            !from.is_empty() || transient,
             "{table} has no rows: the test must fill every table"
         );
         assert_eq!(from, to, "{table} differs");

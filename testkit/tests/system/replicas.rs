@@ -3,8 +3,10 @@
 //! to either. A job submitted to A is dispatched to the agent on B; an
 //! event raised through A reaches an SSE follower on B; when the leader is
 //! killed, the other leads within 10 s and schedules; a job submitted to a
-//! replica that does not lead still starts; nothing runs twice; and an MCP
-//! session begun on one replica goes on on the other.
+//! replica that does not lead still starts; nothing runs twice; a job's
+//! whole log file, asked of the replica its agent does not talk to, comes
+//! through the database; and an MCP session begun on one replica goes on
+//! on the other.
 //!
 //! The heartbeat is 20 s, so an agent's long poll on B ends early only when
 //! B hears of its dispatch from A: a job that waited for the poll to time
@@ -27,6 +29,9 @@ const FLAGS: [&str; 6] = [
     "--lost-grace-ms",
     "60000",
 ];
+
+/// Lines the second job prints: a file of several relay parts.
+const LINES: u32 = 200_000;
 
 /// A protocol version with sessions (later ones have none).
 const MCP_VERSION: &str = "2025-11-25";
@@ -65,7 +70,7 @@ async fn two_replicas_share_the_work_and_the_leader_fails_over() {
     std::fs::create_dir_all(&work).unwrap();
 
     // Submitted to A (the leader), dispatched to the agent polling B.
-    let first = submit(&api_a, &work, "first", 3).await;
+    let first = submit(&api_a, &work, "first", 0, 3).await;
     wait_for_status(&api_b, &first, "RUNNING", DISPATCH_WAIT).await;
 
     // An event raised through A reaches an SSE follower on B.
@@ -102,14 +107,43 @@ async fn two_replicas_share_the_work_and_the_leader_fails_over() {
     println!("replicas: B led {takeover:?} after the leader was killed");
     assert!(takeover < Duration::from_secs(10), "B took {takeover:?} to lead");
     wait_for_status(&api_b, &first, "SUCCEEDED", WAIT).await;
-    let second = submit(&api_b, &work, "second", 0).await;
+    let second = submit(&api_b, &work, "second", LINES, 0).await;
     wait_for_status(&api_b, &second, "SUCCEEDED", WAIT).await;
 
     // A comes back and follows; what it is given, B (leading) schedules.
     a.restart().await;
     assert_eq!(leader(&api_a).await, Some(false), "A follows now that B leads");
-    let third = submit(&api_a, &work, "third", 0).await;
+    let third = submit(&api_a, &work, "third", 0, 0).await;
     wait_for_status(&api_a, &third, "SUCCEEDED", DISPATCH_WAIT).await;
+
+    // The whole log file from the agent, asked of A: the agent polls B and
+    // uploads there, and the file comes to A in parts through the database.
+    let asked = Instant::now();
+    let through_a = full_log(&api_a, &second).await;
+    let relayed = asked.elapsed();
+    let asked = Instant::now();
+    let through_b = full_log(&api_b, &second).await;
+    println!(
+        "replicas: a {} KiB log file through A (relayed) in {relayed:?}, through B (direct) in {:?}",
+        through_a.len() / 1024,
+        asked.elapsed()
+    );
+    let expected: String = (1..=LINES).map(|n| format!("{n}\n")).collect();
+    assert!(
+        through_a.len() > 4 * 256 * 1024,
+        "several parts: {} bytes",
+        through_a.len()
+    );
+    assert!(
+        through_a == expected,
+        "the file through A differs ({} bytes)",
+        through_a.len()
+    );
+    assert!(
+        through_b == expected,
+        "the file through B differs ({} bytes)",
+        through_b.len()
+    );
 
     // Nothing ran twice: one attempt each, and each command ran once.
     for (name, id) in [("first", &first), ("second", &second), ("third", &third)] {
@@ -126,11 +160,14 @@ async fn two_replicas_share_the_work_and_the_leader_fails_over() {
     assert_eq!(leader(&api_b).await, Some(true));
 }
 
-/// Submits a one-GPU job that appends a line to `work/NAME` and then sleeps
-/// `seconds`; returns its id.
-async fn submit(api: &Api, work: &Path, name: &str, seconds: u32) -> String {
+/// Submits a one-GPU job that appends a line to `work/NAME`, prints the
+/// numbers 1 to `lines` and then sleeps `seconds`; returns its id.
+async fn submit(api: &Api, work: &Path, name: &str, lines: u32, seconds: u32) -> String {
     let marker = work.join(name);
-    let script = format!("echo ran >> '{}'; sleep {seconds}", marker.display());
+    let script = format!(
+        "echo ran >> '{}'; seq 1 {lines}; sleep {seconds}",
+        marker.display()
+    );
     let spec = json!({"name": name, "resources": {"gpu": 1}, "command": sh(&script)});
     let (status, job) = api.post("/jobs", &spec).await.unwrap();
     assert_eq!(status, 201, "{job}");
@@ -144,6 +181,20 @@ async fn wait_for_status(api: &Api, id: &str, status: &str, within: Duration) {
         (job["status"] == status).then_some(())
     })
     .await;
+}
+
+/// The job's whole stdout file, fetched from its agent.
+async fn full_log(api: &Api, id: &str) -> String {
+    let answer = reqwest::Client::new()
+        .get(format!("{}/jobs/{id}/logs/full", api.url))
+        .bearer_auth(&api.token)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status();
+    let body = answer.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 /// What the replica's health check says of leading; `None` when it does not answer.
