@@ -81,12 +81,23 @@ impl Wake {
     }
 }
 
+/// How often at most this replica notifies the others: ingest wakes event
+/// followers with every batch, hundreds a second, and each notifying
+/// commit takes PostgreSQL's notify lock; what arrives meanwhile goes in
+/// the next statement, its repeats once.
+const SEND_EVERY: Duration = Duration::from_millis(10);
+
 /// Sends this replica's wake-ups to the others: each batch waiting is one
-/// statement (`pg_notify` over an array), its repeats sent once. A payload
-/// is `REPLICA WAKE`, so a replica knows its own and skips them.
+/// statement (`pg_notify` over an array), its repeats sent once, at most
+/// every [`SEND_EVERY`]. A payload is `REPLICA WAKE`, so a replica knows
+/// its own and skips them.
 pub async fn send(pool: PgPool, replica: String, mut outbox: mpsc::UnboundedReceiver<Wake>) {
     let mut batch = Vec::new();
     while outbox.recv_many(&mut batch, 1024).await > 0 {
+        tokio::time::sleep(SEND_EVERY).await;
+        while let Ok(wake) = outbox.try_recv() {
+            batch.push(wake);
+        }
         let unique: HashSet<Wake> = batch.drain(..).collect();
         let payloads: Vec<String> = unique
             .iter()
