@@ -2,12 +2,13 @@
 //! within a moment, a node that was OFFLINE comes back with
 //! AGENT_RECONNECTED, and the liveness check never judges a node on a
 //! heartbeat still waiting to be written. Telemetry batches sent at once
-//! are stored together, each once.
+//! are stored together, each once, and so are log lines sent again.
 
+use gpuplane_api::auth::Scope;
 use gpuplane_api::node::Gpu;
 use gpuplane_server::sql;
 use gpuplane_server::store::Db;
-use gpuplane_testkit::{TestServer, agent_token};
+use gpuplane_testkit::{TestServer, WAIT, agent_token, eventually, user_token};
 use reqwest::StatusCode;
 use serde_json::json;
 use std::time::Duration;
@@ -185,4 +186,70 @@ async fn telemetry_sent_at_once_is_stored_together_and_each_batch_once() {
         .map(|(node, id)| (node.to_string(), id.to_string()))
         .collect();
     assert_eq!(batches, expected);
+}
+
+/// Lines an agent sends again (a report retried after a lost answer, a
+/// restarted agent resuming) are stored once, in order, with the new
+/// ones among them kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn log_lines_sent_again_are_stored_once() {
+    let f = TestServer::start().await;
+    let db = &f.server.state.db;
+    let token = agent_token(db).await;
+    let hello = json!({"name": "box", "hostname": "box", "gpus": [], "agent_version": "test"});
+    let (status, welcome) = f.post("/agent/hello", &token, hello).await;
+    assert_eq!(status, StatusCode::OK, "{welcome}");
+    let node = welcome["node_id"].as_str().unwrap().to_string();
+    let user = user_token(db, "ada", Scope::Write, true).await;
+    let spec = json!({"name": "j", "command": ["true"], "resources": {"gpu": 0}});
+    let (status, job) = f.post("/jobs", &user, spec).await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let heartbeat = json!({"node_id": node, "gpus": [], "running": []});
+    eventually("the job to be dispatched", WAIT, || async {
+        let (_, answer) = f.post("/agent/poll", &token, heartbeat.clone()).await;
+        (answer["commands"][0]["type"] == "dispatch").then_some(())
+    })
+    .await;
+
+    let lines = |stream: &str, first_n: i64, count: i64| {
+        let texts: Vec<String> = (first_n..first_n + count)
+            .map(|n| format!("{stream} {n}"))
+            .collect();
+        json!({"type": "lines", "job_id": job_id, "attempt": 1, "stream": stream,
+               "first_n": first_n, "time": 1, "lines": texts})
+    };
+    let started = json!({"type": "started", "job_id": job_id, "attempt": 1, "pid": 1, "time": 1});
+    let reports = [
+        vec![started, lines("stdout", 1, 3)],
+        vec![lines("stdout", 2, 4)], // overlaps the first
+        vec![lines("stdout", 1, 5)], // all stored already
+        vec![lines("stderr", 1, 2), lines("stdout", 6, 2)],
+        vec![lines("stderr", 1, 2)], // again, alone
+    ];
+    for items in reports {
+        let report = json!({"node_id": node, "items": items});
+        let (status, body) = f.post("/agent/report", &token, report).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    }
+
+    let (status, logs) = f.get(&format!("/jobs/{job_id}/logs?tail=100"), &user).await;
+    assert_eq!(status, StatusCode::OK, "{logs}");
+    let mut stored: Vec<(String, i64)> = logs["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| {
+            (
+                line["text"].as_str().unwrap().to_string(),
+                line["n"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    stored.sort_by_key(|(text, _)| text.starts_with("stdout"));
+    let expected: Vec<(String, i64)> = [("stderr", 1..=2), ("stdout", 1..=7)]
+        .into_iter()
+        .flat_map(|(stream, ns)| ns.map(move |n| (format!("{stream} {n}"), n)))
+        .collect();
+    assert_eq!(stored, expected);
 }
