@@ -136,28 +136,15 @@ impl ServerProcess {
 
     /// SQLite's `integrity_check` and `foreign_key_check` of the database
     /// while the server is down: `ok`, else what they found. On PostgreSQL
-    /// (see [`crate::postgres::database_for`]) the engine checks foreign
-    /// keys on every write and keeps its files whole itself: `ok` once the
-    /// database answers.
+    /// (see [`crate::postgres::database_for`]), which checks foreign keys on
+    /// every write itself, `amcheck`'s index and table checks.
     pub async fn integrity_check(&self) -> String {
         assert!(
             self.child.is_none(),
             "check the database while the server is down"
         );
         if let Some(url) = crate::postgres::database_for(&self.data_dir).await {
-            let mut conn = sqlx::PgConnection::connect(&url)
-                .await
-                .expect("the database opens");
-            let one: i32 = sqlx::query_scalar("SELECT 1")
-                .fetch_one(&mut conn)
-                .await
-                .expect("it answers");
-            conn.close().await.expect("the database closes");
-            return if one == 1 {
-                "ok".to_string()
-            } else {
-                format!("SELECT 1 gave {one}")
-            };
+            return postgres_integrity(&url).await;
         }
         let path = self.data_dir.join(gpuplane_server::store::DATABASE_FILE);
         let mut conn = SqliteConnectOptions::new()
@@ -180,6 +167,63 @@ impl ServerProcess {
         } else {
             format!("integrity_check: {integrity:?}; foreign_key_check: {foreign_keys:?}")
         }
+    }
+}
+
+/// PostgreSQL's own checks (the `amcheck` extension that Debian's package
+/// ships): every B-tree index of the schema ordered and holding every row
+/// of its table, every table's pages readable. "ok", else what they found.
+async fn postgres_integrity(url: &str) -> String {
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .expect("the database opens");
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS amcheck")
+        .execute(&mut conn)
+        .await
+        .expect("amcheck is installed");
+    let indexes: Vec<String> = sqlx::query_scalar(
+        "SELECT c.oid::regclass::text FROM pg_index i
+         JOIN pg_class c ON c.oid = i.indexrelid
+         JOIN pg_am am ON am.oid = c.relam
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE am.amname = 'btree' AND n.nspname = 'public' ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the indexes are listed");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT c.oid::regclass::text FROM pg_class c
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relkind = 'r' AND n.nspname = 'public' ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("the tables are listed");
+    assert!(!indexes.is_empty() && !tables.is_empty(), "the schema is there");
+    let mut problems = Vec::new();
+    for index in &indexes {
+        // With heapallindexed: every row of the table is found in the index.
+        let checked = sqlx::query("SELECT bt_index_check($1::regclass, true)")
+            .bind(index)
+            .execute(&mut conn)
+            .await;
+        if let Err(error) = checked {
+            problems.push(format!("{index}: {error}"));
+        }
+    }
+    for table in &tables {
+        let corrupt: Vec<String> = sqlx::query_scalar("SELECT msg FROM verify_heapam($1::regclass)")
+            .bind(table)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_else(|error| vec![error.to_string()]);
+        problems.extend(corrupt.into_iter().map(|msg| format!("{table}: {msg}")));
+    }
+    conn.close().await.expect("the database closes");
+    if problems.is_empty() {
+        "ok".to_string()
+    } else {
+        problems.join("; ")
     }
 }
 
