@@ -36,6 +36,9 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
             command.env_remove(name);
         }
     }
+    // Taken before the spawn, so that a job's recorded time (its GPU time
+    // for fair share) is never shorter than its process ran.
+    let started_at = now_ms();
     let child = command
         .args(&args)
         .current_dir(&working_dir)
@@ -63,7 +66,7 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
         &ShimState {
             shim_pid: std::process::id(),
             child_pid: child.id(),
-            started_at: now_ms(),
+            started_at,
         },
     )?;
     let status = child.wait()?;
