@@ -181,27 +181,21 @@ async fn postgres_integrity(url: &str) -> String {
         .execute(&mut conn)
         .await
         .expect("amcheck is installed");
-    let indexes: Vec<String> = sqlx::query_scalar(
-        "SELECT c.oid::regclass::text FROM pg_index i
-         JOIN pg_class c ON c.oid = i.indexrelid
-         JOIN pg_am am ON am.oid = c.relam
+    // The schema's tables and B-tree indexes, each with whether it is an index.
+    let relations: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT c.oid::regclass::text, c.relkind = 'i' FROM pg_class c
          JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE am.amname = 'btree' AND n.nspname = 'public' ORDER BY 1",
+         LEFT JOIN pg_am am ON am.oid = c.relam
+         WHERE n.nspname = 'public' AND (c.relkind = 'r' OR (c.relkind = 'i' AND am.amname = 'btree'))
+         ORDER BY 1",
     )
     .fetch_all(&mut conn)
     .await
-    .expect("the indexes are listed");
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT c.oid::regclass::text FROM pg_class c
-         JOIN pg_namespace n ON n.oid = c.relnamespace
-         WHERE c.relkind = 'r' AND n.nspname = 'public' ORDER BY 1",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .expect("the tables are listed");
+    .expect("the tables and indexes are listed");
+    let (indexes, tables): (Vec<_>, Vec<_>) = relations.into_iter().partition(|(_, index)| *index);
     assert!(!indexes.is_empty() && !tables.is_empty(), "the schema is there");
     let mut problems = Vec::new();
-    for index in &indexes {
+    for (index, _) in &indexes {
         // With heapallindexed: every row of the table is found in the index.
         let checked = sqlx::query("SELECT bt_index_check($1::regclass, true)")
             .bind(index)
@@ -211,7 +205,7 @@ async fn postgres_integrity(url: &str) -> String {
             problems.push(format!("{index}: {error}"));
         }
     }
-    for table in &tables {
+    for (table, _) in &tables {
         let corrupt: Vec<String> = sqlx::query_scalar("SELECT msg FROM verify_heapam($1::regclass)")
             .bind(table)
             .fetch_all(&mut conn)
