@@ -278,13 +278,13 @@ async fn ingest_by_clients(
     clients: usize,
     bodies: &[bytes::Bytes],
 ) -> anyhow::Result<f64> {
-    settle(server.process.0.id()).await?;
+    let pid = server.process.0.id();
+    settle(pid).await?;
     let mut urls = Vec::new();
     for client in 0..clients {
         let run_id = create_run(http, server, &format!("clients-{turn}-{clients}-{client}")).await?;
         urls.push(format!("{}/api/v1/runs/{run_id}/metrics", server.url));
     }
-    let pid = server.process.0.id();
     let (server_cpu, bench_cpu) = (cpu_seconds(pid)?, cpu_seconds(std::process::id())?);
     let started = Instant::now();
     let mut tasks = Vec::new();
