@@ -13,8 +13,9 @@
 //!
 //! A file is deleted once every record was acknowledged. A partial last line
 //! (a crash while writing) is skipped and counted. A record the server refuses
-//! is reported and dropped, as the SDK does; an unreachable server stops the
-//! replay with the file kept.
+//! (404, 409, 422) is reported and dropped, as the SDK does; an unreachable
+//! server, a server error or a refused token (401, 403) stops the replay with
+//! the file kept.
 
 use crate::Output;
 use crate::client::{CliError, Client};
@@ -23,6 +24,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// What one `gpuctl sync` did.
@@ -151,8 +153,8 @@ async fn replay_file(client: &Client, path: &Path, report: &mut SyncReport) -> R
         }
         Err(TryLockError::Error(error)) => return Err(io_error(path, &error)),
     }
-    // Replayed and deleted by another process between listing and locking.
-    if !path.exists() {
+    // Replayed and deleted by another process between opening and locking.
+    if file.metadata().map_err(|error| io_error(path, &error))?.nlink() == 0 {
         return Ok(());
     }
     let (records, skipped) = read_records(&mut file).map_err(|error| io_error(path, &error))?;
@@ -211,7 +213,9 @@ async fn replay_file(client: &Client, path: &Path, report: &mut SyncReport) -> R
                 report.texts += record["texts"].as_array().map_or(0, Vec::len);
             }
             Ok(_) => {}
-            Err(error) if error.failure == Failure::Unreachable => {
+            // Unreachable, a server error, or a token refused (401, 403):
+            // the file stays for the next sync.
+            Err(error) if !refuses_the_record(error.failure) => {
                 return Err(left_in_spool(error, path));
             }
             // Finishing a run that finished meanwhile is not worth a word.
@@ -228,6 +232,12 @@ async fn replay_file(client: &Client, path: &Path, report: &mut SyncReport) -> R
     std::fs::remove_file(path).map_err(|error| io_error(path, &error))?;
     report.files += 1;
     Ok(())
+}
+
+/// True when the server refused the record itself (no such run, a conflict,
+/// invalid input): sending it again would never succeed, so it is dropped.
+fn refuses_the_record(failure: Failure) -> bool {
+    matches!(failure, Failure::NotFound | Failure::Conflict | Failure::Invalid)
 }
 
 /// Creates the run a file spooled while offline; a refusal stops the sync

@@ -4,7 +4,10 @@ A file starts with a ``run`` line (the run's id, or, for a run created while
 offline, the project and name to create it with) followed by ``batch``
 lines (points and texts). Replaying sends the lines in order and deletes the file once every
 batch was acknowledged. A partial last line (a crash while writing) is
-skipped and counted; it never stops the rest.
+skipped and counted; it never stops the rest. A record the server refuses is
+dropped with a warning, unless the refusal is about the token (401, 403):
+then the file stays. Appends and replays lock the file (``flock``), so
+several processes of one run can spool and replay at once.
 """
 
 import fcntl
@@ -30,13 +33,20 @@ class SpoolFile:
         self.header = header
 
     def append(self, record):
+        """Appends `record` under the file's lock, so a replay in another
+        process never reads half a record or deletes the file in between."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as file:
-            if file.tell() == 0:
-                file.write(json.dumps({"type": "run", **self.header}) + "\n")
-            file.write(json.dumps(record, allow_nan=False) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
+        while True:
+            with open(self.path, "a", encoding="utf-8") as file:
+                fcntl.flock(file, fcntl.LOCK_EX)
+                if os.fstat(file.fileno()).st_nlink == 0:
+                    continue  # replayed and deleted while we waited: start a new file
+                if file.tell() == 0:
+                    file.write(json.dumps({"type": "run", **self.header}) + "\n")
+                file.write(json.dumps(record, allow_nan=False) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+                return
 
     def exists(self):
         return os.path.exists(self.path)
@@ -66,19 +76,29 @@ def _read(path):
     return records, skipped
 
 
+def _kept(error, path):
+    """True (with a warning) when a refusal is about the token, not the
+    record: a 401 or 403 keeps the file for a replay with a better token."""
+    if error.status not in (401, 403):
+        return False
+    warnings.warn(f"gpuplane: the server refused the token ({error}); {path} stays in the spool")
+    return True
+
+
 def replay_file(client, path, result):
     """Sends one spool file; returns False when the server is unreachable (try later)."""
     try:
-        handle = open(path, "a+", encoding="utf-8")
+        # Opened without creating it: another replay may have just deleted it.
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_APPEND), "a+", encoding="utf-8")
     except FileNotFoundError:
         return True
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return True  # another process is replaying it
-        if not os.path.exists(path):
-            return True
+            return True  # being replayed by another process, or appended to
+        if os.fstat(handle.fileno()).st_nlink == 0:
+            return True  # replayed and deleted by another process meanwhile
         records, skipped = _read(path)
         if skipped:
             warnings.warn(f"gpuplane: skipped {skipped} unreadable line(s) in {path}")
@@ -92,6 +112,10 @@ def replay_file(client, path, result):
                     try:
                         run_id = client.create_run(record["project"], record["name"])
                     except Unreachable:
+                        return False
+                    except Refused as error:
+                        # The data has nowhere else to go: keep it for a later replay.
+                        warnings.warn(f"gpuplane: the server refused to create spooled run ({error}); kept in {path}")
                         return False
                     # Remember the new run, so a later replay does not create another.
                     handle.write(json.dumps({"type": "run_created", "run_id": run_id}) + "\n")
@@ -111,6 +135,8 @@ def replay_file(client, path, result):
                 except Unreachable:
                     return False
                 except Refused as error:
+                    if _kept(error, path):
+                        return False
                     warnings.warn(f"gpuplane: the server refused a spooled batch ({error}); dropping it")
             elif kind in ("config", "details", "alert") and run_id is not None:
                 try:
@@ -123,14 +149,17 @@ def replay_file(client, path, result):
                 except Unreachable:
                     return False
                 except Refused as error:
+                    if _kept(error, path):
+                        return False
                     warnings.warn(f"gpuplane: the server refused spooled run {kind} ({error}); dropping it")
             elif kind == "finish" and run_id is not None:
                 try:
                     client.finish_run(run_id)
                 except Unreachable:
                     return False
-                except Refused:
-                    pass
+                except Refused as error:
+                    if _kept(error, path):
+                        return False
         os.remove(path)
         result.files += 1
         return True
@@ -142,11 +171,15 @@ def replay_all(client, result=None, only=None):
     directory = spool_dir()
     if not os.path.isdir(directory):
         return True
-    paths = sorted(
-        (os.path.join(directory, name) for name in os.listdir(directory) if name.startswith("sdk-") and name.endswith(".jsonl")),
-        key=lambda p: (os.path.getmtime(p), p),
-    )
-    for path in paths:
+    found = []
+    for name in os.listdir(directory):
+        if name.startswith("sdk-") and name.endswith(".jsonl"):
+            path = os.path.join(directory, name)
+            try:
+                found.append((os.path.getmtime(path), path))
+            except FileNotFoundError:
+                pass  # replayed by another process since the listing
+    for _, path in sorted(found):
         if only is not None and path != only:
             continue
         if not replay_file(client, path, result):

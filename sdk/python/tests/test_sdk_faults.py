@@ -1,6 +1,7 @@
 """The SDK under faults, with real script processes (RELIABILITY.md): a
 server down while a script logs 100,000 points, a script killed with
-SIGKILL while it spools, and two processes of one run spooling at once.
+SIGKILL while it spools, two processes of one run spooling at once, a
+replay while another process spools, and a replay with a refused token.
 Every point once after replay; a second replay adds nothing."""
 
 import os
@@ -11,7 +12,9 @@ import textwrap
 import time
 
 import gpuplane
+import pytest
 from gpuplane._spool import spool_dir
+from gpuplane_testkit import free_port
 
 
 def steps(server, run_id, key):
@@ -123,3 +126,68 @@ def test_two_processes_of_one_run_spool_at_once_and_both_are_replayed(server):
     for n in range(2):
         assert steps(server, run.run_id, f"proc{n}/loss") == list(range(5000))
     assert gpuplane.sync(server=server.url, token=server.token).sent == 0
+
+
+def test_a_replay_while_another_process_of_the_run_spools_loses_nothing(server):
+    """The spool of a live process replayed from another one, over and over
+    (`gpuctl sync` on a node whose training script cannot reach the server):
+    a replay never reads half a record nor deletes what is appended next."""
+    run = gpuplane.init(project="default", name="replayed-while-spooling", server=server.url, token=server.token)
+    run.flush()
+    dead = f"http://127.0.0.1:{free_port()}"  # the script's server address answers nothing
+    writer = script(
+        """
+        import gpuplane
+        run = gpuplane.init()
+        for step in range(20_000):
+            run.log({"train/loss": float(step)}, step=step)
+            if step % 100 == 99:
+                run.flush()
+        run.finish()
+        """,
+        GPUCTL_SERVER=dead,
+        GPUCTL_TOKEN=server.token,
+        GPUCTL_RUN_ID=run.run_id,
+    )
+    replays = 0
+    while writer.poll() is None:
+        gpuplane.sync(server=server.url, token=server.token)
+        replays += 1
+    finished(writer)
+    gpuplane.sync(server=server.url, token=server.token)
+    assert replays > 1
+    assert steps(server, run.run_id, "train/loss") == list(range(20_000)), "every point once"
+    assert os.listdir(spool_dir()) == []
+
+
+def test_a_refused_token_keeps_the_spool_for_a_later_replay(server):
+    """A 401 is about the token, not the data: neither `gpuctl sync` nor the
+    SDK drops spooled points for it."""
+    from gpuplane_testkit import GPUCTL_BIN
+
+    run = gpuplane.init(project="default", name="token-refused", server=server.url, token=server.token)
+    run.flush()
+    server.stop()
+    logger = script(
+        """
+        import gpuplane
+        run = gpuplane.init()
+        for step in range(1000):
+            run.log({"train/loss": float(step)}, step=step)
+        run.finish()
+        """,
+        GPUCTL_SERVER=server.url,
+        GPUCTL_TOKEN=server.token,
+        GPUCTL_RUN_ID=run.run_id,
+    )
+    finished(logger)
+    server.start()
+    env = {**os.environ, "GPUCTL_SERVER": server.url, "GPUCTL_TOKEN": "gpp_not-a-token"}
+    cli = subprocess.run([GPUCTL_BIN, "sync"], env=env, capture_output=True, text=True)
+    assert cli.returncode == 3 and "stay in the spool" in cli.stderr, cli.stderr
+    with pytest.warns(UserWarning, match="refused the token"):
+        sdk = gpuplane.sync(server=server.url, token="gpp_not-a-token")
+    assert sdk.sent == 0 and len(os.listdir(spool_dir())) == 1, "nothing dropped for a bad token"
+    assert gpuplane.sync(server=server.url, token=server.token).sent == 1000
+    assert steps(server, run.run_id, "train/loss") == list(range(1000))
+    assert os.listdir(spool_dir()) == []
