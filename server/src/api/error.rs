@@ -12,6 +12,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use gpuplane_api::auth::Scope;
 use gpuplane_api::error::{ErrorBody, ErrorInfo, FieldError, codes};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
@@ -277,7 +278,7 @@ pub fn body_read_failed(error: &(dyn std::error::Error + 'static)) -> ApiError {
 /// A good document is parsed once, without tracking the path (a fifth of
 /// the cost of a big metric batch); only a bad one is parsed again to name
 /// where it went wrong.
-pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub fn parse_json<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     if let Ok(value) = serde_json::from_slice(bytes) {
         return Ok(value);
     }

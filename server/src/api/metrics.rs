@@ -3,6 +3,7 @@
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors, parse_json};
 use crate::api::extract::{Authed, Ingest, Read};
+use crate::metrics::wire::WireBatch;
 use crate::metrics::{self, Axis, Query, chart, texts};
 use crate::paging;
 use crate::runs;
@@ -49,18 +50,17 @@ pub async fn ingest(
     let body = read_limited(body).await?;
     // A body that is not JSON at all (a bare NaN, say) is refused as a
     // validation error naming the rule, never read as zero.
-    let batch: Batch = parse_json(&body).map_err(|error| match error {
+    let batch: WireBatch = parse_json(&body).map_err(|error| match error {
         ApiError::BadRequest(message) => ApiError::field(
             "body",
             format!("{message}; NaN and infinities must be the strings \"NaN\", \"Infinity\", \"-Infinity\""),
         ),
         other => other,
     })?;
-    metrics::validate(&batch)?;
-    // Decoded and encoded here, by as many requests at once as there are
-    // cores; stored with the batches of other requests waiting at the same
-    // moment, in one transaction (`metrics::group`).
-    let prepared = metrics::prepare(batch);
+    // Decoded, checked and encoded here, by as many requests at once as
+    // there are cores; stored with the batches of other requests waiting at
+    // the same moment, in one transaction (`metrics::group`).
+    let prepared = batch.prepare()?;
     let result = state.metric_writer.store((run_id, prepared)).await?;
     if !result.duplicate {
         state.wake(crate::replicas::Wake::Events);

@@ -10,6 +10,7 @@ pub mod codec;
 pub mod compact;
 pub mod group;
 pub mod texts;
+pub mod wire;
 
 use crate::events::{self, Links};
 use crate::sql;
@@ -28,28 +29,19 @@ use std::collections::{BTreeMap, HashMap};
 pub const MAX_BATCH_POINTS: usize = 100_000;
 pub const MAX_KEY_LEN: usize = 256;
 
+/// The most errors reported for a batch's points (and then for its texts).
+const MAX_POINT_ERRORS: usize = 20;
+
 /// Checks a batch; one error per bad field.
 pub fn validate(batch: &Batch) -> Result<(), Error> {
-    let mut errors = Vec::new();
-    if batch.batch_id.trim().is_empty() || batch.batch_id.len() > 200 {
-        errors.push(FieldError {
-            field: "batch_id".into(),
-            message: "must be 1-200 characters".into(),
-        });
-    }
-    if batch.points.len() > MAX_BATCH_POINTS {
-        errors.push(FieldError {
-            field: "points".into(),
-            message: format!("at most {MAX_BATCH_POINTS} points per batch; send several batches"),
-        });
-    }
+    let mut point_errors = Vec::new();
     for (at, point) in batch.points.iter().enumerate() {
-        check_key_and_time("points", at, &point.key, point.wall_time, &mut errors);
-        if errors.len() >= 20 {
+        if point_errors.len() >= MAX_POINT_ERRORS {
             break;
         }
+        check_key_and_time("points", at, &point.key, point.wall_time, &mut point_errors);
     }
-    texts::validate(&batch.texts, &mut errors);
+    let errors = batch_errors(&batch.batch_id, batch.points.len(), point_errors, &batch.texts);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -57,16 +49,54 @@ pub fn validate(batch: &Batch) -> Result<(), Error> {
     }
 }
 
+/// A batch's errors: its id, its size, then its points' (found by the
+/// caller, at most [`MAX_POINT_ERRORS`]), then its texts'.
+fn batch_errors(
+    batch_id: &str,
+    points: usize,
+    point_errors: Vec<FieldError>,
+    texts: &[Text],
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if batch_id.trim().is_empty() || batch_id.len() > 200 {
+        errors.push(FieldError {
+            field: "batch_id".into(),
+            message: "must be 1-200 characters".into(),
+        });
+    }
+    if points > MAX_BATCH_POINTS {
+        errors.push(FieldError {
+            field: "points".into(),
+            message: format!("at most {MAX_BATCH_POINTS} points per batch; send several batches"),
+        });
+    }
+    errors.extend(point_errors);
+    texts::validate(texts, &mut errors);
+    errors
+}
+
 /// A point's or text's key (1-[`MAX_KEY_LEN`] characters, no control
 /// characters) and wall time (finite); `list[at]` names it (`points[3]`).
 /// The name is only formatted for an error: this runs for every point.
 fn check_key_and_time(list: &str, at: usize, key: &str, wall_time: f64, errors: &mut Vec<FieldError>) {
-    if key.is_empty() || key.len() > MAX_KEY_LEN || key.chars().any(char::is_control) {
-        errors.push(FieldError {
-            field: format!("{list}[{at}].key"),
-            message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
-        });
+    if !key_is_valid(key) {
+        errors.push(key_error(list, at));
     }
+    check_time(list, at, wall_time, errors);
+}
+
+fn key_is_valid(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN && !key.chars().any(char::is_control)
+}
+
+fn key_error(list: &str, at: usize) -> FieldError {
+    FieldError {
+        field: format!("{list}[{at}].key"),
+        message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
+    }
+}
+
+fn check_time(list: &str, at: usize, wall_time: f64, errors: &mut Vec<FieldError>) {
     if !wall_time.is_finite() {
         errors.push(FieldError {
             field: format!("{list}[{at}].wall_time"),
@@ -156,7 +186,8 @@ impl SeriesUpdate {
     }
 }
 
-/// Prepares a validated batch (see [`PreparedBatch`]).
+/// Prepares a validated batch (see [`PreparedBatch`]). The API reads its
+/// bodies with [`wire::WireBatch`] instead, to the same result.
 pub fn prepare(batch: Batch) -> PreparedBatch {
     let mut by_key: BTreeMap<&str, Vec<RawPoint>> = BTreeMap::new();
     for Point {
@@ -172,21 +203,31 @@ pub fn prepare(batch: Batch) -> PreparedBatch {
             value: value.0,
         });
     }
+    prepared(batch.batch_id, batch.points.len(), batch.texts, by_key)
+}
+
+/// A batch's points, grouped by key in key order, sorted and encoded.
+fn prepared<K: AsRef<str>>(
+    batch_id: String,
+    points: usize,
+    texts: Vec<Text>,
+    by_key: impl IntoIterator<Item = (K, Vec<RawPoint>)>,
+) -> PreparedBatch {
     let series = by_key
         .into_iter()
         .map(|(key, mut points)| {
             sort_points(&mut points);
             (
-                key.to_string(),
+                key.as_ref().to_string(),
                 encode_chunks(&points, CHUNK_POINTS),
                 SeriesUpdate::of(&points),
             )
         })
         .collect();
     PreparedBatch {
-        points: batch.points.len(),
-        batch_id: batch.batch_id,
-        texts: batch.texts,
+        points,
+        batch_id,
+        texts,
         series,
     }
 }
@@ -832,17 +873,57 @@ async fn load_summaries(range: &Range<'_>, db: &mut Tx, level: Level) -> Result<
 mod tests {
     use super::*;
 
-    /// Fuzz: any request body goes through the ingest decoder (JSON, then
-    /// validation, then encoding into chunks) without a panic, and what it
-    /// accepts decodes back to its points, bit for bit.
+    /// What a body becomes: not a batch (the field the JSON error names),
+    /// an invalid one (its errors), or a prepared one (everything it stores).
+    type Outcome =
+        Result<Result<(String, usize, Vec<String>, Vec<(String, Vec<Vec<u8>>)>), Vec<String>>, String>;
+
+    fn outcome(parsed: Result<Result<PreparedBatch, Error>, crate::api::error::ApiError>) -> Outcome {
+        use crate::api::error::ApiError;
+        match parsed {
+            Err(ApiError::Validation(fields)) => Err(fields
+                .iter()
+                .map(|f| f.field.clone())
+                .collect::<Vec<_>>()
+                .join(",")),
+            Err(_) => Err("not JSON".into()),
+            Ok(Err(Error::Invalid(fields))) => Ok(Err(fields
+                .iter()
+                .map(|f| format!("{}: {}", f.field, f.message))
+                .collect())),
+            Ok(Err(other)) => panic!("preparing a batch touches no database: {other}"),
+            Ok(Ok(prepared)) => Ok(Ok((
+                prepared.batch_id,
+                prepared.points,
+                prepared.texts.iter().map(|t| format!("{t:?}")).collect(),
+                prepared
+                    .series
+                    .into_iter()
+                    .map(|(key, chunks, update)| {
+                        let mut bytes: Vec<Vec<u8>> = chunks.into_iter().map(|c| c.points).collect();
+                        bytes.push(
+                            format!("{} {} {:?}", update.points, update.non_finite, update.first_bad)
+                                .into_bytes(),
+                        );
+                        (key, bytes)
+                    })
+                    .collect(),
+            ))),
+        }
+    }
+
+    /// Fuzz: any request body goes through the ingest decoder the API uses
+    /// ([`wire::WireBatch`]) without a panic and to exactly what parsing a
+    /// [`Batch`], [`validate`] and [`prepare`] make of it: the same JSON
+    /// errors, the same field errors, the same chunks. What it accepts
+    /// decodes back to its points, bit for bit (below).
     #[test]
     fn fuzz_metric_batch() {
+        use crate::api::error::parse_json;
         bolero::check!().for_each(|bytes: &[u8]| {
-            if let Ok(batch) = crate::api::error::parse_json::<Batch>(bytes)
-                && validate(&batch).is_ok()
-            {
-                let _ = prepare(batch);
-            }
+            let by_batch = parse_json::<Batch>(bytes).map(|batch| validate(&batch).map(|()| prepare(batch)));
+            let by_wire = parse_json::<wire::WireBatch>(bytes).map(wire::WireBatch::prepare);
+            assert_eq!(outcome(by_wire), outcome(by_batch));
         });
         // Steps at the edges of i64 (delta-of-delta encoding's hard cases)
         // half of the time; any value bits, non-finite sent as "NaN".
@@ -882,6 +963,30 @@ mod tests {
             encoded.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         });
         assert!(encoded.into_inner() > 0);
+        // Bodies near the rules: keys empty, too long, with a control
+        // character or an escape, points in any order, batch ids empty or not.
+        let keys = [
+            "k0",
+            "k1",
+            "",
+            "\u{1}k",
+            "k/\"q\"",
+            "é",
+            &"x".repeat(MAX_KEY_LEN + 1),
+            &"y".repeat(MAX_KEY_LEN),
+        ];
+        bolero::check!().with_type::<(bool, Vec<(u8, i64, u16)>)>().for_each(|(named, points)| {
+            let points: Vec<serde_json::Value> = points
+                .iter()
+                .map(|(key, step, wall)| {
+                    serde_json::json!({"key": keys[*key as usize % keys.len()], "step": step, "wall_time": *wall as f64, "value": *step as f64})
+                })
+                .collect();
+            let body = serde_json::json!({"batch_id": if *named { "b" } else { " " }, "points": points}).to_string();
+            let by_batch = parse_json::<Batch>(body.as_bytes()).map(|batch| validate(&batch).map(|()| prepare(batch)));
+            let by_wire = parse_json::<wire::WireBatch>(body.as_bytes()).map(wire::WireBatch::prepare);
+            assert_eq!(outcome(by_wire), outcome(by_batch));
+        });
     }
 
     /// Fuzz: stored chunk bytes that are not what the encoder wrote (a
