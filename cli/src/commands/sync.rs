@@ -5,7 +5,8 @@
 //!
 //! - `run`: the run's id, or the project and name to create it with (the new
 //!   id is appended as `run_created`, so a later replay does not create it
-//!   twice);
+//!   twice, and, for a run the file does not finish, left in
+//!   `created-<local id>` for the process that may still log to it);
 //! - `batch`: metric points and texts, idempotent by batch id;
 //! - `config`, `details`: the run's config, tags and notes;
 //! - `alert`: an alert the run raised (`run.alert`);
@@ -93,7 +94,32 @@ pub async fn run(client: &Client, out: &Output) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The spool's files, oldest first (ties by name).
+/// Where a replay that creates a run started offline leaves its id, named
+/// by the run's local id, for the process that logs to it (the SDK's
+/// `created_run`): still running, it goes on with that run instead of
+/// creating another. Removed by that process, or by a sync a week later.
+const CREATED_PREFIX: &str = "created-";
+const CREATED_KEEP: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Leaves `run_id` for `local_id` beside the spool file `path` (only for a
+/// local id the SDK could have made: letters, digits, `-` and `_`).
+fn remember_created(path: &Path, local_id: &str, run_id: &str) -> Result<(), CliError> {
+    let valid = (1..=64).contains(&local_id.len())
+        && local_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let Some(dir) = path.parent().filter(|_| valid) else {
+        return Ok(());
+    };
+    let marker = dir.join(format!("{CREATED_PREFIX}{local_id}"));
+    let temporary = dir.join(format!("{CREATED_PREFIX}{local_id}.tmp"));
+    std::fs::write(&temporary, run_id)
+        .and_then(|()| std::fs::rename(&temporary, &marker))
+        .map_err(|error| io_error(&marker, &error))
+}
+
+/// The spool's files, oldest first (ties by name). Run ids left for a
+/// process more than [`CREATED_KEEP`] ago are removed on the way.
 fn spool_files(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -104,6 +130,15 @@ fn spool_files(dir: &Path) -> Result<Vec<PathBuf>, CliError> {
     for entry in entries {
         let entry = entry.map_err(|error| io_error(dir, &error))?;
         let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(CREATED_PREFIX) {
+            let modified = entry.metadata().and_then(|m| m.modified()).ok();
+            if modified
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age > CREATED_KEEP)
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
         if name.starts_with("sdk-") && name.ends_with(".jsonl") {
             let modified = entry.metadata().and_then(|m| m.modified()).ok();
             files.push((modified, entry.path()));
@@ -165,7 +200,14 @@ async fn replay_file(client: &Client, path: &Path, report: &mut SyncReport) -> R
         );
         report.skipped_lines += skipped;
     }
-    let mut run_id: Option<String> = None;
+    // A replay cut off after creating the run left its id at the end.
+    let mut run_id: Option<String> = records
+        .iter()
+        .find(|record| record["type"] == "run_created")
+        .and_then(|record| record["run_id"].as_str())
+        .map(str::to_string);
+    // A process may still log to a run it has not finished.
+    let finished = records.iter().any(|record| record["type"] == "finish");
     for record in &records {
         let kind = record["type"].as_str().unwrap_or_default();
         if kind == "run" || kind == "run_created" {
@@ -179,6 +221,11 @@ async fn replay_file(client: &Client, path: &Path, report: &mut SyncReport) -> R
                 writeln!(file, "{}", json!({"type": "run_created", "run_id": id}))
                     .and_then(|()| file.sync_all())
                     .map_err(|error| io_error(path, &error))?;
+                if let Some(local_id) = record["local_id"].as_str()
+                    && !finished
+                {
+                    remember_created(path, local_id, &id)?;
+                }
                 report.runs_created.push(id.clone());
                 run_id = Some(id);
             }

@@ -11,7 +11,7 @@ import uuid
 import warnings
 
 from ._client import Client, Refused, Unreachable, encode_value
-from ._spool import ReplayResult, SpoolFile, replay_all
+from ._spool import ReplayResult, SpoolFile, created_run, forget_created, replay_all
 
 BATCH_POINTS = 5000
 # A batch carries at most this many texts and text bytes (the server takes
@@ -288,15 +288,8 @@ class Run:
             return False
         try:
             if self.run_id is None:
-                # Runs created while offline are created by replaying their spool file.
-                if self._spool.exists():
-                    ok = replay_all(self._client, self.replayed, only=self._spool.path)
-                    if ok:
-                        self.run_id = self.replayed.run_ids.get(self.local_id)
-                    if not ok or self.run_id is None:
-                        raise Unreachable("replay incomplete")
-                else:
-                    self.run_id = self._client.create_run(self.project, self.name)
+                self.run_id = self._create()
+                forget_created(self.local_id)
             self._spool.header = {"run_id": self.run_id}
             if not replay_all(self._client, self.replayed):
                 raise Unreachable("replay incomplete")
@@ -308,6 +301,20 @@ class Run:
             warnings.warn(f"gpuplane: the server refused this run ({error}); keeping data in the spool")
             self._client = None
             return False
+
+    def _create(self):
+        """The run's id. Started offline, it is created by replaying its
+        spool file (here, or meanwhile by another process: `created_run`
+        tells, or the spool file's header once an append learnt it); else it
+        is created now."""
+        if self._spool.header.get("run_id"):
+            return self._spool.header["run_id"]
+        if self._spool.exists() and not replay_all(self._client, self.replayed, only=self._spool.path):
+            raise Unreachable("replay incomplete")
+        run_id = created_run(self.local_id)
+        if run_id is None and self._spool.exists():
+            raise Unreachable("its spool file is being replayed by another process")
+        return run_id or self._client.create_run(self.project, self.name)
 
     def _next_batch(self):
         """Takes the next batch off the pending points and texts, in order."""

@@ -7,12 +7,17 @@ batch was acknowledged. A partial last line (a crash while writing) is
 skipped and counted; it never stops the rest. A record the server refuses is
 dropped with a warning, unless the refusal is about the token (401, 403):
 then the file stays. Appends and replays lock the file (``flock``), so
-several processes of one run can spool and replay at once.
+several processes of one run can spool and replay at once. A replay that
+creates a run started offline (and not finished) leaves its id in
+``created-<local id>``, so the process logging to that run, if still
+running, goes on with it instead of creating another.
 """
 
 import fcntl
 import json
 import os
+import re
+import time
 import uuid
 import warnings
 
@@ -22,6 +27,42 @@ from ._client import Refused, Unreachable
 def spool_dir():
     """``$GPUCTL_SPOOL_DIR``, else ``~/.gpuctl/spool``."""
     return os.environ.get("GPUCTL_SPOOL_DIR") or os.path.join(os.path.expanduser("~"), ".gpuctl", "spool")
+
+
+# A replay that creates a run started offline leaves its id here, named by
+# the run's local id, for the process that logs to it (still running, it
+# goes on with that run instead of creating another). Removed by that
+# process, or by a replay once a week old.
+CREATED_PREFIX = "created-"
+CREATED_KEEP_SECONDS = 7 * 24 * 3600
+
+
+def remember_created(local_id, run_id):
+    """Leaves the id of the run a replay created for `local_id` (an id the
+    SDK made: letters, digits, `-` and `_`; any other is not a file name)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", local_id):
+        return
+    path = os.path.join(spool_dir(), CREATED_PREFIX + local_id)
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write(run_id)
+    os.replace(temporary, path)
+
+
+def created_run(local_id):
+    """The id of the run a replay created for `local_id`, or None."""
+    try:
+        with open(os.path.join(spool_dir(), CREATED_PREFIX + local_id), encoding="utf-8") as file:
+            return file.read().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def forget_created(local_id):
+    try:
+        os.remove(os.path.join(spool_dir(), CREATED_PREFIX + local_id))
+    except FileNotFoundError:
+        pass
 
 
 class SpoolFile:
@@ -42,6 +83,10 @@ class SpoolFile:
                 if os.fstat(file.fileno()).st_nlink == 0:
                     continue  # replayed and deleted while we waited: start a new file
                 if file.tell() == 0:
+                    if "local_id" in self.header and (run_id := created_run(self.header["local_id"])):
+                        # Created by a replay meanwhile: the id lives on in the header.
+                        forget_created(self.header["local_id"])
+                        self.header = {"run_id": run_id}
                     file.write(json.dumps({"type": "run", **self.header}) + "\n")
                 file.write(json.dumps(record, allow_nan=False) + "\n")
                 file.flush()
@@ -103,7 +148,10 @@ def replay_file(client, path, result):
         if skipped:
             warnings.warn(f"gpuplane: skipped {skipped} unreadable line(s) in {path}")
             result.skipped += skipped
-        run_id = None
+        # A replay cut off after creating the run left its id at the end.
+        run_id = next((r.get("run_id") for r in records if r.get("type") == "run_created"), None)
+        # A process may still log to a run it has not finished.
+        finished = any(r.get("type") == "finish" for r in records)
         for record in records:
             kind = record.get("type")
             if kind == "run":
@@ -121,6 +169,8 @@ def replay_file(client, path, result):
                     handle.write(json.dumps({"type": "run_created", "run_id": run_id}) + "\n")
                     handle.flush()
                     os.fsync(handle.fileno())
+                    if record.get("local_id") and not finished:
+                        remember_created(record["local_id"], run_id)
                     result.run_ids[record.get("local_id")] = run_id
             elif kind == "run_created":
                 run_id = record["run_id"]
@@ -173,6 +223,8 @@ def replay_all(client, result=None, only=None):
         return True
     found = []
     for name in os.listdir(directory):
+        if name.startswith(CREATED_PREFIX):
+            _forget_if_old(os.path.join(directory, name))
         if name.startswith("sdk-") and name.endswith(".jsonl"):
             path = os.path.join(directory, name)
             try:
@@ -185,6 +237,14 @@ def replay_all(client, result=None, only=None):
         if not replay_file(client, path, result):
             return False
     return True
+
+
+def _forget_if_old(path):
+    try:
+        if time.time() - os.path.getmtime(path) > CREATED_KEEP_SECONDS:
+            os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def sync(server=None, token=None):

@@ -1,9 +1,12 @@
 """The SDK under faults, with real script processes (RELIABILITY.md): a
 server down while a script logs 100,000 points, a script killed with
 SIGKILL while it spools, two processes of one run spooling at once, a
-replay while another process spools, and a replay with a refused token.
+replay while another process spools, a replay with a refused token, a run
+started offline replayed by another process while it logs, and a replay
+cut off after creating its run.
 Every point once after replay; a second replay adds nothing."""
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +17,7 @@ import time
 import gpuplane
 import pytest
 from gpuplane._spool import spool_dir
-from gpuplane_testkit import free_port
+from gpuplane_testkit import GPUCTL_BIN, free_port
 
 
 def steps(server, run_id, key):
@@ -27,6 +30,7 @@ def script(code, **env):
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
         env={**os.environ, **env},
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -163,8 +167,6 @@ def test_a_replay_while_another_process_of_the_run_spools_loses_nothing(server):
 def test_a_refused_token_keeps_the_spool_for_a_later_replay(server):
     """A 401 is about the token, not the data: neither `gpuctl sync` nor the
     SDK drops spooled points for it."""
-    from gpuplane_testkit import GPUCTL_BIN
-
     run = gpuplane.init(project="default", name="token-refused", server=server.url, token=server.token)
     run.flush()
     server.stop()
@@ -191,3 +193,76 @@ def test_a_refused_token_keeps_the_spool_for_a_later_replay(server):
     assert gpuplane.sync(server=server.url, token=server.token).sent == 1000
     assert steps(server, run.run_id, "train/loss") == list(range(1000))
     assert os.listdir(spool_dir()) == []
+
+
+def replay(server, by):
+    """Replays the spool by the SDK (`gpuplane.sync()`) or by `gpuctl sync`."""
+    if by == "sdk":
+        return gpuplane.sync(server=server.url, token=server.token)
+    env = {**os.environ, "GPUCTL_SERVER": server.url, "GPUCTL_TOKEN": server.token}
+    done = subprocess.run([GPUCTL_BIN, "sync"], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def runs_named(server, name):
+    return [run["id"] for run in server.get("/runs?limit=100")["items"] if run["name"] == name]
+
+
+@pytest.mark.parametrize("by", ["sdk", "gpuctl"])
+def test_a_run_started_offline_and_replayed_by_another_process_stays_one_run(stopped_server, by):
+    """A script starts a run while the server is down; the server comes back
+    and another process replays the spool (creating the run) while the
+    script still logs: the script goes on with that run, not a second one."""
+    logger = script(
+        """
+        import sys, gpuplane
+        run = gpuplane.init(project="default", name="offline-then-replayed")
+        for step in range(1000):
+            run.log({"train/loss": float(step)}, step=step)
+        run.flush()
+        print("spooled", flush=True)
+        sys.stdin.readline()
+        for step in range(1000, 2000):
+            run.log({"train/loss": float(step)}, step=step)
+        run.finish()
+        """,
+        GPUCTL_SERVER=stopped_server.url,
+        GPUCTL_TOKEN=stopped_server.token,
+    )
+    assert logger.stdout.readline().strip() == "spooled"
+    stopped_server.start()
+    replay(stopped_server, by)
+    [run_id] = runs_named(stopped_server, "offline-then-replayed")
+    logger.stdin.write("go on\n")
+    logger.stdin.flush()
+    finished(logger)
+    replay(stopped_server, by)
+    assert runs_named(stopped_server, "offline-then-replayed") == [run_id], "one run"
+    assert steps(stopped_server, run_id, "train/loss") == list(range(2000))
+    assert stopped_server.get(f"/runs/{run_id}")["status"] == "FINISHED"
+    assert os.listdir(spool_dir()) == [], "no spool file and no run id left behind"
+
+
+@pytest.mark.parametrize("by", ["sdk", "gpuctl"])
+def test_a_replay_cut_off_after_creating_its_run_does_not_create_another(stopped_server, by):
+    logger = script(
+        """
+        import gpuplane
+        run = gpuplane.init(project="default", name="cut-off")
+        for step in range(500):
+            run.log({"train/loss": float(step)}, step=step)
+        run.finish()
+        """,
+        GPUCTL_SERVER=stopped_server.url,
+        GPUCTL_TOKEN=stopped_server.token,
+    )
+    finished(logger)
+    stopped_server.start()
+    # What a replay that created the run and then lost the server leaves.
+    run_id = stopped_server.post("/runs", {"project": "default", "name": "cut-off"})["id"]
+    [name] = os.listdir(spool_dir())
+    with open(os.path.join(spool_dir(), name), "a", encoding="utf-8") as file:
+        file.write(json.dumps({"type": "run_created", "run_id": run_id}) + "\n")
+    replay(stopped_server, by)
+    assert runs_named(stopped_server, "cut-off") == [run_id], "not created twice"
+    assert steps(stopped_server, run_id, "train/loss") == list(range(500))
