@@ -345,9 +345,20 @@ class Run:
                 except Unreachable:
                     self._retry_at = time.monotonic() + RETRY_SECONDS
                 except Refused as error:
-                    warnings.warn(f"gpuplane: the server refused {len(points)} points and texts ({error}); dropped")
-                    continue
+                    if not self._token_refused(error):
+                        warnings.warn(f"gpuplane: the server refused {len(points)} points and texts ({error}); dropped")
+                        continue
             self._spool.append({"type": "batch", **batch})
+
+    def _token_refused(self, error):
+        """True for a 401 or 403: about the token, not the data, so from now
+        on everything goes to the spool, for a replay with a token the server
+        takes (``gpuctl sync``)."""
+        if error.status not in (401, 403):
+            return False
+        warnings.warn(f"gpuplane: the server refused the token ({error}); logging to the spool")
+        self._client = None
+        return True
 
     def _send_details(self, kind, body):
         """Config (``config``), tags and notes (``details``) or an alert
@@ -364,8 +375,9 @@ class Run:
             except Unreachable:
                 self._retry_at = time.monotonic() + RETRY_SECONDS
             except Refused as error:
-                warnings.warn(f"gpuplane: the server refused the run's {kind} ({error})")
-                return
+                if not self._token_refused(error):
+                    warnings.warn(f"gpuplane: the server refused the run's {kind} ({error})")
+                    return
         self._spool.append({"type": kind, **body})
 
     def _finish_remote(self):

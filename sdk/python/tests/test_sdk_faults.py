@@ -2,8 +2,8 @@
 server down while a script logs 100,000 points, a script killed with
 SIGKILL while it spools, two processes of one run spooling at once, a
 replay while another process spools, a replay with a refused token, a run
-started offline replayed by another process while it logs, and a replay
-cut off after creating its run.
+started offline replayed by another process while it logs, a replay cut
+off after creating its run, and a token refused while a script logs.
 Every point once after replay; a second replay adds nothing."""
 
 import json
@@ -266,3 +266,20 @@ def test_a_replay_cut_off_after_creating_its_run_does_not_create_another(stopped
     replay(stopped_server, by)
     assert runs_named(stopped_server, "cut-off") == [run_id], "not created twice"
     assert steps(stopped_server, run_id, "train/loss") == list(range(500))
+
+
+def test_a_script_whose_token_is_refused_spools_instead_of_dropping(server):
+    """A token revoked (or mistyped) while a script logs: its points wait in
+    the spool for a replay with a token the server takes."""
+    run_id = gpuplane.init(project="default", name="revoked", server=server.url, token=server.token).run_id
+    run = gpuplane.Run(server.url, "gpp_revoked-meanwhile", run_id=run_id)
+    with pytest.warns(UserWarning, match="refused the token"):
+        for step in range(300):
+            run.log({"train/loss": float(step)}, step=step)
+        run.config.update({"lr": 0.1})
+        run.finish()
+    assert len(os.listdir(spool_dir())) == 1, "kept, not dropped"
+    assert gpuplane.sync(server=server.url, token=server.token).sent == 300
+    assert steps(server, run_id, "train/loss") == list(range(300))
+    summary = server.get(f"/runs/{run_id}")
+    assert summary["config"] == {"lr": 0.1} and summary["status"] == "FINISHED"
