@@ -18,6 +18,12 @@ class Refused(Exception):
         self.status = status
         self.body = body
 
+    @property
+    def about_the_token(self):
+        """A 401 or 403: the token was refused, not the data, so the data is
+        kept (spooled) for a token the server takes."""
+        return self.status in (401, 403)
+
 
 def encode_value(value):
     """A metric value as JSON: a number, or "NaN", "Infinity", "-Infinity"."""

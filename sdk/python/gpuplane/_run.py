@@ -354,7 +354,7 @@ class Run:
         """True for a 401 or 403: about the token, not the data, so from now
         on everything goes to the spool, for a replay with a token the server
         takes (``gpuctl sync``)."""
-        if error.status not in (401, 403):
+        if not error.about_the_token:
             return False
         warnings.warn(f"gpuplane: the server refused the token ({error}); logging to the spool")
         self._client = None

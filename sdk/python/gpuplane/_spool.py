@@ -124,7 +124,7 @@ def _read(path):
 def _kept(error, path):
     """True (with a warning) when a refusal is about the token, not the
     record: a 401 or 403 keeps the file for a replay with a better token."""
-    if error.status not in (401, 403):
+    if not error.about_the_token:
         return False
     warnings.warn(f"gpuplane: the server refused the token ({error}); {path} stays in the spool")
     return True
