@@ -7,8 +7,8 @@ use crate::CurrentUser;
 use crate::api::fetch;
 use crate::view::actions::{Changes, Outcome, send};
 use crate::view::format;
-use crate::view::loaded;
 use crate::view::query::{api, link};
+use crate::view::{ShowLoaded, loaded};
 use gpuplane_api::Page;
 use gpuplane_api::audit::{AuditAction, AuditEntry};
 use gpuplane_api::node::Node;
@@ -28,11 +28,11 @@ fn AdminsOnly(children: ChildrenFn) -> impl IntoView {
     let is_admin = move || user.is_admin();
     view! {
         <Suspense fallback=|| ()>
-            <Show when=is_admin fallback=|| view! {
+            <ShowLoaded when=is_admin fallback=|| view! {
                 <p class="notice" data-testid="admins-only">"This page is for server admins."</p>
             }>
                 {children()}
-            </Show>
+            </ShowLoaded>
         </Suspense>
     }
 }

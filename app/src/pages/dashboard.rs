@@ -5,9 +5,9 @@ use crate::CurrentUser;
 use crate::api::fetch;
 use crate::view::actions::{Changes, Outcome, send};
 use crate::view::live::{self, Next};
-use crate::view::loaded;
 use crate::view::query::api;
 use crate::view::tables::{EventsTable, JobsTable, NodesTable};
+use crate::view::{ShowLoaded, loaded};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
 use gpuplane_api::experiment::{ProjectUsage, format_bytes};
@@ -165,7 +165,7 @@ fn MaintenanceSwitch(paused: bool, changes: Changes) -> impl IntoView {
         }
     };
     view! {
-        <Show when=is_admin>
+        <ShowLoaded when=is_admin>
             <form class="inline-form" data-testid="maintenance-switch" on:submit=switch>
                 {if paused {
                     view! { <button type="submit">"End maintenance: dispatch again"</button> }.into_any()
@@ -177,6 +177,6 @@ fn MaintenanceSwitch(paused: bool, changes: Changes) -> impl IntoView {
                 }}
             </form>
             <Outcome changes=changes done="" />
-        </Show>
+        </ShowLoaded>
     }
 }

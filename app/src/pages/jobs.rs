@@ -4,10 +4,10 @@
 use crate::api::fetch;
 use crate::view::actions::{Changes, Outcome, key_values, send};
 use crate::view::format::{self, status_badge};
-use crate::view::loaded;
 use crate::view::logs::{LogViewer, LogsOf};
 use crate::view::query::{api, link};
 use crate::view::tables::{EventsTable, JobsTable};
+use crate::view::{ShowLoaded, loaded};
 use gpuplane_api::Page;
 use gpuplane_api::event::Event;
 use gpuplane_api::job::Job;
@@ -114,9 +114,9 @@ pub fn JobDetail() -> impl IntoView {
             view! {
                 <JobView job=job.clone() />
                 <Transition fallback=|| ()>
-                    <Show when=may_change.clone()>
+                    <ShowLoaded when=may_change.clone()>
                         <JobActions job=job.clone() changes=changes />
-                    </Show>
+                    </ShowLoaded>
                 </Transition>
             }
         })}

@@ -8,10 +8,10 @@ use crate::view::chart::ChartSurface;
 use crate::view::error_text;
 use crate::view::format::{self, status_badge};
 use crate::view::live::{self, Next};
-use crate::view::loaded;
 use crate::view::logs::{HiddenParams, LogViewer, LogsOf};
 use crate::view::query::{api, link};
 use crate::view::tables::EventsTable;
+use crate::view::{ShowLoaded, loaded};
 use gpuplane_api::Page;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation};
 use gpuplane_api::evaluation::Evaluation;
@@ -236,12 +236,12 @@ pub fn RunPage() -> impl IntoView {
         // Outside `loaded`: the live stream reloads the summary, and an open
         // form must survive that.
         <Transition fallback=|| ()>
-            <Show when=move || can_edit.get()>
+            <ShowLoaded when=move || can_edit.get()>
                 <RunDetailsForm summary=summary changes=changes />
-            </Show>
-            <Show when=move || can_admin.get()>
+            </ShowLoaded>
+            <ShowLoaded when=move || can_admin.get()>
                 <RunLifecycle summary=summary changes=changes />
-            </Show>
+            </ShowLoaded>
         </Transition>
         <span class="muted" data-testid="run-live" role="status">{move || live_state.get()}</span>
         <section class="card">

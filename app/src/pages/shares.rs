@@ -3,7 +3,7 @@
 
 use crate::api::fetch;
 use crate::view::actions::{Changes, Outcome, send};
-use crate::view::{format, loaded};
+use crate::view::{ShowLoaded, format, loaded};
 use gpuplane_api::Page;
 use gpuplane_api::paths;
 use gpuplane_api::share::{CreatedShareLink, ShareLink};
@@ -47,12 +47,12 @@ pub fn Shares(run_id: String, can_edit: Signal<bool>) -> impl IntoView {
             <p class="muted">"A share link shows this run's page, charts and output, read-only, to anyone who has it, without an account, until it expires or is revoked. Every view is recorded."</p>
             // In a Transition: `can_edit` reads the page's resources.
             <Transition fallback=|| ()>
-                <Show when=move || can_edit.get()>
+                <ShowLoaded when=move || can_edit.get()>
                     <form class="inline-form" data-testid="share-form" on:submit=create.clone()>
                         <label>"Expires in (days, 1–90)" <input name="expires_in_days" inputmode="numeric" size="4" bind:value=days /></label>
                         <button type="submit">"Make a read-only link"</button>
                     </form>
-                </Show>
+                </ShowLoaded>
             </Transition>
             {move || made().map(|created| view! {
                 <p class="info" role="status">"Copy it now: it is not shown again. "
