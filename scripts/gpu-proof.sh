@@ -3,7 +3,8 @@
 # server and an agent (NVML, no simulated GPUs), runs a job that idles, then
 # multiplies bf16 matrices for 30 s, then idles, and prints what the run's
 # System tab holds for it (utilisation, power, SM clock, memory, temperature)
-# next to what nvidia-smi read at the same time.
+# next to what nvidia-smi read at the same time, and the agent's CPU while
+# it samples the GPU through NVML every second.
 #
 #   scripts/gpu-proof.sh BIN_DIR OUT_DIR
 #
@@ -34,7 +35,10 @@ for _ in $(seq 1 100); do
 done
 "$bin/gpuplane-agent" --server "$url" --token-file "$secrets/agent-token" \
   --jobs-dir "$work/jobs" --telemetry-interval 1 >"$out/agent.log" 2>&1 &
-pids+=($!)
+agent=$!
+pids+=($agent)
+# CPU seconds the agent has used so far (user + system).
+agent_cpu() { awk -v tck="$(getconf CLK_TCK)" '{ printf "%.3f", ($14 + $15) / tck }' "/proc/$agent/stat"; }
 export GPUCTL_SERVER=$url GPUCTL_TOKEN
 GPUCTL_TOKEN=$(cat "$secrets/admin-token")
 for _ in $(seq 1 100); do
@@ -47,6 +51,11 @@ echo "== the node as the agent reported it (NVML)"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,power.draw,clocks.sm,memory.used,temperature.gpu \
   --format=csv,noheader -l 1 >"$out/nvidia-smi.csv" &
 pids+=($!)
+
+echo "== the agent at rest for 30 s, sampling the GPU every second"
+cpu_before=$(agent_cpu)
+sleep 30
+awk -v a="$cpu_before" -v b="$(agent_cpu)" 'BEGIN { printf "agent CPU: %.2f %% of a core\n", (b - a) / 30 * 100 }'
 
 cat >"$work/load.py" <<'PY'
 import time, torch
