@@ -287,11 +287,13 @@ def test_a_script_whose_token_is_refused_spools_instead_of_dropping(server):
 
 @pytest.mark.parametrize("by", ["sdk", "gpuctl"])
 def test_a_spool_file_cannot_make_a_replay_write_outside_the_spool_dir(stopped_server, by, tmp_path):
-    """The attack: a spool file whose local id is a path. The replay creates
-    the run and sends its points, but leaves no run id file anywhere."""
-    os.makedirs(spool_dir())
+    """The attack: a spool file whose local id is a path, beside a directory
+    named so that the marker `created-<local id>` would resolve to a file
+    outside the spool dir. The replay creates the run and sends its points,
+    but leaves no run id file anywhere."""
+    os.makedirs(os.path.join(spool_dir(), "created-.."))
     with open(os.path.join(spool_dir(), "sdk-crafted.jsonl"), "w", encoding="utf-8") as file:
-        header = {"type": "run", "local_id": "../../escaped", "project": "default", "name": "crafted"}
+        header = {"type": "run", "local_id": "../../../escaped", "project": "default", "name": "crafted"}
         point = {"key": "train/loss", "step": 0, "wall_time": 1.7e9, "value": 1.0}
         file.write(json.dumps(header) + "\n" + json.dumps({"type": "batch", "batch_id": "b", "points": [point]}) + "\n")
     stopped_server.start()
@@ -300,4 +302,4 @@ def test_a_spool_file_cannot_make_a_replay_write_outside_the_spool_dir(stopped_s
     assert steps(stopped_server, run_id, "train/loss") == [0]
     written = [str(p) for p in tmp_path.rglob("*escaped*")]
     assert written == [], "nothing written outside the spool dir"
-    assert os.listdir(spool_dir()) == []
+    assert os.listdir(spool_dir()) == ["created-.."]
