@@ -190,8 +190,19 @@ def check_paths(docs, files, folders):
         parts = path.split("/")
         for i in range(len(parts)):
             tails.setdefault("/".join(parts[i:]), []).append(path)
-    candidates = [(doc, *token) for doc in docs for token in path_tokens(doc)]
+    candidates = []
+    for doc in docs:
+        for token, path, function in path_tokens(doc):
+            if ".." in path.split("/"):
+                # git cannot answer for it, and a fresh clone does not have it.
+                problems.append(f"{doc}: `{token}` points outside the repo")
+            else:
+                candidates.append((doc, token, path, function))
+    # Paths the repo ignores (build outputs, a local venv) are named in docs
+    # but are not files of the repo. git answers 1 when none is ignored.
     code, out = run("git", "check-ignore", "--no-index", *sorted({c[2] for c in candidates}))
+    if code not in (0, 1):
+        problems.append(f"git check-ignore failed ({code}): {out.strip()}")
     ignored = set(out.split()) if code == 0 else set()
     candidates = [c for c in candidates if c[2] not in ignored]
     for doc, token, path, function in candidates:
