@@ -86,6 +86,25 @@ impl Client {
         Ok(())
     }
 
+    /// Sends `body` to `/api/v1/{path}` with `method`: the answer's status
+    /// and body, or why the server could not be reached.
+    pub async fn call<B: Serialize>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &B,
+    ) -> Result<(StatusCode, bytes::Bytes), reqwest::Error> {
+        let response = self
+            .http
+            .request(method, format!("{}/{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await?;
+        let status = response.status();
+        Ok((status, response.bytes().await?))
+    }
+
     /// POSTs `body` to `/api/v1/{path}` and decodes the answer (`()` for 204).
     pub async fn post<B: Serialize, R: DeserializeOwned>(
         &self,

@@ -13,6 +13,7 @@
 //! | `cancelled` | agent | the server asked to stop it |
 //! | `timed_out` | agent | it reached its time limit and was stopped |
 //! | `reported` | agent | the server acknowledged its end: forget it |
+//! | `spool/` | the job's SDK | metrics it could not send (`GPUCTL_SPOOL_DIR`), and in `spool/quarantine/` what the server refused; the agent reports both and sends what is left when the job ends (`spool.rs`) |
 //!
 //! The jobs directory and every directory below it are 0700, and every file
 //! the agent or the shim writes is 0600: other users of the host see nothing.

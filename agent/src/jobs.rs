@@ -8,6 +8,7 @@ use crate::mask;
 use crate::reporter::Reporter;
 use crate::runner;
 use crate::slurm::{self, SlurmJob};
+use crate::spool::JobSpool;
 use crate::tail::LineReader;
 use crate::watch::Watcher;
 use gpuplane_api::agent::{AgentCommand, AgentWelcome, AttemptRef, Dispatch, ReportItem};
@@ -242,6 +243,7 @@ impl Manager {
                 let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let written = files::create_private_dir(dir.parent().unwrap_or(&dir))
                     .and_then(|()| files::create_private_dir(&dir))
+                    .and_then(|()| files::create_private_dir(&crate::spool::dir(&dir)))
                     .and_then(|()| match &owner {
                         Some(owner) => files::write_json(&dir.join(files::OWNER), owner),
                         None => Ok(()),
@@ -647,6 +649,7 @@ impl Attempt {
             &working_dir,
             &self.dispatch.spec.watch_dirs,
         );
+        let mut spool = JobSpool::new(&self.dispatch, &self.dir, &self.manager.host);
         let mut kill_at: Option<Instant> = None;
         // Counted from the job's own start, so an adopting agent keeps it.
         let deadline_ms = self
@@ -665,6 +668,7 @@ impl Attempt {
                 0
             };
             watcher.poll(self.reporter(), false);
+            spool.look(self.reporter(), false);
             let ending = match &launched {
                 Launched::Shim(shim) => {
                     let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
@@ -726,6 +730,10 @@ impl Attempt {
                     }
                 }
                 self.drain(&mut watcher).await;
+                // Before the exit: the job's token stops working with it.
+                spool
+                    .send_left(&self.dispatch, &self.manager.server_url, self.reporter())
+                    .await;
                 for (stream, reader) in &mut readers {
                     if let Some((n, line)) = reader.finish() {
                         self.push_lines(*stream, n, vec![line]);

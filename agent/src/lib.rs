@@ -13,6 +13,7 @@ pub mod reporter;
 pub mod runner;
 pub mod shim;
 pub mod slurm;
+pub mod spool;
 pub mod tail;
 pub mod telemetry;
 pub mod tfevents;

@@ -302,6 +302,7 @@ fn refusal(item: &ReportItem, why: &str) -> Refusal {
                      of the job's reports go on",
                     describe(other)
                 ),
+                severity: None,
             })
         }
     }

@@ -166,6 +166,7 @@ impl Watcher {
                     corruption.offset,
                     corruption.reason
                 ),
+                severity: None,
             });
         }
         if found.end == start {

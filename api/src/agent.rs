@@ -219,12 +219,15 @@ pub enum ReportItem {
         #[cfg_attr(feature = "openapi", schema(value_type = Object))]
         config: std::collections::BTreeMap<String, serde_json::Value>,
     },
-    /// Something the user should know (a corrupt event file, say).
+    /// Something the user should know (a corrupt event file, say), as an
+    /// event of `kind`: a warning, or `info` when `severity` says so.
     Notice {
         job_id: String,
         attempt: i64,
         kind: crate::event::EventKind,
         message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        severity: Option<crate::event::Severity>,
     },
     /// Free space on the filesystem of the attempt's working_dir.
     Disk {

@@ -50,6 +50,12 @@ pub enum EventKind {
     GpuError,
     /// A run raised it itself (the SDK's `run.alert`), at the severity it chose.
     RunAlert,
+    /// A job's SDK spooled metrics instead of sending them (the server was
+    /// out of its reach), or what it spooled was sent later (info).
+    MetricsSpooled,
+    /// The server refused metrics a job's SDK sent (or its agent sent for
+    /// it); they wait in the spool's quarantine, named in the message.
+    MetricsRefused,
 }
 
 names!("event kind", EventKind {
@@ -68,6 +74,8 @@ names!("event kind", EventKind {
     JobPreempted => "JOB_PREEMPTED",
     GpuError => "GPU_ERROR",
     RunAlert => "RUN_ALERT",
+    MetricsSpooled => "METRICS_SPOOLED",
+    MetricsRefused => "METRICS_REFUSED",
 });
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

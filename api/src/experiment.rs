@@ -48,6 +48,10 @@ pub struct RunChanges {
     /// Replaces the notes (Markdown is shown as text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
+    /// Renames the run (1-200 characters on one line); a job keeps its
+    /// own name (`gpuplane.init(name=…)` inside a job names the job's run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// `false` reopens a finished SDK run (`gpuplane.init(resume=…)`),
     /// `true` finishes it; a job's run follows its job (422).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -117,6 +121,22 @@ pub fn check_tags(field: &str, tags: &[String]) -> Vec<FieldError> {
         errors.push(bad(field, format!("at most {MAX_TAGS} tags")));
     }
     errors
+}
+
+/// The longest run name, in characters.
+pub const MAX_RUN_NAME_LEN: usize = 200;
+
+/// A run name's problem, if any: 1-200 characters (spaces around it are
+/// dropped), one line, no control characters.
+pub fn check_run_name(name: &str) -> Vec<FieldError> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > MAX_RUN_NAME_LEN {
+        vec![bad("name", format!("must be 1-{MAX_RUN_NAME_LEN} characters"))]
+    } else if name.chars().any(char::is_control) {
+        vec![bad("name", "must be one line without control characters")]
+    } else {
+        Vec::new()
+    }
 }
 
 /// The notes' problem, if any.

@@ -338,6 +338,11 @@ pub struct Run {
     /// When it was archived (with its job): out of the default lists, kept whole.
     #[serde(default)]
     pub archived_at: Option<String>,
+    /// Where metrics meant for it went instead (its job's SDK spooled them,
+    /// or the server refused them): the newest `METRICS_SPOOLED` and
+    /// `METRICS_REFUSED` events, newest first. Only in the answer for one run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics_events: Vec<crate::event::Event>,
 }
 
 /// Whether a larger or a smaller value of a primary metric is better.

@@ -76,8 +76,9 @@ enum Command {
     #[command(subcommand)]
     Admin(commands::admin::AdminCommand),
     /// Send what the Python SDK spooled while the server was unreachable
-    /// (`$GPUCTL_SPOOL_DIR`, else ~/.gpuctl/spool), like `gpuplane.sync()`.
-    Sync,
+    /// (`$GPUCTL_SPOOL_DIR`, else ~/.gpuctl/spool), like `gpuplane.sync()`;
+    /// `--list` shows it and what the server refused (the quarantine).
+    Sync(commands::sync::SyncArgs),
     /// Serve MCP over stdio for an AI assistant that starts a local process:
     /// its tools are the server's (/mcp), used with this CLI's token.
     Mcp,
@@ -182,7 +183,7 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         Command::Admin(command) => {
             commands::admin::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
-        Command::Sync => commands::sync::run(&Client::new(cli.server, cli.token)?, out).await,
+        Command::Sync(args) => commands::sync::run(&Client::new(cli.server, cli.token)?, &args, out).await,
         Command::Mcp => commands::mcp::run(Client::new(cli.server, cli.token)?).await,
     }
 }

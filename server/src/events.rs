@@ -127,6 +127,26 @@ pub async fn list(db: &Db, filter: &Filter, limit: i64, before: Option<i64>) -> 
     })
 }
 
+/// A run's newest events of these kinds, newest first.
+pub async fn of_run(db: &Db, run_id: &str, kinds: &[EventKind], limit: i64) -> Result<Vec<Event>, Error> {
+    let kinds: Vec<&str> = kinds.iter().map(|kind| kind.as_str()).collect();
+    let listed = db.dialect().json_values("$2");
+    let rows: Vec<EventRow> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events e
+         WHERE run_id = $1 AND kind IN (SELECT value FROM {listed}) ORDER BY seq DESC LIMIT $3"
+        ))
+        .bind(run_id)
+        .bind(serde_json::to_string(&kinds).unwrap_or_else(|_| "[]".into()))
+        .bind(limit)
+        .fetch_all(pool)
+        .await
+    })?;
+    rows.into_iter()
+        .map(|row| row.into_event().map(|(_, event)| event))
+        .collect()
+}
+
 /// Oldest first after `filter.after`: what an SSE stream sends next.
 pub async fn since(db: &Db, filter: &Filter, limit: i64) -> Result<Vec<(i64, Event)>, Error> {
     query(db, filter, limit, None, false).await

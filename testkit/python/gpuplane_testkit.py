@@ -89,14 +89,15 @@ class Server:
             answer = response.read()
             return json.loads(answer) if answer else None
 
-    def start_agent(self, jobs_dir, gpus=1, flags=()):
-        """A real agent with simulated GPUs (and `flags`); stopped with the server."""
+    def start_agent(self, jobs_dir, gpus=1, flags=(), env=None):
+        """A real agent with simulated GPUs (and `flags`, and `env` added to
+        its environment); stopped with the server."""
         assert Path(AGENT_BIN).exists(), f"{AGENT_BIN} is missing: cargo build -p gpuplane-agent"
         token = self.admin("create-agent-token")
         self.agent = subprocess.Popen(
             [AGENT_BIN, "--server", self.url, "--token", token, "--name", "sdk-box",
              "--fake-gpus", str(gpus), "--jobs-dir", str(jobs_dir), *flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
         )
         wait_until(lambda: self.get("/cluster")["nodes_online"] == 1)
 

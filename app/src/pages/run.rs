@@ -233,6 +233,18 @@ pub fn RunPage() -> impl IntoView {
                 Ok(None) | Err(_) => ().into_any(),
             })}
         </Transition>
+        <Transition fallback=|| ()>
+            {move || summary.get().and_then(Result::ok).map(|summary| summary.run.metrics_events).filter(|events| !events.is_empty()).map(|events| view! {
+                <section class="notice warn" data-testid="metrics-elsewhere" role="status">
+                    <h2>"Metrics that did not reach this run"</h2>
+                    <ul>
+                        {events.into_iter().map(|event| view! {
+                            <li><strong>{event.kind.as_str()}</strong> " " <span class="muted">{event.time}</span> " " {event.message}</li>
+                        }).collect_view()}
+                    </ul>
+                </section>
+            })}
+        </Transition>
         // Outside `loaded`: the live stream reloads the summary, and an open
         // form must survive that.
         <Transition fallback=|| ()>
@@ -285,6 +297,9 @@ pub fn RunPage() -> impl IntoView {
             <Transition fallback=|| view! { <p class="muted">"Drawing charts…"</p> }>
                 {move || charts.get().map(|result| match result {
                     Err(error) => view! { <p class="error" role="alert">{error_text(&error)}</p> }.into_any(),
+                    Ok(list) if list.is_empty() && summary.get().and_then(Result::ok).is_some_and(|s| !s.run.metrics_events.is_empty()) => view! {
+                        <p class="empty" data-testid="no-metrics">"No metrics on this run: the notice above says where what the job logged went."</p>
+                    }.into_any(),
                     Ok(list) if list.is_empty() => view! {
                         <p class="empty" data-testid="no-metrics">"No metrics yet: write TensorBoard events into a watch dir of the job, or call "
                             <code>"run.log({\"train/loss\": loss}, step=step)"</code> " with the Python SDK."</p>

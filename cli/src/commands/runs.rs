@@ -615,11 +615,28 @@ fn render(view: &RunView) -> String {
             );
         }
     }
-    if run.latest.is_empty() {
+    if !run.metrics_events.is_empty() {
+        let _ = writeln!(
+            text,
+            "metrics elsewhere (where the job's SDK put what did not reach this run)"
+        );
+        for event in &run.metrics_events {
+            let _ = writeln!(
+                text,
+                "  {}  {}  {}",
+                event.time,
+                event.kind.as_str(),
+                event.message
+            );
+        }
+    }
+    if run.latest.is_empty() && run.metrics_events.is_empty() {
         let _ = writeln!(
             text,
             "metrics  none yet: write TensorBoard events into a watch dir (--watch) or call run.log() from the SDK"
         );
+    } else if run.latest.is_empty() {
+        let _ = writeln!(text, "metrics  none on the run: see \"metrics elsewhere\" above");
     } else {
         let width = run.latest.keys().map(String::len).max().unwrap_or(0);
         let _ = writeln!(text, "metrics (latest)");

@@ -11,7 +11,7 @@ import uuid
 import warnings
 
 from ._client import Client, Refused, Unreachable, encode_value
-from ._spool import ReplayResult, SpoolFile, created_run, forget_created, replay_all
+from ._spool import UNREACHABLE, QuarantineFile, ReplayResult, SpoolFile, created_run, forget_created, replay_all
 
 BATCH_POINTS = 5000
 # A batch carries at most this many texts and text bytes (the server takes
@@ -28,6 +28,7 @@ MAX_CONFIG_KEY_LEN = 200
 MAX_CONFIG_TEXT_LEN = 4096
 MAX_TAGS = 64
 MAX_NOTES_LEN = 20_000
+MAX_NAME_LEN = 200
 MAX_ALERT_TITLE = 200
 MAX_ALERT_TEXT = 4000
 ALERT_LEVELS = ("info", "warning", "critical")
@@ -109,9 +110,15 @@ class Run:
         self._client = Client(server, token) if server and token else None
         self._queue = queue.Queue()
         self._pending = []
-        self._spool = SpoolFile(
-            {"run_id": run_id} if run_id else {"local_id": self.local_id, "project": project, "name": self.name}
-        )
+        header = {"run_id": run_id} if run_id else {"local_id": self.local_id, "project": project, "name": self.name}
+        self._spool = SpoolFile(header)
+        if self._client is None:
+            self._spool.reason = "no server or token: set GPUCTL_SERVER and GPUCTL_TOKEN (or pass server= and token=)"
+        # What the server refuses waits apart from the spool, never in it.
+        self._quarantine = QuarantineFile(dict(header))
+        # A refusal of the run itself (its creation, the token, its rights):
+        # everything after it goes to the quarantine without asking again.
+        self._refusal = None
         self._finished = False
         self._lock = threading.Lock()
         self.replayed = ReplayResult()
@@ -120,17 +127,23 @@ class Run:
         self.config = Config(self)
         if resume and self._client is not None:
             self._resume()
-        # Create the run now when the server answers, so its id and URL are known
-        # at once; otherwise it is created (or spooled) when data is sent.
+        # Create the run now when the server answers, so its id and URL are
+        # known at once (a refusal raises here, before anything is logged);
+        # otherwise it is created (or spooled) when data is sent.
         if self._client is not None and self.run_id is None:
             try:
                 self.run_id = Client(server, token, timeout=3.0).create_run(self.project, self.name)
                 self._spool.header = {"run_id": self.run_id}
-            except Unreachable:
+                self._quarantine.header = {"run_id": self.run_id}
+            except Unreachable as error:
+                self._spool.reason = f"the server at {server} could not be reached: {error}"
                 self._retry_at = time.monotonic() + RETRY_SECONDS
             except Refused as error:
-                warnings.warn(f"gpuplane: the server refused to create the run ({error}); logging to the spool")
-                self._client = None
+                raise Refused(
+                    error.status,
+                    f"gpuplane: the server refused to create run {self.name!r} in project {self.project!r}: "
+                    f"{error.message}",
+                ) from None
         self._thread = threading.Thread(target=self._loop, name="gpuplane-sender", daemon=True)
         self._thread.start()
         atexit.register(self.finish)
@@ -209,6 +222,14 @@ class Run:
             raise ValueError(f"gpuplane: notes are at most {MAX_NOTES_LEN} characters")
         self._send_later("details", {"changes": {"notes": notes}})
 
+    def set_name(self, name):
+        """Renames the run (a job's run too; the job keeps its own name)."""
+        name = str(name).strip()
+        if not name or len(name) > MAX_NAME_LEN or any(ord(c) < 32 or ord(c) == 127 for c in name):
+            raise ValueError(f"gpuplane: a run name is one line of 1 to {MAX_NAME_LEN} characters")
+        self.name = name
+        self._send_later("details", {"changes": {"name": name}})
+
     def alert(self, title, text="", level="warning", wait_s=0):
         """Raises an alert: a ``RUN_ALERT`` event at ``level`` (``info``,
         ``warning`` or ``critical``) that the channels subscribed to it
@@ -281,7 +302,7 @@ class Run:
 
     def _online(self):
         """True when the server can take data now (the spool replayed first)."""
-        if self._client is None:
+        if self._client is None or self._refusal is not None:
             return False
         now = time.monotonic()
         if getattr(self, "_retry_at", 0) > now:
@@ -291,15 +312,20 @@ class Run:
                 self.run_id = self._create()
                 forget_created(self.local_id)
             self._spool.header = {"run_id": self.run_id}
-            if not replay_all(self._client, self.replayed):
+            self._quarantine.header = {"run_id": self.run_id}
+            # Refusals in the spool go to the quarantine; a token refused
+            # there is refused here too, and this run's data says so itself.
+            if replay_all(self._client, self.replayed) == UNREACHABLE:
                 raise Unreachable("replay incomplete")
             return True
-        except Unreachable:
+        except Unreachable as error:
+            self._spool.reason = f"the server at {self.server} could not be reached: {error}"
             self._retry_at = now + RETRY_SECONDS
             return False
         except Refused as error:
-            warnings.warn(f"gpuplane: the server refused this run ({error}); keeping data in the spool")
-            self._client = None
+            # Creating the run was refused: nothing of it can go anywhere else.
+            self._refusal = error
+            self._refused(error, [])
             return False
 
     def _create(self):
@@ -309,7 +335,7 @@ class Run:
         is created now."""
         if self._spool.header.get("run_id"):
             return self._spool.header["run_id"]
-        if self._spool.exists() and not replay_all(self._client, self.replayed, only=self._spool.path):
+        if self._spool.exists() and replay_all(self._client, self.replayed, only=self._spool.path) == UNREACHABLE:
             raise Unreachable("replay incomplete")
         run_id = created_run(self.local_id)
         if run_id is None and self._spool.exists():
@@ -336,68 +362,79 @@ class Run:
 
     def _send_pending(self):
         while self._pending:
-            batch = self._next_batch()
-            points = batch["points"] + batch.get("texts", [])
-            if self._online():
-                try:
-                    self._client.send_batch(self.run_id, batch)
-                    continue
-                except Unreachable:
-                    self._retry_at = time.monotonic() + RETRY_SECONDS
-                except Refused as error:
-                    if not self._token_refused(error):
-                        warnings.warn(f"gpuplane: the server refused {len(points)} points and texts ({error}); dropped")
-                        continue
-            self._spool.append({"type": "batch", **batch})
-
-    def _token_refused(self, error):
-        """True for a 401 or 403: about the token, not the data, so from now
-        on everything goes to the spool, for a replay with a token the server
-        takes (``gpuctl sync``)."""
-        if not error.about_the_token:
-            return False
-        warnings.warn(f"gpuplane: the server refused the token ({error}); logging to the spool")
-        self._client = None
-        return True
+            self._send({"type": "batch", **self._next_batch()})
 
     def _send_details(self, kind, body):
-        """Config (``config``), tags and notes (``details``) or an alert
-        (``alert``): sent, or spooled in order."""
+        """Config (``config``), tags, notes and name (``details``) or an alert (``alert``)."""
+        self._send({"type": kind, **body})
+
+    def _send(self, record):
+        """Sends one record; keeps it in the spool while the server is out of
+        reach, in the quarantine once the server refused it."""
         if self._online():
             try:
-                if kind == "config":
-                    self._client.update_config(self.run_id, body["config"])
-                elif kind == "alert":
-                    self._client.raise_alert(self.run_id, body["alert"])
-                else:
-                    self._client.change_run(self.run_id, body["changes"])
+                self._client.send_record(self.run_id, record)
                 return
-            except Unreachable:
+            except Unreachable as error:
+                self._spool.reason = f"the server at {self.server} could not be reached: {error}"
                 self._retry_at = time.monotonic() + RETRY_SECONDS
             except Refused as error:
-                if not self._token_refused(error):
-                    warnings.warn(f"gpuplane: the server refused the run's {kind} ({error})")
-                    return
-        self._spool.append({"type": kind, **body})
+                self._refused(error, [record])
+                return
+        if self._refusal is not None:
+            self._refused(self._refusal, [record])
+        else:
+            self._spool.append(record)
+
+    def _refused(self, error, records):
+        """Keeps what the server refused in the quarantine, warning once;
+        a refusal of the run itself (not of one record) holds from now on."""
+        if not error.about_the_record:
+            self._refusal = error
+        if records:
+            self._quarantine.refused(error, records)
+        if not getattr(self, "_warned", False):
+            self._warned = True
+            warnings.warn(
+                f"gpuplane: the server refused run {self.run_id or self.name}'s data ({error}). It is kept in "
+                f"{self._quarantine.path}, apart from the spool; fix what the server names (the token, the project, "
+                "the run), then send it with `gpuctl sync --quarantined`."
+            )
+
+    @property
+    def refused(self):
+        """How many records the server refused (kept in the quarantine)."""
+        return self._quarantine.records
 
     def _finish_remote(self):
         if self._online() and self.run_id:
             try:
                 self._client.finish_run(self.run_id)
                 return
-            except (Unreachable, Refused):
+            except Unreachable:
                 pass
-        if self._spool.exists() or self.run_id is None:
+            except Refused:
+                return  # a job's run follows its job
+        if self._refusal is not None:
+            self._quarantine.refused(self._refusal, [{"type": "finish"}])
+        elif self._spool.exists() or self.run_id is None:
             self._spool.append({"type": "finish"})
 
 
 def init(project=None, name=None, server=None, token=None, config=None, tags=None, notes=None, resume=None):
     """The run to log to.
 
-    Inside a GPUPlane job this is the job's run (``GPUCTL_RUN_ID``, with the
-    job's ``GPUCTL_SERVER`` and ``GPUCTL_TOKEN``). Elsewhere a new run is made
-    in ``project`` (default ``default``) named ``name``; without a server or
-    token everything goes to the spool until one is available.
+    Inside a GPUPlane job (``GPUCTL_RUN_ID`` set, with the job's
+    ``GPUCTL_SERVER`` and ``GPUCTL_TOKEN``) this is always the job's run,
+    whatever else is passed: ``project`` must be the job's project
+    (``GPUCTL_PROJECT``; another raises ``ValueError``), ``name`` renames the
+    job's run (the job keeps its own name), and ``resume`` may only name the
+    job's run. Only a script that passes a token of its own logs elsewhere.
+
+    Elsewhere a new run is made in ``project`` (default ``default``) named
+    ``name``; a server that refuses it (the project, the token's rights)
+    raises ``Refused`` here. Without a server or token, or while the server
+    cannot be reached, everything goes to the spool until it can.
 
     ``config`` (hyperparameters; nested dicts become dotted keys), ``tags``
     (added to the job's own) and ``notes`` are recorded on the run; a bad
@@ -409,10 +446,27 @@ def init(project=None, name=None, server=None, token=None, config=None, tags=Non
     """
     server = server or os.environ.get("GPUCTL_SERVER")
     token = token or os.environ.get("GPUCTL_TOKEN")
-    run_id = os.environ.get("GPUCTL_RUN_ID") if project is None and name is None else None
     flat = flatten_config(config or {})
-    run = Run(server, token, run_id=resume or run_id, project=project or "default",
-              name=name or os.environ.get("GPUCTL_JOB_ID"), resume=bool(resume))
+    job_run = os.environ.get("GPUCTL_RUN_ID")
+    if job_run and token == os.environ.get("GPUCTL_TOKEN"):
+        job_project = os.environ.get("GPUCTL_PROJECT")
+        if project is not None and job_project and str(project) != job_project:
+            raise ValueError(
+                f"gpuplane: this job runs in project {job_project!r}, so its metrics go to its run there; "
+                f"init(project={project!r}) cannot send them to another project (drop project=, or submit the "
+                f"job with --project {project})"
+            )
+        if resume is not None and resume != job_run:
+            raise ValueError(
+                f"gpuplane: inside a job, init() logs to the job's run {job_run}; resume={resume!r} names another "
+                "run, which the job's token cannot write"
+            )
+        run = Run(server, token, run_id=job_run, project=job_project or project or "default")
+        if name is not None:
+            run.set_name(name)
+    else:
+        run = Run(server, token, run_id=resume, project=project or "default",
+                  name=name or os.environ.get("GPUCTL_JOB_ID"), resume=bool(resume))
     if flat:
         run.config.update(flat)
     if tags:

@@ -3,7 +3,8 @@ server down while a script logs 100,000 points, a script killed with
 SIGKILL while it spools, two processes of one run spooling at once, a
 replay while another process spools, a replay with a refused token, a run
 started offline replayed by another process while it logs, a replay cut
-off after creating its run, and a token refused while a script logs.
+off after creating its run, and a token refused while a script logs (its
+data goes to the quarantine, not the spool).
 Every point once after replay; a second replay adds nothing."""
 
 import json
@@ -268,21 +269,79 @@ def test_a_replay_cut_off_after_creating_its_run_does_not_create_another(stopped
     assert steps(stopped_server, run_id, "train/loss") == list(range(500))
 
 
-def test_a_script_whose_token_is_refused_spools_instead_of_dropping(server):
-    """A token revoked (or mistyped) while a script logs: its points wait in
-    the spool for a replay with a token the server takes."""
+def test_a_script_whose_token_is_refused_keeps_its_data_in_the_quarantine_not_the_spool(server):
+    """A token revoked (or mistyped) while a script logs: what it logs is
+    kept apart in the quarantine (never in the spool, where it would stand
+    in front of every later run's data), said once, listed by `gpuctl sync
+    --list` with the server's reason, and sent by `gpuctl sync --quarantined`
+    once a good token is at hand."""
     run_id = gpuplane.init(project="default", name="revoked", server=server.url, token=server.token).run_id
     run = gpuplane.Run(server.url, "gpp_revoked-meanwhile", run_id=run_id)
-    with pytest.warns(UserWarning, match="refused the token"):
+    with pytest.warns(UserWarning, match="refused") as caught:
         for step in range(300):
             run.log({"train/loss": float(step)}, step=step)
         run.config.update({"lr": 0.1})
         run.finish()
-    assert len(os.listdir(spool_dir())) == 1, "kept, not dropped"
-    assert gpuplane.sync(server=server.url, token=server.token).sent == 300
+    assert len([w for w in caught if "refused" in str(w.message)]) == 1, "said once"
+    assert run.refused >= 3, "points, config and finish kept"
+    assert os.listdir(spool_dir()) == ["quarantine"], "nothing in the spool"
+    env = {**os.environ, "GPUCTL_SERVER": server.url, "GPUCTL_TOKEN": server.token}
+    listed = subprocess.run([GPUCTL_BIN, "sync", "--list", "--json"], env=env, capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    [held] = json.loads(listed.stdout)["quarantined"]
+    assert (held["run"], held["points"], held["status"]) == (run_id, 300, 401)
+    assert "not known" in held["reason"], held
+    assert gpuplane.sync(server=server.url, token=server.token).sent == 0, "a plain sync leaves the quarantine alone"
+    assert gpuplane.sync(server=server.url, token=server.token, quarantined=True).sent == 300
     assert steps(server, run_id, "train/loss") == list(range(300))
     summary = server.get(f"/runs/{run_id}")
     assert summary["config"] == {"lr": 0.1} and summary["status"] == "FINISHED"
+    assert os.listdir(os.path.join(spool_dir(), "quarantine")) == []
+
+
+@pytest.mark.parametrize("by", ["sdk", "gpuctl"])
+def test_what_a_replay_is_refused_waits_in_the_quarantine_and_blocks_nothing(server, by):
+    """Three runs spool while the server is down: one is deleted meanwhile
+    (404: its whole file waits in the quarantine), one logged a point the
+    server refuses (422: that batch alone waits), one is fine. One replay
+    sends all it can and keeps the rest apart with the server's reason;
+    `gpuctl sync --list` shows why; the spool is empty, so the next run
+    sends at once."""
+    gone, mixed, fine = (
+        gpuplane.init(project="default", name=name, server=server.url, token=server.token)
+        for name in ("gone", "mixed", "fine")
+    )
+    server.stop()
+    for run in (gone, mixed, fine):
+        for step in range(100):
+            run.log({"train/loss": float(step)}, step=step)
+        run.flush()
+    mixed.log({"bad\x07key": 1.0}, step=100)
+    mixed.flush()
+    mixed.log({"train/loss": 100.0}, step=100)
+    for run in (gone, mixed, fine):
+        run.finish()
+    assert len(os.listdir(spool_dir())) == 3
+    server.start()
+    server.call("DELETE", f"/runs/{gone.run_id}")
+    replay(server, by)
+    assert steps(server, fine.run_id, "train/loss") == list(range(100))
+    assert steps(server, mixed.run_id, "train/loss") == list(range(101)), "the records after the refused one went"
+    assert server.get(f"/runs/{mixed.run_id}")["status"] == "FINISHED"
+    assert os.listdir(spool_dir()) == ["quarantine"]
+    env = {**os.environ, "GPUCTL_SERVER": server.url, "GPUCTL_TOKEN": server.token}
+    listed = subprocess.run([GPUCTL_BIN, "sync", "--list", "--json"], env=env, capture_output=True, text=True)
+    held = {entry["run"]: entry for entry in json.loads(listed.stdout)["quarantined"]}
+    assert (held[gone.run_id]["status"], held[gone.run_id]["points"]) == (404, 100), held
+    assert (held[mixed.run_id]["status"], held[mixed.run_id]["points"], held[mixed.run_id]["records"]) == (422, 1, 1)
+    assert "key" in held[mixed.run_id]["reason"], held
+    human = subprocess.run([GPUCTL_BIN, "sync", "--list"], env=env, capture_output=True, text=True).stdout
+    assert "the server answered: 404" in human and "the server answered: 422" in human, human
+    after = gpuplane.init(project="default", name="after", server=server.url, token=server.token)
+    after.log({"train/loss": 1.0}, step=0)
+    after.flush()
+    assert steps(server, after.run_id, "train/loss") == [0], "sent at once, nothing in front of it"
+    after.finish()
 
 
 @pytest.mark.parametrize("by", ["sdk", "gpuctl"])
@@ -303,3 +362,50 @@ def test_a_spool_file_cannot_make_a_replay_write_outside_the_spool_dir(stopped_s
     written = [str(p) for p in tmp_path.rglob("*escaped*")]
     assert written == [], "nothing written outside the spool dir"
     assert os.listdir(spool_dir()) == ["created-.."]
+
+
+def test_a_server_error_is_tried_again_before_anything_is_spooled(server):
+    """A load balancer answers 503 twice (a replica restarting), then the
+    server answers: the SDK tries again at once and nothing is spooled."""
+    import http.server
+    import threading
+    import urllib.request
+
+    failures = {"left": 2}
+
+    class FlakyProxy(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            if self.path.endswith("/metrics") and failures["left"] > 0:
+                failures["left"] -= 1
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            forwarded = urllib.request.Request(server.url + self.path, data=body, method="POST", headers={
+                "Authorization": self.headers["Authorization"], "Content-Type": "application/json"})
+            with urllib.request.urlopen(forwarded, timeout=10) as answer:
+                payload = answer.read()
+                self.send_response(answer.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args):
+            pass
+
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FlakyProxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{proxy.server_address[1]}"
+        run = gpuplane.init(project="default", name="flaky", server=url, token=server.token)
+        for step in range(10):
+            run.log({"train/loss": float(step)}, step=step)
+        run.flush()
+        assert failures["left"] == 0, "the 503s were met"
+        assert steps(server, run.run_id, "train/loss") == list(range(10))
+        assert not os.path.exists(spool_dir()) or os.listdir(spool_dir()) == [], "nothing spooled"
+        run.finish()
+    finally:
+        proxy.shutdown()

@@ -191,6 +191,7 @@ fn dispatch(
         ),
         ("GPUCTL_JOB_ID".to_string(), job_id.to_string()),
         ("GPUCTL_RUN_ID".to_string(), run_id.to_string()),
+        ("GPUCTL_PROJECT".to_string(), spec.project.clone()),
         ("GPUCTL_ATTEMPT".to_string(), attempt.to_string()),
         ("CUDA_VISIBLE_DEVICES".to_string(), visible.join(",")),
     ]);

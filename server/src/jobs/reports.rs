@@ -204,17 +204,19 @@ async fn apply_item(
                 Err(other) => Err(other),
             }
         }
-        ReportItem::Notice { kind, message, .. } => {
+        ReportItem::Notice {
+            kind,
+            message,
+            severity,
+            ..
+        } => {
             let links = JobLinks::of(conn, job_id, node.node_id).await?;
-            events::record(
-                conn,
-                now_ms(),
-                Severity::Warning,
-                *kind,
-                links.as_links(),
-                message,
-            )
-            .await?;
+            // An agent tells; it never raises a critical event.
+            let severity = match severity {
+                Some(Severity::Info) => Severity::Info,
+                _ => Severity::Warning,
+            };
+            events::record(conn, now_ms(), severity, *kind, links.as_links(), message).await?;
             Ok(true)
         }
         ReportItem::Disk {
@@ -477,19 +479,24 @@ async fn report_missing_metrics(
     now: i64,
 ) -> Result<(), Error> {
     let watch_dirs = conn.dialect().json_field("j.spec", "watch_dirs");
-    let (series, watch_dirs): (i64, String) = sql!(conn, |conn| {
+    let (series, watch_dirs, elsewhere): (i64, String, i64) = sql!(conn, |conn| {
         sqlx::query_as(&format!(
-            "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), {watch_dirs}
+            "SELECT (SELECT count(*) FROM metric_series s WHERE s.run_id = j.run_id), {watch_dirs},
+                (SELECT count(*) FROM events e WHERE e.job_id = j.id AND e.kind IN ($2, $3))
          FROM jobs j WHERE j.id = $1"
         ))
         .bind(job_id)
+        .bind(EventKind::MetricsSpooled.as_str())
+        .bind(EventKind::MetricsRefused.as_str())
         .fetch_one(conn)
         .await
     })?;
     if series > 0 {
         return Ok(());
     }
-    let hint = if watch_dirs == "[]" {
+    let hint = if elsewhere > 0 {
+        "what its SDK logged did not reach the run: the METRICS_SPOOLED and METRICS_REFUSED events say where it is"
+    } else if watch_dirs == "[]" {
         "no watch_dirs were set: write TensorBoard events into a directory given with --watch, or call run.log() from the gpuplane SDK"
     } else {
         "no TensorBoard event file appeared in its watch_dirs and the SDK logged nothing"

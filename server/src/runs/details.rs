@@ -93,7 +93,7 @@ where
     }
 }
 
-/// Changes tags and notes; answers nothing when nothing was asked.
+/// Changes tags, notes and the name; answers nothing when nothing was asked.
 pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result<(), Error> {
     let mut errors = Vec::new();
     if let Some(tags) = &changes.tags {
@@ -102,6 +102,9 @@ pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result
     errors.extend(experiment::check_tags("add_tags", &changes.add_tags));
     if let Some(notes) = &changes.notes {
         errors.extend(experiment::check_notes(notes));
+    }
+    if let Some(name) = &changes.name {
+        errors.extend(experiment::check_run_name(name));
     }
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
@@ -128,13 +131,16 @@ pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result
     }
     let tags: Vec<String> = tags.into_iter().collect();
     sql!(conn, |conn| {
-        sqlx::query("UPDATE runs SET tags = $1, notes = coalesce($2, notes) WHERE id = $3")
-            .bind(tags_json(&tags))
-            .bind(&changes.notes)
-            .bind(run_id)
-            .execute(conn)
-            .await
-            .map(|_| ())
+        sqlx::query(
+            "UPDATE runs SET tags = $1, notes = coalesce($2, notes), name = coalesce($3, name) WHERE id = $4",
+        )
+        .bind(tags_json(&tags))
+        .bind(&changes.notes)
+        .bind(changes.name.as_deref().map(str::trim))
+        .bind(run_id)
+        .execute(conn)
+        .await
+        .map(|_| ())
     })?;
     Ok(())
 }

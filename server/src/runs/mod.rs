@@ -18,6 +18,7 @@ use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Dialect, Tx};
 use gpuplane_api::Page;
+use gpuplane_api::event::EventKind;
 use gpuplane_api::experiment::{RunChanges, RunColumn, RunSort};
 use gpuplane_api::metric::{Checkpoint, NewRun, Run};
 use gpuplane_api::project::Role;
@@ -131,6 +132,9 @@ pub async fn version(db: &Db, run_id: &str) -> Result<String, Error> {
     ))
 }
 
+/// The events that say where a job's metrics went instead of its run.
+pub const METRICS_ELSEWHERE: [EventKind; 2] = [EventKind::MetricsSpooled, EventKind::MetricsRefused];
+
 pub async fn get(db: &Db, run_id: &str) -> Result<Run, Error> {
     let mut runs = runs_from_rows(db, vec![row(db, run_id).await?]).await?;
     let mut run = runs.remove(0);
@@ -138,6 +142,9 @@ pub async fn get(db: &Db, run_id: &str) -> Result<Run, Error> {
         let mut listed = checkpoints::of_run(db, run_id).await?;
         primary::mark_checkpoints(db, run_id, primary, &mut listed).await?;
         primary.best_checkpoint = listed.into_iter().find(|c| c.best).map(|c| c.path);
+    }
+    if run.job_id.is_some() {
+        run.metrics_events = crate::events::of_run(db, run_id, &METRICS_ELSEWHERE, 10).await?;
     }
     Ok(run)
 }
@@ -372,14 +379,16 @@ async fn runs_from_rows(db: &Db, rows: Vec<RunRow>) -> Result<Vec<Run>, Error> {
             status: row.status,
             created_at: rfc3339(row.created_at),
             archived_at: row.archived_at.map(rfc3339),
+            metrics_events: Vec::new(),
         })
         .collect())
 }
 
 /// A run made by the SDK outside jobs, in a project where the caller is an editor.
 pub async fn create(db: &Db, principal: &Principal, new: &NewRun) -> Result<String, Error> {
-    if new.name.trim().is_empty() || new.name.chars().count() > 200 {
-        return Err(Error::field("name", "must be 1-200 characters"));
+    let errors = gpuplane_api::experiment::check_run_name(&new.name);
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
     }
     let project = new.project.clone();
     let not_found = || {

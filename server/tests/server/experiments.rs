@@ -125,6 +125,48 @@ async fn runs_keep_config_tags_and_notes_and_lists_filter_on_them() {
             "{query}: {body}"
         );
     }
+
+    // Renaming (`gpuplane.init(name=…)` in a job does it): one line of 1-200
+    // characters; a hostile name is refused on `name` and changes nothing.
+    let (_, found) = f.get("/runs?q=no-config", &ada).await;
+    let plain = found["items"][0]["id"].as_str().unwrap().to_string();
+    let long = "x".repeat(201);
+    for bad in [
+        "",
+        "   ",
+        "line\nbreak",
+        "bell\u{7}",
+        "\u{1b}]0;title\u{7}",
+        long.as_str(),
+    ] {
+        let (status, body) = f
+            .call(
+                "PATCH",
+                &format!("/runs/{plain}"),
+                &ada,
+                Some(json!({"name": bad, "notes": "not kept"})),
+            )
+            .await;
+        assert_eq!(
+            (status, body["error"]["details"][0]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("name")),
+            "{bad:?}: {body}"
+        );
+    }
+    let (status, renamed) = f
+        .call(
+            "PATCH",
+            &format!("/runs/{plain}"),
+            &ada,
+            Some(json!({"name": "  baseline v2  "})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{renamed}");
+    assert_eq!(
+        (&renamed["name"], &renamed["notes"]),
+        (&json!("baseline v2"), &json!("")),
+        "trimmed; the refused changes left nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
