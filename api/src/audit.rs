@@ -68,6 +68,9 @@ pub enum AuditAction {
     AlertSubscriptionCreate,
     #[serde(rename = "alert_subscription.delete")]
     AlertSubscriptionDelete,
+    /// A user's token made on the server's host (`admin create-token`).
+    #[serde(rename = "token.create")]
+    TokenCreate,
 }
 
 names!("audit action", AuditAction {
@@ -101,6 +104,7 @@ names!("audit action", AuditAction {
     AlertChannelDelete => "alert_channel.delete",
     AlertSubscriptionCreate => "alert_subscription.create",
     AlertSubscriptionDelete => "alert_subscription.delete",
+    TokenCreate => "token.create",
 });
 
 /// One entry of the audit log.

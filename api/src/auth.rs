@@ -29,6 +29,7 @@ names!("scope", Scope { Read => "read", Write => "write", Sdk => "sdk", Agent =>
 pub struct WhoAmI {
     /// The user's name; `null` for agent tokens, which belong to no user.
     pub user: Option<String>,
+    /// Whether the token has a server admin's rights (never one limited to a project).
     pub is_admin: bool,
     pub token_id: String,
     pub token_name: String,

@@ -30,6 +30,10 @@ pub struct Project {
     /// Whether editors may share its runs by link (project admins change it).
     #[serde(default = "yes")]
     pub share_links: bool,
+    /// The highest priority its members may give a job (server admins set
+    /// it); none: no ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority: Option<i64>,
 }
 
 fn yes() -> bool {

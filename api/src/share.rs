@@ -79,4 +79,18 @@ pub struct ProjectChanges {
     /// before they expire).
     #[serde(default)]
     pub share_links: Option<bool>,
+    /// The highest priority its members may give a job (server admins set
+    /// it); `null` removes the ceiling, left out leaves it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
+    pub max_priority: Option<Option<i64>>,
+}
+
+/// A field that is present, `null` included, as `Some`.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(field: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(field).map(Some)
 }

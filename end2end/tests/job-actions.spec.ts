@@ -46,6 +46,7 @@ async function openAs(page: Page, id: string, user: string) {
 
 test('an editor cancels and retries from the console; a viewer sees no buttons', async ({ page, browser, request }) => {
   const id = await submit(request, { name: 'console-cancel', command: ['sleep', '300'] });
+  let retriedAs = '';
   try {
     await expect.poll(async () => (await job(request, id)).status).toBe('RUNNING');
 
@@ -67,20 +68,25 @@ test('an editor cancels and retries from the console; a viewer sees no buttons',
     await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
     await expect(page.getByTestId('status').first()).toHaveText('CANCELLED');
 
+    // The admin's job, changed by the editor: a new job of the editor's, which the page opens.
     await page.getByLabel(/Changes for the retry/).fill('env.E2E_RETRY=1\n');
     await page.getByRole('button', { name: 'Retry', exact: true }).click();
-    await expect(page.getByTestId('change-done')).toBeVisible();
-    await expect(page.getByTestId('status').first()).not.toHaveText('CANCELLED');
-    const retried = await job(request, id);
+    await expect(page).not.toHaveURL(new RegExp(id));
+    const copy = page.url().split('/jobs/')[1];
+    retriedAs = copy;
+    const retried = await job(request, copy);
     expect(retried.spec.env.E2E_RETRY).toBe('1');
+    expect(retried.submitted_by).toBe(EDITOR);
     expect(['QUEUED', 'DISPATCHING', 'RUNNING']).toContain(retried.status);
+    expect((await job(request, id)).status).toBe('CANCELLED');
     await page.screenshot({ path: 'artifacts/job-actions.png', fullPage: true });
 
     const audit = await (await request.get(url() + `/api/v1/audit?target=${id}`, { headers: asAdmin() })).json();
     expect(audit.items.map((e: { actor: string; action: string; token: string; detail: string }) => [e.actor, e.action, e.token, e.detail]))
-      .toEqual([[EDITOR, 'job.retry', 'console', 'env.E2E_RETRY=1'], [EDITOR, 'job.cancel', 'console', 'was RUNNING']]);
+      .toEqual([[EDITOR, 'job.retry', 'console', `retried with changes as new job ${copy}`], [EDITOR, 'job.cancel', 'console', 'was RUNNING']]);
   } finally {
     await cancel(request, id);
+    if (retriedAs) await cancel(request, retriedAs);
   }
 });
 

@@ -2,7 +2,7 @@
 //! without a running server. Each command prints only its secret on stdout.
 
 use crate::audit::{self, Actor};
-use crate::config::AdminCommand;
+use crate::config::{AdminCommand, Settings};
 use crate::identity::credentials::{NewToken, create_token};
 use crate::identity::users;
 use crate::sql;
@@ -12,6 +12,7 @@ use crate::store::time::now_ms;
 use anyhow::{Context, anyhow, bail};
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::auth::Scope;
+use gpuplane_api::project::Role;
 use gpuplane_api::user::{AgentToken, NewAgentToken, NewUser, UserChanges};
 use std::io::Read;
 
@@ -52,7 +53,7 @@ pub async fn migrate_to_postgres(from: &std::path::Path, url: &str, json: bool) 
 }
 
 /// Runs one admin command; returns what to print on stdout, if anything.
-pub async fn run(db: &Db, command: AdminCommand) -> anyhow::Result<Option<String>> {
+pub async fn run(db: &Db, command: AdminCommand, settings: &Settings) -> anyhow::Result<Option<String>> {
     match command {
         AdminCommand::CreateUser { name, admin, .. } => {
             let mut input = String::new();
@@ -66,7 +67,8 @@ pub async fn run(db: &Db, command: AdminCommand) -> anyhow::Result<Option<String
                 password: password.to_string(),
                 admin,
             };
-            users::create(db, &new).await.map_err(plain)?;
+            let role = crate::config::default_project_role(settings)?;
+            users::create(db, &new, role).await.map_err(plain)?;
             let detail = if admin { "admin" } else { "" };
             audit::record(db, &Actor::server_cli(), AuditAction::UserCreate, &name, detail).await?;
             eprintln!("created user {name}{}", if admin { " (admin)" } else { "" });
@@ -89,7 +91,7 @@ pub async fn run(db: &Db, command: AdminCommand) -> anyhow::Result<Option<String
             })?;
             let user_id = user_id.with_context(|| format!("no user named `{user}`"))?;
             let expires_at = expires_in.map(|lifetime| now_ms() + lifetime.as_millis() as i64);
-            let (_, secret) = create_token(
+            let (token_id, secret) = create_token(
                 db,
                 NewToken {
                     user_id: Some(&user_id),
@@ -101,6 +103,11 @@ pub async fn run(db: &Db, command: AdminCommand) -> anyhow::Result<Option<String
                 },
             )
             .await?;
+            let lifetime = expires_in.map_or("no expiry".to_string(), |d| {
+                format!("expires in {}", humantime::format_duration(d))
+            });
+            let detail = format!("{token_id} `{name}`, scope {scope}, {lifetime}");
+            audit::record(db, &Actor::server_cli(), AuditAction::TokenCreate, &user, &detail).await?;
             Ok(Some(secret))
         }
         AdminCommand::DisableUser { name } => {
@@ -201,14 +208,18 @@ fn plain(error: Error) -> anyhow::Error {
     }
 }
 
-/// Creates a local user; answers its id. Tests and benchmarks bootstrap with it.
+/// Creates a local user, an editor of `default`; answers its id. Tests and
+/// benchmarks bootstrap with it.
 pub async fn create_user(db: &Db, name: &str, password: &str, admin: bool) -> anyhow::Result<String> {
     let new = NewUser {
         name: name.to_string(),
         password: password.to_string(),
         admin,
     };
-    Ok(users::create(db, &new).await.map_err(plain)?.id)
+    Ok(users::create(db, &new, Some(Role::Editor))
+        .await
+        .map_err(plain)?
+        .id)
 }
 
 /// Disables a user; every check of a session or token sees it at once.

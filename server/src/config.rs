@@ -199,6 +199,11 @@ settings! {
         #[arg(long, env = "GPUPLANE_ARCHIVED_RUN_RETENTION_DAYS", value_name = "DAYS")]
         archived_run_retention_days: u64,
 
+        /// The role a new local user gets in the `default` project: none,
+        /// viewer or editor. Admins give more in the projects they choose.
+        #[arg(long, env = "GPUPLANE_DEFAULT_PROJECT_ROLE", value_name = "ROLE")]
+        default_project_role: String,
+
         /// After an alert's failed try, the wait before the next, in seconds;
         /// it doubles with each try, up to an hour.
         #[arg(long, env = "GPUPLANE_ALERT_RETRY_INITIAL_S", value_name = "S")]
@@ -412,6 +417,8 @@ pub struct ServerConfig {
     pub device_token_lifetime: Duration,
     /// Peers whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<IpAddr>,
+    /// The role new local users get in `default` (None: no membership).
+    pub default_project_role: Option<gpuplane_api::project::Role>,
 }
 
 impl Settings {
@@ -529,6 +536,7 @@ impl ServerConfig {
                 .map(str::trim)
                 .filter(|m| !m.is_empty())
                 .map(str::to_string),
+            default_project_role: new_user_role("default_project_role", &s.default_project_role)?,
             device_token_lifetime: Duration::from_secs(s.device_token_days * 24 * 3600),
             trusted_proxies: s.trusted_proxies.clone().unwrap_or_default(),
             settings: s,
@@ -567,11 +575,10 @@ fn sso_config(s: &SettingValues) -> anyhow::Result<Option<SsoConfig>> {
              sign in. List the email domains allowed, or set oidc_allow_any_domain = true"
         );
     }
-    let new_user_role = match s.oidc_new_user_role.as_deref().unwrap_or("none") {
-        "none" => None,
-        role @ ("viewer" | "editor") => role.parse().ok(),
-        other => bail!("oidc_new_user_role must be none, viewer or editor, got `{other}`"),
-    };
+    let new_user_role = new_user_role(
+        "oidc_new_user_role",
+        s.oidc_new_user_role.as_deref().unwrap_or("none"),
+    )?;
     Ok(Some(SsoConfig {
         issuer: issuer.clone(),
         client_id: client_id.clone(),
@@ -580,6 +587,33 @@ fn sso_config(s: &SettingValues) -> anyhow::Result<Option<SsoConfig>> {
         new_user_role,
         display_name: s.oidc_name.clone().unwrap_or_else(|| "SSO".to_string()),
     }))
+}
+
+/// The role a setting gives new users in `default`: `none` (no
+/// membership), `viewer` or `editor`.
+pub fn new_user_role(key: &str, value: &str) -> anyhow::Result<Option<gpuplane_api::project::Role>> {
+    match value {
+        "none" => Ok(None),
+        role @ ("viewer" | "editor") => Ok(role.parse().ok()),
+        other => bail!("{key} must be none, viewer or editor, got `{other}`"),
+    }
+}
+
+/// `default_project_role` as the config file and `GPUPLANE_DEFAULT_PROJECT_ROLE`
+/// set it, for the `admin` subcommands, which take no `serve` flags.
+pub fn default_project_role(file: &Settings) -> anyhow::Result<Option<gpuplane_api::project::Role>> {
+    let from_env = std::env::var("GPUPLANE_DEFAULT_PROJECT_ROLE")
+        .ok()
+        .filter(|v| !v.is_empty());
+    let set = Settings {
+        default_project_role: from_env.or_else(|| file.default_project_role.clone()),
+        ..Settings::default()
+    };
+    let value = Settings::defaults()?
+        .overlaid(set)?
+        .default_project_role
+        .unwrap_or_default();
+    new_user_role("default_project_role", &value)
 }
 
 /// `$XDG_DATA_HOME/gpuplane`, else `~/.local/share/gpuplane`, else `./gpuplane-data`.

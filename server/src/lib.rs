@@ -258,9 +258,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let database_url = std::env::var("GPUPLANE_DATABASE_URL")
                 .ok()
                 .filter(|url| !url.is_empty())
-                .or(file.database_url);
+                .or(file.database_url.clone());
             let db = store::open_configured(&data_dir, database_url.as_deref()).await?;
-            if let Some(secret) = admin::run(&db, command).await? {
+            if let Some(secret) = admin::run(&db, command, &file).await? {
                 println!("{secret}");
             }
             db.close().await;

@@ -239,6 +239,22 @@ fn JobActions(job: Job, changes: Changes) -> impl IntoView {
     let set = RwSignal::new(String::new());
     let force = RwSignal::new(false);
     let problem = RwSignal::new(None::<String>);
+    // A retry with changes of someone else's job answers a new job of the
+    // caller's: go to it. (Only after this page's own retry: `changes`
+    // outlives the page, and the next job's page must not follow it back.)
+    let navigate = leptos_router::hooks::use_navigate();
+    let this_job = job.id.clone();
+    let retried = RwSignal::new(false);
+    Effect::new(move |_| {
+        if let Some(Ok(body)) = changes.value().get()
+            && retried.get_untracked()
+            && let Ok(answer) = serde_json::from_str::<Job>(&body)
+            && answer.id != this_job
+        {
+            retried.set(false);
+            navigate(&format!("/jobs/{}", answer.id), Default::default());
+        }
+    });
     let path = move |action: &str| paths::job_action(&id, action);
     let cancel = {
         let path = path.clone();
@@ -283,6 +299,7 @@ fn JobActions(job: Job, changes: Changes) -> impl IntoView {
                 Ok(set) => {
                     problem.set(None);
                     let body = serde_json::json!({"set": set, "force": force.get_untracked()});
+                    retried.set(true);
                     send(changes, "POST", path("retry"), Some(body));
                 }
                 Err(error) => problem.set(Some(format!("changes: {error}"))),
@@ -329,6 +346,7 @@ fn JobActions(job: Job, changes: Changes) -> impl IntoView {
                         <input type="checkbox" name="force" bind:checked=force />
                         " Retry even if it ran out of memory and nothing changed"
                     </label>
+                    <p class="muted">"Changes to someone else's job make a new job of yours, without their secrets."</p>
                     <button type="submit" data-testid="retry">"Retry"</button>
                 </form>
             })}

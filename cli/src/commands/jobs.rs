@@ -405,6 +405,14 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
             };
             let job: Job = client.post(&format!("jobs/{job_id}/retry"), &request).await?;
             out.emit(&job, |job| {
+                if job.id != job_id {
+                    // Someone else's job, changed: a new job of the caller's.
+                    return format!(
+                        "{} is a new job of yours, QUEUED: {job_id} is someone else's, so its changed spec runs as \
+                         yours, without its secrets.",
+                        job.id
+                    );
+                }
                 format!(
                     "{} is QUEUED again for attempt {} of {}.",
                     job.id,

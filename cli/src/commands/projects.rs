@@ -1,4 +1,4 @@
-//! `gpuctl project list|create|set-primary|add-member`.
+//! `gpuctl project list|create|set-primary|usage|share-links|max-priority|add-member`.
 
 use crate::Output;
 use crate::client::{CliError, Client};
@@ -33,6 +33,14 @@ pub enum ProjectCommand {
         #[arg(value_parser = ["on", "off"])]
         state: String,
     },
+    /// Cap the priority the project's members may give a job (server
+    /// admins), so one team cannot put itself ahead of everyone for good.
+    MaxPriority {
+        project: String,
+        /// The highest priority allowed, or `none` to remove the ceiling.
+        #[arg(value_parser = parse_ceiling, allow_hyphen_values = true)]
+        max: MaxPriority,
+    },
     /// Add a member or change their role (project admins).
     AddMember {
         project: String,
@@ -42,6 +50,19 @@ pub enum ProjectCommand {
         #[arg(long)]
         role: Role,
     },
+}
+
+/// `max-priority`'s value: a whole number, or `none` (no ceiling).
+#[derive(Debug, Clone, Copy)]
+pub struct MaxPriority(Option<i64>);
+
+fn parse_ceiling(text: &str) -> Result<MaxPriority, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(MaxPriority(None));
+    }
+    text.parse()
+        .map(|max| MaxPriority(Some(max)))
+        .map_err(|_| format!("`{text}` is neither a whole number nor `none`"))
 }
 
 pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Result<(), CliError> {
@@ -68,9 +89,24 @@ pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Resu
                 text
             });
         }
+        ProjectCommand::MaxPriority { project, max } => {
+            let changes = ProjectChanges {
+                max_priority: Some(max.0),
+                ..ProjectChanges::default()
+            };
+            let changed: Project = client.patch(&format!("projects/{project}"), &changes).await?;
+            out.emit(&changed, |project| match project.max_priority {
+                Some(max) => format!(
+                    "Jobs of project {} may have priorities up to {max}.",
+                    project.name
+                ),
+                None => format!("Project {} has no priority ceiling.", project.name),
+            });
+        }
         ProjectCommand::ShareLinks { project, state } => {
             let changes = ProjectChanges {
                 share_links: Some(state == "on"),
+                ..ProjectChanges::default()
             };
             let changed: Project = client.patch(&format!("projects/{project}"), &changes).await?;
             out.emit(&changed, |project| {
@@ -94,7 +130,16 @@ pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Resu
                         .as_ref()
                         .map(|p| format!("  primary {} ({})", p.key, p.goal.as_str()))
                         .unwrap_or_default();
-                    let _ = writeln!(text, "{:<24} {}{primary}", project.name, project.role.as_str());
+                    let ceiling = project
+                        .max_priority
+                        .map(|max| format!("  max priority {max}"))
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        text,
+                        "{:<24} {}{primary}{ceiling}",
+                        project.name,
+                        project.role.as_str()
+                    );
                 }
                 text
             });

@@ -39,7 +39,7 @@ pub async fn list_channels(
     auth: Authed<Read>,
     State(state): State<AppState>,
 ) -> Result<Json<Page<Channel>>, ApiError> {
-    let for_admin = auth.caller.is_admin && auth.caller.project.is_none();
+    let for_admin = auth.caller.is_server_admin();
     Ok(Json(Page {
         items: channels::list(&state.db, for_admin).await?,
         next_before: None,
@@ -100,9 +100,9 @@ fn may_see(caller: &Caller, visible: &Visible, rule: &subscriptions::Rule) -> bo
     match (&rule.project, &rule.user_id) {
         (Some(project), _) => visible.contains(project),
         (None, Some(user_id)) => {
-            caller.project.is_none() && (caller.is_admin || caller.user_id.as_ref() == Some(user_id))
+            caller.project.is_none() && (caller.is_server_admin() || caller.user_id.as_ref() == Some(user_id))
         }
-        (None, None) => caller.is_admin && caller.project.is_none(),
+        (None, None) => caller.is_server_admin(),
     }
 }
 
@@ -280,7 +280,7 @@ pub async fn list_deliveries(
     let caller = &auth.caller;
     let projects = visible_projects(&state.db, &caller.principal()).await?;
     let visibility = Visibility {
-        all: caller.is_admin && caller.project.is_none(),
+        all: caller.is_server_admin(),
         projects: projects.as_json().unwrap_or_else(|| "[]".into()),
         user_id: caller.user_id.clone().filter(|_| caller.project.is_none()),
     };

@@ -12,9 +12,10 @@ use gpuplane_api::error::ErrorBody;
     responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)))]
 pub async fn whoami(auth: Authed<AnyScope>) -> Json<WhoAmI> {
     let caller = auth.caller;
+    let is_admin = caller.is_server_admin();
     Json(WhoAmI {
         user: caller.user_name,
-        is_admin: caller.is_admin,
+        is_admin,
         token_id: caller.token_id,
         token_name: caller.token_name,
         scope: caller.scope,

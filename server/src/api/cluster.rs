@@ -95,7 +95,7 @@ async fn fair_share(state: &AppState, principal: &Principal) -> Result<Option<Fa
     })?
     .into_iter()
     .collect();
-    let everything = principal.is_admin && principal.project.is_none();
+    let everything = principal.is_server_admin();
     let projects = visible_projects(&state.db, principal).await?;
     let mut usage: Vec<GpuUse> = used
         .projects

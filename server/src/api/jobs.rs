@@ -34,7 +34,7 @@ pub async fn submit_job(
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
-    check_preempting_priority(&state, &auth.caller.principal(), spec.priority)?;
+    check_priority(&state, &auth.caller.principal(), &spec.project, spec.priority).await?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
     state.wake(Wake::Scheduler);
     tracing::info!(
@@ -61,23 +61,24 @@ pub async fn validate_job(
 ) -> Result<Json<SpecCheck>, ApiError> {
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     let principal = auth.caller.principal();
-    check_preempting_priority(&state, &principal, spec.priority)?;
+    check_priority(&state, &principal, &spec.project, spec.priority).await?;
     store::check_references(&state.db, &spec, &principal).await?;
     Ok(Json(SpecCheck {
         notes: would_wait(&state, &spec, &principal).await?,
     }))
 }
 
-/// With preemption on, a priority of `preempt_priority` or more stops other
-/// people's running jobs: only server admins may give a job one (403).
-fn check_preempting_priority(state: &AppState, principal: &Principal, priority: i64) -> Result<(), ApiError> {
-    match state.config.settings.preempt_priority {
-        Some(min) if priority >= min && !principal.is_admin => Err(ApiError::Forbidden(format!(
-            "priority {priority} may preempt running jobs (preempt_priority is {min}): only admins may set it; \
-             use a priority below {min}"
-        ))),
-        _ => Ok(()),
-    }
+/// Passes when the principal may give a job of `project` this priority
+/// (`jobs::priorities`: preempting ones are for server admins, a project's
+/// `max_priority` caps the rest).
+async fn check_priority(
+    state: &AppState,
+    principal: &Principal,
+    project: &str,
+    priority: i64,
+) -> Result<(), ApiError> {
+    let preempt = state.config.settings.preempt_priority;
+    Ok(crate::jobs::priorities::check(&state.db, preempt, principal, project, priority).await?)
 }
 
 /// What would keep a job with `spec` waiting if it were submitted now: the
@@ -230,7 +231,9 @@ pub async fn cancel_job(
 
 /// Queues a FAILED, LOST or CANCELLED job for another attempt, with
 /// `set` changes to its spec. An OOM failure is not retried unchanged
-/// unless `force` (409 with the advice).
+/// unless `force` (409 with the advice). Changes by anyone but the job's
+/// submitter make a new job of theirs instead, without the job's secrets
+/// (the answer is that job: its `id` differs).
 #[utoipa::path(post, path = "/jobs/{job_id}/retry", tag = "jobs",
     security(("bearer" = ["write"])),
     params(("job_id" = String, Path)),
@@ -246,8 +249,13 @@ pub async fn retry_job(
     let principal = auth.caller.principal();
     let job = store::get_for(&state.db, &principal, &job_id, Role::Editor).await?;
     let mut changed = job.spec.clone();
-    if spec::apply_changes(&mut changed, &request.set).is_ok() && changed.priority != job.spec.priority {
-        check_preempting_priority(&state, &principal, changed.priority)?;
+    let applied = spec::apply_changes(&mut changed, &request.set).is_ok();
+    let submitters = job.submitted_by.is_some() && job.submitted_by == principal.user_name;
+    if applied && changed != job.spec && !submitters {
+        return retry_as_new_job(auth, state, job, changed).await;
+    }
+    if applied && changed.priority != job.spec.priority {
+        check_priority(&state, &principal, &job.project, changed.priority).await?;
     }
     store::retry(&state.db, &job_id, &request, &state.config.job_policy()).await?;
     let mut detail: Vec<String> = request
@@ -273,6 +281,44 @@ pub async fn retry_job(
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
+/// A retry with changes by anyone but the submitter: the changed spec
+/// becomes a new job of the caller's, checked as a new submission (its
+/// priority too), without the original's secrets, which belong to whoever
+/// set them. The original job stays as it ended.
+async fn retry_as_new_job(
+    auth: Authed<Write>,
+    state: AppState,
+    original: Job,
+    mut spec: JobSpec,
+) -> Result<Json<Job>, ApiError> {
+    let principal = auth.caller.principal();
+    spec.secret_env.clear();
+    spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
+    check_priority(&state, &principal, &spec.project, spec.priority).await?;
+    let job_id = store::submit(&state.db, &state.secret, &spec, &principal).await?;
+    let secrets = if original.secret_env.is_empty() {
+        String::new()
+    } else {
+        format!(" without its secrets ({})", original.secret_env.join(", "))
+    };
+    let detail = format!("retried with changes as new job {job_id}{secrets}");
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::JobRetry,
+        &original.id,
+        &detail,
+    )
+    .await?;
+    state.wake(Wake::Scheduler);
+    tracing::info!(
+        job_id,
+        retried = original.id,
+        "a retry with changes became a new job"
+    );
+    Ok(Json(store::get(&state.db, &job_id).await?))
+}
+
 /// Changes a QUEUED job's priority (editors): higher runs first.
 #[utoipa::path(post, path = "/jobs/{job_id}/priority", tag = "jobs",
     security(("bearer" = ["write"])),
@@ -288,7 +334,7 @@ pub async fn set_priority(
 ) -> Result<Json<Job>, ApiError> {
     let principal = auth.caller.principal();
     let job = store::get_for(&state.db, &principal, &job_id, Role::Editor).await?;
-    check_preempting_priority(&state, &principal, request.priority)?;
+    check_priority(&state, &principal, &job.project, request.priority).await?;
     store::set_priority(&state.db, &job_id, request.priority).await?;
     let detail = format!("priority {} → {}", job.priority, request.priority);
     audit::by_caller(

@@ -127,8 +127,9 @@ pub async fn set_project_primary_metric(
     Ok(Json(project(&state.db, name, role).await?))
 }
 
-/// Changes a project's settings (project admins): whether its runs may be
-/// shared by link (`share_links`).
+/// Changes a project's settings: whether its runs may be shared by link
+/// (`share_links`, project admins), its priority ceiling (`max_priority`,
+/// server admins).
 #[utoipa::path(patch, path = "/projects/{name}", tag = "projects",
     security(("bearer" = ["write"])),
     params(("name" = String, Path)),
@@ -143,9 +144,22 @@ pub async fn change_project(
 ) -> Result<Json<Project>, ApiError> {
     let principal = auth.caller.principal();
     require_admin(&state.db, &principal, &name).await?;
+    let mut changed = Vec::new();
+    if let Some(max) = changes.max_priority {
+        // A project's own admins must not lift their own ceiling.
+        require_server_admin(&auth.caller, "a project's max_priority")?;
+        crate::jobs::priorities::set_max_priority(&state.db, &name, max).await?;
+        changed.push(format!(
+            "max_priority {}",
+            max.map_or("none".to_string(), |m| m.to_string())
+        ));
+    }
     if let Some(allow) = changes.share_links {
         shares::set_allowed(&state.db, &name, allow).await?;
-        let detail = format!("share_links {allow}");
+        changed.push(format!("share_links {allow}"));
+    }
+    if !changed.is_empty() {
+        let detail = changed.join(", ");
         audit::by_caller(
             &state.db,
             &auth.caller,
@@ -172,6 +186,7 @@ async fn project(db: &Db, name: String, role: Role) -> Result<Project, store::Er
     .unwrap_or(true);
     Ok(Project {
         primary_metric: primary::of_project(db, &name).await?,
+        max_priority: crate::jobs::priorities::max_priority(db, &name).await?,
         name,
         role,
         share_links,

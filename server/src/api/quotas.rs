@@ -19,7 +19,7 @@ use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
 /// projects and its own user quota.
 pub async fn visible(state: &AppState, principal: &Principal) -> Result<Vec<Quota>, ApiError> {
     let all = quotas::list(&state.db).await?;
-    if principal.is_admin && principal.project.is_none() {
+    if principal.is_server_admin() {
         return Ok(all);
     }
     let projects = visible_projects(&state.db, principal).await?;

@@ -34,7 +34,8 @@ pub async fn list_users(
     }))
 }
 
-/// Creates a local account (server admins); it may work in the `default` project.
+/// Creates a local account (server admins), with the `default_project_role`
+/// setting's role (viewer unless set) in the `default` project.
 #[utoipa::path(post, path = "/users", tag = "admin",
     security(("bearer" = ["write"])),
     request_body = NewUser,
@@ -46,7 +47,7 @@ pub async fn create_user(
     ApiJson(new): ApiJson<NewUser>,
 ) -> Result<(StatusCode, Json<User>), ApiError> {
     require_server_admin(&auth.caller, "creating users")?;
-    let user = users::create(&state.db, &new).await?;
+    let user = users::create(&state.db, &new, state.config.default_project_role).await?;
     let detail = if user.is_admin { "admin" } else { "" };
     audit::by_caller(
         &state.db,

@@ -32,6 +32,13 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether the caller holds a server admin's rights: an admin, through
+    /// a token not limited to a project (one limited to a project, even an
+    /// admin's, has that project's rights only).
+    pub fn is_server_admin(&self) -> bool {
+        self.is_admin && self.project.is_none()
+    }
+
     /// The caller as access checks see it.
     pub fn principal(&self) -> Principal {
         Principal {
@@ -54,6 +61,13 @@ pub struct Principal {
     pub is_admin: bool,
     /// The token is limited to this project.
     pub project: Option<String>,
+}
+
+impl Principal {
+    /// See [`Caller::is_server_admin`].
+    pub fn is_server_admin(&self) -> bool {
+        self.is_admin && self.project.is_none()
+    }
 }
 
 /// The projects a principal can see.
@@ -144,11 +158,13 @@ pub async fn require(
 }
 
 /// Server admins only (maintenance mode, draining nodes): anyone else is
-/// refused, naming `what`.
+/// refused, naming `what`; so is an admin's token limited to a project.
 pub fn require_server_admin(caller: &Caller, what: &str) -> Result<(), Error> {
-    if caller.is_admin {
-        Ok(())
-    } else {
-        Err(Error::Forbidden(format!("{what} is for server admins")))
+    match &caller.project {
+        _ if caller.is_server_admin() => Ok(()),
+        Some(project) if caller.is_admin => Err(Error::Forbidden(format!(
+            "{what} is for server admins: this token is limited to project {project} and has its rights only"
+        ))),
+        _ => Err(Error::Forbidden(format!("{what} is for server admins"))),
     }
 }

@@ -9,6 +9,7 @@ use crate::store::Error;
 use crate::store::ids::new_id;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::Scope;
+use gpuplane_api::project::Role;
 use gpuplane_api::user::{AgentToken, CreatedAgentToken, NewAgentToken, NewUser, User, UserChanges};
 
 /// The shortest password a local account accepts.
@@ -59,9 +60,9 @@ pub async fn get(db: &Db, name: &str) -> Result<User, Error> {
         .ok_or_else(|| Error::NotFound(format!("no user named `{name}`")))
 }
 
-/// Creates a local account with an argon2-hashed password; everyone may
-/// work in the `default` project.
-pub async fn create(db: &Db, new: &NewUser) -> Result<User, Error> {
+/// Creates a local account with an argon2-hashed password, with `role` in
+/// the `default` project (the `default_project_role` setting; None: none).
+pub async fn create(db: &Db, new: &NewUser, role: Option<Role>) -> Result<User, Error> {
     if !valid_name(&new.name) {
         return Err(Error::field(
             "name",
@@ -100,15 +101,19 @@ pub async fn create(db: &Db, new: &NewUser) -> Result<User, Error> {
         }
         Err(other) => return Err(other),
     }
-    sql!(tx, |conn| {
-        sqlx::query(
-        "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, 'editor', $2)",
-    )
-    .bind(&id)
-    .bind(now_ms())
-    .execute(conn)
-    .await.map(|_| ())
-    })?;
+    if let Some(role) = role {
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, $2, $3)",
+            )
+            .bind(&id)
+            .bind(role.as_str())
+            .bind(now_ms())
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
+    }
     tx.commit().await?;
     get(db, &new.name).await
 }

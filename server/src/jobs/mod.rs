@@ -8,7 +8,8 @@
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
 //! what agents report), `lifecycle` (ending attempts and jobs, retries,
 //! lost attempts), `maintenance` (maintenance mode: a pause of all
-//! dispatch), `quotas` (per project and per user, read by each pass). The
+//! dispatch), `quotas` (per project and per user, read by each pass),
+//! `priorities` (who may give which priority). The
 //! pure parts use no other module; of the rest, each uses only the pure
 //! parts and those listed after it.
 
@@ -19,6 +20,7 @@ pub mod fair_share;
 pub mod lifecycle;
 pub mod maintenance;
 pub mod plan;
+pub mod priorities;
 pub mod quotas;
 pub mod reports;
 pub mod scheduler;

@@ -220,3 +220,62 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
     let (status, _) = f.call("GET", &format!("/jobs/{job_id}"), &bob, None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// A new user is no longer an editor of `default` by default: the setting
+/// `default_project_role` (viewer unless set) gives their role there, for
+/// accounts an admin makes through the API (the host's `admin create-user`
+/// reads the same setting: `binary.rs`).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_user_gets_the_default_project_role_viewer_unless_set() {
+    use gpuplane_api::project::Role;
+    use gpuplane_server::identity::credentials::{NewToken, create_token};
+    for (setting, role) in [
+        (None, Some("viewer")),
+        (Some(Some(Role::Editor)), Some("editor")),
+        (Some(None), None),
+    ] {
+        let f = TestServer::start_with(|config| {
+            if let Some(setting) = setting {
+                config.default_project_role = setting;
+            }
+        })
+        .await;
+        let root = user_token(f.db(), "root", Scope::Write, true).await;
+        let (status, user) = f
+            .call(
+                "POST",
+                "/users",
+                &root,
+                Some(json!({"name": "newbie", "password": "newbie-password-1"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{user}");
+        let new = NewToken {
+            user_id: user["id"].as_str(),
+            name: "test",
+            scope: Scope::Write,
+            expires_at: None,
+            project: None,
+            node: None,
+        };
+        let token = create_token(f.db(), new).await.unwrap().1;
+        let (_, projects) = f.get("/projects", &token).await;
+        let roles: Vec<&str> = projects["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, role.into_iter().collect::<Vec<_>>(), "{setting:?}");
+        let (status, body) = f
+            .call(
+                "POST",
+                "/jobs",
+                &token,
+                Some(json!({"name": "x", "command": ["true"]})),
+            )
+            .await;
+        let submits = status == StatusCode::CREATED;
+        assert_eq!(submits, role == Some("editor"), "{setting:?}: {status} {body}");
+    }
+}

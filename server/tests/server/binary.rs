@@ -309,3 +309,72 @@ fn sigterm_stops_the_server_cleanly() {
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     assert!(rest.contains("shutting down"), "{rest}");
 }
+
+/// The host's `admin create-user` gives the role `default_project_role`
+/// says (viewer unless set, by the variable or the config file), and
+/// `admin create-token` is audited like every other admin action.
+#[test]
+fn admin_create_user_reads_the_default_project_role_and_create_token_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("none.toml");
+    std::fs::write(&config, "default_project_role = \"none\"\n").unwrap();
+    for (name, variable, file) in [
+        ("plain", None, None),
+        ("trusted", Some("editor"), None),
+        ("outsider", None, Some(&config)),
+    ] {
+        let mut command = server(dir.path(), &["admin", "create-user", name, "--password-stdin"]);
+        command.env_remove("GPUPLANE_DEFAULT_PROJECT_ROLE");
+        if let Some(role) = variable {
+            command.env("GPUPLANE_DEFAULT_PROJECT_ROLE", role);
+        }
+        if let Some(file) = file {
+            command.arg("--config").arg(file);
+        }
+        let created = run_with_stdin(command, "a-good-password\n");
+        assert!(created.status.success(), "{created:?}");
+    }
+    let mut bad = server(dir.path(), &["admin", "create-user", "x", "--password-stdin"]);
+    bad.env("GPUPLANE_DEFAULT_PROJECT_ROLE", "owner");
+    assert_one_line_error(
+        &run_with_stdin(bad, "a-good-password\n"),
+        "default_project_role must be none, viewer or editor",
+    );
+    let token = server(
+        dir.path(),
+        &["admin", "create-token", "--user", "plain", "--scope", "read"],
+    )
+    .output()
+    .unwrap();
+    assert!(token.status.success(), "{token:?}");
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (members, audited) = runtime.block_on(async {
+        let db = gpuplane_server::store::open(dir.path()).await.unwrap();
+        let pool = db.as_sqlite().unwrap();
+        let members: Vec<(String, String)> = sqlx::query_as(
+            "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
+             WHERE m.project = 'default' ORDER BY u.name",
+        )
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        let audited: Vec<(String, String, String)> =
+            sqlx::query_as("SELECT action, target, detail FROM audit_log WHERE action = 'token.create'")
+                .fetch_all(pool)
+                .await
+                .unwrap();
+        db.close().await;
+        (members, audited)
+    });
+    assert_eq!(
+        members,
+        [
+            ("plain".to_string(), "viewer".to_string()),
+            ("trusted".into(), "editor".into())
+        ]
+    );
+    assert_eq!(audited.len(), 1, "{audited:?}");
+    assert_eq!(audited[0].1, "plain");
+    assert!(audited[0].2.contains("read"), "{audited:?}");
+}

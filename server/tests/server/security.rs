@@ -624,3 +624,167 @@ async fn docker_images_come_only_from_allowed_registries() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"]["details"][0]["field"], "image");
 }
+
+/// A token limited to a project has that project's rights only, even an
+/// admin's: none of the server admin's powers (users, agent tokens, alert
+/// channels, maintenance, the audit log, preempting priorities), while it
+/// still does everything inside its project.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_admins_project_token_has_project_rights_only() {
+    let f = TestServer::start_with(|config| config.settings.preempt_priority = Some(100)).await;
+    let root = user_token(f.db(), "root", Scope::Write, true).await;
+    let (status, body) = f
+        .call("POST", "/projects", &root, Some(json!({"name": "vision"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, made) = f
+        .call(
+            "POST",
+            "/tokens",
+            &root,
+            Some(json!({"name": "vision-only", "scope": "write", "project": "vision"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let limited = made["secret"].as_str().unwrap().to_string();
+    let (_, who) = f.get("/auth/whoami", &limited).await;
+    assert_eq!(who["is_admin"], json!(false), "{who}");
+
+    let server_wide: [(&str, &str, Option<Value>); 7] = [
+        (
+            "POST",
+            "/users",
+            Some(json!({"name": "mallory", "password": "mallory-password"})),
+        ),
+        ("GET", "/users", None),
+        ("POST", "/agent-tokens", Some(json!({"name": "rogue"}))),
+        (
+            "POST",
+            "/alerts/channels",
+            Some(json!({"name": "leak", "kind": "webhook", "url": "https://example.com/hook"})),
+        ),
+        ("PUT", "/maintenance", Some(json!({"message": "mine now"}))),
+        ("GET", "/audit", None),
+        (
+            "POST",
+            "/jobs",
+            Some(json!({"name": "urgent", "project": "vision", "priority": 100, "command": ["true"]})),
+        ),
+    ];
+    for (method, path, body) in server_wide {
+        let (status, answer) = f.call(method, path, &limited, body.clone()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {answer}");
+        let (status, answer) = f.call(method, path, &root, body).await;
+        assert!(
+            status.is_success(),
+            "the admin's own token may: {method} {path}: {answer}"
+        );
+    }
+    // Inside its project it keeps the project's rights.
+    let (status, job) = f
+        .call(
+            "POST",
+            "/jobs",
+            &limited,
+            Some(json!({"name": "fine", "project": "vision", "priority": 99, "command": ["true"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let (status, _) = f.call("DELETE", "/maintenance", &root, None).await;
+    assert!(status.is_success());
+}
+
+/// A project's priority ceiling: with preemption off, one team could give
+/// every job priority 2^62 and starve the rest. Server admins set
+/// `max_priority`; the project's own admins cannot lift it; its members'
+/// submits, priority changes and retries above it answer 403.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_projects_max_priority_caps_its_members_and_only_server_admins_set_it() {
+    let f = TestServer::start().await;
+    let root = user_token(f.db(), "root", Scope::Write, true).await;
+    let lead = user_token(f.db(), "lead", Scope::Write, false).await;
+    f.call("POST", "/projects", &root, Some(json!({"name": "vision"})))
+        .await;
+    let (status, body) = f
+        .call(
+            "POST",
+            "/projects/vision/members",
+            &root,
+            Some(json!({"user": "lead", "role": "admin"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let set = |token: String, value: Value| {
+        let f = &f;
+        async move {
+            f.call(
+                "PATCH",
+                "/projects/vision",
+                &token,
+                Some(json!({"max_priority": value})),
+            )
+            .await
+        }
+    };
+    let (status, body) = set(lead.clone(), json!(1_000_000)).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "the project's admin: {body}");
+    let (status, body) = set(root.clone(), json!(gpuplane_api::MAX_I64_SAFE + 1)).await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("max_priority")),
+        "{body}"
+    );
+    let (status, body) = set(root.clone(), json!(10)).await;
+    assert_eq!(
+        (status, &body["max_priority"]),
+        (StatusCode::OK, &json!(10)),
+        "{body}"
+    );
+
+    let submit = |priority: i64, command: &str| {
+        json!({"name": "j", "project": "vision", "priority": priority, "command": [command],
+               "node_selector": {"pool": "none-yet"}})
+    };
+    let (status, body) = f.call("POST", "/jobs", &lead, Some(submit(11, "true"))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("up to 10"),
+        "{body}"
+    );
+    let (status, body) = f
+        .call("POST", "/jobs/validate", &lead, Some(submit(11, "true")))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "validate agrees: {body}");
+    let (status, job) = f.call("POST", "/jobs", &lead, Some(submit(10, "true"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let id = job["id"].as_str().unwrap();
+    let (status, body) = f
+        .call(
+            "POST",
+            &format!("/jobs/{id}/priority"),
+            &lead,
+            Some(json!({"priority": 50})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // Server admins are not capped.
+    let (status, body) = f.call("POST", "/jobs", &root, Some(submit(1000, "true"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, projects) = f.get("/projects", &lead).await;
+    let vision = projects["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vision")
+        .unwrap();
+    assert_eq!(vision["max_priority"], json!(10), "{projects}");
+    // null lifts it.
+    let (status, body) = set(root.clone(), Value::Null).await;
+    assert_eq!(
+        (status, &body["max_priority"]),
+        (StatusCode::OK, &Value::Null),
+        "{body}"
+    );
+    let (status, body) = f.call("POST", "/jobs", &lead, Some(submit(11, "true"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}

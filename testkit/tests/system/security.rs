@@ -292,3 +292,88 @@ async fn attempts_of_another_server_are_never_reported() {
         "named once in the agent's log:\n{log}"
     );
 }
+
+/// A secret belongs to whoever set it. Another editor's retry with
+/// changes (their own command) used to run with the submitter's secrets,
+/// identity and priority; now it becomes a new job of theirs, without the
+/// secrets, its priority checked as their own submission would be (an
+/// admin's preempting priority is refused to them). The submitter's own
+/// retry with changes stays their job, secrets and all.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_editors_retry_with_changes_runs_as_their_own_job_without_the_secrets() {
+    let cluster = Cluster::start_with(|config| config.settings.preempt_priority = Some(100)).await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let db = cluster.server.state.db.clone();
+    let ada = gpuplane_testkit::user_token(&db, "ada", gpuplane_api::auth::Scope::Write, false).await;
+    let bob = gpuplane_testkit::user_token(&db, "bob", gpuplane_api::auth::Scope::Write, false).await;
+    let post = |path: String, body: serde_json::Value, token: String| {
+        let cluster = &cluster;
+        async move {
+            cluster
+                .call(reqwest::Method::POST, &path, Some(body), &token)
+                .await
+        }
+    };
+    let secret = "ada-private-key-77";
+    let (status, job) = post(
+        "/jobs".into(),
+        json!({"name": "ada-job", "secret_env": {"API_KEY": secret}, "command": sh("exit 3")}),
+        ada.clone(),
+    )
+    .await;
+    assert_eq!(status, 201, "{job}");
+    let ada_job = job["id"].as_str().unwrap().to_string();
+    cluster.wait_for(&ada_job, JobStatus::Failed).await;
+
+    let print_key = json!({"set": {"command": r#"["sh", "-c", "echo key=[$API_KEY]"]"#}});
+    let (status, retried) = post(format!("/jobs/{ada_job}/retry"), print_key.clone(), bob.clone()).await;
+    assert_eq!(status, 200, "{retried}");
+    let bobs = retried["id"].as_str().unwrap().to_string();
+    assert_ne!(bobs, ada_job, "a new job");
+    assert_eq!(
+        (&retried["submitted_by"], &retried["secret_env"]),
+        (&json!("bob"), &json!([]))
+    );
+    cluster.wait_for(&bobs, JobStatus::Succeeded).await;
+    let output = cluster.output(&bobs, "stdout").await;
+    assert_eq!(output, ["key=[]"], "the secret stayed with its owner");
+    let original = cluster.job(&ada_job).await;
+    assert_eq!(
+        (original.status, original.attempts.len()),
+        (JobStatus::Failed, 1),
+        "untouched"
+    );
+
+    // The admin's job at a preempting priority: Bob's changed retry is his
+    // own submission, refused at that priority, taken below it.
+    let urgent = cluster
+        .submit(json!({"name": "urgent", "priority": 100, "command": sh("exit 1")}))
+        .await;
+    cluster.wait_for(&urgent.id, JobStatus::Failed).await;
+    let (status, refused) = post(
+        format!("/jobs/{}/retry", urgent.id),
+        json!({"set": {"env.X": "1"}}),
+        bob.clone(),
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    let (status, lowered) = post(
+        format!("/jobs/{}/retry", urgent.id),
+        json!({"set": {"env.X": "1", "priority": "0"}}),
+        bob.clone(),
+    )
+    .await;
+    assert_eq!(status, 200, "{lowered}");
+    assert_eq!(
+        (&lowered["priority"], &lowered["submitted_by"]),
+        (&json!(0), &json!("bob"))
+    );
+
+    // Ada's own changed retry stays her job, with her secret (masked in what is shipped).
+    let (status, hers) = post(format!("/jobs/{ada_job}/retry"), print_key, ada.clone()).await;
+    assert_eq!(status, 200, "{hers}");
+    assert_eq!(hers["id"], json!(ada_job));
+    cluster.wait_for(&ada_job, JobStatus::Succeeded).await;
+    assert_eq!(cluster.output(&ada_job, "stdout").await, ["key=[***]"]);
+}
