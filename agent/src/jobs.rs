@@ -29,6 +29,8 @@ const DISK_CHECK_EVERY: Duration = Duration::from_secs(30);
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between SIGTERM and SIGKILL at the time limit, when the server sent none.
 const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(10);
+/// The running executable on Linux, whatever became of its file.
+const SELF_EXE: &str = "/proc/self/exe";
 /// How often a Slurm job's state is read.
 const SLURM_POLL: Duration = Duration::from_secs(1);
 
@@ -579,7 +581,14 @@ impl Attempt {
     }
 
     fn start_shim(&self) -> anyhow::Result<()> {
-        let exe = std::env::current_exe()?;
+        // The running binary itself: after a package upgrade replaced the
+        // file on disk, its path names the new one (or, readlink'd, a
+        // "(deleted)" path that no longer opens), while /proc/self/exe still
+        // opens the image this agent runs.
+        let exe = match std::path::Path::new(SELF_EXE) {
+            path if path.exists() => path.to_path_buf(),
+            _ => std::env::current_exe()?,
+        };
         let mut command = tokio::process::Command::new(exe);
         for (name, _) in std::env::vars_os() {
             if crate::private_variable(&name) && name != "GPUPLANE_LOG" {

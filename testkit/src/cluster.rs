@@ -128,12 +128,25 @@ impl Cluster {
     }
 
     fn agent_command_at(&self, server: &str, name: &str, gpus: u32, jobs_dir: &std::path::Path) -> Command {
+        self.agent_command_from(&binary("gpuplane-agent"), server, name, gpus, jobs_dir)
+    }
+
+    /// Like [`Cluster::agent_command`], running the agent binary at `program`
+    /// (a copy that a test replaces while it runs, say).
+    pub fn agent_command_from(
+        &self,
+        program: &std::path::Path,
+        server: &str,
+        name: &str,
+        gpus: u32,
+        jobs_dir: &std::path::Path,
+    ) -> Command {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join(format!("agent-{name}.log")))
             .unwrap();
-        let mut command = Command::new(binary("gpuplane-agent"));
+        let mut command = Command::new(program);
         command
             .args(["--server", server, "--name", name])
             .args(["--fake-gpus", &gpus.to_string()])

@@ -377,3 +377,41 @@ async fn another_editors_retry_with_changes_runs_as_their_own_job_without_the_se
     cluster.wait_for(&ada_job, JobStatus::Succeeded).await;
     assert_eq!(cluster.output(&ada_job, "stdout").await, ["key=[***]"]);
 }
+
+/// Upgrades in place: a package upgrade replaces the agent's binary on
+/// disk (a new file renamed over the old one) while the agent runs. The
+/// next dispatch still starts its shim (the running image, not the path),
+/// and a job already running reports to its end.
+#[tokio::test(flavor = "multi_thread")]
+async fn replacing_the_agents_binary_while_it_runs_breaks_no_dispatch() {
+    let cluster = Cluster::start().await;
+    let installed = cluster.dir.path().join("opt").join("gpuplane-agent");
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::copy(binary("gpuplane-agent"), &installed).unwrap();
+    let jobs_dir = cluster.dir.path().join("agents").join("box");
+    let mut command = cluster.agent_command_from(&installed, &cluster.server.url, "box", 1, &jobs_dir);
+    command.args(["--token", &cluster.agent_token("box")]);
+    let _agent = gpuplane_testkit::cluster::Agent {
+        child: command.spawn().unwrap(),
+        jobs_dir,
+    };
+    cluster.wait_for_nodes(1).await;
+    let before = cluster
+        .submit(json!({"name": "before", "command": sh("sleep 2; echo done-before")}))
+        .await;
+    cluster.wait_for(&before.id, JobStatus::Running).await;
+
+    // dpkg's way: the new file beside the old, then renamed over it.
+    let staged = installed.with_extension("dpkg-new");
+    std::fs::copy(binary("gpuplane-agent"), &staged).unwrap();
+    std::fs::rename(&staged, &installed).unwrap();
+
+    let after = cluster
+        .submit(json!({"name": "after", "command": sh("echo started-after")}))
+        .await;
+    let ended = cluster.wait_for(&after.id, JobStatus::Succeeded).await;
+    assert_eq!(ended.failure_reason, None);
+    assert_eq!(cluster.output(&after.id, "stdout").await, ["started-after"]);
+    cluster.wait_for(&before.id, JobStatus::Succeeded).await;
+    assert_eq!(cluster.output(&before.id, "stdout").await, ["done-before"]);
+}
