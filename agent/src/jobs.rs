@@ -51,6 +51,8 @@ pub struct Manager {
     max_line_bytes: usize,
     /// `--runner slurm`: every job goes to Slurm, placed by these defaults.
     slurm: Option<slurm::Defaults>,
+    /// Jobs whose folders were removed after a `forget`, for the next poll.
+    forgotten: Mutex<Vec<String>>,
 }
 
 /// How the agent runs attempts, from its command line.
@@ -122,6 +124,7 @@ impl Manager {
             attempts: Mutex::new(HashMap::new()),
             adopted: Mutex::new(adopted),
             owner: Mutex::new(None),
+            forgotten: Mutex::new(Vec::new()),
             disk_free_override,
             max_line_bytes,
             slurm,
@@ -277,6 +280,7 @@ impl Manager {
                     });
                 }
             }
+            AgentCommand::Forget { job_id } => self.forget(job_id),
             AgentCommand::FetchLog {
                 request_id,
                 job_id,
@@ -299,6 +303,36 @@ impl Manager {
                 });
             }
         }
+    }
+
+    /// Removes a deleted job's folder (its attempts' output, state and
+    /// spool) unless one of its attempts is still followed here; then it
+    /// is reported in the next poll, removed or already gone.
+    fn forget(&self, job_id: String) {
+        let safe = (1..=64).contains(&job_id.len())
+            && job_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !safe {
+            tracing::warn!(job_id, "a forget for an id that is no job id: ignored");
+            return;
+        }
+        if self.known().iter().any(|attempt| attempt.job_id == job_id) {
+            return; // Still followed: asked again after its end.
+        }
+        // Never follows a link: a link itself is what is removed.
+        match std::fs::remove_dir_all(self.jobs_dir.join(&job_id)) {
+            Ok(()) => tracing::info!(job_id, "removed a deleted job's folder"),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => tracing::warn!(job_id, %error, "cannot remove a deleted job's folder"),
+        }
+        self.forgotten
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job_id);
+    }
+
+    /// The jobs forgotten since the last call, for the poll that says so.
+    pub fn take_forgotten(&self) -> Vec<String> {
+        std::mem::take(&mut *self.forgotten.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn spawn(

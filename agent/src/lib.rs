@@ -325,6 +325,7 @@ async fn polls(
             node_id: welcome.node_id.clone(),
             gpus: probe.read(),
             running: manager.running(),
+            forgotten: manager.take_forgotten(),
         };
         match client.post::<_, PollAnswer>("agent/poll", &poll).await {
             Ok(answer) => {

@@ -79,6 +79,10 @@ pub struct Poll {
     pub gpus: Vec<Gpu>,
     /// Attempts whose process is alive on this host right now.
     pub running: Vec<AttemptRef>,
+    /// Jobs whose folders the agent removed (or found gone) since its last
+    /// poll, after a `forget` command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forgotten: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -107,6 +111,9 @@ pub enum AgentCommand {
         attempt: i64,
         stream: LogStream,
     },
+    /// The job's run was deleted: remove its attempt folders from this host
+    /// (its output, state and spool), then say so in `Poll::forgotten`.
+    Forget { job_id: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -186,6 +186,7 @@ impl Agent {
                 node_id: self.node_id.clone(),
                 gpus: self.gpus.clone(),
                 running: running.iter().map(|(attempt, _)| attempt.clone()).collect(),
+                forgotten: Vec::new(),
             };
             let stop = *stopped.borrow_and_update();
             if stop {

@@ -71,6 +71,7 @@ pub async fn poll(
     ApiJson(mut poll): ApiJson<Poll>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     require_own_node(&state, &auth.caller, &poll.node_id).await?;
+    dispatch::forgotten(&state, &poll.node_id, &poll.forgotten).await?;
     // Written with other nodes' heartbeats within a moment (`nodes::heartbeats`).
     state
         .heartbeats

@@ -150,6 +150,7 @@ pub async fn commands_for(
             });
         }
     }
+    commands.extend(cleanups(state, node_id).await?);
     commands.extend(state.agents.take_pending(node_id));
     if state.agents.take_fetch_waiting(node_id) {
         commands.extend(crate::nodes::log_relay::claim(&state.db, node_id).await?);
@@ -204,4 +205,40 @@ fn dispatch(
         env,
         stop_grace_ms: state.config.cancel_grace.as_millis() as u64,
     }
+}
+
+/// `forget` commands for the jobs whose runs were deleted after they ran
+/// on this node; sent until its agent says they are gone.
+async fn cleanups(state: &AppState, node_id: &str) -> Result<Vec<AgentCommand>, Error> {
+    let jobs: Vec<String> = sql!(&state.db, |pool| {
+        sqlx::query_scalar("SELECT job_id FROM attempt_cleanups WHERE node_id = $1 ORDER BY job_id LIMIT 100")
+            .bind(node_id)
+            .fetch_all(pool)
+            .await
+    })?;
+    Ok(jobs
+        .into_iter()
+        .map(|job_id| AgentCommand::Forget { job_id })
+        .collect())
+}
+
+/// The agent removed these jobs' folders: no more `forget` for them.
+pub async fn forgotten(state: &AppState, node_id: &str, jobs: &[String]) -> Result<(), Error> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let listed = state.db.dialect().json_values("$2");
+    let mut tx = crate::store::write(&state.db).await?;
+    sql!(tx, |conn| {
+        sqlx::query(&format!(
+            "DELETE FROM attempt_cleanups WHERE node_id = $1 AND job_id IN (SELECT value FROM {listed})"
+        ))
+        .bind(node_id)
+        .bind(serde_json::to_string(jobs).map_err(anyhow::Error::from)?)
+        .execute(conn)
+        .await
+        .map(|_| ())
+    })?;
+    tx.commit().await?;
+    Ok(())
 }

@@ -134,11 +134,29 @@ pub async fn delete(db: &Db, run_id: &str) -> Result<DeletedRun, Error> {
     }
     let mut log_lines = 0;
     if let Some(job_id) = &job_id {
+        // The agents that ran it remove its attempt folders (`nodes`' polls).
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO attempt_cleanups (node_id, job_id, requested_at)
+                 SELECT DISTINCT node_id, job_id, $2 FROM attempts WHERE job_id = $1
+                 ON CONFLICT (node_id, job_id) DO NOTHING",
+            )
+            .bind(job_id)
+            .bind(now_ms())
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
         let job_statements = [
             "DELETE FROM alert_deliveries WHERE event_seq IN (SELECT seq FROM events WHERE job_id = $1)",
             "DELETE FROM events WHERE job_id = $1",
             "DELETE FROM log_lines WHERE job_id = $1",
             "DELETE FROM evaluations WHERE job_id = $1",
+            // Its processes' telemetry, kept under each node's id with keys `JOB.ATTEMPT.FIELD`.
+            "DELETE FROM metric_chunks WHERE run_id IN (SELECT node_id FROM attempts WHERE job_id = $1)
+               AND substr(key, 1, length($1) + 1) = $1 || '.'",
+            "DELETE FROM telemetry_series WHERE node_id IN (SELECT node_id FROM attempts WHERE job_id = $1)
+               AND substr(key, 1, length($1) + 1) = $1 || '.'",
             "DELETE FROM attempts WHERE job_id = $1",
             "DELETE FROM jobs WHERE id = $1",
         ];
@@ -158,6 +176,7 @@ pub async fn delete(db: &Db, run_id: &str) -> Result<DeletedRun, Error> {
         }
     }
     tx.commit().await?;
+    forget_deleted_pages(db).await?;
     Ok(DeletedRun {
         run_id: run_id.to_string(),
         job_id,
@@ -261,4 +280,20 @@ struct UsageRow {
     log_lines: i64,
     log_bytes: i64,
     text_bytes: i64,
+}
+
+/// Leaves no deleted text behind in the database's files. SQLite zeroes
+/// what a delete frees (`secure_delete`, set on every connection), but the
+/// write-ahead log still holds the pages as they were until it is
+/// checkpointed and truncated, which this does. PostgreSQL keeps deleted
+/// rows in its table files until VACUUM reclaims them (autovacuum, or
+/// `VACUUM` by hand).
+pub async fn forget_deleted_pages(db: &Db) -> Result<(), Error> {
+    if let Some(pool) = db.as_sqlite() {
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .execute(pool)
+            .await
+            .map_err(Error::from)?;
+    }
+    Ok(())
 }

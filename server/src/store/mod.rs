@@ -225,6 +225,9 @@ pub async fn open(data_dir: &Path) -> anyhow::Result<Db> {
         // FULL: a transaction that returned is on disk, even across power loss.
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(Duration::from_secs(10))
+        // What a delete frees is zeroed, so a deleted run's text does not
+        // linger in free pages (`runs::lifecycle::forget_deleted_pages`).
+        .pragma("secure_delete", "on")
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new()
         .max_connections(8)

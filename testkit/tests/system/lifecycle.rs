@@ -228,3 +228,82 @@ sys.exit(3)
     assert_eq!(cluster.get(&format!("/runs/{sdk_run}")).await.0, 404);
     assert_eq!(cluster.get(&format!("/runs/{}", running.run_id)).await.0, 200);
 }
+
+/// Delete means gone: deleting a run also removes its job's process
+/// telemetry, leaves none of its text in the database's files (SQLite
+/// zeroes freed pages and the write-ahead log is truncated), and the agent
+/// that ran it removes its attempt folders (output, state, spool).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_run_leaves_no_telemetry_no_text_and_no_attempt_folder() {
+    let cluster = Cluster::start().await;
+    let agent = cluster.agent("box", 1, &["--telemetry-interval", "0.2"]);
+    cluster.wait_for_nodes(1).await;
+    let marker = "output-marker-run-delete-4711";
+    let job = cluster
+        .submit(json!({"name": "doomed", "resources": {"gpu": 1}, "command": sh(&format!("echo {marker}; sleep 1.5"))}))
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let note = "note-marker-run-delete-8812";
+    let (status, body) = cluster
+        .call(
+            Method::PATCH,
+            &format!("/runs/{}", job.run_id),
+            Some(json!({"notes": note})),
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let db = cluster.server.state.db.clone();
+    let telemetry = |db: gpuplane_server::store::Db, job_id: String| async move {
+        let prefix = format!("{job_id}.");
+        let keys: Vec<String> = sql!(&db, |pool| {
+            sqlx::query_scalar(
+                "SELECT key FROM telemetry_series WHERE substr(key, 1, length($1)) = $1
+                 UNION ALL SELECT key FROM metric_chunks WHERE substr(key, 1, length($1)) = $1",
+            )
+            .bind(&prefix)
+            .fetch_all(pool)
+            .await
+        })
+        .unwrap();
+        keys
+    };
+    eventually("the job's process telemetry", WAIT, || async {
+        (!telemetry(db.clone(), job.id.clone()).await.is_empty()).then_some(())
+    })
+    .await;
+    let folder = agent.jobs_dir.join(&job.id);
+    assert!(folder.join("attempt-1").join("stdout.log").exists());
+
+    let (status, body) = cluster
+        .call(
+            Method::DELETE,
+            &format!("/runs/{}", job.run_id),
+            None,
+            &cluster.token,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(telemetry(db.clone(), job.id.clone()).await, Vec::<String>::new());
+    let bytes = gpuplane_testkit::postgres::stored_bytes(&cluster.dir.path().join("server")).await;
+    for text in [marker, note] {
+        assert!(
+            !bytes.windows(text.len()).any(|w| w == text.as_bytes()),
+            "{text} is still in the database's files"
+        );
+    }
+    eventually("the agent removed the attempt folder", WAIT, || async {
+        (!folder.exists()).then_some(())
+    })
+    .await;
+    eventually("the server forgot the cleanup", WAIT, || async {
+        let left: i64 = sql!(&db, |pool| {
+            sqlx::query_scalar("SELECT count(*) FROM attempt_cleanups")
+                .fetch_one(pool)
+                .await
+        })
+        .unwrap();
+        (left == 0).then_some(())
+    })
+    .await;
+}
