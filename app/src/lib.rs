@@ -73,6 +73,7 @@ pub fn App() -> impl IntoView {
                     <A href="/nodes">"Nodes"</A>
                     <A href="/events">"Events"</A>
                     <A href="/alerts">"Alerts"</A>
+                    <A href="/projects">"Projects"</A>
                     <A href="/tokens">"Tokens"</A>
                     <Suspense fallback=|| ()>
                         {move || {
@@ -106,6 +107,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/nodes") ssr=SsrMode::Async view=|| view! { <Protected><pages::Nodes /></Protected> } />
                     <Route path=path!("/events") ssr=SsrMode::Async view=|| view! { <Protected><pages::Events /></Protected> } />
                     <Route path=path!("/alerts") ssr=SsrMode::Async view=|| view! { <Protected><pages::Alerts /></Protected> } />
+                    <Route path=path!("/projects") ssr=SsrMode::Async view=|| view! { <Protected><pages::Projects /></Protected> } />
                     <Route path=path!("/tokens") ssr=SsrMode::Async view=|| view! { <Protected><pages::Tokens /></Protected> } />
                     <Route path=path!("/device") ssr=SsrMode::Async view=|| view! { <Protected><pages::Device /></Protected> } />
                     <Route path=path!("/admin") ssr=SsrMode::Async view=|| view! { <Protected><pages::Admin /></Protected> } />

@@ -17,6 +17,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod nodes;
 pub mod paging;
+pub mod projects;
 pub mod replicas;
 pub mod runs;
 pub mod state;

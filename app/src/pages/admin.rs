@@ -1,6 +1,6 @@
-//! `/admin` and `/admin/audit`: what server admins manage (users, projects
-//! and members, quotas, nodes, agent tokens) and the audit log of who did
-//! what. Every change goes through the API as the signed-in admin, so it
+//! `/admin` and `/admin/audit`: what server admins manage (users, quotas,
+//! nodes, agent tokens; projects are on `/projects`) and the audit log of
+//! who did what. Every change goes through the API as the signed-in admin, so it
 //! is checked and recorded exactly as from `gpuctl admin`.
 
 use crate::CurrentUser;
@@ -13,7 +13,6 @@ use gpuplane_api::Page;
 use gpuplane_api::audit::{AuditAction, AuditEntry};
 use gpuplane_api::node::Node;
 use gpuplane_api::paths;
-use gpuplane_api::project::{Membership, Project, Role};
 use gpuplane_api::quota::Quota;
 use gpuplane_api::user::{AgentToken, CreatedAgentToken, User};
 use leptos::prelude::*;
@@ -45,21 +44,10 @@ type Loaded<T> = Resource<Result<Page<T>, ServerFnError>>;
 /// resources by the order they are made).
 #[component]
 pub fn Admin() -> impl IntoView {
-    let query = use_query_map();
-    let chosen = Signal::derive(move || query.read().get("project").unwrap_or_else(|| "default".into()));
     let users_changed = Changes::new();
     let users = Resource::new(
         move || users_changed.version().get(),
         |_| fetch::<Page<User>>(paths::users()),
-    );
-    let projects_changed = Changes::new();
-    let projects = Resource::new(
-        move || projects_changed.version().get(),
-        |_| fetch::<Page<Project>>(paths::projects()),
-    );
-    let members = Resource::new(
-        move || (chosen.get(), projects_changed.version().get()),
-        |(project, _)| fetch::<Page<Membership>>(paths::project_members(&project)),
     );
     let quotas_changed = Changes::new();
     let quotas = Resource::new(
@@ -84,7 +72,8 @@ pub fn Admin() -> impl IntoView {
             ". Maintenance mode is switched on the " <a href="/">"dashboard"</a> "."</p>
         <AdminsOnly>
             <Users users=users changes=users_changed />
-            <Projects projects=projects members=members chosen=chosen changes=projects_changed />
+            <p class="card">"Projects and their members (and a project's max priority) are on the "
+                <a href="/projects">"Projects"</a> " page."</p>
             <Quotas quotas=quotas changes=quotas_changed />
             <NodeControls nodes=nodes changes=nodes_changed />
             <AgentTokens tokens=tokens changes=tokens_changed created=token_created />
@@ -162,69 +151,6 @@ fn Users(users: Loaded<User>, changes: Changes) -> impl IntoView {
                 <label>"Password (8 or more characters)" <input type="password" name="password" required minlength="8" autocomplete="new-password" bind:value=password /></label>
                 <label class="check"><input type="checkbox" name="admin" bind:checked=admin /> " server admin"</label>
                 <button type="submit">"Create user"</button>
-            </form>
-            <Outcome changes=changes done="Saved." />
-        </section>
-    }
-}
-
-#[component]
-fn Projects(
-    projects: Loaded<Project>,
-    members: Loaded<Membership>,
-    chosen: Signal<String>,
-    changes: Changes,
-) -> impl IntoView {
-    let query = use_query_map();
-    let new_project = RwSignal::new(String::new());
-    let member = RwSignal::new(String::new());
-    let role = RwSignal::new("editor".to_string());
-    let create = move |event: leptos::ev::SubmitEvent| {
-        event.prevent_default();
-        send(
-            changes,
-            "POST",
-            paths::projects(),
-            Some(json!({"name": text(new_project)})),
-        );
-    };
-    let add_member = move |event: leptos::ev::SubmitEvent| {
-        event.prevent_default();
-        let body = json!({"user": text(member), "role": role.get_untracked()});
-        send(
-            changes,
-            "POST",
-            paths::project_members(&chosen.get_untracked()),
-            Some(body),
-        );
-    };
-    view! {
-        <section class="card" data-testid="projects">
-            <h2>"Projects and members"</h2>
-            {loaded(projects, move |page: Page<Project>| view! {
-                <p>"Projects: " {page.items.into_iter().map(|project| {
-                    let href = link("/admin", &query.read_untracked(), &[("project", Some(&project.name))]);
-                    view! { <a href=href>{project.name}</a> " " }
-                }).collect_view()}</p>
-            })}
-            <h3>"Members of " {chosen}</h3>
-            {loaded(members, |page: Page<Membership>| view! {
-                <ul data-testid="members">{page.items.into_iter().map(|m| view! {
-                    <li>{m.user} " (" {m.role.as_str()} ")"</li>
-                }).collect_view()}</ul>
-            })}
-            <form class="inline-form" data-testid="set-member" on:submit=add_member>
-                <label>"User" <input name="user" required bind:value=member /></label>
-                <label>"Role"
-                    <select name="role" on:change=move |event| role.set(event_target_value(&event))>
-                        {Role::ALL.iter().map(|r| view! { <option value=r.as_str() selected=*r == Role::Editor>{r.as_str()}</option> }).collect_view()}
-                    </select>
-                </label>
-                <button type="submit">"Add or change member"</button>
-            </form>
-            <form class="inline-form" data-testid="new-project" on:submit=create>
-                <label>"New project" <input name="project" required placeholder="vision" bind:value=new_project /></label>
-                <button type="submit">"Create project"</button>
             </form>
             <Outcome changes=changes done="Saved." />
         </section>

@@ -1,4 +1,4 @@
-//! `gpuctl project list|create|set-primary|usage|share-links|max-priority|add-member`.
+//! `gpuctl project list|create|set-primary|usage|share-links|max-priority|member`.
 
 use crate::Output;
 use crate::client::{CliError, Client};
@@ -41,7 +41,12 @@ pub enum ProjectCommand {
         #[arg(value_parser = parse_ceiling, allow_hyphen_values = true)]
         max: MaxPriority,
     },
-    /// Add a member or change their role (project admins).
+    /// A project's members: list, add (or change a role), remove.
+    #[command(subcommand)]
+    Member(MemberCommand),
+    /// Add a member or change their role (project admins); the same as
+    /// `member add`.
+    #[command(hide = true)]
     AddMember {
         project: String,
         #[arg(long)]
@@ -50,6 +55,25 @@ pub enum ProjectCommand {
         #[arg(long)]
         role: Role,
     },
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum MemberCommand {
+    /// The project's members and their roles.
+    List { project: String },
+    /// Add a member or change their role (project admins).
+    Add {
+        project: String,
+        #[arg(long)]
+        user: String,
+        /// viewer, editor or admin.
+        #[arg(long)]
+        role: Role,
+    },
+    /// Remove a member (project admins): their tokens limited to the
+    /// project and their share links of its runs are revoked, and the alert
+    /// subscriptions they made for it deleted. The last admin stays.
+    Remove { project: String, user: String },
 }
 
 /// `max-priority`'s value: a whole number, or `none` (no ceiling).
@@ -167,12 +191,35 @@ pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Resu
                 None => format!("{} has no primary metric.", p.name),
             });
         }
-        ProjectCommand::AddMember { project, user, role } => {
+        ProjectCommand::AddMember { project, user, role }
+        | ProjectCommand::Member(MemberCommand::Add { project, user, role }) => {
             let membership: Membership = client
                 .post(&format!("projects/{project}/members"), &Membership { user, role })
                 .await?;
             out.emit(&membership, |m| {
                 format!("{} is now {} of {project}.", m.user, m.role.as_str())
+            });
+        }
+        ProjectCommand::Member(MemberCommand::List { project }) => {
+            let page: Page<Membership> = client.get(&format!("projects/{project}/members")).await?;
+            out.emit(&page, |page| {
+                let mut text = String::new();
+                for member in &page.items {
+                    let _ = writeln!(text, "{:<24} {}", member.user, member.role.as_str());
+                }
+                text
+            });
+        }
+        ProjectCommand::Member(MemberCommand::Remove { project, user }) => {
+            let _: serde_json::Value = client
+                .delete(&format!("projects/{project}/members/{user}"))
+                .await?;
+            let removed = serde_json::json!({"project": project, "removed": user});
+            out.emit(&removed, |_| {
+                format!(
+                    "{user} is no longer a member of {project}; their tokens limited to it and share links of its runs \
+                     are revoked, and the alert subscriptions they made for it are gone."
+                )
             });
         }
     }

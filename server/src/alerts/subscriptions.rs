@@ -19,6 +19,10 @@ pub struct Rule {
     pub user_id: Option<String>,
     pub kinds: Vec<EventKind>,
     pub min_severity: Severity,
+    /// For a user's own events: the projects they are still a member of
+    /// (None: any, for server admins). People leave: what they were removed
+    /// from no longer reaches them.
+    pub projects: Option<Vec<String>>,
 }
 
 /// What matching needs to know of an event.
@@ -37,7 +41,14 @@ impl Rule {
     pub fn receives(&self, event: &EventFacts) -> bool {
         let whose = match (&self.project, &self.user_id) {
             (Some(project), _) => event.project == Some(project.as_str()),
-            (None, Some(user_id)) => event.owner == Some(user_id.as_str()),
+            (None, Some(user_id)) => {
+                event.owner == Some(user_id.as_str())
+                    && self.projects.as_ref().is_none_or(|projects| {
+                        event
+                            .project
+                            .is_some_and(|project| projects.iter().any(|p| p == project))
+                    })
+            }
             (None, None) => true,
         };
         whose
@@ -68,6 +79,7 @@ impl Row {
             user_id: self.user_id.clone(),
             kinds: serde_json::from_str(&self.kinds).unwrap_or_default(),
             min_severity: Severity::parse(&self.min_severity).unwrap_or(Severity::Warning),
+            projects: None,
         }
     }
 
@@ -103,9 +115,45 @@ async fn rows(db: &Db) -> Result<Vec<Row>, Error> {
     })?)
 }
 
-/// Every subscription, as matching needs them.
+/// The subscriptions in force, as matching needs them: none of a disabled
+/// user's (theirs, or made by them), and a user's own ones only for the
+/// projects they are still a member of.
 pub async fn rules(db: &Db) -> Result<Vec<Rule>, Error> {
-    Ok(rows(db).await?.iter().map(Row::rule).collect())
+    let rows: Vec<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "{SELECT} WHERE NOT EXISTS (SELECT 1 FROM users d WHERE d.disabled_at IS NOT NULL
+                 AND (d.id = s.user_id OR d.name = s.created_by))
+             ORDER BY s.id"
+        ))
+        .fetch_all(pool)
+        .await
+    })?;
+    let memberships: Vec<(String, String, bool)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT u.id, coalesce(m.project, ''), u.is_admin FROM users u
+             LEFT JOIN project_members m ON m.user_id = u.id
+             WHERE u.id IN (SELECT user_id FROM alert_subscriptions WHERE user_id IS NOT NULL)",
+        )
+        .fetch_all(pool)
+        .await
+    })?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let mut rule = row.rule();
+            if let Some(user_id) = &rule.user_id {
+                let theirs = memberships.iter().filter(|(id, _, _)| id == user_id);
+                let admin = memberships.iter().any(|(id, _, admin)| id == user_id && *admin);
+                rule.projects = (!admin).then(|| {
+                    theirs
+                        .filter(|(_, project, _)| !project.is_empty())
+                        .map(|(_, project, _)| project.clone())
+                        .collect()
+                });
+            }
+            rule
+        })
+        .collect())
 }
 
 /// Every subscription, oldest first, with the rule of each (for the API's
@@ -181,6 +229,7 @@ mod tests {
             user_id: user_id.map(str::to_string),
             kinds: kinds.to_vec(),
             min_severity: min,
+            projects: None,
         }
     }
 
@@ -225,6 +274,13 @@ mod tests {
         assert!(mine.receives(&oom));
         assert!(!mine.receives(&retrying), "not a kind it asked for");
         assert!(!mine.receives(&nlp), "another user's job");
+
+        // Removed from vision, ada no longer hears of her jobs there.
+        let removed = Rule {
+            projects: Some(vec!["nlp".into()]),
+            ..rule(None, Some("usr_ada"), &[], Severity::Info)
+        };
+        assert!(!removed.receives(&oom));
 
         let all = rule(None, None, &[], Severity::Info);
         for event in [&oom, &retrying, &disk, &nlp] {

@@ -188,6 +188,7 @@ pub async fn create_subscription(
         user_id,
         kinds: new.kinds.clone(),
         min_severity: new.min_severity,
+        projects: None,
     };
     let subscription = subscriptions::create(&state.db, &rule, caller.user_name.as_deref()).await?;
     let target = format!("{} → {}", subscription.scope, subscription.channel);

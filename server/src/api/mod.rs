@@ -103,6 +103,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(projects::list_projects, projects::create_project))
         .routes(routes!(projects::list_members, projects::set_member))
+        .routes(routes!(projects::remove_member))
         .routes(routes!(projects::set_project_primary_metric))
         .routes(routes!(projects::change_project))
         .routes(routes!(runs::create_run, runs::list_runs))

@@ -241,6 +241,33 @@ pub async fn set_member(
     Ok(Json(membership))
 }
 
+/// Removes a member (project admins): their tokens limited to the
+/// project and their share links of its runs are revoked, and the alert
+/// subscriptions they made for it deleted, at once. The last admin stays (409).
+#[utoipa::path(delete, path = "/projects/{name}/members/{user}", tag = "projects",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path), ("user" = String, Path)),
+    responses((status = 204), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn remove_member(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path((name, user)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    require_admin(&state.db, &auth.caller.principal(), &name).await?;
+    let removed = crate::projects::remove_member(&state.db, &name, &user).await?;
+    let detail = removed.describe(&user);
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::ProjectMember,
+        &name,
+        &detail,
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 fn valid_project_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name

@@ -200,8 +200,8 @@ pub struct Visit<'a> {
 }
 
 /// The run a link's secret opens, recording the visit. An unknown secret,
-/// an expired or revoked link and one of a project that forbids links all
-/// answer the same "not found".
+/// an expired or revoked link, one of a project that forbids links and one
+/// a disabled user made all answer the same "not found".
 pub async fn open(db: &Db, secret: &str, visit: Visit<'_>) -> Result<Opened, Error> {
     let not_found = || Error::NotFound("this link does not exist, has expired or was revoked".into());
     if !secret.starts_with(SECRET_PREFIX) || secret.len() > 100 {
@@ -212,7 +212,8 @@ pub async fn open(db: &Db, secret: &str, visit: Visit<'_>) -> Result<Opened, Err
         sqlx::query_as(
             "SELECT s.id, s.run_id, s.created_by, s.expires_at
          FROM share_links s JOIN runs r ON r.id = s.run_id JOIN projects p ON p.name = r.project
-         WHERE s.secret_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND p.share_links = TRUE",
+         WHERE s.secret_hash = $1 AND s.revoked_at IS NULL AND s.expires_at > $2 AND p.share_links = TRUE
+           AND NOT EXISTS (SELECT 1 FROM users u WHERE u.name = s.created_by AND u.disabled_at IS NOT NULL)",
         )
         .bind(hash_token(secret))
         .bind(now)

@@ -332,6 +332,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         patch  /api/v1/projects/{name}  bearer ["write"]
         get    /api/v1/projects/{name}/members  bearer ["read"]
         post   /api/v1/projects/{name}/members  bearer ["write"]
+        delete /api/v1/projects/{name}/members/{user}  bearer ["write"]
         post   /api/v1/projects/{name}/primary-metric  bearer ["write"]
         get    /api/v1/quotas  bearer ["read"]
         delete /api/v1/quotas/{kind}/{name}  bearer ["write"]

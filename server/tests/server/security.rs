@@ -788,3 +788,195 @@ async fn a_projects_max_priority_caps_its_members_and_only_server_admins_set_it(
     let (status, body) = f.call("POST", "/jobs", &lead, Some(submit(11, "true"))).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
+
+/// People leave. A project admin removes a member: their tokens limited to
+/// the project stop working (401), their share links of its runs close
+/// (404), the alert subscriptions they made for it go, and their own
+/// subscription no longer hears of the project; all in one audited step.
+/// A disabled user's share links and subscriptions stop likewise. The
+/// last admin stays (409); an editor cannot remove anyone (403), an
+/// outsider does not see the project (404).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_member_loses_what_reached_the_project_and_a_disabled_user_too() {
+    use gpuplane_server::alerts::subscriptions::{EventFacts, rules};
+    let f = TestServer::start().await;
+    let db = f.db().clone();
+    let root = user_token(&db, "root", Scope::Write, true).await;
+    let lead = user_token(&db, "lead", Scope::Write, false).await;
+    let leaver = user_token(&db, "leaver", Scope::Write, false).await;
+    let outsider = user_token(&db, "outsider", Scope::Write, false).await;
+    f.call("POST", "/projects", &root, Some(json!({"name": "vision"})))
+        .await;
+    for (user, role) in [("lead", "admin"), ("leaver", "admin")] {
+        let (status, body) = f
+            .call(
+                "POST",
+                "/projects/vision/members",
+                &root,
+                Some(json!({"user": user, "role": role})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (status, body) = f
+        .call(
+            "POST",
+            "/alerts/channels",
+            &root,
+            Some(json!({"name": "ops", "kind": "webhook", "url": "https://hooks.example.com/x"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // What the leaver holds in the project.
+    let (_, made) = f
+        .call(
+            "POST",
+            "/tokens",
+            &leaver,
+            Some(json!({"name": "ci", "scope": "write", "project": "vision"})),
+        )
+        .await;
+    let limited = made["secret"].as_str().unwrap().to_string();
+    let (_, run) = f
+        .call(
+            "POST",
+            "/runs",
+            &leaver,
+            Some(json!({"project": "vision", "name": "r"})),
+        )
+        .await;
+    let run_id = run["id"].as_str().unwrap().to_string();
+    let (_, shared) = f
+        .post(&format!("/runs/{run_id}/shares"), &leaver, json!({}))
+        .await;
+    let link = shared["url"].as_str().unwrap().to_string();
+    for body in [
+        json!({"channel": "ops", "project": "vision"}),
+        json!({"channel": "ops"}),
+    ] {
+        let (status, made) = f.call("POST", "/alerts/subscriptions", &leaver, Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{made}");
+    }
+    let anonymous = reqwest::Client::new();
+    assert_eq!(
+        anonymous.get(&link).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    let (status, _) = f.get("/runs?project=vision", &limited).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Who may remove: the project's admins only.
+    let (status, _) = f
+        .call("DELETE", "/projects/vision/members/leaver", &outsider, None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = f
+        .call("DELETE", "/projects/vision/members/ghost", &lead, None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "no such member");
+    let (status, body) = f
+        .call("DELETE", "/projects/vision/members/leaver", &lead, None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+
+    let (status, _) = f.get("/runs?project=vision", &limited).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "the project token is revoked");
+    assert_eq!(
+        anonymous.get(&link).send().await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let (_, runs) = f.get("/runs", &leaver).await;
+    assert!(
+        !runs.to_string().contains(&run_id),
+        "their own token no longer sees it"
+    );
+    let remaining = rules(&db).await.unwrap();
+    assert!(
+        remaining.iter().all(|rule| rule.project.is_none()),
+        "their project subscription went"
+    );
+    let (leaver_id,): (String,) = sql!(&db, |pool| {
+        sqlx::query_as("SELECT id FROM users WHERE name = 'leaver'")
+            .fetch_one(pool)
+            .await
+    })
+    .unwrap();
+    let their_job_in_vision = EventFacts {
+        kind: gpuplane_api::event::EventKind::Oom,
+        severity: gpuplane_api::event::Severity::Critical,
+        project: Some("vision"),
+        owner: Some(&leaver_id),
+    };
+    assert!(
+        !remaining.iter().any(|rule| rule.receives(&their_job_in_vision)),
+        "their own subscription no longer hears of the project"
+    );
+    let (_, audit) = f.get("/audit?action=project.member", &root).await;
+    assert!(
+        audit
+            .to_string()
+            .contains("removed leaver (was admin); revoked 1 token(s)"),
+        "{audit}"
+    );
+
+    // The last admin stays (root made the project, so it was an admin too);
+    // an editor removes nobody.
+    let (status, _) = f
+        .call("DELETE", "/projects/vision/members/root", &lead, None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, body) = f
+        .call("DELETE", "/projects/vision/members/lead", &lead, None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    f.call(
+        "POST",
+        "/projects/vision/members",
+        &root,
+        Some(json!({"user": "outsider", "role": "editor"})),
+    )
+    .await;
+    let (status, _) = f
+        .call("DELETE", "/projects/vision/members/lead", &outsider, None)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // A disabled user's share links and subscriptions stop working.
+    let (_, shared) = f.post(&format!("/runs/{run_id}/shares"), &lead, json!({})).await;
+    let lead_link = shared["url"].as_str().unwrap().to_string();
+    let (status, _) = f
+        .call(
+            "POST",
+            "/alerts/subscriptions",
+            &lead,
+            Some(json!({"channel": "ops", "project": "vision"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        anonymous.get(&lead_link).send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert!(
+        rules(&db)
+            .await
+            .unwrap()
+            .iter()
+            .any(|rule| rule.project.as_deref() == Some("vision"))
+    );
+    let (status, body) = f
+        .call("PATCH", "/users/lead", &root, Some(json!({"disabled": true})))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        anonymous.get(&lead_link).send().await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    assert!(
+        rules(&db)
+            .await
+            .unwrap()
+            .iter()
+            .all(|rule| rule.project.is_none())
+    );
+}

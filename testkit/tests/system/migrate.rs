@@ -33,7 +33,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 34, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 35, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -54,7 +54,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 34);
+    assert_eq!(tables.len(), 35);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -237,6 +237,12 @@ sys.exit(3)
         )
         .await;
     assert!(status < 300, "{body}");
+
+    // A cleanup an agent has not acknowledged yet: its node is gone for good.
+    sqlx::query("INSERT INTO attempt_cleanups (node_id, job_id, requested_at) VALUES ('node_gone', 'job_gone', 1)")
+        .execute(cluster.server.state.db.as_sqlite().unwrap())
+        .await
+        .unwrap();
 
     // Telemetry samples and the alert's delivery attempts arrive on their own.
     eventually("telemetry and an alert delivery", WAIT, || async {
