@@ -67,6 +67,7 @@ pub mod quota;
 pub mod share;
 pub mod spec;
 pub mod telemetry;
+pub mod terminal;
 pub mod user;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):

@@ -109,7 +109,9 @@ impl Output {
         } else {
             let text = human(value);
             if !text.is_empty() {
-                println!("{}", text.trim_end());
+                // Names, messages and notes come from other people: their
+                // control characters are shown, never obeyed.
+                println!("{}", gpuplane_api::terminal::visible(text.trim_end()));
             }
         }
     }
@@ -121,7 +123,7 @@ impl Output {
             };
             println!("{}", serde_json::to_string_pretty(&body).unwrap_or_default());
         }
-        eprintln!("error: {}", error.error.message);
+        eprintln!("error: {}", gpuplane_api::terminal::visible(&error.error.message));
         // With one field the message already names it.
         if error.error.details.len() > 1 {
             for detail in &error.error.details {

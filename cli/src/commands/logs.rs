@@ -3,13 +3,17 @@
 //! Output lines go to stdout or stderr like the job wrote them. `-f` follows
 //! over server-sent events and, when the connection drops, reconnects with
 //! `Last-Event-ID`, so no line is lost or printed twice. `-n 0` prints the
-//! whole files, fetched from the agent.
+//! whole files, fetched from the agent. What reaches the terminal keeps its
+//! colours and carriage returns but none of the sequences that act on the
+//! terminal (`gpuplane_api::terminal::LogFilter`); `--raw` prints the bytes
+//! as the job wrote them.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use crate::exit::Failure;
 use futures_util::StreamExt;
 use gpuplane_api::log::{LogLine, LogStream, Logs};
+use gpuplane_api::terminal::LogFilter;
 use std::io::Write;
 use std::time::Duration;
 
@@ -28,6 +32,10 @@ pub struct LogsArgs {
     /// Attempt number (default: the latest; with -f, every attempt).
     #[arg(long)]
     attempt: Option<i64>,
+    /// The bytes as the job wrote them, escape sequences that act on the
+    /// terminal (titles, clipboard, hyperlinks, cursor reports) included.
+    #[arg(long)]
+    raw: bool,
 }
 
 fn parse_stream(text: &str) -> Result<LogStream, String> {
@@ -68,7 +76,7 @@ pub async fn run(client: &Client, args: LogsArgs, out: &Output) -> Result<(), Cl
             eprintln!("(older lines are on the agent: gpuctl logs -n 0 {})", args.job_id);
         }
         for line in &logs.lines {
-            print_line(line);
+            print_line(line, args.raw);
         }
     }
     Ok(())
@@ -88,10 +96,16 @@ fn query(args: &LogsArgs, route: &str, tail: Option<i64>) -> String {
     path.trim_end_matches(['&', '?']).to_string()
 }
 
-fn print_line(line: &LogLine) {
+/// One line to its stream, made safe for the terminal unless `raw`.
+fn print_line(line: &LogLine, raw: bool) {
+    let text = if raw {
+        line.text.clone()
+    } else {
+        LogFilter::line(&line.text)
+    };
     match line.stream {
-        LogStream::Stdout => println!("{}", line.text),
-        LogStream::Stderr => eprintln!("{}", line.text),
+        LogStream::Stdout => println!("{text}"),
+        LogStream::Stderr => eprintln!("{text}"),
     }
 }
 
@@ -115,9 +129,15 @@ async fn full(client: &Client, args: &LogsArgs, out: &Output) -> Result<(), CliE
                     fetched.push((stream, text));
                 } else {
                     let mut body = response.bytes_stream();
+                    let mut filter = LogFilter::new();
                     while let Some(chunk) = body.next().await {
                         let chunk = chunk
                             .map_err(|e| CliError::new(Failure::Unreachable, "unreachable", e.to_string()))?;
+                        let chunk = if args.raw {
+                            chunk.to_vec()
+                        } else {
+                            filter.push(&chunk)
+                        };
                         let _ = match stream {
                             LogStream::Stdout => std::io::stdout().write_all(&chunk),
                             LogStream::Stderr => std::io::stderr().write_all(&chunk),
@@ -126,13 +146,16 @@ async fn full(client: &Client, args: &LogsArgs, out: &Output) -> Result<(), CliE
                 }
             }
             Err(error) if error.failure == Failure::Other && error.error.code == "unavailable" => {
-                eprintln!("warning: {}", error.error.message);
+                eprintln!(
+                    "warning: {}",
+                    gpuplane_api::terminal::visible(&error.error.message)
+                );
                 let logs: Logs = client.get(&query(args, "logs", Some(SERVER_TAIL_MAX))).await?;
                 for line in logs.lines.iter().filter(|l| l.stream == stream) {
                     if out.json {
                         fetched.push((stream, format!("{}\n", line.text)));
                     } else {
-                        print_line(line);
+                        print_line(line, args.raw);
                     }
                 }
             }
@@ -160,7 +183,10 @@ async fn follow(client: &Client, args: &LogsArgs, tail: i64, out: &Output) -> Re
             Ok(response) => response,
             Err(error) if error.failure == Failure::Unreachable && failures < 30 => {
                 failures += 1;
-                eprintln!("(connection lost: {}; reconnecting)", error.error.message);
+                eprintln!(
+                    "(connection lost: {}; reconnecting)",
+                    gpuplane_api::terminal::visible(&error.error.message)
+                );
                 tokio::time::sleep(Duration::from_millis(500 * failures.min(10))).await;
                 continue;
             }
@@ -189,7 +215,7 @@ async fn follow(client: &Client, args: &LogsArgs, tail: i64, out: &Output) -> Re
                                 if out.json {
                                     println!("{}", serde_json::to_string(&log_line).unwrap_or_default());
                                 } else {
-                                    print_line(&log_line);
+                                    print_line(&log_line, args.raw);
                                 }
                             }
                             if done.id.is_some() {

@@ -86,13 +86,14 @@ pub async fn run(client: &Client, args: &SyncArgs, out: &Output) -> Result<(), C
     let stopped =
         gpuplane_spool::replay_dir(&CliSender(client), &dir, OnTokenRefused::Stop, &mut replay).await;
     for quarantined in &replay.quarantined {
-        eprintln!(
+        let warning = format!(
             "warning: the server refused {} record(s) ({} point(s)): {} {}; kept in {}",
             quarantined.records, quarantined.points, quarantined.status, quarantined.reason, quarantined.file
         );
+        eprintln!("{}", gpuplane_api::terminal::visible(&warning));
     }
     for file in &replay.unreadable {
-        eprintln!("warning: not replayed: {file}");
+        eprintln!("warning: not replayed: {}", gpuplane_api::terminal::visible(file));
     }
     if let Err(stop) = stopped {
         let failure = match stop {

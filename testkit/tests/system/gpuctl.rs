@@ -699,3 +699,68 @@ async fn submit_records_its_git_checkout_and_refuses_uncommitted_changes_unless_
         "{shown}"
     );
 }
+
+/// Output cannot attack the terminal or the spreadsheet. A job prints a
+/// window title, a clipboard write, a hyperlink, a cursor report request
+/// and a device control string between coloured text and a progress bar's
+/// carriage return: `gpuctl logs` (kept lines, `-f` and the whole file)
+/// keeps the colours and the `\r` and drops the rest; `--raw` gives the
+/// bytes as written. A job named with an escape shows it escaped, and a
+/// run whose name is a formula is text in `--csv`.
+#[tokio::test(flavor = "multi_thread")]
+async fn output_cannot_drive_the_terminal_or_a_spreadsheet() {
+    let env = Env::start().await;
+    let hostile = r"printf '\033[32mgreen\033[0m \033]0;pwned-title\007\033]52;c;cm0gLXJmIC8=\007\033]8;;https://evil.example\033\\link\033]8;;\033\\ \033[6n\033P+q544e\033\\end\n 50%%\r100%%\n'";
+    let submitted = env.json(&[
+        "job",
+        "submit",
+        "--name",
+        "evil\u{1b}]0;job-title\u{7}",
+        "--",
+        "sh",
+        "-c",
+        hostile,
+    ]);
+    let id = submitted["id"].as_str().unwrap().to_string();
+    env.wait_status(&id, "SUCCEEDED").await;
+    let coloured = "\u{1b}[32mgreen\u{1b}[0m link end\n";
+    // The server keeps a progress bar's last state; the agent's file has it all.
+    for (args, progress) in [
+        (vec!["logs", &id], "100%\n"),
+        (vec!["logs", "-f", &id], "100%\n"),
+        (vec!["logs", "-n", "0", &id], " 50%\r100%\n"),
+    ] {
+        let shown = env.run(&args);
+        assert!(shown.status.success(), "{}", text(&shown.stderr));
+        assert_eq!(text(&shown.stdout), format!("{coloured}{progress}"), "{args:?}");
+    }
+    let raw = text(&env.run(&["logs", "--raw", &id]).stdout);
+    assert!(
+        raw.contains("\u{1b}]0;pwned-title\u{7}") && raw.contains("\u{1b}[6n"),
+        "{raw:?}"
+    );
+
+    let listed = text(&env.run(&["job", "list"]).stdout);
+    assert!(!listed.contains('\u{1b}'), "{listed:?}");
+    assert!(listed.contains(r"evil\u{1b}]0;job-title\u{7}"), "{listed}");
+
+    let http = reqwest::Client::new();
+    let created = http
+        .post(format!("{}/api/v1/runs", env.server.url))
+        .bearer_auth(&env.token)
+        .json(&serde_json::json!({"name": "=HYPERLINK(\"https://evil.example\",\"x\")", "config": {"note": "@SUM(A1:A9)"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let csv = text(
+        &env.run(&["run", "list", "--columns", "config.note", "--csv"])
+            .stdout,
+    );
+    let row = csv.lines().find(|line| line.contains("HYPERLINK")).unwrap();
+    assert!(
+        row.contains(",\"'=HYPERLINK(\"\"https://evil.example\"\",\"\"x\"\")\","),
+        "{row}"
+    );
+    assert!(row.ends_with(",'@SUM(A1:A9)"), "{row}");
+}

@@ -239,10 +239,12 @@ sys.exit(3)
     assert!(status < 300, "{body}");
 
     // A cleanup an agent has not acknowledged yet: its node is gone for good.
-    sqlx::query("INSERT INTO attempt_cleanups (node_id, job_id, requested_at) VALUES ('node_gone', 'job_gone', 1)")
-        .execute(cluster.server.state.db.as_sqlite().unwrap())
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO attempt_cleanups (node_id, job_id, requested_at) VALUES ('node_gone', 'job_gone', 1)",
+    )
+    .execute(cluster.server.state.db.as_sqlite().unwrap())
+    .await
+    .unwrap();
 
     // Telemetry samples and the alert's delivery attempts arrive on their own.
     eventually("telemetry and an alert delivery", WAIT, || async {
