@@ -195,6 +195,10 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     let hostname = hostname();
     let name = args.name.clone().unwrap_or_else(|| hostname.clone());
     let slurm = (args.runner == "slurm").then(|| slurm::Defaults::from_labels(&args.labels.0));
+    if slurm.is_some() {
+        // By absolute path, from the agent's own PATH, before any job runs.
+        slurm::find_tools();
+    }
     let fake_gpus = match &slurm {
         // Slurm's GPUs, shown like simulated ones: Slurm, not NVML on this host, places them.
         Some(defaults) => Some(match args.slurm_gpus {

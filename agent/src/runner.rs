@@ -164,6 +164,11 @@ pub fn resolve_program(dispatch: &Dispatch, working_dir: &Path) -> Result<PathBu
     ))
 }
 
+/// Whether `path` is a file anyone may execute.
+pub fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
 fn executable(path: &Path) -> Result<(), String> {
     let metadata = std::fs::metadata(path)
         .map_err(|_| format!("command[0] {} does not exist on this host", path.display()))?;

@@ -10,6 +10,13 @@
 //! kept in `slurm.json` in the attempt directory, so a restarted agent
 //! adopts the job. Its state is read with `scontrol show job` (and `sacct`
 //! once slurmctld has forgotten it); cancel is `scancel`.
+//!
+//! A job cannot configure the agent's own `sbatch`: Slurm's commands run by
+//! the absolute paths found on the agent's `PATH` when it started, with the
+//! agent's environment (less its own settings); the job's variables go to
+//! the job alone, through `--export-file` on a pipe (never a file, never
+//! argv), so a job's `PATH`, `SBATCH_*` or `SLURM_*` change neither which
+//! `sbatch` runs nor what it allocates. GPUs are always on the `sbatch` line.
 
 use crate::files;
 use crate::runner;
@@ -29,6 +36,39 @@ const SCRIPT_TEXT: &str =
     "#!/bin/sh\n# GPUPlane: the job's argv follows as arguments; no shell reads it.\nexec \"$@\"\n";
 /// How long one Slurm command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Slurm's client commands, by the absolute path found on the agent's own
+/// `PATH` when it started (`tools`); a job's environment never picks them.
+static TOOLS: std::sync::OnceLock<BTreeMap<&'static str, std::path::PathBuf>> = std::sync::OnceLock::new();
+const TOOL_NAMES: [&str; 5] = ["sbatch", "scontrol", "sacct", "scancel", "sinfo"];
+
+/// Finds Slurm's commands on the agent's `PATH`, once (at start).
+pub fn find_tools() {
+    TOOLS.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        TOOL_NAMES
+            .into_iter()
+            .filter_map(|name| {
+                std::env::split_paths(&path)
+                    .filter(|dir| dir.is_absolute())
+                    .map(|dir| dir.join(name))
+                    .find(|candidate| runner::is_executable(candidate))
+                    .map(|found| (name, found))
+            })
+            .collect()
+    });
+}
+
+/// A Slurm command by its absolute path (found at start), or why not.
+fn tool(name: &'static str) -> Result<Command, String> {
+    find_tools();
+    match TOOLS.get().and_then(|tools| tools.get(name)) {
+        Some(path) => Ok(Command::new(path)),
+        None => Err(format!(
+            "`{name}` is not installed (Slurm's client commands are needed on the agent's PATH)"
+        )),
+    }
+}
 
 /// Where jobs go when neither the spec nor the node's labels say.
 #[derive(Debug, Clone, Default)]
@@ -101,7 +141,8 @@ pub async fn check(dispatch: &Dispatch, attempt_dir: &Path, host: &str, enabled:
     let mut process = dispatch.clone();
     process.spec.runner = Runner::Process;
     runner::check(&process, attempt_dir, host).await?;
-    match run(Command::new("sbatch").arg("--version")).await {
+    let mut version = tool("sbatch").map_err(|error| format!("runner slurm: {error} on {host}"))?;
+    match run(version.arg("--version")).await {
         Ok(_) => Ok(()),
         Err(error) => Err(format!("runner slurm: {error} on {host}")),
     }
@@ -118,25 +159,30 @@ pub async fn submit(
     let mut process = dispatch.clone();
     process.spec.runner = Runner::Process;
     let (program, args, working_dir, _) = runner::command_line(&process, attempt_dir);
-    let mut command = Command::new("sbatch");
+    let mut command = tool("sbatch").map_err(|e| format!("runner slurm: {e}"))?;
     command.args(sbatch_options(dispatch, attempt_dir, &working_dir, defaults));
-    command.arg(&script).arg(&program).args(&args);
-    // The job's environment is sbatch's (`--export=ALL`): the host's, less
-    // the agent's own settings, plus the job's. Slurm sets
-    // CUDA_VISIBLE_DEVICES for the GPUs it gives the job.
+    // sbatch's own environment is the host's, less the agent's own settings
+    // (`--export=ALL` gives the job that too); Slurm sets
+    // CUDA_VISIBLE_DEVICES for the GPUs it allocates.
     for (name, _) in std::env::vars_os() {
         if crate::private_variable(&name) || name == "CUDA_VISIBLE_DEVICES" {
             command.env_remove(name);
         }
     }
-    for (name, value) in runner::job_env(dispatch, attempt_dir) {
-        if name != "CUDA_VISIBLE_DEVICES" {
-            command.env(name, value);
-        }
-    }
+    // The job's variables reach the job alone, through a pipe sbatch reads.
+    let job_env: Vec<(String, String)> = runner::job_env(dispatch, attempt_dir)
+        .into_iter()
+        .filter(|(name, _)| name != "CUDA_VISIBLE_DEVICES")
+        .collect();
+    let export = ExportPipe::new(&job_env)
+        .map_err(|e| format!("runner slurm: cannot pass the job's environment: {e}"))?;
+    command.arg(format!("--export-file={}", export.fd()));
+    export.keep_open_in(&mut command);
+    command.arg(&script).arg(&program).args(&args);
     let output = run(&mut command)
         .await
         .map_err(|e| format!("runner slurm: {e}"))?;
+    drop(export);
     // `--parsable` prints `ID` or `ID;CLUSTER`.
     let id = output
         .trim()
@@ -151,6 +197,68 @@ pub async fn submit(
     files::write_json(&attempt_dir.join(HANDLE), &job)
         .map_err(|e| format!("Slurm job {id} was submitted but its record cannot be written: {e:#}"))?;
     Ok(job)
+}
+
+/// The job's variables on a pipe for `sbatch --export-file=FD`: `NAME=value`
+/// entries separated by NUL, written by a thread while sbatch reads. The
+/// read end is open in sbatch alone (close-on-exec everywhere else, so no
+/// other process the agent starts meanwhile inherits it).
+struct ExportPipe {
+    read: std::os::fd::OwnedFd,
+}
+
+impl ExportPipe {
+    fn new(env: &[(String, String)]) -> std::io::Result<ExportPipe> {
+        use std::io::Write;
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into the array we own.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just opened and are owned here only.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        // Slurm takes descriptors of 3 and above only.
+        // SAFETY: F_DUPFD_CLOEXEC duplicates a descriptor we own.
+        let high = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&read), libc::F_DUPFD_CLOEXEC, 10) };
+        if high < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fcntl returned a new descriptor that nothing else owns.
+        let read = unsafe { OwnedFd::from_raw_fd(high) };
+        let mut entries = Vec::new();
+        for (name, value) in env {
+            entries.extend_from_slice(name.as_bytes());
+            entries.push(b'=');
+            entries.extend_from_slice(value.as_bytes());
+            entries.push(0);
+        }
+        let mut writer = std::fs::File::from(write);
+        std::thread::spawn(move || {
+            // A failed write ends the pipe early: sbatch then fails, and says why.
+            let _ = writer.write_all(&entries);
+        });
+        Ok(ExportPipe { read })
+    }
+
+    fn fd(&self) -> i32 {
+        std::os::fd::AsRawFd::as_raw_fd(&self.read)
+    }
+
+    /// Clears close-on-exec on the read end in `command`'s child only.
+    fn keep_open_in(&self, command: &mut Command) {
+        let fd = self.fd();
+        // SAFETY: between fork and exec the closure only calls fcntl, which
+        // is async-signal-safe, on a descriptor the child inherited.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
 }
 
 /// sbatch's options for an attempt (everything before the script).
@@ -178,8 +286,11 @@ fn sbatch_options(
         "--export=ALL".to_string(),
         "--nodes=1".to_string(),
     ];
+    // Always on the line, so nothing in sbatch's environment decides it.
     if spec.resources.gpu > 0 {
         options.push(format!("--gres=gpu:{}", spec.resources.gpu));
+    } else {
+        options.push("--gres=none".to_string());
     }
     let placement = spec.slurm.clone().unwrap_or_default();
     let named = [
@@ -206,7 +317,7 @@ fn sbatch_options(
 /// Reads where the job is: `scontrol`, else `sacct` (slurmctld forgets
 /// ended jobs after `MinJobAge`). A job neither knows ended lost.
 pub async fn state(job: &SlurmJob) -> Result<State, String> {
-    let shown = run(Command::new("scontrol")
+    let shown = run(tool("scontrol")?
         .args(["show", "job", "--oneliner"])
         .arg(job.id.to_string())
         .env("SLURM_TIME_FORMAT", "%s"))
@@ -214,7 +325,7 @@ pub async fn state(job: &SlurmJob) -> Result<State, String> {
     match shown {
         Ok(text) => parse_scontrol(&text),
         Err(error) if error.contains("Invalid job id") => {
-            let accounted = run(Command::new("sacct")
+            let accounted = run(tool("sacct")?
                 .args([
                     "--noheader",
                     "--parsable2",
@@ -321,7 +432,7 @@ fn interpret(
 /// The GPUs of the cluster's nodes (of `partition`, when named), from
 /// `sinfo`: the capacity this agent offers the GPUPlane scheduler.
 pub async fn cluster_gpus(partition: Option<&str>) -> Result<u32, String> {
-    let mut command = Command::new("sinfo");
+    let mut command = tool("sinfo")?;
     command.args(["--noheader", "--Node", "--format=%N %G"]);
     if let Some(partition) = partition {
         command.arg(format!("--partition={partition}"));
@@ -355,7 +466,7 @@ fn count_gpus(sinfo: &str) -> u32 {
 /// Cancels a queued job, or sends `signal` (`TERM`, `KILL`) to a running
 /// one: its batch step and every step of it.
 pub async fn stop(job: &SlurmJob, running: bool, signal: &str) -> Result<(), String> {
-    let mut command = Command::new("scancel");
+    let mut command = tool("scancel")?;
     if running {
         command.arg(format!("--signal={signal}")).arg("--full");
     }

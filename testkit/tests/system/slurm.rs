@@ -233,3 +233,70 @@ async fn slurm_reasons_show_while_queued_and_cancel_and_time_limit_reach_slurm()
     );
     assert_eq!(cluster.output(&slow.id, "stdout").await, vec!["started"]);
 }
+
+/// A Slurm job cannot configure the agent's own `sbatch`. Its `PATH` puts
+/// a fake `sbatch` first (it would run as the agent's user), and its
+/// `SBATCH_*` variables ask for 2 GPUs and another job name: the agent
+/// still runs the real sbatch found at its start, allocates no GPU for a
+/// `gpu: 0` job and names the job itself; the job still gets its own
+/// variables, its secrets included, none of them on sbatch's command line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slurm_job_cannot_configure_the_agents_sbatch() {
+    let slurm = Slurm::start();
+    let cluster = Cluster::start().await;
+    let _agent = slurm_agent(&cluster, &slurm, None);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("slurm-env");
+    let evil = cluster.dir.path().join("evil-bin");
+    std::fs::create_dir_all(&evil).unwrap();
+    let marker = cluster.dir.path().join("fake-sbatch-ran");
+    let fake = evil.join("sbatch");
+    std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\nexit 1\n", marker.display())).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let job = cluster
+        .submit(json!({
+            "name": "hijack",
+            "command": ["sh", "-c", "echo \"gpus=[$CUDA_VISIBLE_DEVICES] id=$SLURM_JOB_ID path=$PATH gres=$SBATCH_GRES key=$API_KEY\""],
+            "working_dir": work,
+            "env": {
+                "PATH": format!("{}:/usr/local/bin:/usr/bin:/bin", evil.display()),
+                "SBATCH_GRES": "gpu:2",
+                "SBATCH_JOB_NAME": "hijacked",
+            },
+            "secret_env": {"API_KEY": "slurm-secret-5150"},
+        }))
+        .await;
+    let done = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    assert!(!marker.exists(), "the job's PATH chose the agent's sbatch");
+    let output = cluster.output(&done.id, "stdout").await;
+    let line = output
+        .first()
+        .unwrap_or_else(|| panic!("{output:?}\n{}", slurm.logs()));
+    assert!(line.starts_with("gpus=[] "), "no GPU for a gpu: 0 job: {line}");
+    // Slurm's own record: the agent's name for the job, no GPU asked for.
+    let slurm_id = line
+        .split(" id=")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    let (name, value) = slurm.env();
+    let shown = std::process::Command::new("scontrol")
+        .args(["show", "job", "--oneliner", slurm_id])
+        .env(name, value)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+    assert!(
+        shown.contains(&format!("JobName=gpuplane-{}-1 ", done.id.to_lowercase())),
+        "the agent named the job: {shown}"
+    );
+    assert!(!shown.contains("gres/gpu"), "no GPU was allocated: {shown}");
+    assert!(
+        line.contains(&format!("path={}:", evil.display())),
+        "the job's own PATH reached it: {line}"
+    );
+    assert!(
+        line.contains("gres=gpu:2 ") && line.ends_with("key=***"),
+        "its variables reach the job: {line}"
+    );
+}
