@@ -25,6 +25,28 @@ names!("channel kind", ChannelKind {
     Email => "email",
 });
 
+/// Who may subscribe to a channel, so that nobody turns another's channel
+/// into a relay of their own messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelSubscribers {
+    /// Server admins only (the default).
+    #[default]
+    Admins,
+    /// The admins of the channel's `project`, to that project's events only.
+    Project,
+    /// Anyone: their own jobs' and runs' events (project admins: their
+    /// projects'; server admins: everything).
+    Anyone,
+}
+
+names!("channel subscribers", ChannelSubscribers {
+    Admins => "admins",
+    Project => "project",
+    Anyone => "anyone",
+});
+
 /// A notification channel as it is listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -41,6 +63,12 @@ pub struct Channel {
     pub secret: Option<String>,
     pub created_at: String,
     pub created_by: Option<String>,
+    /// The project whose channel it is, if any.
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Who may subscribe to it.
+    #[serde(default)]
+    pub subscribers: ChannelSubscribers,
 }
 
 /// `POST /api/v1/alerts/channels` (server admins).
@@ -61,6 +89,15 @@ pub struct NewChannel {
     /// server makes one and answers it once.
     #[serde(default)]
     pub secret: Option<String>,
+    /// The project whose channel it is: its admins may subscribe it to the
+    /// project's events (and nothing else is sent to it).
+    #[serde(default)]
+    pub project: Option<String>,
+    /// Who may subscribe: `admins` (server admins; the default without a
+    /// project), `project` (the project's admins; the default with one) or
+    /// `anyone`.
+    #[serde(default)]
+    pub subscribers: Option<ChannelSubscribers>,
 }
 
 /// Whose events a subscription receives.

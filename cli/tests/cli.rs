@@ -671,7 +671,10 @@ async fn run_list_filters_on_config_and_shows_chosen_columns_or_csv() {
 async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let home = tempfile::tempdir().unwrap();
-    let server = start_server(dir.path()).await;
+    // Its webhook points at this host: an admin allows that.
+    let server =
+        gpuplane_testkit::start_server_with(dir.path(), |config| config.settings.alert_private_hosts = true)
+            .await;
     let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
     let editor = user_token(&server.state.db, "dana", Scope::Write, false).await;
     let url = server.url.as_str();
@@ -681,7 +684,8 @@ async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
             &[&["--server", url, "--token", token][..], args].concat(),
         )
     };
-    // Port 9 answers nothing: the delivery is tried and kept pending.
+    // Port 9 answers nothing: the delivery is tried and kept pending. The
+    // channel takes anyone's own subscriptions (by default: admins' only).
     let hook = [
         "alert",
         "channel",
@@ -689,6 +693,8 @@ async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
         "ops",
         "--webhook",
         "http://127.0.0.1:9/hook",
+        "--subscribers",
+        "anyone",
     ];
 
     let refused = as_user(&editor, &hook);
@@ -698,6 +704,25 @@ async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
     let added = as_user(&admin, &hook);
     assert!(added.status.success(), "{}", stderr(&added));
     let text = stdout(&added);
+    let closed = as_user(
+        &admin,
+        &[
+            "alert",
+            "channel",
+            "add",
+            "pager",
+            "--slack",
+            "https://hooks.example.com/x",
+        ],
+    );
+    assert!(closed.status.success(), "{}", stderr(&closed));
+    let refused = as_user(&editor, &["alert", "subscribe", "--channel", "pager"]);
+    assert_eq!(
+        refused.status.code(),
+        Some(4),
+        "admins only: {}",
+        stderr(&refused)
+    );
     assert!(text.starts_with("Channel ops (webhook) added."), "{text}");
     assert!(text.lines().last().unwrap().starts_with("whsec_"), "{text}");
     let bad = as_user(
@@ -714,7 +739,7 @@ async fn alert_channels_subscriptions_and_deliveries_from_the_terminal() {
     let listed = stdout(&as_user(&editor, &["alert", "channel", "list"]));
     assert_eq!(
         listed.trim(),
-        "ops                  webhook",
+        "ops                  webhook  subscribed by anyone\npager                slack    subscribed by admins",
         "the URL is for admins only"
     );
 

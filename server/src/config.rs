@@ -209,6 +209,12 @@ settings! {
         #[arg(long, env = "GPUPLANE_ALERT_RETRY_INITIAL_S", value_name = "S")]
         alert_retry_initial_s: u64,
 
+        /// Let webhooks reach loopback, private and link-local addresses
+        /// (the server's own network); off, such a channel is refused and
+        /// its deliveries fail with the reason.
+        #[arg(long, env = "GPUPLANE_ALERT_PRIVATE_HOSTS", value_name = "BOOL")]
+        alert_private_hosts: bool,
+
         /// Tries of one alert message before it is marked failed.
         #[arg(long, env = "GPUPLANE_ALERT_MAX_ATTEMPTS", value_name = "N")]
         alert_max_attempts: u32,

@@ -60,6 +60,10 @@ pub struct Shared {
     pub user_code_limiter: Arc<Limiter>,
     /// Device authorizations started per client address.
     pub device_authorize_limiter: Arc<Limiter>,
+    /// Alerts a run raises (`POST /runs/{id}/alerts`) per run.
+    pub run_alert_limiter: Arc<Limiter>,
+    /// Requests through share links per client address.
+    pub share_view_limiter: Arc<Limiter>,
     /// Live streams open per user and token.
     pub streams: Arc<crate::identity::streams::StreamCounts>,
     /// What each project keeps, and when it was measured (`GET /projects/usage`).
@@ -108,6 +112,8 @@ impl AppState {
                 30,
                 Duration::from_secs(10 * 60),
             )),
+            run_alert_limiter: Arc::new(Limiter::new(&db, "run_alert", 30, Duration::from_secs(60))),
+            share_view_limiter: Arc::new(Limiter::new(&db, "share_view", 300, Duration::from_secs(60))),
             streams: Arc::default(),
             heartbeats: Arc::default(),
             telemetry_writer: crate::nodes::telemetry::start_writer(db.clone()),

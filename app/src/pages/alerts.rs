@@ -6,7 +6,7 @@ use crate::api::fetch;
 use crate::view::query::{api, link};
 use crate::view::{format, loaded};
 use gpuplane_api::Page;
-use gpuplane_api::alert::{Channel, Delivery, DeliveryStatus, Subscription};
+use gpuplane_api::alert::{Channel, ChannelSubscribers, Delivery, DeliveryStatus, Subscription};
 use gpuplane_api::paths;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -138,12 +138,18 @@ fn ChannelsTable(channels: Vec<Channel>) -> impl IntoView {
     }
     view! {
         <div class="table-scroll"><table data-testid="channels">
-            <thead><tr><th>"Name"</th><th>"Kind"</th><th>"Sends to"</th><th>"Added"</th></tr></thead>
+            <thead><tr><th>"Name"</th><th>"Kind"</th><th>"Project"</th><th>"Who may subscribe"</th><th>"Sends to"</th><th>"Added"</th></tr></thead>
             <tbody>{channels.into_iter().map(|channel| {
                 let target = if channel.to.is_empty() { channel.url.unwrap_or_default() } else { channel.to.join(", ") };
                 view! { <tr>
                     <td>{channel.name}</td>
                     <td>{channel.kind.as_str()}</td>
+                    <td>{channel.project.unwrap_or_else(|| "-".into())}</td>
+                    <td>{match channel.subscribers {
+                        ChannelSubscribers::Admins => "server admins",
+                        ChannelSubscribers::Project => "the project's admins",
+                        ChannelSubscribers::Anyone => "anyone",
+                    }}</td>
                     <td class="mono">{target}</td>
                     <td>{format::time(&channel.created_at)}{channel.created_by.map(|by| format!(" by {by}"))}</td>
                 </tr> }

@@ -4,7 +4,9 @@
 use crate::Output;
 use crate::client::{CliError, Client};
 use gpuplane_api::Page;
-use gpuplane_api::alert::{Channel, ChannelKind, Delivery, NewChannel, NewSubscription, Subscription};
+use gpuplane_api::alert::{
+    Channel, ChannelKind, ChannelSubscribers, Delivery, NewChannel, NewSubscription, Subscription,
+};
 use gpuplane_api::event::{EventKind, Severity};
 use std::fmt::Write;
 
@@ -50,6 +52,13 @@ pub struct ChannelArgs {
     /// The webhook's HMAC key, at least 16 characters (default: the server makes one).
     #[arg(long, requires = "webhook")]
     secret: Option<String>,
+    /// The project whose channel it is: it takes that project's events only.
+    #[arg(long)]
+    project: Option<String>,
+    /// Who may subscribe: admins (server admins; the default), project (the
+    /// project's admins; the default with --project) or anyone.
+    #[arg(long)]
+    subscribers: Option<ChannelSubscribers>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,7 +110,17 @@ pub async fn run(client: &Client, command: AlertCommand, out: &Output) -> Result
                         ChannelKind::Email => channel.to.join(", "),
                         _ => channel.url.clone().unwrap_or_default(),
                     };
-                    let _ = writeln!(text, "{:<20} {:<8} {target}", channel.name, channel.kind.as_str());
+                    let whose = match &channel.project {
+                        Some(project) => format!("project {project}, "),
+                        None => String::new(),
+                    };
+                    let line = format!(
+                        "{:<20} {:<8} {whose}subscribed by {:<8} {target}",
+                        channel.name,
+                        channel.kind.as_str(),
+                        channel.subscribers.as_str()
+                    );
+                    let _ = writeln!(text, "{}", line.trim_end());
                 }
                 text
             });
@@ -118,6 +137,8 @@ pub async fn run(client: &Client, command: AlertCommand, out: &Output) -> Result
                 url,
                 to: args.email,
                 secret: args.secret,
+                project: args.project,
+                subscribers: args.subscribers,
             };
             let channel: Channel = client.post("alerts/channels", &new).await?;
             out.emit(&channel, |channel| {

@@ -1,13 +1,15 @@
 //! Notification channels, kept by server admins. A webhook's HMAC key is
 //! stored sealed with the server's secret key (it must be read back to sign
-//! with); it is answered once, when the server made it.
+//! with); it is answered once, when the server made it. Who may subscribe
+//! to a channel is the channel's own setting (`subscribers`): server admins
+//! unless it says otherwise, so no channel relays anyone's messages.
 
 use crate::identity::secrets::SecretKey;
 use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
 use crate::store::time::{now_ms, rfc3339};
-use gpuplane_api::alert::{Channel, ChannelKind, NewChannel};
+use gpuplane_api::alert::{Channel, ChannelKind, ChannelSubscribers, NewChannel};
 use gpuplane_api::error::FieldError;
 use rand::RngCore;
 
@@ -33,6 +35,8 @@ struct Row {
     sealed_secret: Option<String>,
     created_at: i64,
     created_by: Option<String>,
+    project: Option<String>,
+    subscribers: String,
 }
 
 impl Row {
@@ -55,11 +59,35 @@ impl Row {
             name: self.name,
             created_at: rfc3339(self.created_at),
             created_by: self.created_by,
+            subscribers: ChannelSubscribers::parse(&self.subscribers).unwrap_or_default(),
+            project: self.project,
         })
     }
 }
 
-const COLUMNS: &str = "name, kind, url, recipients, sealed_secret, created_at, created_by";
+const COLUMNS: &str =
+    "name, kind, url, recipients, sealed_secret, created_at, created_by, project, subscribers";
+
+/// Who may subscribe to a channel: its project, if any, and its setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub project: Option<String>,
+    pub subscribers: ChannelSubscribers,
+}
+
+/// The policy of the channel named `name`, or None when there is none.
+pub async fn policy(db: &Db, name: &str) -> Result<Option<Policy>, Error> {
+    let row: Option<(Option<String>, String)> = sql!(db, |pool| {
+        sqlx::query_as("SELECT project, subscribers FROM alert_channels WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?;
+    Ok(row.map(|(project, subscribers)| Policy {
+        project,
+        subscribers: ChannelSubscribers::parse(&subscribers).unwrap_or_default(),
+    }))
+}
 
 /// Every channel by name; `for_admin` shows where each sends.
 pub async fn list(db: &Db, for_admin: bool) -> Result<Vec<Channel>, Error> {
@@ -98,19 +126,17 @@ pub async fn target(db: &Db, secret_key: &SecretKey, name: &str) -> Result<Optio
     }))
 }
 
-/// Whether `name` is a channel.
-pub async fn exists(db: &Db, name: &str) -> Result<bool, Error> {
-    let found: Option<i32> = sql!(db, |pool| {
-        sqlx::query_scalar("SELECT 1 FROM alert_channels WHERE name = $1")
-            .bind(name)
-            .fetch_optional(pool)
-            .await
-    })?;
-    Ok(found.is_some())
+/// Who may subscribe to a new channel: as asked, else its project's admins
+/// for a project's channel, else server admins.
+fn subscribers(new: &NewChannel) -> ChannelSubscribers {
+    new.subscribers.unwrap_or(match new.project {
+        Some(_) => ChannelSubscribers::Project,
+        None => ChannelSubscribers::Admins,
+    })
 }
 
-/// Every field error of a new channel.
-fn check(new: &NewChannel) -> Vec<FieldError> {
+/// Every field error of a new channel; `allow_private` is `alert_private_hosts`.
+fn check(new: &NewChannel, allow_private: bool) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let mut error = |field: &str, message: String| {
         errors.push(FieldError {
@@ -142,6 +168,13 @@ fn check(new: &NewChannel) -> Vec<FieldError> {
                     if !scheme_ok {
                         error("url", format!("`{url}` is not an http:// or https:// URL"));
                     }
+                    let ip = parsed.as_ref().ok().and_then(|url| {
+                        let host = url.host_str()?;
+                        host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+                    });
+                    if let Some(ip) = ip.filter(|ip| !allow_private && !super::addresses::public(*ip)) {
+                        error("url", super::addresses::refusal(ip));
+                    }
                 }
             }
             if !new.to.is_empty() {
@@ -165,6 +198,12 @@ fn check(new: &NewChannel) -> Vec<FieldError> {
             }
         }
     }
+    if subscribers(new) == ChannelSubscribers::Project && new.project.is_none() {
+        error(
+            "subscribers",
+            "`project` subscribers need the channel's `project`".into(),
+        );
+    }
     match (&new.secret, new.kind) {
         (Some(_), ChannelKind::Slack | ChannelKind::Email) => {
             error("secret", format!("a {} channel has no secret", new.kind))
@@ -184,8 +223,23 @@ pub async fn create(
     secret_key: &SecretKey,
     new: &NewChannel,
     by: Option<&str>,
+    allow_private: bool,
 ) -> Result<Channel, Error> {
-    let errors = check(new);
+    let mut errors = check(new, allow_private);
+    if let Some(project) = &new.project {
+        let known: Option<i32> = sql!(db, |pool| {
+            sqlx::query_scalar("SELECT 1 FROM projects WHERE name = $1")
+                .bind(project)
+                .fetch_optional(pool)
+                .await
+        })?;
+        if known.is_none() {
+            errors.push(FieldError {
+                field: "project".into(),
+                message: format!("no project named {project}"),
+            });
+        }
+    }
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
@@ -204,8 +258,9 @@ pub async fn create(
     let now = now_ms();
     let inserted = sql!(db, |pool| {
         sqlx::query(
-            "INSERT INTO alert_channels (name, kind, url, recipients, sealed_secret, created_at, created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (name) DO NOTHING",
+            "INSERT INTO alert_channels (name, kind, url, recipients, sealed_secret, created_at, created_by,
+                                         project, subscribers)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING",
         )
         .bind(&new.name)
         .bind(new.kind.as_str())
@@ -214,6 +269,8 @@ pub async fn create(
         .bind(sealed)
         .bind(now)
         .bind(by)
+        .bind(&new.project)
+        .bind(subscribers(new).as_str())
         .execute(pool)
         .await
         .map(|done| done.rows_affected())
@@ -229,6 +286,8 @@ pub async fn create(
         secret: made_secret,
         created_at: rfc3339(now),
         created_by: by.map(str::to_string),
+        project: new.project.clone(),
+        subscribers: subscribers(new),
     })
 }
 
@@ -268,11 +327,13 @@ mod tests {
             url: None,
             to: Vec::new(),
             secret: None,
+            project: None,
+            subscribers: None,
         }
     }
 
     fn fields(new: &NewChannel) -> Vec<String> {
-        check(new).into_iter().map(|error| error.field).collect()
+        check(new, false).into_iter().map(|error| error.field).collect()
     }
 
     #[test]
@@ -309,5 +370,17 @@ mod tests {
             ..email
         };
         assert_eq!(fields(&named), ["name"]);
+        let inside = NewChannel {
+            url: Some("http://169.254.169.254/latest/meta-data".into()),
+            ..new(ChannelKind::Webhook)
+        };
+        assert_eq!(fields(&inside), ["url"], "the network inside, unless allowed");
+        assert!(check(&inside, true).is_empty());
+        let orphan = NewChannel {
+            subscribers: Some(ChannelSubscribers::Project),
+            url: Some("https://hooks.example.com/x".into()),
+            ..new(ChannelKind::Slack)
+        };
+        assert_eq!(fields(&orphan), ["subscribers"]);
     }
 }

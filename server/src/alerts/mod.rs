@@ -9,6 +9,7 @@
 //! `alert_max_attempts`. A try cut short by a restart is made again, with
 //! the same delivery id, so receivers can drop a duplicate.
 
+pub mod addresses;
 pub mod channels;
 pub mod deliveries;
 mod send;
@@ -36,6 +37,7 @@ pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<boo
         settings.smtp_url.as_deref(),
         &settings.smtp_from,
         state.config.public_url(),
+        settings.alert_private_hosts,
     ) {
         Ok(senders) => senders,
         Err(error) => {

@@ -1,6 +1,10 @@
 //! Sending one delivery: the message (title, text, link to the console
 //! page), then a signed webhook POST, a Slack-compatible POST or an email.
+//! What a failed try records names the receiver by scheme, host and port
+//! only (never a `user:password@`, never a path, which may hold a Slack
+//! secret) and never what the receiver answered.
 
+use super::addresses::{Resolver, public, refusal};
 use super::channels::Target;
 use super::deliveries::{Due, Outcome};
 use gpuplane_api::alert::{AlertMessage, ChannelKind};
@@ -20,10 +24,17 @@ pub struct Senders {
     smtp: Option<AsyncSmtpTransport<Tokio1Executor>>,
     from: String,
     public_url: String,
+    /// `alert_private_hosts`: webhooks may reach the server's own network.
+    allow_private: bool,
 }
 
 impl Senders {
-    pub fn new(smtp_url: Option<&str>, from: &str, public_url: String) -> anyhow::Result<Senders> {
+    pub fn new(
+        smtp_url: Option<&str>,
+        from: &str,
+        public_url: String,
+        allow_private: bool,
+    ) -> anyhow::Result<Senders> {
         super::smtp::check(smtp_url, from)?;
         let smtp = smtp_url
             .map(|url| super::smtp::transport(url, TIMEOUT))
@@ -32,10 +43,12 @@ impl Senders {
             http: reqwest::Client::builder()
                 .timeout(TIMEOUT)
                 .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(std::sync::Arc::new(Resolver { allow_private }))
                 .build()?,
             smtp,
             from: from.to_string(),
             public_url,
+            allow_private,
         })
     }
 
@@ -68,11 +81,7 @@ impl Senders {
         let result = match target.kind {
             ChannelKind::Webhook => self.webhook(target, message).await,
             ChannelKind::Slack => {
-                let text = format!(
-                    "*{}*\n{}\n<{}|Open in GPUPlane>",
-                    message.title, message.text, message.url
-                );
-                let body = serde_json::json!({ "text": text }).to_string();
+                let body = serde_json::json!({ "text": slack_text(message) }).to_string();
                 self.post(target, body, Vec::new()).await
             }
             ChannelKind::Email => self.email(target, message).await,
@@ -105,6 +114,14 @@ impl Senders {
 
     async fn post(&self, target: &Target, body: String, headers: Vec<(&str, String)>) -> Result<(), Failure> {
         let url = target.url.as_deref().unwrap_or_default();
+        // A name is checked by the resolver; an address written in the URL here.
+        if let Ok(parsed) = url.parse::<reqwest::Url>()
+            && let Some(ip) = literal_ip(&parsed)
+            && !self.allow_private
+            && !public(ip)
+        {
+            return Err(Failure::permanent(format!("POST {}: {}", host(url), refusal(ip))));
+        }
         let mut request = self
             .http
             .post(url)
@@ -127,14 +144,8 @@ impl Senders {
         if status.is_success() {
             return Ok(());
         }
-        let answer: String = response
-            .text()
-            .await
-            .unwrap_or_default()
-            .chars()
-            .take(200)
-            .collect();
-        let error = format!("POST {} answered {status}: {}", host(url), answer.trim());
+        // Only the status: the receiver's answer is none of the reader's business.
+        let error = format!("POST {} answered {status}", host(url));
         // A refusal of the request itself will not change on its own; a
         // server error, a timeout or a rate limit may.
         let permanent = status.is_client_error()
@@ -168,7 +179,11 @@ impl Senders {
             .map_err(|error| Failure::permanent(format!("cannot build the email: {error}")))?;
         smtp.send(email).await.map(|_| ()).map_err(|error| Failure {
             permanent: error.is_permanent(),
-            error: format!("SMTP: {}", error_chain(&error)),
+            // The mail server's own words may quote the message: its code only.
+            error: match error.status() {
+                Some(code) => format!("SMTP: the mail server answered {code}"),
+                None => format!("SMTP: {}", error_chain(&error)),
+            },
         })
     }
 }
@@ -205,12 +220,40 @@ pub fn signature(secret: &str, timestamp: &str, body: &str) -> String {
 }
 
 /// Scheme, host and port of a URL: a webhook's path may carry its secret
-/// (Slack's do), so errors never show it.
+/// (Slack's do) and its authority a password, so errors show neither.
 fn host(url: &str) -> String {
     match url.parse::<reqwest::Url>() {
-        Ok(url) => format!("{}://{}", url.scheme(), url.authority()),
+        Ok(url) => {
+            let host = url.host_str().unwrap_or_default();
+            match url.port() {
+                Some(port) => format!("{}://{host}:{port}", url.scheme()),
+                None => format!("{}://{host}", url.scheme()),
+            }
+        }
         Err(_) => "the channel's url".into(),
     }
+}
+
+/// The address a URL names directly, if it names one.
+fn literal_ip(url: &reqwest::Url) -> Option<std::net::IpAddr> {
+    let host = url.host_str()?;
+    host.trim_start_matches('[').trim_end_matches(']').parse().ok()
+}
+
+/// A Slack message: title, text and link. `&`, `<` and `>` in what events
+/// say are escaped, so a job's text cannot make links or mentions.
+fn slack_text(message: &AlertMessage) -> String {
+    let escape = |text: &str| {
+        text.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    format!(
+        "*{}*\n{}\n<{}|Open in GPUPlane>",
+        escape(&message.title),
+        escape(&message.text),
+        message.url
+    )
 }
 
 /// An error and its causes on one line.
@@ -239,11 +282,42 @@ mod tests {
     }
 
     #[test]
+    fn slack_text_escapes_what_events_say() {
+        let event = gpuplane_api::event::Event {
+            id: "evt_1".into(),
+            time: "2026-12-06T00:00:00Z".into(),
+            severity: gpuplane_api::event::Severity::Warning,
+            kind: gpuplane_api::event::EventKind::RunAlert,
+            job_id: None,
+            run_id: None,
+            node_id: None,
+            message: "x".into(),
+        };
+        let message = AlertMessage {
+            delivery_id: "dlv_1".into(),
+            title: "loss <!channel> & <https://evil.example|click>".into(),
+            text: "1 < 2 > 0 & <@U123>".into(),
+            url: "https://gpuplane.example.com/runs/run_1".into(),
+            project: None,
+            event,
+        };
+        assert_eq!(
+            slack_text(&message),
+            "*loss &lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;*\n1 &lt; 2 &gt; 0 &amp; &lt;@U123&gt;\n\
+             <https://gpuplane.example.com/runs/run_1|Open in GPUPlane>"
+        );
+    }
+
+    #[test]
     fn errors_name_the_host_but_never_the_path() {
         assert_eq!(
             host("https://hooks.slack.com/services/T000/B000/SECRET"),
             "https://hooks.slack.com"
         );
         assert_eq!(host("http://127.0.0.1:9000/hook"), "http://127.0.0.1:9000");
+        assert_eq!(
+            host("https://user:hunter2@hooks.example.com/x"),
+            "https://hooks.example.com"
+        );
     }
 }

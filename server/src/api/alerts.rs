@@ -22,8 +22,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use gpuplane_api::Page;
 use gpuplane_api::alert::{
-    Channel, Delivery, DeliveryStatus, MAX_ALERT_TEXT, MAX_ALERT_TITLE, NewChannel, NewRunAlert,
-    NewSubscription, RunAlertAnswer, Subscription,
+    Channel, ChannelSubscribers, Delivery, DeliveryStatus, MAX_ALERT_TEXT, MAX_ALERT_TITLE, NewChannel,
+    NewRunAlert, NewSubscription, RunAlertAnswer, Subscription,
 };
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::{ErrorBody, FieldError};
@@ -59,7 +59,9 @@ pub async fn create_channel(
     ApiJson(new): ApiJson<NewChannel>,
 ) -> Result<(StatusCode, Json<Channel>), ApiError> {
     require_server_admin(&auth.caller, "adding alert channels")?;
-    let channel = channels::create(&state.db, &state.secret, &new, auth.caller.user_name.as_deref()).await?;
+    let allow_private = state.config.settings.alert_private_hosts;
+    let by = auth.caller.user_name.as_deref();
+    let channel = channels::create(&state.db, &state.secret, &new, by, allow_private).await?;
     audit::by_caller(
         &state.db,
         &auth.caller,
@@ -141,11 +143,27 @@ pub async fn create_subscription(
     ApiJson(new): ApiJson<NewSubscription>,
 ) -> Result<(StatusCode, Json<Subscription>), ApiError> {
     let caller = &auth.caller;
-    if !channels::exists(&state.db, &new.channel).await? {
+    let Some(policy) = channels::policy(&state.db, &new.channel).await? else {
         return Err(ApiError::field(
             "channel",
             format!("no alert channel named {}", new.channel),
         ));
+    };
+    // The channel says who may subscribe to it, and a project's channel
+    // takes that project's events only.
+    if policy.subscribers == ChannelSubscribers::Admins && !caller.is_server_admin() {
+        return Err(ApiError::Forbidden(format!(
+            "channel {} takes subscriptions from server admins only",
+            new.channel
+        )));
+    }
+    if let Some(project) = &policy.project
+        && new.project.as_ref() != Some(project)
+    {
+        return Err(ApiError::Forbidden(format!(
+            "channel {} is project {project}'s: it takes that project's events only (give project = {project})",
+            new.channel
+        )));
     }
     let limited = |what: &str| {
         caller.project.as_ref().map_or(Ok(()), |project| {
@@ -328,6 +346,14 @@ pub async fn raise_run_alert(
     if !errors.is_empty() {
         return Err(ApiError::Validation(errors));
     }
+    // A run (its job's script, say) cannot flood the channels.
+    if let Err(wait) = state.run_alert_limiter.check(&run_id).await {
+        return Err(ApiError::RateLimited(format!(
+            "run {run_id} raised too many alerts; try again in {} s",
+            wait.as_secs().max(1)
+        )));
+    }
+    state.run_alert_limiter.fail(&run_id).await;
     let message = match alert.text.trim() {
         "" => title.to_string(),
         text => format!("{title}: {text}"),

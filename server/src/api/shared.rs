@@ -47,6 +47,15 @@ async fn open(
     address: ClientAddress,
     headers: &HeaderMap,
 ) -> Result<shares::Opened, ApiError> {
+    // Links are open to anyone who has them: requests per address are counted.
+    let key = address.0.to_string();
+    if let Err(wait) = state.share_view_limiter.check(&key).await {
+        return Err(ApiError::RateLimited(format!(
+            "too many requests through share links from this address; try again in {} s",
+            wait.as_secs().max(1)
+        )));
+    }
+    state.share_view_limiter.fail(&key).await;
     let visit = shares::Visit {
         what,
         address: Some(address.0.to_string()),

@@ -27,7 +27,12 @@ fn field_errors(body: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn channels_belong_to_admins_and_subscriptions_to_their_scope() {
-    let f = TestServer::start_with(|config| config.settings.alert_retry_initial_s = 1).await;
+    let f = TestServer::start_with(|config| {
+        config.settings.alert_retry_initial_s = 1;
+        // The channel below points at this host (port 9, nobody there).
+        config.settings.alert_private_hosts = true;
+    })
+    .await;
     let db = f.db().clone();
     let root = user_token(&db, "root", Scope::Write, true).await;
     let bob = user_token(&db, "bob", Scope::Write, false).await;
@@ -47,7 +52,9 @@ async fn channels_belong_to_admins_and_subscriptions_to_their_scope() {
     .await);
 
     // Channels: server admins only; a webhook gets a secret shown once.
-    let hook = json!({"name": "ops", "kind": "webhook", "url": "http://127.0.0.1:9/hook"});
+    // Open to anyone's own subscriptions (a channel's own choice; the default is admins only).
+    let hook =
+        json!({"name": "ops", "kind": "webhook", "url": "http://127.0.0.1:9/hook", "subscribers": "anyone"});
     let (status, _) = f.post("/alerts/channels", &bob, hook.clone()).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let created = ok(f.post("/alerts/channels", &root, hook.clone()).await);
@@ -264,4 +271,227 @@ async fn channels_belong_to_admins_and_subscriptions_to_their_scope() {
     let (status, body) = f.get("/alerts/deliveries?status=lost", &bob).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(field_errors(&body), ["status"]);
+}
+
+/// Alert channels are not open relays. A channel decides who subscribes to
+/// it (server admins unless it says otherwise; a project's channel takes
+/// that project's events only, from its admins); a webhook into the
+/// server's own network is refused (an address in the URL at once, a name
+/// that resolves there at each try, where the connection is made) unless
+/// an admin allows it; errors never show a password or what the receiver
+/// answered; and a run cannot flood the channels with alerts.
+#[tokio::test(flavor = "multi_thread")]
+async fn channels_are_no_relays_into_the_network_or_for_anyone() {
+    let f = TestServer::start_with(|config| config.settings.alert_retry_initial_s = 1).await;
+    let db = f.db().clone();
+    let root = user_token(&db, "root", Scope::Write, true).await;
+    let lead = user_token(&db, "lead", Scope::Write, false).await;
+    let bob = user_token(&db, "bob", Scope::Write, false).await;
+    ok(f.post("/projects", &root, json!({"name": "vision"})).await);
+    ok(f.post(
+        "/projects/vision/members",
+        &root,
+        json!({"user": "lead", "role": "admin"}),
+    )
+    .await);
+
+    // Who may subscribe.
+    let admins_only = ok(f
+        .post(
+            "/alerts/channels",
+            &root,
+            json!({"name": "ops", "kind": "slack", "url": "https://hooks.example.com/T/B/secret"}),
+        )
+        .await);
+    assert_eq!(admins_only["subscribers"], "admins");
+    let (status, body) = f
+        .post("/alerts/subscriptions", &bob, json!({"channel": "ops"}))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, _) = f
+        .post(
+            "/alerts/subscriptions",
+            &lead,
+            json!({"channel": "ops", "project": "vision"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a project admin on the admins' channel"
+    );
+    ok(f.post(
+        "/alerts/subscriptions",
+        &root,
+        json!({"channel": "ops", "all": true}),
+    )
+    .await);
+    let team = ok(f
+        .post(
+            "/alerts/channels",
+            &root,
+            json!({"name": "vision-team", "kind": "slack", "url": "https://hooks.example.com/T/B/team", "project": "vision"}),
+        )
+        .await);
+    assert_eq!(
+        (&team["subscribers"], &team["project"]),
+        (&json!("project"), &json!("vision"))
+    );
+    ok(f.post(
+        "/alerts/subscriptions",
+        &lead,
+        json!({"channel": "vision-team", "project": "vision"}),
+    )
+    .await);
+    for (token, body) in [
+        (&lead, json!({"channel": "vision-team"})),
+        (&root, json!({"channel": "vision-team", "all": true})),
+        (&root, json!({"channel": "vision-team", "project": "default"})),
+    ] {
+        let (status, answer) = f.post("/alerts/subscriptions", token, body.clone()).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}: {answer}");
+    }
+
+    // The network inside: an address in the URL is refused at once...
+    for url in [
+        "http://127.0.0.1:8600/api/v1/jobs",
+        "http://169.254.169.254/latest",
+        "http://[::1]:5432/",
+    ] {
+        let (status, body) = f
+            .post(
+                "/alerts/channels",
+                &root,
+                json!({"name": "inside", "kind": "webhook", "url": url}),
+            )
+            .await;
+        assert_eq!(
+            (status, field_errors(&body)),
+            (StatusCode::UNPROCESSABLE_ENTITY, vec!["url".to_string()]),
+            "{url}"
+        );
+    }
+    // ...a name resolving there fails each try where it connects, and a
+    // password in the URL never shows.
+    let receiver = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = reached.clone();
+    tokio::spawn(async move {
+        while let Ok((_, _)) = receiver.accept().await {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    ok(f.post(
+        "/alerts/channels",
+        &root,
+        json!({"name": "rebound", "kind": "webhook", "url": format!("http://admin:hunter2@localhost:{port}/hook")}),
+    )
+    .await);
+    ok(f.post(
+        "/alerts/subscriptions",
+        &root,
+        json!({"channel": "rebound", "all": true}),
+    )
+    .await);
+    let run = ok(f
+        .post("/runs", &root, json!({"project": "default", "name": "r"}))
+        .await);
+    let run_id = run["id"].as_str().unwrap().to_string();
+    ok(f.post(
+        &format!("/runs/{run_id}/alerts"),
+        &root,
+        json!({"title": "probe"}),
+    )
+    .await);
+    let tried = eventually("the rebound delivery's try", Duration::from_secs(20), || async {
+        let page = ok(f.get("/alerts/deliveries?channel=rebound", &root).await);
+        let delivery = page["items"].get(0)?.clone();
+        (delivery["attempts"].as_i64() >= Some(1)).then_some(delivery)
+    })
+    .await;
+    let error = tried["last_error"].as_str().unwrap();
+    assert!(error.contains("loopback, private or link-local"), "{error}");
+    assert!(
+        !error.contains("hunter2") && !error.contains("admin:") && !error.contains("/hook"),
+        "{error}"
+    );
+    assert!(
+        !reached.load(std::sync::atomic::Ordering::SeqCst),
+        "nothing reached the network inside"
+    );
+
+    // A run cannot flood the channels: 30 alerts a minute, then 429.
+    let mut statuses = Vec::new();
+    for n in 0..31 {
+        let (status, _) = f
+            .post(
+                &format!("/runs/{run_id}/alerts"),
+                &root,
+                json!({"title": format!("flood {n}")}),
+            )
+            .await;
+        statuses.push(status);
+    }
+    assert!(statuses[..29].iter().all(StatusCode::is_success), "{statuses:?}");
+    assert_eq!(statuses[30], StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// What a failing receiver answers is its own business: a delivery's error
+/// keeps its status only (an error page may echo headers or secrets).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_receivers_answer_never_shows_in_a_delivery() {
+    let f = TestServer::start_with(|config| {
+        config.settings.alert_retry_initial_s = 1;
+        config.settings.alert_private_hosts = true;
+    })
+    .await;
+    let root = user_token(f.db(), "root", Scope::Write, true).await;
+    let receiver = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = receiver.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let body = "receiver-secret-42 X-GPUPlane-Signature echoed";
+            let answer = format!(
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    });
+    ok(f.post(
+        "/alerts/channels",
+        &root,
+        json!({"name": "grumpy", "kind": "webhook", "url": format!("http://127.0.0.1:{port}/hook")}),
+    )
+    .await);
+    ok(f.post(
+        "/alerts/subscriptions",
+        &root,
+        json!({"channel": "grumpy", "all": true}),
+    )
+    .await);
+    let run = ok(f
+        .post("/runs", &root, json!({"project": "default", "name": "r"}))
+        .await);
+    ok(f.post(
+        &format!("/runs/{}/alerts", run["id"].as_str().unwrap()),
+        &root,
+        json!({"title": "hi"}),
+    )
+    .await);
+    let tried = eventually("a failed try", Duration::from_secs(20), || async {
+        let page = ok(f.get("/alerts/deliveries?channel=grumpy", &root).await);
+        let delivery = page["items"].get(0)?.clone();
+        (delivery["attempts"].as_i64() >= Some(1)).then_some(delivery)
+    })
+    .await;
+    let error = tried["last_error"].as_str().unwrap();
+    assert_eq!(
+        error,
+        format!("POST http://127.0.0.1:{port} answered 500 Internal Server Error")
+    );
 }

@@ -823,7 +823,7 @@ async fn a_removed_member_loses_what_reached_the_project_and_a_disabled_user_too
             "POST",
             "/alerts/channels",
             &root,
-            Some(json!({"name": "ops", "kind": "webhook", "url": "https://hooks.example.com/x"})),
+            Some(json!({"name": "ops", "kind": "webhook", "url": "https://hooks.example.com/x", "subscribers": "anyone"})),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");

@@ -238,3 +238,29 @@ async fn a_share_link_opens_one_run_read_only_until_it_is_revoked_expires_or_is_
         .unwrap();
     assert_eq!(made_up.status(), StatusCode::NOT_FOUND);
 }
+
+/// Share links are open to anyone who holds one: the requests through them
+/// are counted per client address, 300 a minute, then 429.
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_through_share_links_are_rate_limited_per_address() {
+    let f = TestServer::start().await;
+    let root = f.user("root", Scope::Write, true).await;
+    let run = ok(f
+        .post("/runs", &root, json!({"project": "default", "name": "r"}))
+        .await);
+    let link = ok(f
+        .post(
+            &format!("/runs/{}/shares", run["id"].as_str().unwrap()),
+            &root,
+            json!({}),
+        )
+        .await);
+    let url = format!("{}/logs.txt", link["url"].as_str().unwrap());
+    let anonymous = reqwest::Client::new();
+    for n in 0..300 {
+        let status = anonymous.get(&url).send().await.unwrap().status();
+        assert_eq!(status, StatusCode::OK, "request {n}");
+    }
+    let refused = anonymous.get(&url).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+}
