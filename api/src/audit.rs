@@ -71,6 +71,9 @@ pub enum AuditAction {
     /// A user's token made on the server's host (`admin create-token`).
     #[serde(rename = "token.create")]
     TokenCreate,
+    /// An MCP tool call that changed something (the tool, its arguments).
+    #[serde(rename = "mcp.tool")]
+    McpTool,
 }
 
 names!("audit action", AuditAction {
@@ -105,6 +108,7 @@ names!("audit action", AuditAction {
     AlertSubscriptionCreate => "alert_subscription.create",
     AlertSubscriptionDelete => "alert_subscription.delete",
     TokenCreate => "token.create",
+    McpTool => "mcp.tool",
 });
 
 /// One entry of the audit log.

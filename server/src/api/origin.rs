@@ -81,6 +81,15 @@ pub async fn check_origin(State(state): State<AppState>, mut request: Request, n
     .into_response()
 }
 
+/// Puts the client's [`ClientAddress`] in the request's extensions, for
+/// routes outside [`check_origin`] (MCP checks its own origins), so their
+/// audit entries carry it too.
+pub async fn record_client(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let client = client_address(&request, &state.config.trusted_proxies);
+    request.extensions_mut().insert(client);
+    next.run(request).await
+}
+
 fn same_origin(headers: &HeaderMap, public_url: &str) -> bool {
     let claimed = headers
         .get(header::ORIGIN)

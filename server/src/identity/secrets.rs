@@ -117,6 +117,31 @@ impl SecretKey {
         String::from_utf8(plain.to_vec()).ok()
     }
 
+    /// A key of fixed bytes, for unit tests elsewhere in the server.
+    #[cfg(test)]
+    pub fn for_tests(bytes: [u8; 32]) -> SecretKey {
+        SecretKey(bytes)
+    }
+
+    /// A signature of `message` for one `purpose` (a confirmation handed
+    /// to an MCP client, say), checked later with [`SecretKey::verify`].
+    pub fn sign(&self, purpose: &str, message: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(format!("{purpose}:{message}").as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes())
+    }
+
+    /// Whether `signature` is [`SecretKey::sign`]'s for `purpose` and `message`
+    /// (compared in constant time).
+    pub fn verify(&self, purpose: &str, message: &str, signature: &str) -> bool {
+        let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(signature) else {
+            return false;
+        };
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(format!("{purpose}:{message}").as_bytes());
+        mac.verify_slice(&bytes).is_ok()
+    }
+
     /// The sdk token of one attempt of one job. Derived rather than stored, so
     /// the server can hand it to the agent again without keeping it: only its
     /// hash is in the database, like every token.

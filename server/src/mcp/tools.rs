@@ -44,6 +44,24 @@ pub struct ToolDef {
     /// Another read joined to the answer: (its key in the answer, its API
     /// path, with this tool's path parameters).
     pub joined: Option<(&'static str, &'static str)>,
+    /// Whether a call needs a confirmation from its `preview_` tool.
+    pub confirm: Confirm,
+}
+
+/// Which calls of a tool need a confirmation: a token its preview tool
+/// answers, bound to the MCP session, the tool, its arguments and a few
+/// minutes (`confirm.rs`). The model cannot make one up, as it could a
+/// `confirm: true`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirm {
+    No,
+    /// Every call (cancelling, retrying).
+    Always,
+    /// A call with a priority that may preempt running jobs.
+    AtPreemptingPriority,
+    /// This tool is the preview of the named one: it answers what that
+    /// call would do and its confirmation, and changes nothing.
+    PreviewOf(&'static str),
 }
 
 /// Every tool, in the order assistants see them.
@@ -58,6 +76,7 @@ pub const TOOLS: &[ToolDef] = &[
             fair share's GPU time per project and user. Use it first to see whether a job can start soon.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "node_status",
@@ -68,6 +87,7 @@ pub const TOOLS: &[ToolDef] = &[
             utilisation and which job holds each, disk space, last heartbeat.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "list_jobs",
@@ -79,6 +99,7 @@ pub const TOOLS: &[ToolDef] = &[
             primary metric. Answers a page (`items`, `next_before` for the next page).",
         defaults: &[("limit", 20)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "get_job",
@@ -89,6 +110,7 @@ pub const TOOLS: &[ToolDef] = &[
             exit code and failure reason, and its run id (for get_run, explain_failure, diagnose_run).",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "submit_job",
@@ -98,19 +120,23 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Submit a training or evaluation job: `name` and `command` (an argv list, never run \
             through a shell) are required; `resources.gpu` GPUs, `project`, `priority`, `env`, \
             `working_dir` (absolute, on the agent host), `watch_dirs` for TensorBoard files. The job is \
-            queued and starts when GPUs are free. Invalid fields come back one by one.",
+            queued and starts when GPUs are free. Invalid fields come back one by one. A priority that \
+            may preempt running jobs needs the `confirmation` that preview_submit_job answers.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::AtPreemptingPriority,
     },
     ToolDef {
         name: "cancel_job",
         method: "POST",
         path: "/jobs/{job_id}/cancel",
         effect: Effect::Destroys,
-        description: "Cancel a queued or running job (SIGTERM, then SIGKILL after the grace). Needs \
-            `confirm: true`; without it nothing is cancelled and the answer says what would be.",
+        description: "Cancel a queued or running job (SIGTERM, then SIGKILL after the grace). Needs the \
+            `confirmation` that preview_cancel_job answers for the same job_id (valid a few minutes, in \
+            this session); show the user what the preview says before you cancel.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::Always,
     },
     ToolDef {
         name: "retry_job",
@@ -119,9 +145,12 @@ pub const TOOLS: &[ToolDef] = &[
         effect: Effect::Changes,
         description: "Queue a finished job again as a new attempt. `set` changes fields first (e.g. \
             {\"resources.gpu\": \"2\", \"env.BATCH_SIZE\": \"16\"}). A job that ran out of GPU memory is \
-            refused unless something changed or `force` is true; the refusal carries the advice.",
+            refused unless something changed or `force` is true; the refusal carries the advice. Needs \
+            the `confirmation` that preview_retry_job answers for the same arguments. Changes to someone \
+            else's job submit a new job of yours, without their secrets.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::Always,
     },
     ToolDef {
         name: "set_job_priority",
@@ -132,6 +161,7 @@ pub const TOOLS: &[ToolDef] = &[
             Answers the job with its new place's reason.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "hold_job",
@@ -141,6 +171,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Keep a QUEUED job from starting (it stays in the queue) until release_job.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "release_job",
@@ -150,6 +181,7 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Let a held job start again when GPUs are free.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "tail_logs",
@@ -160,6 +192,7 @@ pub const TOOLS: &[ToolDef] = &[
             `attempt` for an earlier attempt). Long answers are cut with a note.",
         defaults: &[("tail", 100)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "list_runs",
@@ -172,6 +205,7 @@ pub const TOOLS: &[ToolDef] = &[
             `newest` (default). Runs without a value come last. Answers a page (`items`, `next_before`).",
         defaults: &[("limit", 20)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "get_run",
@@ -182,6 +216,7 @@ pub const TOOLS: &[ToolDef] = &[
             with a flag for NaN/Inf, the primary metric and its best value, and its checkpoints.",
         defaults: &[],
         joined: Some(("checkpoints", "/runs/{run_id}/checkpoints")),
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "query_metric",
@@ -193,6 +228,7 @@ pub const TOOLS: &[ToolDef] = &[
             `max_points` (default 50) bounds the answer.",
         defaults: &[("max_points", 50)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "get_run_system",
@@ -205,6 +241,7 @@ pub const TOOLS: &[ToolDef] = &[
             each series). Use it to see whether a job keeps its GPUs busy.",
         defaults: &[("max_points", 20)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "list_run_texts",
@@ -216,6 +253,7 @@ pub const TOOLS: &[ToolDef] = &[
             (default 10) and `before` page.",
         defaults: &[("limit", 10)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "explain_failure",
@@ -226,6 +264,7 @@ pub const TOOLS: &[ToolDef] = &[
             ...), the evidence (log lines, metric values) and concrete advice on what to change.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "diagnose_run",
@@ -236,6 +275,7 @@ pub const TOOLS: &[ToolDef] = &[
             full disks, lost nodes, each with evidence and advice.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "list_events",
@@ -246,6 +286,7 @@ pub const TOOLS: &[ToolDef] = &[
             full): filter by run_id, job_id, severity (info, warning, critical) or kind.",
         defaults: &[("limit", 20)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "list_alert_deliveries",
@@ -257,6 +298,7 @@ pub const TOOLS: &[ToolDef] = &[
             job_id, channel or status. Use it to check whether the team was told about a failure.",
         defaults: &[("limit", 20)],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "set_primary_metric",
@@ -267,6 +309,7 @@ pub const TOOLS: &[ToolDef] = &[
             min); list_jobs with sort=primary_metric then ranks by it.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "create_evaluation",
@@ -277,6 +320,7 @@ pub const TOOLS: &[ToolDef] = &[
             writes its results, which land on the run as eval/* metrics.",
         defaults: &[],
         joined: None,
+        confirm: Confirm::No,
     },
     ToolDef {
         name: "list_evaluations",
@@ -286,8 +330,46 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Evaluations (of one run with run_id), newest first, with their status and results.",
         defaults: &[("limit", 20)],
         joined: None,
+        confirm: Confirm::No,
+    },
+    ToolDef {
+        name: "preview_cancel_job",
+        method: "POST",
+        path: "/jobs/{job_id}/cancel",
+        effect: Effect::Changes,
+        description: "What cancel_job would do to a job (it changes nothing), and the `confirmation` \
+            cancel_job needs for it: valid a few minutes, in this session, for this job only.",
+        defaults: &[],
+        joined: None,
+        confirm: Confirm::PreviewOf("cancel_job"),
+    },
+    ToolDef {
+        name: "preview_retry_job",
+        method: "POST",
+        path: "/jobs/{job_id}/retry",
+        effect: Effect::Changes,
+        description: "What retry_job would do with these arguments (it changes nothing): the job as it \
+            is, and the `confirmation` retry_job needs for exactly these arguments.",
+        defaults: &[],
+        joined: None,
+        confirm: Confirm::PreviewOf("retry_job"),
+    },
+    ToolDef {
+        name: "preview_submit_job",
+        method: "POST",
+        path: "/jobs",
+        effect: Effect::Changes,
+        description: "Checks a job spec as submit_job would (it stores nothing) and says what would \
+            keep it waiting; answers the `confirmation` submit_job needs for this exact spec when its \
+            priority may preempt running jobs.",
+        defaults: &[],
+        joined: None,
+        confirm: Confirm::PreviewOf("submit_job"),
     },
 ];
+
+/// The argument that carries a confirmation.
+pub const CONFIRMATION: &str = "confirmation";
 
 /// A parameter's place in the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -447,6 +529,19 @@ fn prepare_one(openapi: &Value, def: &'static ToolDef) -> anyhow::Result<Prepare
         }
         required.extend(body["required"].as_array().into_iter().flatten().cloned());
     }
+    // `confirm: true` is the API's; an assistant's confirmation is a token.
+    if properties.remove("confirm").is_some() {
+        params.retain(|(name, _)| name != "confirm");
+        required.retain(|name| name != "confirm");
+    }
+    if matches!(def.confirm, Confirm::Always | Confirm::AtPreemptingPriority) {
+        properties.insert(
+            CONFIRMATION.into(),
+            json!({"type": "string", "description": format!(
+                "The confirmation preview_{} answered for these same arguments.", def.name
+            )}),
+        );
+    }
     let mut schema = json!({
         "type": "object",
         "properties": properties,
@@ -461,7 +556,7 @@ fn prepare_one(openapi: &Value, def: &'static ToolDef) -> anyhow::Result<Prepare
         unreachable!("built as an object")
     };
     let annotations = ToolAnnotations::new()
-        .read_only(def.effect == Effect::Reads)
+        .read_only(def.effect == Effect::Reads || matches!(def.confirm, Confirm::PreviewOf(_)))
         .destructive(def.effect == Effect::Destroys)
         .open_world(false);
     let tool = Tool::new(def.name, def.description, Arc::new(schema)).annotate(annotations);
