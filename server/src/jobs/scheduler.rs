@@ -13,7 +13,7 @@ use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
 use crate::store::time::now_ms;
-use crate::store::{Dialect, Error};
+use crate::store::{Dialect, Error, Tx};
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobStatus};
 use gpuplane_api::node::NODE_NAME_LABEL;
@@ -480,7 +480,27 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
         .collect())
 }
 
-async fn apply(
+/// Whether any of `gpus` of `node_id` is held by an attempt already. Asked
+/// in the transaction that claims them: write transactions take turns (see
+/// `store::write`), so two claims of one GPU cannot both pass this check.
+async fn gpus_taken(tx: &mut Tx, node_id: &str, gpus: &[u32]) -> Result<bool, Error> {
+    let held: Vec<String> = sql!(tx, |conn| {
+        sqlx::query_scalar(
+            "SELECT gpus FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
+        )
+        .bind(node_id)
+        .fetch_all(conn)
+        .await
+    })?;
+    Ok(held
+        .iter()
+        .flat_map(|json| serde_json::from_str::<Vec<u32>>(json).unwrap_or_default())
+        .any(|gpu| gpus.contains(&gpu)))
+}
+
+/// Applies a plan in one transaction: each placement claims its job and
+/// GPUs (unless they were taken meanwhile), each changed reason is stored.
+pub async fn apply(
     state: &AppState,
     placements: &[Placement],
     reasons: &[(String, String)],
@@ -497,6 +517,17 @@ async fn apply(
     let mut tx = crate::store::write(&state.db).await?;
     let mut dispatched_to = Vec::new();
     for placement in placements {
+        // Another leader may have taken these GPUs since this plan was read
+        // (two replicas that both believe they lead, for a moment): checked
+        // in the transaction that claims them.
+        if !placement.gpus.is_empty() && gpus_taken(&mut tx, &placement.node_id, &placement.gpus).await? {
+            tracing::warn!(
+                job_id = placement.job_id,
+                node_id = placement.node_id,
+                "its GPUs were taken since the plan was made (by another leader?): it stays queued"
+            );
+            continue;
+        }
         // The job may have been cancelled since the queue was read.
         let claimed: Option<(i64, Option<String>, String)> = sql!(tx, |conn| {
             sqlx::query_as(
