@@ -5,7 +5,7 @@
 //! | file | written by | means |
 //! |---|---|---|
 //! | `owner.json` | agent | the server (id, URL) and node it was dispatched by |
-//! | `dispatch.json` | agent | the attempt as the server sent it (mode 0600: it holds the job's token) |
+//! | `dispatch.json` | agent | the attempt as the server sent it, less its secret values and its token (`Dispatch::at_rest`): those reach the shim on a pipe and, after a restart, come again with the server's welcome |
 //! | `stdout.log`, `stderr.log` | the job | its whole output |
 //! | `shim.json` | shim | the job started: its pid |
 //! | `exit.room` | shim | room for `exit.json`, taken at the start and renamed to it at the end, so a full disk keeps the exit |

@@ -11,7 +11,7 @@ use crate::slurm::{self, SlurmJob};
 use crate::spool::JobSpool;
 use crate::tail::LineReader;
 use crate::watch::Watcher;
-use gpuplane_api::agent::{AgentCommand, AgentWelcome, AttemptRef, Dispatch, ReportItem};
+use gpuplane_api::agent::{AgentCommand, AgentWelcome, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, ReportItem};
 use gpuplane_api::job::{JobKind, Runner};
 use gpuplane_api::log::LogStream;
 use std::collections::HashMap;
@@ -187,7 +187,7 @@ impl Manager {
         });
         let adopted: Vec<(PathBuf, Dispatch)> =
             std::mem::take(&mut *self.adopted.lock().unwrap_or_else(|e| e.into_inner()));
-        for (dir, dispatch) in adopted {
+        for (dir, mut dispatch) in adopted {
             let key = attempt_ref(&dispatch);
             let point = resume
                 .iter()
@@ -209,9 +209,15 @@ impl Manager {
             }
             let (stdout_lines, stderr_lines, keep) =
                 point.map_or((0, 0, false), |p| (p.stdout_lines, p.stderr_lines, p.keep));
+            // What `dispatch.json` does not keep comes with the welcome.
+            let mask = point.map(|p| p.mask.clone()).unwrap_or_default();
+            if let Some(token) = point.and_then(|p| p.token.clone()) {
+                dispatch.env.insert(JOB_TOKEN_VARIABLE.to_string(), token);
+            }
             let handle = self.spawn(
                 dir,
                 dispatch,
+                &mask,
                 Start::Adopted {
                     stdout_lines,
                     stderr_lines,
@@ -253,7 +259,8 @@ impl Manager {
                         Some(owner) => files::write_json(&dir.join(files::OWNER), owner),
                         None => Ok(()),
                     })
-                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch));
+                    // Less its secrets: they reach the shim on a pipe.
+                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch.at_rest()));
                 if let Err(error) = written {
                     self.reporter.push(ReportItem::DispatchFailed {
                         job_id: key.job_id,
@@ -266,7 +273,8 @@ impl Manager {
                     });
                     return;
                 }
-                self.spawn(dir, *dispatch, Start::New);
+                let mask = dispatch.secret_values();
+                self.spawn(dir, *dispatch, &mask, Start::New);
             }
             AgentCommand::Cancel {
                 job_id,
@@ -286,12 +294,11 @@ impl Manager {
                 job_id,
                 attempt,
                 stream,
+                mask,
             } => {
                 let dir = files::attempt_dir(&self.jobs_dir, &AttemptRef { job_id, attempt });
                 let path = dir.join(stream.file_name());
-                let secrets = files::read_json::<Dispatch>(&dir.join(files::DISPATCH))
-                    .map(|dispatch| mask::needles(dispatch.spec.secret_env.values()))
-                    .unwrap_or_default();
+                let secrets = mask::needles(&mask);
                 let client = self.client.clone();
                 tokio::spawn(async move {
                     if let Err(error) = client
@@ -335,10 +342,12 @@ impl Manager {
         std::mem::take(&mut *self.forgotten.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Follows an attempt; `mask`: its job's secret values.
     fn spawn(
         self: &Arc<Self>,
         dir: PathBuf,
         dispatch: Dispatch,
+        mask: &[String],
         start: Start,
     ) -> mpsc::UnboundedSender<Message> {
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -355,11 +364,12 @@ impl Manager {
             },
         );
         let manager = self.clone();
+        let secrets = mask::needles(mask);
         tokio::spawn(async move {
             let task = Attempt {
                 manager: manager.clone(),
                 dir,
-                secrets: mask::needles(dispatch.spec.secret_env.values()),
+                secrets,
                 dispatch,
                 process,
                 in_slurm,
@@ -632,10 +642,20 @@ impl Attempt {
         let mut child = command
             .arg("shim")
             .arg(&self.dir)
-            .stdin(std::process::Stdio::null())
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;
+        // The whole dispatch, secrets and token included, on the shim's
+        // stdin: `dispatch.json` keeps it without them.
+        let mut stdin = child.stdin.take().expect("the shim's stdin is piped");
+        let dispatch = serde_json::to_vec(&self.dispatch)?;
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            if let Err(error) = stdin.write_all(&dispatch).await {
+                tracing::warn!(%error, "cannot hand the dispatch to the shim");
+            }
+        });
         // Reap the shim when it exits; it outlives this agent if the agent dies first.
         tokio::spawn(async move {
             let _ = child.wait().await;

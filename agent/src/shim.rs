@@ -1,13 +1,14 @@
 //! `gpuplane-agent shim DIR`: the parent of one job process.
 //!
-//! The agent starts a shim per attempt. The shim leaves the agent's session
+//! The agent starts a shim per attempt and writes the dispatch, secrets
+//! included, to its stdin (no file keeps them). The shim leaves the agent's session
 //! (so it outlives an agent crash or restart), starts the job in its own
 //! process group with stdin from /dev/null and its output appended to
 //! `stdout.log` / `stderr.log`, records its pid in `shim.json`, waits for it,
 //! and records how it ended in `exit.json`. A restarted agent reads these
 //! files to adopt jobs it started before.
 
-use crate::files::{self, DISPATCH, EXIT, ExitState, SHIM, ShimState};
+use crate::files::{self, EXIT, ExitState, SHIM, ShimState};
 use crate::runner::command_line;
 use gpuplane_api::agent::Dispatch;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -20,8 +21,9 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
     unsafe {
         libc::setsid();
     }
-    let dispatch: Dispatch = files::read_json(&dir.join(DISPATCH))
-        .ok_or_else(|| anyhow::anyhow!("cannot read {}", dir.join(DISPATCH).display()))?;
+    // From the agent, on stdin: `dispatch.json` is kept without the secrets.
+    let dispatch: Dispatch = serde_json::from_reader(std::io::stdin().lock())
+        .map_err(|error| anyhow::anyhow!("cannot read the dispatch from the agent: {error}"))?;
     // Room for `exit.json`, taken before the job starts: a job that fills
     // the disk must not cost the record of how it ended.
     let _ = take_exit_room(dir);

@@ -13,7 +13,7 @@
 
 use crate::client::Client;
 use crate::reporter::Reporter;
-use gpuplane_api::agent::{Dispatch, ReportItem};
+use gpuplane_api::agent::{Dispatch, JOB_TOKEN_VARIABLE, ReportItem};
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_spool::{Method, OnTokenRefused, Report, SendError, Sender, Stop};
@@ -167,7 +167,7 @@ impl JobSpool {
         }
         let Some(sender) = dispatch
             .env
-            .get("GPUCTL_TOKEN")
+            .get(JOB_TOKEN_VARIABLE)
             .and_then(|token| Client::new(server_url, token).ok())
             .map(JobSender)
         else {

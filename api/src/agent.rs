@@ -69,6 +69,13 @@ pub struct Resume {
     /// False when this server never dispatched the attempt to this node
     /// (left by another server): the agent leaves it alone and reports nothing.
     pub known: bool,
+    /// The job's secret values, for the agent to mask in what it ships:
+    /// no file on the host keeps them (see [`Dispatch::at_rest`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mask: Vec<String>,
+    /// The attempt's own token (`GPUCTL_TOKEN`), for what its spool left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +117,10 @@ pub enum AgentCommand {
         job_id: String,
         attempt: i64,
         stream: LogStream,
+        /// The job's secret values, masked in the upload; added as the
+        /// command reaches the agent, never stored with it.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mask: Vec<String>,
     },
     /// The job's run was deleted: remove its attempt folders from this host
     /// (its output, state and spool), then say so in `Poll::forgotten`.
@@ -130,6 +141,26 @@ pub struct Dispatch {
     /// Between SIGTERM and SIGKILL when the job reaches `spec.time_limit_s`.
     #[serde(default)]
     pub stop_grace_ms: u64,
+}
+
+/// The variable that carries an attempt's own token to its job.
+pub const JOB_TOKEN_VARIABLE: &str = "GPUCTL_TOKEN";
+
+impl Dispatch {
+    /// What the agent may keep on disk (`dispatch.json`): the dispatch less
+    /// its secret values and the attempt's token. Those reach the job on a
+    /// pipe, and after an agent restart come again with [`Resume`].
+    pub fn at_rest(&self) -> Dispatch {
+        let mut resting = self.clone();
+        resting.spec.secret_env.clear();
+        resting.env.remove(JOB_TOKEN_VARIABLE);
+        resting
+    }
+
+    /// The job's secret values, the strings the agent masks.
+    pub fn secret_values(&self) -> Vec<String> {
+        self.spec.secret_env.values().cloned().collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

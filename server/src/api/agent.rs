@@ -39,7 +39,7 @@ pub async fn hello(
     if was_offline {
         nodes::record_reconnect(&mut tx, &node_id, &hello.name, now_ms()).await?;
     }
-    let resume = dispatch::reconcile(&mut tx, &node_id, &hello.name, &hello.attempts).await?;
+    let resume = dispatch::reconcile(&mut tx, &state.secret, &node_id, &hello.name, &hello.attempts).await?;
     tx.commit().await?;
     state.wake(Wake::Nodes);
     state.jobs_changed();

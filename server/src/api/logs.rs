@@ -277,6 +277,7 @@ pub async fn full_log(
         job_id: job_id.clone(),
         attempt,
         stream,
+        mask: Vec::new(),
     };
     // An upload to this server comes straight to the reader; with replicas,
     // one to another comes in parts through the database (`log_relay`).

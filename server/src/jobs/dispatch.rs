@@ -2,6 +2,7 @@
 //! still has to resume (and which of the node's RUNNING attempts are lost);
 //! on each poll, the dispatches, cancels and one-shot commands it carries.
 
+use crate::identity::secrets::SecretKey;
 use crate::jobs::{lifecycle, reports};
 use crate::logs;
 use crate::sql;
@@ -9,15 +10,20 @@ use crate::state::AppState;
 use crate::store::Error;
 use crate::store::Tx;
 use crate::store::time::now_ms;
-use gpuplane_api::agent::{AgentCommand, AttemptRef, Dispatch, Report, ReportItem, Resume};
+use gpuplane_api::agent::{
+    AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, Report, ReportItem, Resume,
+};
 use gpuplane_api::job::{JobSpec, JobStatus};
 use gpuplane_api::log::LogStream;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-/// For each attempt an agent still has: where to resume its output, or to drop it.
-/// RUNNING attempts on the node that the agent no longer has are lost.
+/// For each attempt an agent still has: where to resume its output, or to
+/// drop it, and the secrets its `dispatch.json` does not keep (its job's
+/// values to mask, its own token). RUNNING attempts on the node that the
+/// agent no longer has are lost.
 pub async fn reconcile(
     conn: &mut Tx,
+    secret: &SecretKey,
     node_id: &str,
     node_name: &str,
     attempts: &[AttemptRef],
@@ -25,6 +31,13 @@ pub async fn reconcile(
     let mut resume = Vec::new();
     for attempt in attempts {
         let status = lifecycle::status_on_node(conn, node_id, &attempt.job_id, attempt.attempt).await?;
+        let (mask, token) = match status {
+            Some(_) => (
+                secret_values(conn, secret, &attempt.job_id).await?,
+                Some(secret.attempt_token(&attempt.job_id, attempt.attempt)),
+            ),
+            None => (Vec::new(), None),
+        };
         resume.push(Resume {
             job_id: attempt.job_id.clone(),
             attempt: attempt.attempt,
@@ -32,6 +45,8 @@ pub async fn reconcile(
             stderr_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stderr).await?,
             keep: status.is_some_and(JobStatus::is_active),
             known: status.is_some(),
+            mask,
+            token,
         });
     }
     let listed: HashSet<(&str, i64)> = attempts.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
@@ -49,6 +64,44 @@ pub async fn reconcile(
         }
     }
     Ok(resume)
+}
+
+/// A job's secret values, opened with this server's key (a value it cannot
+/// open was never dispatched, so there is nothing of it to mask).
+async fn secret_values(conn: &mut Tx, secret: &SecretKey, job_id: &str) -> Result<Vec<String>, Error> {
+    let field = conn.dialect().json_field("spec", "secret_env");
+    let sealed: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar(&format!("SELECT {field} FROM jobs WHERE id = $1"))
+            .bind(job_id)
+            .fetch_optional(conn)
+            .await
+    })?
+    .flatten();
+    let sealed: BTreeMap<String, String> = sealed
+        .and_then(|json| serde_json::from_str(&json).ok())
+        .unwrap_or_default();
+    Ok(sealed
+        .iter()
+        .filter_map(|(name, value)| secret.open(job_id, name, value))
+        .collect())
+}
+
+/// Gives each log fetch its job's secret values to mask, as it leaves for
+/// the agent (a fetch waiting in `log_fetches` never holds them).
+async fn add_masks(state: &AppState, commands: &mut [AgentCommand]) -> Result<(), Error> {
+    if !commands
+        .iter()
+        .any(|c| matches!(c, AgentCommand::FetchLog { .. }))
+    {
+        return Ok(());
+    }
+    let mut tx = crate::store::read(&state.db).await?;
+    for command in commands {
+        if let AgentCommand::FetchLog { job_id, mask, .. } = command {
+            *mask = secret_values(&mut tx, &state.secret, job_id).await?;
+        }
+    }
+    Ok(())
 }
 
 /// The commands a node's poll carries: dispatches it has not started,
@@ -151,10 +204,12 @@ pub async fn commands_for(
         }
     }
     commands.extend(cleanups(state, node_id).await?);
-    commands.extend(state.agents.take_pending(node_id));
+    let mut one_shots = state.agents.take_pending(node_id);
     if state.agents.take_fetch_waiting(node_id) {
-        commands.extend(crate::nodes::log_relay::claim(&state.db, node_id).await?);
+        one_shots.extend(crate::nodes::log_relay::claim(&state.db, node_id).await?);
     }
+    add_masks(state, &mut one_shots).await?;
+    commands.extend(one_shots);
     if !cancelled_before_start.is_empty() {
         let now = now_ms();
         let mut tx = crate::store::write(&state.db).await?;
@@ -187,7 +242,7 @@ fn dispatch(
     let env = BTreeMap::from([
         ("GPUCTL_SERVER".to_string(), state.config.public_url()),
         (
-            "GPUCTL_TOKEN".to_string(),
+            JOB_TOKEN_VARIABLE.to_string(),
             state.secret.attempt_token(job_id, attempt),
         ),
         ("GPUCTL_JOB_ID".to_string(), job_id.to_string()),

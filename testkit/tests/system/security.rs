@@ -78,19 +78,10 @@ async fn a_job_sees_nothing_of_the_agents_own_environment() {
         "the host's environment stays"
     );
     // The whole file, fetched from the agent, is masked too.
-    let full = cluster
-        .http
-        .get(format!("{}/api/v1/jobs/{}/logs/full", cluster.server.url, job.id))
-        .bearer_auth(&cluster.token)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let full = cluster.get_text(&format!("/jobs/{}/logs/full", job.id)).await;
     assert!(full.contains("key=***\n") && !full.contains(secret), "{full}");
 
-    // Nobody else on the host can read the attempt's files (its dispatch holds the job's token).
+    // Nobody else on the host can read the attempt's files (its output may hold anything).
     let attempt = jobs_dir.join(&job.id).join("attempt-1");
     for dir in [&jobs_dir, &jobs_dir.join(&job.id), &attempt] {
         assert_eq!(mode(dir), 0o700, "{}", dir.display());
@@ -414,4 +405,77 @@ async fn replacing_the_agents_binary_while_it_runs_breaks_no_dispatch() {
     assert_eq!(cluster.output(&after.id, "stdout").await, ["started-after"]);
     cluster.wait_for(&before.id, JobStatus::Succeeded).await;
     assert_eq!(cluster.output(&before.id, "stdout").await, ["done-before"]);
+}
+
+/// Every file under `dir` whose bytes contain `needle` (to prove a secret
+/// rests nowhere on the host).
+fn files_containing(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_containing(&path, needle));
+        } else if let Ok(bytes) = std::fs::read(&path)
+            && bytes
+                .windows(needle.len())
+                .any(|window| window == needle.as_bytes())
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// #43: a job's secrets and its token never rest in clear on the agent's
+/// host (another job there could read the agent user's files): the shim
+/// gets them on a pipe, and an agent restarted mid-job gets them back from
+/// the server, so what it ships after the restart is still masked.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_never_rest_on_the_agents_host() {
+    let cluster = Cluster::start().await;
+    let mut agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let secret = "rest-nowhere-7c1e";
+    let flag = cluster.dir.path().join("go-on");
+    let job = cluster
+        .submit(json!({
+            "name": "secret-holder",
+            "secret_env": {"API_KEY": secret},
+            "command": sh(&format!(
+                "echo started; while [ ! -e {} ]; do sleep 0.1; done; echo key=$API_KEY",
+                flag.display()
+            )),
+        }))
+        .await;
+    eventually("the first line", WAIT, || async {
+        (cluster.output(&job.id, "stdout").await.len() == 1).then_some(())
+    })
+    .await;
+    let job_token = cluster.server.state.secret.attempt_token(&job.id, 1);
+    for needle in [secret, job_token.as_str()] {
+        assert_eq!(
+            files_containing(&agent.jobs_dir, needle),
+            Vec::<std::path::PathBuf>::new(),
+            "a secret rests on the host while the job runs"
+        );
+    }
+
+    // The agent restarts while the job runs; the job then prints its secret.
+    agent.kill();
+    let _agent = cluster.agent_in("box", 1, &agent.jobs_dir.clone(), &[]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    std::fs::write(&flag, "").unwrap();
+    cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let output = cluster.output(&job.id, "stdout").await;
+    assert_eq!(output, ["started", "key=***"], "masked after the restart");
+    let full = cluster.get_text(&format!("/jobs/{}/logs/full", job.id)).await;
+    assert!(full.contains("key=***\n") && !full.contains(secret), "{full}");
+    let holders = files_containing(&agent.jobs_dir, secret);
+    assert!(
+        holders.len() == 1 && holders[0].ends_with("stdout.log"),
+        "only what the job itself wrote holds it: {holders:?}"
+    );
 }
