@@ -51,6 +51,8 @@ pub struct Manager {
     max_line_bytes: usize,
     /// `--runner slurm`: every job goes to Slurm, placed by these defaults.
     slurm: Option<slurm::Defaults>,
+    /// `--docker`: docker jobs run here.
+    docker: bool,
     /// Jobs whose folders were removed after a `forget`, for the next poll.
     forgotten: Mutex<Vec<String>>,
 }
@@ -63,6 +65,8 @@ pub struct Options {
     pub max_line_bytes: usize,
     /// `--runner slurm`: every job goes to Slurm, placed by these defaults.
     pub slurm: Option<slurm::Defaults>,
+    /// `--docker`: docker jobs run here.
+    pub docker: bool,
 }
 
 struct Handle {
@@ -107,6 +111,7 @@ impl Manager {
             disk_free_override,
             max_line_bytes,
             slurm,
+            docker,
         } = options;
         let adopted = files::unfinished_attempts(&jobs_dir);
         if !adopted.is_empty() {
@@ -128,6 +133,18 @@ impl Manager {
             disk_free_override,
             max_line_bytes,
             slurm,
+            docker,
+        }
+    }
+
+    /// The runners this agent runs jobs with, as its hello says.
+    pub fn runners(&self) -> Vec<Runner> {
+        if self.slurm.is_some() {
+            vec![Runner::Slurm]
+        } else if self.docker {
+            vec![Runner::Process, Runner::Docker]
+        } else {
+            vec![Runner::Process]
         }
     }
 
@@ -209,6 +226,13 @@ impl Manager {
             }
             let (stdout_lines, stderr_lines, keep) =
                 point.map_or((0, 0, false), |p| (p.stdout_lines, p.stderr_lines, p.keep));
+            // An older agent kept the secrets in `dispatch.json`: no longer.
+            let resting = dispatch.at_rest();
+            if resting != dispatch
+                && let Err(error) = files::write_json(&dir.join(files::DISPATCH), &resting)
+            {
+                tracing::warn!(%error, dir = %dir.display(), "cannot rewrite an old dispatch.json without its secrets");
+            }
             // What `dispatch.json` does not keep comes with the welcome.
             let mask = point.map(|p| p.mask.clone()).unwrap_or_default();
             if let Some(token) = point.and_then(|p| p.token.clone()) {
@@ -450,7 +474,10 @@ impl Attempt {
         }
         let (stdout_lines, stderr_lines) = match start {
             Start::New => {
-                if let Err(detail) = runner::check(&self.dispatch, &self.dir, &self.manager.host).await {
+                let docker = self.manager.docker;
+                if let Err(detail) =
+                    runner::check(&self.dispatch, &self.dir, &self.manager.host, docker).await
+                {
                     tracing::warn!(job_id = self.dispatch.job_id, detail, "dispatch failed");
                     self.end(ReportItem::DispatchFailed {
                         job_id: self.dispatch.job_id.clone(),

@@ -104,6 +104,12 @@ pub struct Args {
     #[arg(long, env = "GPUPLANE_RUNNER", value_name = "RUNNER", default_value = "process", value_parser = ["process", "slurm"])]
     pub runner: String,
 
+    /// Run docker jobs (`docker run`) too. A docker job is root on this
+    /// host, so the server sends docker jobs (and, to this node, any job)
+    /// only from projects whose node policy grants docker.
+    #[arg(long, env = "GPUPLANE_DOCKER")]
+    pub docker: bool,
+
     /// With `--runner slurm`: the GPUs this agent offers the scheduler
     /// (default: the `gpu` GRES of the nodes `sinfo` lists, in the
     /// `slurm.partition` label's partition when set).
@@ -229,8 +235,16 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             disk_free_override: args.disk_free_percent_override,
             max_line_bytes: args.max_line_bytes,
             slurm,
+            docker: args.docker,
         },
     ));
+    let runners = manager.runners();
+    if !args.docker && runner::docker_socket_reachable() {
+        tracing::warn!(
+            "a docker socket is reachable here but docker jobs are off: start the agent with --docker to run them \
+             (the server sends them only from projects granted docker)"
+        );
+    }
     tracing::info!(server = args.server, name, gpus = probe.describe(), jobs_dir = %jobs_dir.display(), "agent starting");
     let sender = {
         let reporter = reporter.clone();
@@ -255,6 +269,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         gpus,
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         attempts: manager.known(),
+        runners: Some(runners.clone()),
     };
     tokio::pin!(shutdown);
     const FIRST_BACKOFF: Duration = Duration::from_millis(200);

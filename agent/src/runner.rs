@@ -184,8 +184,28 @@ fn executable(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Everything that would make the attempt fail to start, named.
-pub async fn check(dispatch: &Dispatch, attempt_dir: &Path, host: &str) -> Result<(), String> {
+/// Whether this agent's user could reach a Docker engine (its socket exists
+/// and is writable): then starting without `--docker` deserves a word.
+pub fn docker_socket_reachable() -> bool {
+    let socket = std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|host| host.strip_prefix("unix://").map(str::to_string))
+        .unwrap_or_else(|| "/var/run/docker.sock".to_string());
+    let Ok(path) = std::ffi::CString::new(socket) else {
+        return false;
+    };
+    // SAFETY: a valid C string; access(2) only reads it.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Everything that would make the attempt fail to start, named; `docker`:
+/// whether the agent was started with `--docker`.
+pub async fn check(dispatch: &Dispatch, attempt_dir: &Path, host: &str, docker: bool) -> Result<(), String> {
+    if dispatch.spec.runner == Runner::Docker && !docker {
+        return Err(format!(
+            "runner docker: the agent on {host} does not run docker jobs (it was started without --docker)"
+        ));
+    }
     let dir = working_dir(dispatch, attempt_dir);
     match std::fs::metadata(&dir) {
         Ok(metadata) if metadata.is_dir() => {}

@@ -140,7 +140,7 @@ pub async fn check(dispatch: &Dispatch, attempt_dir: &Path, host: &str, enabled:
     }
     let mut process = dispatch.clone();
     process.spec.runner = Runner::Process;
-    runner::check(&process, attempt_dir, host).await?;
+    runner::check(&process, attempt_dir, host, false).await?;
     let mut version = tool("sbatch").map_err(|error| format!("runner slurm: {error} on {host}"))?;
     match run(version.arg("--version")).await {
         Ok(_) => Ok(()),

@@ -40,6 +40,11 @@ pub struct AgentHello {
     /// Attempts the agent has on disk whose end the server has not acknowledged.
     #[serde(default)]
     pub attempts: Vec<AttemptRef>,
+    /// The runners it runs jobs with: `process` (and `docker` when started
+    /// with `--docker`), or `slurm` alone for a Slurm login host. An agent
+    /// that does not say is given no jobs (node policies need to know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runners: Option<Vec<crate::job::Runner>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -38,6 +38,10 @@ pub enum AuditAction {
     ProjectMember,
     #[serde(rename = "project.settings")]
     ProjectSettings,
+    #[serde(rename = "project.node_policy")]
+    ProjectNodePolicy,
+    #[serde(rename = "project.node_policy_clear")]
+    ProjectNodePolicyClear,
     #[serde(rename = "user.create")]
     UserCreate,
     #[serde(rename = "user.disable")]
@@ -92,6 +96,8 @@ names!("audit action", AuditAction {
     ProjectCreate => "project.create",
     ProjectMember => "project.member",
     ProjectSettings => "project.settings",
+    ProjectNodePolicy => "project.node_policy",
+    ProjectNodePolicyClear => "project.node_policy_clear",
     UserCreate => "user.create",
     UserDisable => "user.disable",
     UserEnable => "user.enable",

@@ -103,7 +103,7 @@ pub enum JobKind {
 
 names!("job kind", JobKind { Train => "TRAIN", Evaluate => "EVALUATE" });
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Runner {

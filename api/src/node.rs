@@ -70,6 +70,10 @@ pub struct Node {
     pub admin_labels: BTreeMap<String, Option<String>>,
     pub gpus: Vec<Gpu>,
     pub agent_version: String,
+    /// The runners its agent runs jobs with; none: its agent is too old to
+    /// say, and the node is given no jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runners: Option<Vec<crate::job::Runner>>,
     /// RFC 3339 time of the last heartbeat.
     pub last_seen_at: String,
     /// When an admin drained the node (RFC 3339), and who.

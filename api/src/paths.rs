@@ -151,6 +151,14 @@ pub fn project_members(project: &str) -> String {
     format!("{PREFIX}/projects/{project}/members")
 }
 
+pub fn node_policies() -> String {
+    format!("{PREFIX}/node-policies")
+}
+
+pub fn node_policy(project: &str) -> String {
+    format!("{PREFIX}/projects/{project}/node-policy")
+}
+
 pub fn quotas() -> String {
     format!("{PREFIX}/quotas")
 }

@@ -161,6 +161,7 @@ impl Agent {
             gpus: self.gpus.clone(),
             agent_version: "bench".into(),
             attempts: Vec::new(),
+            runners: Some(vec![gpuplane_api::job::Runner::Process]),
         };
         let welcome: AgentWelcome = self.client.post("agent/hello", &hello).await?;
         self.node_id = welcome.node_id;

@@ -6,11 +6,13 @@ use crate::report::{count, record, size};
 use anyhow::Context;
 use gpuplane_api::agent::{AgentHello, Report, ReportItem};
 use gpuplane_api::auth::Scope;
-use gpuplane_api::job::JobSpec;
 use gpuplane_api::job::{Dependency, JobStatus};
+use gpuplane_api::job::{JobSpec, Runner};
 use gpuplane_api::log::LogStream;
+use gpuplane_api::project::NodePolicy;
 use gpuplane_server::jobs::dependencies::{Verdict, verdict};
 use gpuplane_server::jobs::fair_share::{self, Usage};
+use gpuplane_server::jobs::node_access::NodeAccess;
 use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, Rules, RunningAttempt, plan};
 use gpuplane_testkit::{agent_token, simulated_gpu, start_server_with, user_token};
 use std::collections::HashMap;
@@ -136,7 +138,7 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
             }
         }
         fair_share::order(&mut ready, &usage, policy, 1_000_000);
-        let result = plan(&ready, nodes, &quotas, rules, 0);
+        let result = plan(&ready, nodes, &quotas, &NodeAccess::default(), rules, 0);
         times.push(started.elapsed().as_secs_f64() * 1000.0);
         placed = result.placements.len();
         preempted = result.preemptions.len();
@@ -177,6 +179,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             id: format!("node_{i}"),
             name: format!("n{i:04}"),
             labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 4))]),
+            runners: Some(vec![Runner::Process]),
             gpus: (0..8).collect(),
             busy_gpus: (0..(i % 9) as u32).collect::<BTreeSet<u32>>(),
             cpu_jobs: 0,
@@ -205,6 +208,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             } else {
                 BTreeMap::new()
             },
+            runner: Runner::Process,
             not_before: None,
             next_attempt: 1,
             max_attempts: 1,
@@ -218,15 +222,36 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.
     let quotas = bench_quotas(300, 40, 8);
-    for (what, quotas) in [
-        ("", Quotas::default()),
-        (" with quotas on 20 projects and 100 users", quotas.clone()),
+    // Projects p0-p3 bound to zone z3, which then serves only them.
+    let policies = NodeAccess::new(
+        (0..4)
+            .map(|p| {
+                let policy = NodePolicy {
+                    labels: BTreeMap::from([("zone".to_string(), "z3".to_string())]),
+                    runners: vec![Runner::Process],
+                };
+                (format!("p{p}"), policy)
+            })
+            .collect(),
+    );
+    for (what, quotas, access) in [
+        ("", Quotas::default(), NodeAccess::default()),
+        (
+            " with quotas on 20 projects and 100 users",
+            quotas.clone(),
+            NodeAccess::default(),
+        ),
+        (
+            " with quotas and node policies binding 4 of 20 projects to a quarter of the nodes",
+            quotas.clone(),
+            policies,
+        ),
     ] {
         let mut times = Vec::new();
         let mut placed = 0;
         for _ in 0..20 {
             let started = Instant::now();
-            let result = plan(&queue, &nodes, &quotas, RULES, 0);
+            let result = plan(&queue, &nodes, &quotas, &access, RULES, 0);
             times.push(started.elapsed().as_secs_f64() * 1000.0);
             placed = result.placements.len();
         }
@@ -258,6 +283,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             gpus: (0..8).map(simulated_gpu).collect(),
             agent_version: "bench".into(),
             attempts: Vec::new(),
+            runners: Some(vec![gpuplane_api::job::Runner::Process]),
         };
         gpuplane_server::nodes::register(&mut tx, &hello).await?;
     }
@@ -306,7 +332,14 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     load_nodes.sort_by(f64::total_cmp);
     let load_nodes = percentile(&load_nodes, 0.5);
     let started = Instant::now();
-    plan(&queue, &nodes, &Quotas::default(), RULES, 0);
+    plan(
+        &queue,
+        &nodes,
+        &Quotas::default(),
+        &NodeAccess::default(),
+        RULES,
+        0,
+    );
     let planned = started.elapsed().as_secs_f64() * 1000.0;
     println!(
         "scheduling: server pass ({} load + plan + apply), {queued} queued x {node_count} nodes: first {first:.1} ms (writes {queued} reasons), then p50 {:.1} ms (load queue {load_queue:.1} ms, load nodes {load_nodes:.1} ms, plan {planned:.1} ms)",
@@ -766,6 +799,7 @@ pub(crate) async fn say_hello(
         gpus: Vec::new(),
         agent_version: "bench".into(),
         attempts: Vec::new(),
+        runners: Some(vec![gpuplane_api::job::Runner::Process]),
     };
     let welcome: serde_json::Value = http
         .post(format!("{url}/api/v1/agent/hello"))

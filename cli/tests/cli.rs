@@ -161,7 +161,7 @@ async fn status_and_node_status_show_the_agents_gpus() {
         })
         .collect();
     let hello = serde_json::json!({
-        "name": "box-a", "hostname": "box-a", "labels": {"gpu": "sim"}, "agent_version": "test", "gpus": gpus,
+        "name": "box-a", "hostname": "box-a", "labels": {"gpu": "sim"}, "agent_version": "test", "gpus": gpus, "runners": ["process"],
     });
     let response = http
         .post(format!("{}/api/v1/agent/hello", server.url))
@@ -876,4 +876,79 @@ async fn a_run_is_shared_listed_and_unshared_from_the_terminal() {
         format!("Share link {share_id} revoked.")
     );
     assert_eq!(http.get(&link).send().await.unwrap().status(), 404);
+}
+
+/// `gpuctl admin project-nodes`: a server admin binds a project to labelled
+/// nodes and grants runners, lists and clears policies, with `--json`;
+/// anyone else is refused (exit 4), and a bad runner never reaches the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn admins_bind_projects_to_nodes_from_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let server = start_server(dir.path()).await;
+    let admin = user_token(&server.state.db, "root", Scope::Write, true).await;
+    let editor = user_token(&server.state.db, "dana", Scope::Write, false).await;
+    let url = server.url.as_str();
+    let as_user = |token: &str, args: &[&str]| {
+        gpuctl(
+            home.path(),
+            &[&["--server", url, "--token", token][..], args].concat(),
+        )
+    };
+    let set = [
+        "admin",
+        "project-nodes",
+        "set",
+        "default",
+        "--labels",
+        "team=vision,tier=a",
+        "--runners",
+        "process,docker",
+    ];
+
+    let refused = as_user(&editor, &set);
+    assert_eq!(refused.status.code(), Some(4), "{}", stderr(&refused));
+    let bad = as_user(
+        &admin,
+        &[
+            "admin",
+            "project-nodes",
+            "set",
+            "default",
+            "--runners",
+            "process,root",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("`root` is not a runner"),
+        "{}",
+        stderr(&bad)
+    );
+    let empty = as_user(&admin, &["admin", "project-nodes", "list"]);
+    expect!["No node policies: every project uses the nodes no policy reserves, with the process runner.\n"]
+        .assert_eq(&stdout(&empty));
+
+    let done = as_user(&admin, &set);
+    assert!(done.status.success(), "{}", stderr(&done));
+    let line = stdout(&done);
+    assert!(
+        line.starts_with("default  nodes labelled team=vision,tier=a  runners docker,process  (set ")
+            && line.trim_end().ends_with(" by root)"),
+        "{line}"
+    );
+    let listed = json(&as_user(&admin, &["admin", "project-nodes", "list", "--json"]));
+    assert_eq!(listed["items"][0]["project"], "default", "{listed}");
+    assert_eq!(listed["items"][0]["policy"]["labels"]["tier"], "a", "{listed}");
+    let shown = json(&as_user(&editor, &["project", "list", "--json"]));
+    assert_eq!(
+        shown["items"][0]["node_policy"]["runners"],
+        serde_json::json!(["docker", "process"]),
+        "{shown}"
+    );
+
+    let cleared = as_user(&admin, &["admin", "project-nodes", "clear", "default", "--json"]);
+    assert_eq!(json(&cleared)["cleared"], "default");
+    let again = as_user(&admin, &["admin", "project-nodes", "clear", "default"]);
+    assert_eq!(again.status.code(), Some(5), "{}", stderr(&again));
 }

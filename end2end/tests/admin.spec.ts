@@ -1,4 +1,4 @@
-// The admin console: users, quotas, nodes and agent tokens managed from
+// The admin console: users, quotas, node policies, nodes and agent tokens managed from
 // /admin through the API as the signed-in admin, and every change read back
 // in the audit log at /admin/audit.
 import { test, expect } from '@playwright/test';
@@ -39,6 +39,23 @@ test('an admin manages users, quotas, nodes and agent tokens and reads the audit
   await quota.getByRole('button', { name: 'Remove' }).click();
   await expect(quota).toHaveCount(0);
 
+  // A project bound to labelled nodes with docker granted, then unbound.
+  const created = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: 'e2e-bound' } });
+  expect(created.status()).toBe(201);
+  const policies = page.getByTestId('admin-node-policies');
+  await policies.getByLabel('Project').fill('e2e-bound');
+  await policies.getByLabel('Labels').fill('e2e-team=bound');
+  await policies.getByLabel('Runners').fill('process,docker');
+  await policies.getByRole('button', { name: 'Set policy' }).click();
+  const policy = policies.locator('tr[data-project="e2e-bound"]');
+  await expect(policy).toContainText('e2e-team=bound');
+  await expect(policy).toContainText('docker, process');
+  await policies.getByLabel('Runners').fill('process,root');
+  await policies.getByRole('button', { name: 'Set policy' }).click();
+  await expect(policies.getByTestId('change-error')).toContainText('root');
+  await policy.getByRole('button', { name: 'Remove' }).click();
+  await expect(policy).toHaveCount(0);
+
   // The node drained, relabelled and undrained.
   const node = page.getByTestId('admin-nodes').locator(`tr[data-node="${NODE}"]`);
   await node.getByRole('button', { name: 'Drain' }).click();
@@ -67,7 +84,8 @@ test('an admin manages users, quotas, nodes and agent tokens and reads the audit
   await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
   const log = page.getByTestId('audit');
   for (const action of ['user.create', 'user.admin', 'user.disable', 'quota.set', 'quota.clear',
-    'node.drain', 'node.labels', 'node.undrain', 'agent_token.create', 'agent_token.revoke']) {
+    'node.drain', 'node.labels', 'node.undrain', 'agent_token.create', 'agent_token.revoke',
+    'project.node_policy', 'project.node_policy_clear']) {
     await expect(log.getByRole('row', { name: new RegExp(action.replace('.', '\\.')) }).first()).toBeVisible();
   }
   await page.getByLabel('Action').selectOption('user.disable');

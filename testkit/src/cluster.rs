@@ -245,6 +245,16 @@ impl Cluster {
         (status.as_u16(), body)
     }
 
+    /// Sets `project`'s node policy (`{"labels": …, "runners": […]}`) with
+    /// the cluster's admin token; panics unless it is accepted.
+    pub async fn set_node_policy(&self, project: &str, policy: Value) {
+        let path = format!("/projects/{project}/node-policy");
+        let (status, body) = self
+            .call(reqwest::Method::PUT, &path, Some(policy), &self.token)
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
     /// Submits a job spec; panics unless it is accepted.
     pub async fn submit(&self, spec: Value) -> Job {
         let (status, body) = self.post("/jobs", spec).await;

@@ -115,6 +115,14 @@ impl TestServer {
         self.call("POST", path, token, Some(body)).await
     }
 
+    /// Sets `project`'s node policy (`{"labels": …, "runners": […]}`) as
+    /// the server admin `token`; panics unless it is accepted.
+    pub async fn set_node_policy(&self, token: &str, project: &str, policy: Value) {
+        let path = format!("/projects/{project}/node-policy");
+        let (status, body) = self.call("PUT", &path, token, Some(policy)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+
     /// A new run in the caller's default project: its id.
     pub async fn create_run(&self, token: &str, name: &str) -> String {
         let (status, run) = self.post("/runs", token, serde_json::json!({"name": name})).await;
@@ -126,6 +134,19 @@ impl TestServer {
     pub async fn ingest(&self, token: &str, run: &str, batch: Value) -> (StatusCode, Value) {
         self.post(&format!("/runs/{run}/metrics"), token, batch).await
     }
+}
+
+/// The fields a 422 body names, in order.
+pub fn error_fields(body: &Value) -> Vec<String> {
+    body["error"]["details"]
+        .as_array()
+        .map(|details| {
+            details
+                .iter()
+                .filter_map(|detail| detail["field"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The status and JSON body of a response (`null` when it is not JSON).

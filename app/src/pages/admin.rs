@@ -1,5 +1,5 @@
 //! `/admin` and `/admin/audit`: what server admins manage (users, quotas,
-//! nodes, agent tokens; projects are on `/projects`) and the audit log of
+//! node policies, nodes, agent tokens; projects are on `/projects`) and the audit log of
 //! who did what. Every change goes through the API as the signed-in admin, so it
 //! is checked and recorded exactly as from `gpuctl admin`.
 
@@ -13,6 +13,7 @@ use gpuplane_api::Page;
 use gpuplane_api::audit::{AuditAction, AuditEntry};
 use gpuplane_api::node::Node;
 use gpuplane_api::paths;
+use gpuplane_api::project::ProjectNodePolicy;
 use gpuplane_api::quota::Quota;
 use gpuplane_api::user::{AgentToken, CreatedAgentToken, User};
 use leptos::prelude::*;
@@ -54,6 +55,11 @@ pub fn Admin() -> impl IntoView {
         move || quotas_changed.version().get(),
         |_| fetch::<Page<Quota>>(paths::quotas()),
     );
+    let policies_changed = Changes::new();
+    let policies = Resource::new(
+        move || policies_changed.version().get(),
+        |_| fetch::<Page<ProjectNodePolicy>>(paths::node_policies()),
+    );
     let nodes_changed = Changes::new();
     let nodes = Resource::new(
         move || nodes_changed.version().get(),
@@ -75,6 +81,7 @@ pub fn Admin() -> impl IntoView {
             <p class="card">"Projects and their members (and a project's max priority) are on the "
                 <a href="/projects">"Projects"</a> " page."</p>
             <Quotas quotas=quotas changes=quotas_changed />
+            <NodePolicies policies=policies changes=policies_changed />
             <NodeControls nodes=nodes changes=nodes_changed />
             <AgentTokens tokens=tokens changes=tokens_changed created=token_created />
         </AdminsOnly>
@@ -218,6 +225,77 @@ fn Quotas(quotas: Loaded<Quota>, changes: Changes) -> impl IntoView {
                 <label>"GPUs at once" <input name="gpus" inputmode="numeric" placeholder="no limit" bind:value=gpus /></label>
                 <label>"Running jobs" <input name="jobs" inputmode="numeric" placeholder="no limit" bind:value=jobs /></label>
                 <button type="submit">"Set quota"</button>
+            </form>
+            {move || problem.get().map(|text| view! { <p class="error" role="alert">{text}</p> })}
+            <Outcome changes=changes done="Saved." />
+        </section>
+    }
+}
+
+/// Which nodes each project's jobs run on, and through which runners
+/// (`gpuctl admin project-nodes`).
+#[component]
+fn NodePolicies(policies: Loaded<ProjectNodePolicy>, changes: Changes) -> impl IntoView {
+    let project = RwSignal::new(String::new());
+    let labels = RwSignal::new(String::new());
+    let runners = RwSignal::new("process".to_string());
+    let problem = RwSignal::new(None::<String>);
+    let set = move |event: leptos::ev::SubmitEvent| {
+        event.prevent_default();
+        let mut pairs = serde_json::Map::new();
+        for pair in text(labels).split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some((key, value)) => {
+                    pairs.insert(key.trim().to_string(), json!(value.trim()));
+                }
+                None => {
+                    problem.set(Some(format!("labels: `{pair}` is not KEY=VALUE")));
+                    return;
+                }
+            }
+        }
+        problem.set(None);
+        let granted: Vec<String> = text(runners)
+            .split(',')
+            .map(|r| r.trim().to_string())
+            .filter(|r| !r.is_empty())
+            .collect();
+        let body = json!({"labels": pairs, "runners": granted});
+        send(changes, "PUT", paths::node_policy(&text(project)), Some(body));
+    };
+    view! {
+        <section class="card" data-testid="admin-node-policies">
+            <h2>"Node policies"</h2>
+            <p class="muted">"A project with labels runs only on nodes carrying them, and such nodes serve only \
+                projects naming them. Docker and Slurm nodes serve only projects granted those runners. A project \
+                without a policy uses the nodes no policy reserves, with the process runner. A job's \
+                node_selector only chooses among the nodes its policy allows."</p>
+            {loaded(policies, move |page: Page<ProjectNodePolicy>| (!page.items.is_empty()).then(|| view! {
+                <div class="table-scroll"><table>
+                    <thead><tr><th>"Project"</th><th>"Nodes"</th><th>"Runners"</th><th>"Set"</th><th></th></tr></thead>
+                    <tbody>{page.items.into_iter().map(|set| {
+                        let path = paths::node_policy(&set.project);
+                        let nodes = if set.policy.labels.is_empty() {
+                            "nodes no policy reserves".to_string()
+                        } else {
+                            set.policy.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")
+                        };
+                        let runners = set.policy.runners.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ");
+                        view! { <tr data-project=set.project.clone()>
+                            <td>{set.project.clone()}</td>
+                            <td>{nodes}</td>
+                            <td>{runners}</td>
+                            <td>{format::time(&set.updated_at)} " " {set.updated_by.map(|by| format!("by {by}"))}</td>
+                            <td><button type="button" class="secondary" on:click=move |_| send(changes, "DELETE", path.clone(), None)>"Remove"</button></td>
+                        </tr> }
+                    }).collect_view()}</tbody>
+                </table></div>
+            }))}
+            <form class="inline-form" data-testid="set-node-policy" on:submit=set>
+                <label>"Project" <input name="project" required bind:value=project /></label>
+                <label>"Labels" <input name="labels" placeholder="team=vision,tier=a" bind:value=labels /></label>
+                <label>"Runners" <input name="runners" placeholder="process,docker,slurm" bind:value=runners /></label>
+                <button type="submit">"Set policy"</button>
             </form>
             {move || problem.get().map(|text| view! { <p class="error" role="alert">{text}</p> })}
             <Outcome changes=changes done="Saved." />

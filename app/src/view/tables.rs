@@ -28,8 +28,13 @@ pub fn NodesTable(nodes: Vec<Node>) -> impl IntoView {
             <tbody>
                 {nodes.into_iter().map(|node| {
                     let rows = node.gpus.len().max(1);
+                    let runners = match &node.runners {
+                        Some(runners) => format!("runs {}", runners.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")),
+                        None => "agent too old to say what it runs: no jobs".to_string(),
+                    };
                     let first = view! {
-                        <td rowspan=rows><strong>{node.name.clone()}</strong><br /><span class="muted">{node.hostname.clone()}</span></td>
+                        <td rowspan=rows><strong>{node.name.clone()}</strong><br /><span class="muted">{node.hostname.clone()}</span>
+                            <br /><span class="muted" data-testid="node-runners">{runners}</span></td>
                         <td rowspan=rows>{status_badge(node.status.as_str())}</td>
                     };
                     let last_seen = format::time(&node.last_seen_at);

@@ -1,14 +1,17 @@
 //! `gpuctl admin …`: what server admins do from a terminal: maintenance
-//! mode, nodes, quotas, users, agent tokens and the audit log.
+//! mode, nodes, node policies, quotas, users, agent tokens and the audit log.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use clap::Subcommand;
 use gpuplane_api::Page;
 use gpuplane_api::audit::AuditEntry;
+use gpuplane_api::job::Runner;
 use gpuplane_api::node::{LabelChanges, Maintenance, Node, NodeStatus, StartMaintenance};
+use gpuplane_api::project::{NodePolicy, ProjectNodePolicy};
 use gpuplane_api::quota::{Quota, QuotaKind, SetQuota};
 use gpuplane_api::user::{AgentToken, CreatedAgentToken, NewAgentToken, NewUser, User, UserChanges};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
@@ -28,6 +31,10 @@ pub enum AdminCommand {
     /// The tokens agents speak for their nodes with.
     #[command(subcommand)]
     AgentToken(AgentTokenCommand),
+    /// Node policies: which nodes a project's jobs run on and through
+    /// which runners (`node_selector` only chooses among those).
+    #[command(subcommand)]
+    ProjectNodes(ProjectNodesCommand),
     /// Who did what, when and from where: admin actions and every job
     /// cancel, retry, priority change, hold and release (newest first).
     Audit {
@@ -70,6 +77,59 @@ pub enum UserCommand {
         #[arg(long)]
         enable: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectNodesCommand {
+    /// Every project's node policy (projects without one use nodes no
+    /// policy reserves, with the process runner).
+    List,
+    /// Bind PROJECT to nodes: its jobs run only on nodes carrying LABELS,
+    /// which then serve only projects naming them, through RUNNERS.
+    Set {
+        project: String,
+        /// K=V[,K=V]: the labels its nodes carry (left out: any node no
+        /// policy reserves).
+        #[arg(long, value_parser = parse_policy_labels, default_value = "")]
+        labels: PolicyLabels,
+        /// process,docker,slurm: the runners it may use. Docker and Slurm
+        /// nodes serve only projects granted them.
+        #[arg(long, value_parser = parse_runners, default_value = "process")]
+        runners: Runners,
+    },
+    /// Remove PROJECT's policy: back to unreserved nodes and the process runner.
+    Clear { project: String },
+}
+
+/// `--labels` of `project-nodes set`.
+#[derive(Debug, Clone)]
+pub struct PolicyLabels(BTreeMap<String, String>);
+
+fn parse_policy_labels(text: &str) -> Result<PolicyLabels, String> {
+    let mut labels = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("`{pair}` is not KEY=VALUE"))?;
+        labels.insert(key.to_string(), value.to_string());
+    }
+    Ok(PolicyLabels(labels))
+}
+
+/// `--runners` of `project-nodes set`.
+#[derive(Debug, Clone)]
+pub struct Runners(Vec<Runner>);
+
+fn parse_runners(text: &str) -> Result<Runners, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(|name| {
+            Runner::parse(name)
+                .ok_or_else(|| format!("`{name}` is not a runner: use process, docker or slurm"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Runners)
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,6 +244,7 @@ pub async fn run(client: &Client, command: AdminCommand, out: &Output) -> Result
     match command {
         AdminCommand::User(command) => users(client, command, out).await,
         AdminCommand::AgentToken(command) => agent_tokens(client, command, out).await,
+        AdminCommand::ProjectNodes(command) => project_nodes(client, command, out).await,
         AdminCommand::Node(NodeCommand::Label { node, changes, reset }) => {
             let mut request = LabelChanges {
                 reset,
@@ -310,6 +371,76 @@ async fn users(client: &Client, command: UserCommand, out: &Output) -> Result<()
     };
     out.emit(&user, render_user);
     Ok(())
+}
+
+async fn project_nodes(client: &Client, command: ProjectNodesCommand, out: &Output) -> Result<(), CliError> {
+    match command {
+        ProjectNodesCommand::List => {
+            let policies: Page<ProjectNodePolicy> = client.get("node-policies").await?;
+            out.emit(&policies, |policies| {
+                if policies.items.is_empty() {
+                    return "No node policies: every project uses the nodes no policy reserves, with the process \
+                            runner."
+                        .to_string();
+                }
+                policies
+                    .items
+                    .iter()
+                    .map(render_node_policy)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        ProjectNodesCommand::Set {
+            project,
+            labels,
+            runners,
+        } => {
+            let policy = NodePolicy {
+                labels: labels.0,
+                runners: runners.0,
+            };
+            let set: ProjectNodePolicy = client
+                .put(&format!("projects/{project}/node-policy"), &policy)
+                .await?;
+            out.emit(&set, render_node_policy);
+        }
+        ProjectNodesCommand::Clear { project } => {
+            let () = client.delete(&format!("projects/{project}/node-policy")).await?;
+            out.emit(&serde_json::json!({"cleared": project}), |_| {
+                format!(
+                    "Project {project} has no node policy now: nodes no policy reserves, the process runner."
+                )
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `vision  nodes labelled team=vision  runners process, docker  (set by root at …)`.
+fn render_node_policy(set: &ProjectNodePolicy) -> String {
+    let nodes = if set.policy.labels.is_empty() {
+        "nodes no policy reserves".to_string()
+    } else {
+        let labels: Vec<String> = set
+            .policy
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!("nodes labelled {}", labels.join(","))
+    };
+    let runners: Vec<&str> = set.policy.runners.iter().map(|r| r.as_str()).collect();
+    format!(
+        "{}  {nodes}  runners {}  (set {}{})",
+        set.project,
+        runners.join(","),
+        set.updated_at,
+        set.updated_by
+            .as_deref()
+            .map(|by| format!(" by {by}"))
+            .unwrap_or_default()
+    )
 }
 
 /// `ada  server admin  active (password)  created …`.

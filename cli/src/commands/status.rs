@@ -79,9 +79,13 @@ fn render_nodes(nodes: &[Node]) -> String {
     let mut text = String::new();
     for node in nodes {
         let labels: Vec<String> = node.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let runners = match &node.runners {
+            Some(runners) => runners.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(","),
+            None => "? (its agent is too old to say: it gets no jobs)".to_string(),
+        };
         let _ = writeln!(
             text,
-            "{}  {}  {} GPU{}  labels: {}  last seen {}",
+            "{}  {}  {} GPU{}  labels: {}  runners: {runners}  last seen {}",
             node.name,
             node.status.as_str(),
             node.gpus.len(),

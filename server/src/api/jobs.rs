@@ -63,6 +63,11 @@ pub async fn validate_job(
     let principal = auth.caller.principal();
     check_priority(&state, &principal, &spec.project, spec.priority).await?;
     store::check_references(&state.db, &spec, &principal).await?;
+    let mut tx = crate::store::read(&state.db)
+        .await
+        .map_err(crate::store::Error::from)?;
+    crate::jobs::node_policies::check(&mut tx, &spec).await?;
+    drop(tx);
     Ok(Json(SpecCheck {
         notes: would_wait(&state, &spec, &principal).await?,
     }))
@@ -98,6 +103,7 @@ async fn would_wait(
         gpus: spec.resources.gpu.max(0) as u32,
         priority: spec.priority,
         node_selector: spec.node_selector.clone(),
+        runner: spec.runner,
         not_before: None,
         next_attempt: 1,
         max_attempts: spec.max_attempts,
@@ -112,7 +118,8 @@ async fn would_wait(
     crate::jobs::scheduler::judge_windows(state, &mut nodes, now_ms());
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
     let rules = crate::jobs::scheduler::rules(state);
-    let plan = plan(&[job], &nodes, &quotas, rules, now_ms());
+    let access = crate::jobs::scheduler::node_access(state).await?;
+    let plan = plan(&[job], &nodes, &quotas, &access, rules, now_ms());
     Ok(plan.reasons.into_iter().map(|(_, reason)| reason).collect())
 }
 

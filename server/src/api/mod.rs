@@ -106,6 +106,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(projects::remove_member))
         .routes(routes!(projects::set_project_primary_metric))
         .routes(routes!(projects::change_project))
+        .routes(routes!(projects::set_node_policy, projects::clear_node_policy))
+        .routes(routes!(projects::list_node_policies))
         .routes(routes!(runs::create_run, runs::list_runs))
         .routes(routes!(runs::scatter_svg))
         .routes(routes!(runs::set_primary_metric))

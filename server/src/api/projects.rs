@@ -5,6 +5,7 @@ use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
+use crate::jobs::{node_access, node_policies};
 use crate::runs::{primary, shares};
 use crate::sql;
 use crate::state::AppState;
@@ -18,7 +19,7 @@ use gpuplane_api::Page;
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::metric::SetPrimaryMetric;
-use gpuplane_api::project::{Membership, NewProject, Project, Role};
+use gpuplane_api::project::{Membership, NewProject, NodePolicy, Project, ProjectNodePolicy, Role};
 use gpuplane_api::share::ProjectChanges;
 
 /// The projects the caller can see, with the caller's role in each.
@@ -187,6 +188,7 @@ async fn project(db: &Db, name: String, role: Role) -> Result<Project, store::Er
     Ok(Project {
         primary_metric: primary::of_project(db, &name).await?,
         max_priority: crate::jobs::priorities::max_priority(db, &name).await?,
+        node_policy: crate::jobs::node_policies::of_project(db, &name).await?,
         name,
         role,
         share_links,
@@ -332,4 +334,84 @@ async fn require_admin(db: &Db, principal: &Principal, name: &str) -> Result<(),
         return Err(not_found().into());
     }
     Ok(access::require(db, principal, name, Role::Admin, not_found).await?)
+}
+
+/// Every project's node policy (server admins; members see their own
+/// project's in `GET /projects`).
+#[utoipa::path(get, path = "/node-policies", tag = "projects",
+    security(("bearer" = ["read"])),
+    responses((status = 200, body = Page<ProjectNodePolicy>), AuthErrors))]
+pub async fn list_node_policies(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+) -> Result<Json<Page<ProjectNodePolicy>>, ApiError> {
+    require_server_admin(&auth.caller, "listing node policies")?;
+    Ok(Json(Page {
+        items: node_policies::list(&state.db).await?,
+        next_before: None,
+    }))
+}
+
+/// Binds a project to nodes (server admins): its jobs run only on nodes
+/// carrying `labels` (which then serve only projects naming them), through
+/// the `runners` granted. Queued jobs are placed under it from the next
+/// pass; running ones are not stopped.
+#[utoipa::path(put, path = "/projects/{name}/node-policy", tag = "projects",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path)),
+    request_body = NodePolicy,
+    responses((status = 200, body = ProjectNodePolicy), AuthErrors,
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn set_node_policy(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(policy): ApiJson<NodePolicy>,
+) -> Result<Json<ProjectNodePolicy>, ApiError> {
+    require_server_admin(&auth.caller, "a project's node policy")?;
+    let set = node_policies::set(&state.db, &name, &policy, auth.caller.user_name.as_deref()).await?;
+    let labels = if set.policy.labels.is_empty() {
+        "any unreserved node".to_string()
+    } else {
+        node_access::describe_labels(&set.policy.labels)
+    };
+    let detail = format!(
+        "labels {labels}; runners {}",
+        node_access::describe_runners(&set.policy.runners)
+    );
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::ProjectNodePolicy,
+        &name,
+        &detail,
+    )
+    .await?;
+    state.jobs_changed();
+    Ok(Json(set))
+}
+
+/// Removes a project's node policy (server admins): its jobs go back to
+/// nodes no policy reserves, with the process runner.
+#[utoipa::path(delete, path = "/projects/{name}/node-policy", tag = "projects",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path)),
+    responses((status = 204), AuthErrors, (status = 404, body = ErrorBody)))]
+pub async fn clear_node_policy(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    require_server_admin(&auth.caller, "a project's node policy")?;
+    node_policies::clear(&state.db, &name).await?;
+    audit::by_caller(
+        &state.db,
+        &auth.caller,
+        AuditAction::ProjectNodePolicyClear,
+        &name,
+        "",
+    )
+    .await?;
+    state.jobs_changed();
+    Ok(StatusCode::NO_CONTENT)
 }

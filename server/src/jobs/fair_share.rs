@@ -165,6 +165,7 @@ mod tests {
             gpus: 1,
             priority,
             node_selector: BTreeMap::new(),
+            runner: gpuplane_api::job::Runner::Process,
             not_before: None,
             next_attempt: 1,
             max_attempts: 1,

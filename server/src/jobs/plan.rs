@@ -20,8 +20,12 @@
 //!   passes wait for them instead of stopping more.
 //! - The queue's order within a priority is fair share's (`fair_share`);
 //!   a job it passed carries a note that capacity reasons end with.
+//! - Node policies (`node_access`): a job only ever sees the nodes its
+//!   project may use with its runner; its `node_selector` chooses among them.
 
+use crate::jobs::node_access::NodeAccess;
 use crate::jobs::windows::WindowState;
+use gpuplane_api::job::Runner;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Debug, Clone)]
@@ -30,6 +34,7 @@ pub struct QueuedJob {
     pub gpus: u32,
     pub priority: i64,
     pub node_selector: BTreeMap<String, String>,
+    pub runner: Runner,
     /// Automatic retry cooldown: not before this time (epoch ms).
     pub not_before: Option<i64>,
     /// The attempt it would start, and its limit (for the cooldown reason).
@@ -130,6 +135,8 @@ pub struct NodeCapacity {
     pub id: String,
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// The runners its agent offers (`None`: it does not say; it gets no jobs).
+    pub runners: Option<Vec<Runner>>,
     /// Indices of every GPU on the node.
     pub gpus: Vec<u32>,
     /// Indices held by DISPATCHING or RUNNING attempts.
@@ -187,7 +194,8 @@ pub struct Plan {
     pub preemptions: Vec<Preemption>,
 }
 
-/// Nodes matching one node_selector, and what this pass learned about them.
+/// Nodes matching one node_selector that one node policy allows for one
+/// runner, and what this pass learned about them.
 /// Within a pass free GPUs only shrink and holds only grow, which is what
 /// lets a group answer later jobs without scanning its nodes again.
 struct Group {
@@ -199,6 +207,8 @@ struct Group {
     top_holder: Option<usize>,
     /// No matching node has a free cpu slot left.
     cpu_full: bool,
+    /// With no node: why, and whether the selector alone matches none.
+    why_empty: Option<(String, bool)>,
 }
 
 /// What a pass may do besides placing jobs in free GPUs.
@@ -210,7 +220,14 @@ pub struct Rules {
 }
 
 /// Plans one pass. `queue` must be in dispatch order.
-pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules: Rules, now_ms: i64) -> Plan {
+pub fn plan(
+    queue: &[QueuedJob],
+    nodes: &[NodeCapacity],
+    quotas: &Quotas,
+    access: &NodeAccess,
+    rules: Rules,
+    now_ms: i64,
+) -> Plan {
     let cpu_slots_per_node = rules.cpu_slots_per_node;
     let mut quotas = quotas.clone();
     let mut free: Vec<Vec<u32>> = nodes
@@ -227,7 +244,10 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
     // Node index -> index in `queue` of the job holding it.
     let mut held: Vec<Option<usize>> = vec![None; nodes.len()];
     let mut groups: Vec<Group> = Vec::new();
-    let mut group_of: HashMap<&BTreeMap<String, String>, usize> = HashMap::new();
+    // (node_selector, whose node policy, runner) -> its group.
+    type GroupKey<'a> = (&'a BTreeMap<String, String>, Option<&'a str>, Runner);
+    let mut group_of: HashMap<GroupKey, usize> = HashMap::new();
+    let reserved: Vec<bool> = nodes.iter().map(|node| access.reserved(&node.labels)).collect();
     // Node index -> the groups it belongs to (to update them when it is held).
     let mut groups_of_node: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
     let mut stopping = Stopping::new(nodes, rules.preempt_priority.is_some());
@@ -247,19 +267,28 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
             ));
             continue;
         }
-        let g = *group_of.entry(&job.node_selector).or_insert_with(|| {
+        let key = (&job.node_selector, access.key(&job.project), job.runner);
+        let g = *group_of.entry(key).or_insert_with(|| {
             let matching: Vec<usize> = (0..nodes.len())
                 .filter(|&i| {
-                    job.node_selector
-                        .iter()
-                        .all(|(k, v)| nodes[i].labels.get(k) == Some(v))
+                    let node = &nodes[i];
+                    selects(&job.node_selector, node)
+                        && access.admits(
+                            &job.project,
+                            job.runner,
+                            &node.labels,
+                            node.runners.as_deref(),
+                            reserved[i],
+                        )
                 })
                 .collect();
             for &i in &matching {
                 groups_of_node[i].push(groups.len());
             }
             let top_holder = matching.iter().filter_map(|&i| held[i]).min();
+            let why_empty = matching.is_empty().then(|| why_no_node(job, nodes, access));
             groups.push(Group {
+                why_empty,
                 largest_total: matching.iter().map(|&i| nodes[i].gpus.len()).max().unwrap_or(0),
                 unheld: matching.iter().filter(|&&i| held[i].is_none()).count(),
                 top_holder,
@@ -269,12 +298,11 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
             groups.len() - 1
         });
         let group = &groups[g];
-        if group.nodes.is_empty() {
-            plan.reasons.push((
-                job.id.clone(),
-                no_matching_node(&job.node_selector, nodes.is_empty()),
-            ));
-            plan.unmatched.push(job.id.clone());
+        if let Some((reason, unmatched)) = &group.why_empty {
+            plan.reasons.push((job.id.clone(), reason.clone()));
+            if *unmatched {
+                plan.unmatched.push(job.id.clone());
+            }
             continue;
         }
         if let Some(reason) = quotas.refuses(job) {
@@ -479,6 +507,34 @@ pub fn plan(queue: &[QueuedJob], nodes: &[NodeCapacity], quotas: &Quotas, rules:
     plan
 }
 
+/// Whether `node` carries every label of `selector`.
+fn selects(selector: &BTreeMap<String, String>, node: &NodeCapacity) -> bool {
+    selector.iter().all(|(k, v)| node.labels.get(k) == Some(v))
+}
+
+/// Why no node is there for `job`, and whether its node_selector alone
+/// matches none (rather than its node policy keeping it off those that do).
+fn why_no_node(job: &QueuedJob, nodes: &[NodeCapacity], access: &NodeAccess) -> (String, bool) {
+    let selected: Vec<&NodeCapacity> = nodes
+        .iter()
+        .filter(|node| selects(&job.node_selector, node))
+        .collect();
+    if selected.is_empty() {
+        return (no_matching_node(&job.node_selector, nodes.is_empty()), true);
+    }
+    let offers: Vec<(&str, Option<&[Runner]>, bool)> = selected
+        .iter()
+        .map(|node| {
+            let reserved = access.reserved(&node.labels);
+            (node.name.as_str(), node.runners.as_deref(), reserved)
+        })
+        .collect();
+    (
+        access.waiting_reason(&job.project, job.runner, !job.node_selector.is_empty(), &offers),
+        false,
+    )
+}
+
 /// Node `i` is held for the job at `position`: lower jobs may not take its GPUs.
 fn hold(
     i: usize,
@@ -652,6 +708,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            runners: Some(vec![Runner::Process]),
             gpus: (0..gpus).collect(),
             busy_gpus: busy.iter().copied().collect(),
             cpu_jobs: 0,
@@ -673,6 +730,7 @@ mod tests {
             gpus,
             priority,
             node_selector: BTreeMap::new(),
+            runner: Runner::Process,
             not_before: None,
             next_attempt: 1,
             max_attempts: 1,
@@ -697,8 +755,77 @@ mod tests {
         cpu_slots: u32,
         expected: Expect,
     ) {
-        let plan = plan(queue, nodes, quotas, rules(cpu_slots), 1_000_000);
+        let plan = plan(
+            queue,
+            nodes,
+            quotas,
+            &NodeAccess::default(),
+            rules(cpu_slots),
+            1_000_000,
+        );
         expected.assert_eq(&render(&plan));
+    }
+
+    #[test]
+    fn jobs_see_only_the_nodes_their_projects_node_policy_opens() {
+        use gpuplane_api::project::NodePolicy;
+        let access = NodeAccess::new(HashMap::from([
+            (
+                "vision".to_string(),
+                NodePolicy {
+                    labels: BTreeMap::from([("team".to_string(), "vision".to_string())]),
+                    runners: vec![Runner::Process, Runner::Docker],
+                },
+            ),
+            (
+                "hpc".to_string(),
+                NodePolicy {
+                    labels: BTreeMap::new(),
+                    runners: vec![Runner::Slurm],
+                },
+            ),
+        ]));
+        let mut vision_host = node("n1", 2, &[], &[("team", "vision")]);
+        vision_host.runners = Some(vec![Runner::Process, Runner::Docker]);
+        let plain = node("n2", 2, &[], &[]);
+        let mut slurm_host = node("n3", 2, &[], &[]);
+        slurm_host.runners = Some(vec![Runner::Slurm]);
+        let mut old_agent = node("n4", 2, &[], &[]);
+        old_agent.runners = None;
+        let of = |id: &str, project: &str, runner: Runner, selector: &[(&str, &str)]| {
+            let mut job = job(id, 1, 0);
+            job.project = project.to_string();
+            job.runner = runner;
+            job.node_selector = selector
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            job
+        };
+        let queue = [
+            of("a", "default", Runner::Process, &[]),
+            of("b", "default", Runner::Process, &[("team", "vision")]),
+            of("c", "vision", Runner::Docker, &[]),
+            of("d", "hpc", Runner::Process, &[]),
+            of("e", "default", Runner::Docker, &[]),
+            of("f", "vision", Runner::Process, &[("team", "nlp")]),
+        ];
+        let nodes = [vision_host, plain, slurm_host, old_agent];
+        let plan = plan(&queue, &nodes, &Quotas::default(), &access, rules(4), 1_000_000);
+        expect![[r#"
+            a -> n2 [0]
+            c -> n1 [0]
+            d -> n3 [0]
+            b: node policy: the one online node its node_selector matches is not open to a process job of project default (it may use nodes no policy reserves; runners: process; the nodes offer: n1 (process, docker, reserved))
+            e: node policy: none of the 4 online nodes is open to a docker job of project default (it may use nodes no policy reserves; runners: process; the nodes offer: n1 (process, docker, reserved), n2 (process), n3 (slurm), n4 (its agent does not say: upgrade it))
+            f: node_selector team=nlp matches no online node
+        "#]]
+        .assert_eq(&render(&plan));
+        assert_eq!(
+            plan.unmatched,
+            ["f"],
+            "only a selector matching no node counts as unmatched"
+        );
     }
 
     /// A plan as `job -> node [gpus]`, `stop job#attempt on node for job`
@@ -839,6 +966,7 @@ mod tests {
             &[a, b],
             &[node("n1", 1, &[], &[])],
             &Quotas::default(),
+            &NodeAccess::default(),
             rules(4),
             1_000_000,
         );
@@ -938,7 +1066,15 @@ mod tests {
             cpu_slots_per_node: 4,
             preempt_priority: Some(100),
         };
-        expected.assert_eq(&render(&plan(queue, nodes, &Quotas::default(), rules, 1_000_000)));
+        let access = NodeAccess::default();
+        expected.assert_eq(&render(&plan(
+            queue,
+            nodes,
+            &Quotas::default(),
+            &access,
+            rules,
+            1_000_000,
+        )));
     }
 
     #[test]
@@ -1042,6 +1178,7 @@ mod tests {
         let with_limit = |id: &str, minutes: Option<i64>, pool: &str| QueuedJob {
             time_limit_ms: minutes.map(|m| m * 60_000),
             node_selector: BTreeMap::from([("pool".to_string(), pool.to_string())]),
+            runner: Runner::Process,
             ..job(id, 1, 0)
         };
         let queue = [
@@ -1050,7 +1187,14 @@ mod tests {
             with_limit("no-limit", None, "night"),
             with_limit("daytime", Some(120), "day"),
         ];
-        let plan = plan(&queue, &[night, day_node], &Quotas::default(), rules(4), now);
+        let plan = plan(
+            &queue,
+            &[night, day_node],
+            &Quotas::default(),
+            &NodeAccess::default(),
+            rules(4),
+            now,
+        );
         expect![[r#"
             ten-minutes -> night-1 [0]
             no-limit -> night-1 [1]

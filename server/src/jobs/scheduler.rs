@@ -7,6 +7,7 @@ use crate::identity::credentials::hash_token;
 use crate::jobs::dependencies::{self, Verdict};
 use crate::jobs::fair_share;
 use crate::jobs::lifecycle;
+use crate::jobs::node_access::NodeAccess;
 use crate::jobs::plan::{NodeCapacity, Placement, Plan, Preemption, QueuedJob, Rules, RunningAttempt, plan};
 use crate::replicas::Wake;
 use crate::sql;
@@ -15,7 +16,7 @@ use crate::store::ids::new_id;
 use crate::store::time::now_ms;
 use crate::store::{Dialect, Error, Tx};
 use gpuplane_api::event::{EventKind, Severity};
-use gpuplane_api::job::{FailureReason, JobStatus};
+use gpuplane_api::job::{FailureReason, JobStatus, Runner};
 use gpuplane_api::node::NODE_NAME_LABEL;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -46,6 +47,7 @@ struct QueueRow {
     gpus: i64,
     priority: i64,
     node_selector: String,
+    runner: String,
     not_before: Option<i64>,
     attempt_count: i64,
     max_attempts: i64,
@@ -84,7 +86,8 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
     let mut nodes = load_nodes(state).await?;
     judge_windows(state, &mut nodes, now);
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
-    let mut plan = plan(&queue, &nodes, &quotas, rules(state), now);
+    let access = node_access(state).await?;
+    let mut plan = plan(&queue, &nodes, &quotas, &access, rules(state), now);
     if !plan.unmatched.is_empty() {
         explain_drained_nodes(state, &queue, &mut plan).await?;
     }
@@ -99,6 +102,12 @@ pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
         state.jobs_changed();
     }
     Ok(plan.wake_at)
+}
+
+/// The projects' node policies as they are now.
+pub async fn node_access(state: &AppState) -> Result<NodeAccess, Error> {
+    let mut tx = crate::store::read(&state.db).await?;
+    crate::jobs::node_policies::access(&mut tx).await
 }
 
 /// What the pass may do besides filling free GPUs, from the settings.
@@ -285,7 +294,7 @@ pub async fn load_queue(
         format!("CAST({} AS BIGINT)", dialect.json_field("spec", "time_limit_s"))
     };
     let columns = format!(
-        "id, gpus, priority, node_selector, not_before, attempt_count, max_attempts, queued_reason,
+        "id, gpus, priority, node_selector, runner, not_before, attempt_count, max_attempts, queued_reason,
          project, submitted_by, after_jobs, queued_at, {time_limit}"
     );
     let query = match dialect {
@@ -321,6 +330,7 @@ pub async fn load_queue(
                 gpus: row.gpus.max(0) as u32,
                 priority: row.priority,
                 node_selector: selector,
+                runner: Runner::parse(&row.runner).unwrap_or_default(),
                 not_before: row.not_before,
                 next_attempt: row.attempt_count + 1,
                 max_attempts: row.max_attempts,
@@ -422,35 +432,44 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
         (held, "FROM attempts a")
     };
     let labels = dialect.json_of("labels");
+    let runners = dialect.json_of("runners");
     let active = "a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')";
     let query = match dialect {
         Dialect::Sqlite => format!(
-            "SELECT coalesce(json_group_array(json_array(id, name, {labels},
+            "SELECT coalesce(json_group_array(json_array(id, name, {labels}, {runners},
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
                     (SELECT json_group_array(json_array({attempt})) {from_attempts} WHERE {active}))), '[]')
              FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
         ),
         Dialect::Postgres => format!(
-            "SELECT CAST(coalesce(json_agg(json_build_array(id, name, {labels},
+            "SELECT CAST(coalesce(json_agg(json_build_array(id, name, {labels}, {runners},
                     (SELECT coalesce(json_agg(idx), '[]') FROM gpus g WHERE g.node_id = n.id),
                     (SELECT coalesce(json_agg(json_build_array({attempt})), '[]') {from_attempts} WHERE {active}))
                     ORDER BY name), '[]') AS TEXT)
              FROM nodes n WHERE status = 'ONLINE' AND drained_at IS NULL"
         ),
     };
-    // id, name, labels, GPU indices, active attempts.
-    type NodeRow = (String, String, BTreeMap<String, String>, Vec<u32>, Vec<ActiveRow>);
+    // id, name, labels, runners, GPU indices, active attempts.
+    type NodeRow = (
+        String,
+        String,
+        BTreeMap<String, String>,
+        Option<Vec<Runner>>,
+        Vec<u32>,
+        Vec<ActiveRow>,
+    );
     let json: String = sql!(&state.db, |pool| sqlx::query_scalar(&query).fetch_one(pool).await)?;
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     Ok(rows
         .into_iter()
-        .map(|(id, name, mut labels, mut gpus, active)| {
+        .map(|(id, name, mut labels, runners, mut gpus, active)| {
             gpus.sort_unstable();
             labels.insert(NODE_NAME_LABEL.to_string(), name.clone());
             let mut node = NodeCapacity {
                 id,
                 name,
                 labels,
+                runners,
                 gpus,
                 cpu_jobs: 0,
                 busy_gpus: BTreeSet::new(),

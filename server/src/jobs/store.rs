@@ -90,6 +90,7 @@ pub async fn insert(
     spec: &JobSpec,
     user_id: Option<&str>,
 ) -> Result<String, Error> {
+    crate::jobs::node_policies::check(conn, spec).await?;
     let now = now_ms();
     let job_id = new_id("job");
     let run_id = new_id("run");
@@ -108,8 +109,8 @@ pub async fn insert(
     sql!(conn, |conn| {
         sqlx::query(
         "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
-                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10, $11, $12, $13, $14, $15, $16)",
+                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs, runner)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10, $11, $12, $13, $14, $15, $16, $17)",
     )
     .bind(&job_id)
     .bind(&spec.project)
@@ -127,6 +128,7 @@ pub async fn insert(
     .bind(now)
     .bind(now)
     .bind(after)
+    .bind(spec.runner.as_str())
     .execute(conn)
     .await.map(|_| ())
     })?;
@@ -556,6 +558,8 @@ pub async fn retry(
     }
     let now = now_ms();
     let mut tx = crate::store::write(db).await?;
+    // Under the policy as it is now, changed or not.
+    crate::jobs::node_policies::check(&mut tx, &spec).await?;
     if changed {
         // Keep the sealed secrets the shown spec leaves out.
         let secret_env = tx.dialect().json_field("spec", "secret_env");
@@ -569,12 +573,14 @@ pub async fn retry(
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
         sql!(tx, |conn| {
-            sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5 WHERE id = $6")
+            sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5, runner = $6
+                         WHERE id = $7")
             .bind(serde_json::to_string(&spec).map_err(anyhow::Error::from)?)
             .bind(spec.resources.gpu)
             .bind(serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?)
             .bind(spec.priority)
             .bind(spec.max_attempts)
+            .bind(spec.runner.as_str())
             .bind(job_id)
             .execute(conn)
             .await.map(|_| ())

@@ -29,6 +29,10 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
     let now = now_ms();
     // A map of strings always serialises.
     let labels = serde_json::to_string(&hello.labels).unwrap_or_else(|_| "{}".to_string());
+    let runners = hello
+        .runners
+        .as_ref()
+        .map(|runners| serde_json::to_string(runners).unwrap_or_else(|_| "[]".to_string()));
     let was_offline: Option<String> = sql!(conn, |conn| {
         sqlx::query_scalar("SELECT status FROM nodes WHERE name = $1")
             .bind(&hello.name)
@@ -41,12 +45,13 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
         .json_merge("excluded.agent_labels", "nodes.admin_labels");
     let node_id: String = sql!(conn, |conn| {
         sqlx::query_scalar(&format!(
-            "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at)
-         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7)
+            "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at,
+                                runners)
+         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7, $8)
          ON CONFLICT (name) DO UPDATE SET
              hostname = excluded.hostname, agent_labels = excluded.agent_labels,
              labels = {merged_labels},
-             agent_version = excluded.agent_version, status = 'ONLINE',
+             agent_version = excluded.agent_version, runners = excluded.runners, status = 'ONLINE',
              last_seen_at = excluded.last_seen_at
          RETURNING id"
         ))
@@ -57,6 +62,7 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
     .bind(&hello.agent_version)
     .bind(now)
     .bind(now)
+    .bind(runners)
     .fetch_one(conn)
     .await
     })?;
@@ -75,6 +81,23 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
 pub const MAX_LABEL_KEY: usize = 128;
 pub const MAX_LABEL_VALUE: usize = 256;
 
+/// What is wrong with a label name an admin gives, if anything.
+pub fn label_key_problem(key: &str) -> Option<String> {
+    let fine = (1..=MAX_LABEL_KEY).contains(&key.len())
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
+    (!fine).then(|| {
+        format!("label names are 1-{MAX_LABEL_KEY} characters of letters, digits, '.', '_', '/' or '-'")
+    })
+}
+
+/// What is wrong with a label value an admin gives, if anything.
+pub fn label_value_problem(value: &str) -> Option<String> {
+    (value.len() > MAX_LABEL_VALUE || value.chars().any(char::is_control))
+        .then(|| format!("label values are at most {MAX_LABEL_VALUE} characters, without control characters"))
+}
+
 /// Applies an admin's label changes to the node named `name`: kept in
 /// `admin_labels`, so agent restarts keep them; `labels` is recomputed.
 pub async fn change_labels(db: &Db, name: &str, changes: &LabelChanges) -> Result<(), Error> {
@@ -86,31 +109,21 @@ pub async fn change_labels(db: &Db, name: &str, changes: &LabelChanges) -> Resul
         .map(|k| ("set", k))
         .chain(changes.remove.iter().map(|k| ("remove", k)));
     for (field, key) in keys {
-        let fine = (1..=MAX_LABEL_KEY).contains(&key.len())
-            && key
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._/-".contains(c));
-        if !fine {
+        let problem = label_key_problem(key).or_else(|| {
+            (key == reserved).then(|| format!("{reserved} is the node's name, set by the server"))
+        });
+        if let Some(message) = problem {
             errors.push(FieldError {
                 field: format!("{field}.{key}"),
-                message: format!(
-                    "label names are 1-{MAX_LABEL_KEY} characters of letters, digits, '.', '_', '/' or '-'"
-                ),
-            });
-        } else if key == reserved {
-            errors.push(FieldError {
-                field: format!("{field}.{key}"),
-                message: format!("{reserved} is the node's name, set by the server"),
+                message,
             });
         }
     }
     for (key, value) in &changes.set {
-        if value.len() > MAX_LABEL_VALUE || value.chars().any(char::is_control) {
+        if let Some(message) = label_value_problem(value) {
             errors.push(FieldError {
                 field: format!("set.{key}"),
-                message: format!(
-                    "label values are at most {MAX_LABEL_VALUE} characters, without control characters"
-                ),
+                message,
             });
         }
     }
@@ -234,6 +247,7 @@ struct NodeRow {
     labels: String,
     admin_labels: String,
     agent_version: String,
+    runners: Option<String>,
     status: String,
     last_seen_at: i64,
     drained_at: Option<i64>,
@@ -259,7 +273,8 @@ struct GpuRow {
 pub async fn list(db: &Db) -> Result<Vec<Node>, Error> {
     let nodes: Vec<NodeRow> = sql!(db, |pool| {
         sqlx::query_as(
-        "SELECT id, name, hostname, labels, admin_labels, agent_version, status, last_seen_at, drained_at, drained_by,
+        "SELECT id, name, hostname, labels, admin_labels, agent_version, runners, status, last_seen_at, drained_at,
+                drained_by,
                 (SELECT count(*) FROM attempts a
                  WHERE a.node_id = nodes.id AND a.status IN ('DISPATCHING', 'RUNNING')) AS active
          FROM nodes ORDER BY name",
@@ -295,6 +310,7 @@ pub async fn list(db: &Db) -> Result<Vec<Node>, Error> {
             gpus: by_node.remove(&row.id).unwrap_or_default(),
             labels: serde_json::from_str(&row.labels).unwrap_or_default(),
             admin_labels: serde_json::from_str(&row.admin_labels).unwrap_or_default(),
+            runners: row.runners.and_then(|json| serde_json::from_str(&json).ok()),
             status: match (row.status.as_str(), row.drained_at, row.active) {
                 ("ONLINE", None, _) => NodeStatus::Online,
                 ("ONLINE", Some(_), 0) => NodeStatus::Drained,

@@ -63,7 +63,7 @@ async fn every_admin_action_and_queue_change_is_recorded_and_only_admins_read_th
 
     // An admin's actions.
     let agent = agent_token(&db).await;
-    let hello = json!({"name": "gpu-1", "hostname": "gpu-1", "gpus": [], "agent_version": "test"});
+    let hello = json!({"name": "gpu-1", "hostname": "gpu-1", "gpus": [], "agent_version": "test", "runners": ["process"]});
     ok("hello", f.call("POST", "/agent/hello", &agent, Some(hello)).await);
     ok("drain", f.call("POST", "/nodes/gpu-1/drain", &root, None).await);
     ok(

@@ -29,8 +29,7 @@ async fn two_stale_plans_cannot_give_one_gpu_twice() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let agent = agent_token(&state.db).await;
-    let hello =
-        json!({"name": "box", "hostname": "box", "gpus": [simulated_gpu(0)], "agent_version": "test"});
+    let hello = json!({"name": "box", "hostname": "box", "gpus": [simulated_gpu(0)], "agent_version": "test", "runners": ["process"]});
     let (status, welcome) = f.post("/agent/hello", &agent, hello).await;
     assert_eq!(status, StatusCode::OK, "{welcome}");
     let node_id = welcome["node_id"].as_str().unwrap().to_string();

@@ -40,7 +40,7 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
     .await;
     let state = &f.server.state;
     let token = agent_token(&state.db).await;
-    let hello = json!({"name": "box", "hostname": "box", "gpus": [gpu(0)], "agent_version": "test"});
+    let hello = json!({"name": "box", "hostname": "box", "gpus": [gpu(0)], "agent_version": "test", "runners": ["process"]});
     let (status, welcome) = f.post("/agent/hello", &token, hello).await;
     assert_eq!(status, StatusCode::OK, "{welcome}");
     let node = welcome["node_id"].as_str().unwrap().to_string();
@@ -126,7 +126,7 @@ async fn telemetry_sent_at_once_is_stored_together_and_each_batch_once() {
     let mut nodes = Vec::new();
     for name in ["box-a", "box-b"] {
         let token = agent_token(&state.db).await;
-        let hello = json!({"name": name, "hostname": name, "gpus": [gpu(0)], "agent_version": "test"});
+        let hello = json!({"name": name, "hostname": name, "gpus": [gpu(0)], "agent_version": "test", "runners": ["process"]});
         let (status, welcome) = f.post("/agent/hello", &token, hello).await;
         assert_eq!(status, StatusCode::OK, "{welcome}");
         nodes.push((welcome["node_id"].as_str().unwrap().to_string(), token));
@@ -196,7 +196,7 @@ async fn log_lines_sent_again_are_stored_once() {
     let f = TestServer::start().await;
     let db = &f.server.state.db;
     let token = agent_token(db).await;
-    let hello = json!({"name": "box", "hostname": "box", "gpus": [], "agent_version": "test"});
+    let hello = json!({"name": "box", "hostname": "box", "gpus": [], "agent_version": "test", "runners": ["process"]});
     let (status, welcome) = f.post("/agent/hello", &token, hello).await;
     assert_eq!(status, StatusCode::OK, "{welcome}");
     let node = welcome["node_id"].as_str().unwrap().to_string();

@@ -30,7 +30,7 @@ async fn login(f: &TestServer, username: &str, password: &str, next: &str) -> (S
 const WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn hello(name: &str) -> Value {
-    json!({"name": name, "hostname": name, "gpus": [], "agent_version": "test"})
+    json!({"name": name, "hostname": name, "gpus": [], "agent_version": "test", "runners": ["process"]})
 }
 
 /// Hole 1: an account without a password (made by SSO) accepts no password,
@@ -592,6 +592,8 @@ async fn docker_images_come_only_from_allowed_registries() {
     })
     .await;
     let token = f.user("ada", Scope::Write, true).await;
+    f.set_node_policy(&token, "default", json!({"runners": ["process", "docker"]}))
+        .await;
     let docker = |image: &str| json!({"name": "d", "command": ["true"], "runner": "docker", "image": image});
 
     let (status, body) = f.post("/jobs", &token, docker("pytorch/pytorch:latest")).await;
@@ -979,4 +981,218 @@ async fn a_removed_member_loses_what_reached_the_project_and_a_disabled_user_too
             .iter()
             .all(|rule| rule.project.is_none())
     );
+}
+
+/// Node policies are server admins' alone: a project's own admin, an
+/// editor, a viewer and even a server admin's token limited to a project
+/// cannot bind, widen or clear one (403), nor list them. Hostile labels and
+/// empty grants are refused by field (422), every change is audited, and a
+/// project's members see the policy they run under. Submit and retry refuse
+/// what the policy could never run: a runner not granted (field `runner`),
+/// a selector contradicting the project's labels or naming another
+/// project's reserved labels (field `node_selector`).
+#[tokio::test(flavor = "multi_thread")]
+async fn node_policies_are_set_by_server_admins_and_refuse_what_could_never_run() {
+    let f = TestServer::start().await;
+    let root = user_token(f.db(), "root", Scope::Write, true).await;
+    for name in ["vision", "nlp"] {
+        let (status, body) = f
+            .call("POST", "/projects", &root, Some(json!({"name": name})))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let lead = user_token(f.db(), "lead", Scope::Write, false).await;
+    let eve = user_token(f.db(), "eve", Scope::Write, false).await;
+    let watcher = user_token(f.db(), "watcher", Scope::Write, false).await;
+    for (user, project, role) in [
+        ("lead", "vision", "admin"),
+        ("eve", "nlp", "editor"),
+        ("watcher", "vision", "viewer"),
+    ] {
+        let (status, body) = f
+            .post(
+                &format!("/projects/{project}/members"),
+                &root,
+                json!({"user": user, "role": role}),
+            )
+            .await;
+        assert!(status.is_success(), "{body}");
+    }
+    let (status, made) = f
+        .post(
+            "/tokens",
+            &root,
+            json!({"name": "vision-only", "scope": "write", "project": "vision"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let limited = made["secret"].as_str().unwrap().to_string();
+
+    let grab = json!({"labels": {"team": "vision"}, "runners": ["process", "docker", "slurm"]});
+    for (who, token) in [
+        ("project admin", &lead),
+        ("other project's editor", &eve),
+        ("viewer", &watcher),
+        ("admin's project-limited token", &limited),
+    ] {
+        for (method, body) in [("PUT", Some(grab.clone())), ("DELETE", None)] {
+            let (status, answer) = f.call(method, "/projects/vision/node-policy", token, body).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{who} {method}: {answer}");
+        }
+        let (status, answer) = f.get("/node-policies", token).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{who} lists: {answer}");
+    }
+
+    // Hostile text and empty grants, by field; a project that is not there.
+    let hostile = json!({"labels": {"team\u{1b}]0;owned\u{7}": "x", "ok": "line\nbreak"}, "runners": []});
+    let (status, body) = f
+        .call("PUT", "/projects/vision/node-policy", &root, Some(hostile))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let fields = gpuplane_testkit::http::error_fields(&body);
+    assert_eq!(fields.len(), 3, "{body}");
+    assert!(
+        fields.contains(&"runners".to_string()) && fields.contains(&"labels.ok".to_string()),
+        "{body}"
+    );
+    let (status, body) = f
+        .call(
+            "PUT",
+            "/projects/vision/node-policy",
+            &root,
+            Some(json!({"runners": ["root"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, _) = f
+        .call(
+            "PUT",
+            "/projects/ghost/node-policy",
+            &root,
+            Some(json!({"labels": {}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, projects) = f.get("/projects", &lead).await;
+    assert!(projects.to_string().contains("\"vision\"") && !projects.to_string().contains("node_policy"));
+
+    // The admin binds vision; its members see it; the change is audited.
+    let (status, set) = f
+        .call(
+            "PUT",
+            "/projects/vision/node-policy",
+            &root,
+            Some(json!({"labels": {"team": "vision"}, "runners": ["docker", "process", "docker"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{set}");
+    assert_eq!(set["policy"]["runners"], json!(["docker", "process"]), "{set}");
+    assert_eq!(set["updated_by"], json!("root"));
+    let (_, projects) = f.get("/projects", &watcher).await;
+    let vision = projects["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vision")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        vision["node_policy"]["labels"],
+        json!({"team": "vision"}),
+        "{vision}"
+    );
+    let (_, listed) = f.get("/node-policies", &root).await;
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1, "{listed}");
+    let (_, audit) = f.get("/audit?action=project.node_policy", &root).await;
+    assert_eq!(audit["items"][0]["target"], "vision", "{audit}");
+    assert!(
+        audit["items"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("team=vision"),
+        "{audit}"
+    );
+
+    // Submits the policy could never run: 422 by field, nothing stored.
+    let job = |project: &str, extra: Value| {
+        let mut spec = json!({"name": "j", "project": project, "command": ["true"]});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec
+    };
+    let refused = [
+        (
+            &eve,
+            job("nlp", json!({"node_selector": {"team": "vision"}})),
+            "node_selector",
+        ),
+        (
+            &eve,
+            job("nlp", json!({"runner": "docker", "image": "python:3.12"})),
+            "runner",
+        ),
+        (&eve, job("nlp", json!({"runner": "slurm"})), "runner"),
+        (
+            &lead,
+            job("vision", json!({"node_selector": {"team": "nlp"}})),
+            "node_selector",
+        ),
+        (&lead, job("vision", json!({"runner": "slurm"})), "runner"),
+    ];
+    let (_, before) = f.get("/jobs", &root).await;
+    for (token, spec, field) in refused {
+        let (status, body) = f.post("/jobs", token, spec.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{spec}: {body}");
+        assert_eq!(body["error"]["details"][0]["field"], field, "{spec}: {body}");
+        let (status, body) = f.post("/jobs/validate", token, spec.clone()).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validate {spec}: {body}"
+        );
+    }
+    let (_, after) = f.get("/jobs", &root).await;
+    assert_eq!(before["items"], after["items"], "nothing half-written");
+    // Inside the policy: accepted.
+    let (status, body) = f
+        .post(
+            "/jobs",
+            &lead,
+            job("vision", json!({"runner": "docker", "image": "python:3.12"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    // A retry is checked under the policy as it is now: an nlp job that
+    // ended, retried towards vision's nodes, is refused.
+    let (status, ended) = f.post("/jobs", &eve, job("nlp", json!({}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{ended}");
+    let id = ended["id"].as_str().unwrap();
+    let (status, _) = f
+        .post(&format!("/jobs/{id}/cancel"), &eve, json!({"confirm": true}))
+        .await;
+    assert!(status.is_success(), "cancel");
+    let towards = json!({"set": {"node_selector.team": "vision"}});
+    let (status, body) = f.post(&format!("/jobs/{id}/retry"), &eve, towards).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "node_selector", "{body}");
+
+    // Cleared: vision is back to unreserved nodes and the process runner.
+    let (status, _) = f
+        .call("DELETE", "/projects/vision/node-policy", &root, None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = f
+        .call("DELETE", "/projects/vision/node-policy", &root, None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = f
+        .post(
+            "/jobs",
+            &lead,
+            job("vision", json!({"runner": "docker", "image": "python:3.12"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 }

@@ -162,7 +162,7 @@ async fn admins_create_and_revoke_agent_tokens() {
     let token_id = created["token"]["id"].as_str().unwrap().to_string();
     assert_eq!(created["token"]["node"], "gpu-1");
     // The secret works for its node, and only as an agent.
-    let hello = |name: &str| json!({"name": name, "hostname": name, "gpus": [], "agent_version": "test"});
+    let hello = |name: &str| json!({"name": name, "hostname": name, "gpus": [], "agent_version": "test", "runners": ["process"]});
     let (status, body) = f
         .call("POST", "/agent/hello", &secret, Some(hello("gpu-1")))
         .await;

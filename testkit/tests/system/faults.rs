@@ -202,7 +202,7 @@ async fn a_job_cancelled_before_its_agent_got_the_dispatch_ends_cancelled() {
     let cluster = Cluster::start().await;
     let token = cluster.agent_token("by-hand");
     let gpu = simulated_gpu(0);
-    let hello = json!({"name": "by-hand", "hostname": "by-hand", "gpus": [gpu], "agent_version": "test"});
+    let hello = json!({"name": "by-hand", "hostname": "by-hand", "gpus": [gpu], "agent_version": "test", "runners": ["process"]});
     let (status, welcome) = cluster
         .call(Method::POST, "/agent/hello", Some(hello), &token)
         .await;

@@ -168,7 +168,10 @@ async fn each_failure_reason_is_precise() {
 #[tokio::test(flavor = "multi_thread")]
 async fn dispatch_failures_name_what_is_missing() {
     let cluster = Cluster::start().await;
-    let _agent = cluster.agent("box", 1, &[]);
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "docker"]}))
+        .await;
+    let _agent = cluster.agent("box", 1, &["--docker"]);
     cluster.wait_for_nodes(1).await;
     let work = cluster.workdir("dispatch");
     let script = work.join("train.sh");

@@ -479,3 +479,86 @@ async fn secrets_never_rest_on_the_agents_host() {
         "only what the job itself wrote holds it: {holders:?}"
     );
 }
+
+/// Projects are bound to nodes. Any editor used to aim a job at any node
+/// with `node_selector` and run there as its agent's user, next to the
+/// attempt folders of the team that node serves. Under a node policy the
+/// node labelled for vision serves vision alone: another project's job
+/// aimed at it by name waits with the reason and never starts, vision's
+/// jobs run there and nowhere else, and a docker agent serves only
+/// projects granted docker — until an admin grants it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_labelled_for_a_project_serves_only_that_project() {
+    let cluster = Cluster::start().await;
+    let (status, body) = cluster.post("/projects", json!({"name": "vision"})).await;
+    assert_eq!(status, 201, "{body}");
+    cluster
+        .set_node_policy("vision", json!({"labels": {"team": "vision"}}))
+        .await;
+    let vision_box = cluster.agent("vision-box", 1, &["--labels", "team=vision"]);
+    let _shared = cluster.agent("shared", 1, &[]);
+    let _docker_box = cluster.agent("docker-box", 1, &["--docker"]);
+    cluster.wait_for_nodes(3).await;
+
+    // The attack: a default-project job aimed at vision's node, reading its
+    // attempt folders.
+    let vision_jobs = vision_box.jobs_dir.display().to_string();
+    let aimed = cluster
+        .submit(json!({
+            "name": "peek",
+            "command": ["ls", "-R", vision_jobs],
+            "node_selector": {"gpuplane.node": "vision-box"},
+        }))
+        .await;
+    let waiting = cluster.wait_for_reason(&aimed.id, "node policy: ").await;
+    let reason = waiting.queued_reason.unwrap_or_default();
+    assert!(reason.contains("vision-box (process, reserved)"), "{reason}");
+
+    // Vision's jobs run on its node, and wait rather than go elsewhere.
+    let own = cluster
+        .submit(json!({"name": "own", "project": "vision", "command": ["true"], "resources": {"gpu": 1}}))
+        .await;
+    let own = cluster.wait_for(&own.id, JobStatus::Succeeded).await;
+    assert_eq!(own.attempts[0].node, "vision-box");
+    let elsewhere = cluster
+        .submit(
+            json!({"name": "elsewhere", "project": "vision", "command": ["true"],
+                       "node_selector": {"gpuplane.node": "shared"}}),
+        )
+        .await;
+    cluster.wait_for_reason(&elsewhere.id, "node policy: ").await;
+
+    // Default's jobs go only to the node no policy reserves and that runs
+    // no docker: never vision's, never the docker host.
+    let mut placed = Vec::new();
+    for n in 0..3 {
+        let job = cluster
+            .submit(json!({"name": format!("cpu-{n}"), "command": ["true"], "resources": {"gpu": 0}}))
+            .await;
+        placed.push(job.id);
+    }
+    for id in &placed {
+        let job = cluster.wait_for(id, JobStatus::Succeeded).await;
+        assert_eq!(job.attempts[0].node, "shared", "{id}");
+    }
+    assert_eq!(
+        cluster.job(&aimed.id).await.status,
+        JobStatus::Queued,
+        "never started"
+    );
+    assert!(cluster.job(&aimed.id).await.attempts.is_empty());
+
+    // Granted docker, default may use the docker host too.
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "docker"]}))
+        .await;
+    let there = cluster
+        .submit(
+            json!({"name": "there", "command": ["true"], "node_selector": {"gpuplane.node": "docker-box"}}),
+        )
+        .await;
+    let there = cluster.wait_for(&there.id, JobStatus::Succeeded).await;
+    assert_eq!(there.attempts[0].node, "docker-box");
+    // Its policy never covered vision's node: the aimed job still waits.
+    assert_eq!(cluster.job(&aimed.id).await.status, JobStatus::Queued);
+}

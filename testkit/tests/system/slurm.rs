@@ -31,6 +31,10 @@ fn slurm_agent(cluster: &Cluster, slurm: &Slurm, gpus: Option<u32>) -> Agent {
 async fn jobs_run_as_sbatch_jobs_with_their_argv_gpus_exit_codes_logs_and_sdk_metrics() {
     let slurm = Slurm::start();
     let cluster = Cluster::start().await;
+    // A Slurm login host serves only projects granted slurm.
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "slurm"]}))
+        .await;
     // The GPUs offered are counted from sinfo when not given: check that path.
     let mut agent = slurm_agent(&cluster, &slurm, None);
     cluster.wait_for_nodes(1).await;
@@ -128,17 +132,16 @@ async fn jobs_run_as_sbatch_jobs_with_their_argv_gpus_exit_codes_logs_and_sdk_me
     let done = cluster.wait_for(&tensorboard.id, JobStatus::Succeeded).await;
     assert_eq!(cluster.series(&done.run_id, "train/loss").await.len(), 50);
 
-    // A docker job cannot go through Slurm; a Slurm job cannot run on a plain agent.
-    let docker = cluster
-        .submit(json!({"name": "container", "command": ["true"], "working_dir": work, "runner": "docker", "image": "python:3.12"}))
+    // A docker job cannot go through Slurm (nor is docker granted here); a
+    // Slurm job never goes to a plain agent.
+    let (status, body) = cluster
+        .post(
+            "/jobs",
+            json!({"name": "container", "command": ["true"], "working_dir": work, "runner": "docker", "image": "python:3.12"}),
+        )
         .await;
-    let refused = cluster.wait_for(&docker.id, JobStatus::Failed).await;
-    assert_eq!(refused.failure_reason, Some(FailureReason::DispatchFailed));
-    let detail = refused.failure_detail.unwrap_or_default();
-    assert!(
-        detail.contains("sends jobs to Slurm") && detail.contains("runs no containers"),
-        "{detail}"
-    );
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "runner", "{body}");
     let _plain = cluster.agent("plain", 1, &[]);
     cluster.wait_for_nodes(2).await;
     let misplaced = cluster
@@ -150,16 +153,22 @@ async fn jobs_run_as_sbatch_jobs_with_their_argv_gpus_exit_codes_logs_and_sdk_me
             "node_selector": {"gpuplane.node": "plain"},
         }))
         .await;
-    let refused = cluster.wait_for(&misplaced.id, JobStatus::Failed).await;
-    assert_eq!(refused.failure_reason, Some(FailureReason::DispatchFailed));
-    let detail = refused.failure_detail.unwrap_or_default();
-    assert!(detail.contains("start it with --runner slurm"), "{detail}");
+    let waiting = cluster.wait_for_reason(&misplaced.id, "node policy: ").await;
+    let reason = waiting.queued_reason.unwrap_or_default();
+    assert!(
+        reason.contains("a slurm job") && reason.contains("plain (process)"),
+        "{reason}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn slurm_reasons_show_while_queued_and_cancel_and_time_limit_reach_slurm() {
     let slurm = Slurm::start();
     let cluster = Cluster::start().await;
+    // A Slurm login host serves only projects granted slurm.
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "slurm"]}))
+        .await;
     // More GPUs than Slurm has, so GPUPlane dispatches what Slurm must queue.
     let _agent = slurm_agent(&cluster, &slurm, Some(2 * slurm::GPUS));
     cluster.wait_for_nodes(1).await;
@@ -244,6 +253,10 @@ async fn slurm_reasons_show_while_queued_and_cancel_and_time_limit_reach_slurm()
 async fn a_slurm_job_cannot_configure_the_agents_sbatch() {
     let slurm = Slurm::start();
     let cluster = Cluster::start().await;
+    // A Slurm login host serves only projects granted slurm.
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "slurm"]}))
+        .await;
     let _agent = slurm_agent(&cluster, &slurm, None);
     cluster.wait_for_nodes(1).await;
     let work = cluster.workdir("slurm-env");
