@@ -4,6 +4,7 @@
 
 use crate::client::Client;
 use crate::files::{self, CANCELLED, EXIT, ExitState, REPORTED, SHIM, ShimState, TIMED_OUT};
+use crate::isolation::Isolation;
 use crate::mask;
 use crate::reporter::Reporter;
 use crate::runner;
@@ -53,6 +54,8 @@ pub struct Manager {
     slurm: Option<slurm::Defaults>,
     /// `--docker`: docker jobs run here.
     docker: bool,
+    /// Whether each process job gets a device cgroup of its own GPUs.
+    isolation: Isolation,
     /// Jobs whose folders were removed after a `forget`, for the next poll.
     forgotten: Mutex<Vec<String>>,
 }
@@ -67,6 +70,8 @@ pub struct Options {
     pub slurm: Option<slurm::Defaults>,
     /// `--docker`: docker jobs run here.
     pub docker: bool,
+    /// Whether each process job gets a device cgroup of its own GPUs.
+    pub isolation: Isolation,
 }
 
 struct Handle {
@@ -112,6 +117,7 @@ impl Manager {
             max_line_bytes,
             slurm,
             docker,
+            isolation,
         } = options;
         let adopted = files::unfinished_attempts(&jobs_dir);
         if !adopted.is_empty() {
@@ -134,6 +140,7 @@ impl Manager {
             max_line_bytes,
             slurm,
             docker,
+            isolation,
         }
     }
 
@@ -666,9 +673,19 @@ impl Attempt {
                 command.env_remove(name);
             }
         }
+        command.arg("shim").arg(&self.dir);
+        // A docker job's container gets its GPUs from Docker.
+        if self.dispatch.spec.runner == Runner::Process {
+            let cgroup = self
+                .manager
+                .isolation
+                .job_cgroup(&self.dispatch.job_id, self.dispatch.attempt, &self.dispatch.gpus)
+                .map_err(|error| anyhow::anyhow!("cannot make the job's device cgroup: {error}"))?;
+            if let Some(cgroup) = cgroup {
+                command.arg(cgroup);
+            }
+        }
         let mut child = command
-            .arg("shim")
-            .arg(&self.dir)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

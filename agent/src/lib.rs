@@ -7,6 +7,7 @@ pub mod client;
 pub mod files;
 pub mod git;
 pub mod gpus;
+pub mod isolation;
 pub mod jobs;
 pub mod mask;
 pub mod reporter;
@@ -220,6 +221,13 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         None => args.fake_gpus,
     };
     let probe = Arc::new(GpuProbe::detect(fake_gpus, &name));
+    let isolation = if slurm.is_some() {
+        isolation::Isolation::Advisory(
+            "jobs run through Slurm, whose cgroup.conf (ConstrainDevices=yes) decides".into(),
+        )
+    } else {
+        isolation::Isolation::detect()
+    };
     let client = Arc::new(Client::new(&args.server, &args.resolve_token()?)?);
     let reporter = Arc::new(Reporter::new());
     let jobs_dir = args.jobs_dir.clone().unwrap_or_else(files::default_jobs_dir);
@@ -236,6 +244,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             max_line_bytes: args.max_line_bytes,
             slurm,
             docker: args.docker,
+            isolation: isolation.clone(),
         },
     ));
     let runners = manager.runners();
@@ -245,7 +254,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
              (the server sends them only from projects granted docker)"
         );
     }
-    tracing::info!(server = args.server, name, gpus = probe.describe(), jobs_dir = %jobs_dir.display(), "agent starting");
+    tracing::info!(server = args.server, name, gpus = probe.describe(), isolation = isolation.describe(), jobs_dir = %jobs_dir.display(), "agent starting");
     let sender = {
         let reporter = reporter.clone();
         let client = client.clone();
@@ -270,6 +279,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         attempts: manager.known(),
         runners: Some(runners.clone()),
+        isolation: Some(isolation.describe()),
     };
     tokio::pin!(shutdown);
     const FIRST_BACKOFF: Duration = Duration::from_millis(200);

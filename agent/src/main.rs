@@ -6,10 +6,12 @@ use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    // `gpuplane-agent shim DIR`: the parent of one job (started by the agent itself).
+    // `gpuplane-agent shim DIR [CGROUP]`: the parent of one job (started by
+    // the agent itself), which runs in CGROUP when given.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.len() == 3 && argv[1] == "shim" {
-        return match gpuplane_agent::shim::run(std::path::Path::new(&argv[2])) {
+    if (3..=4).contains(&argv.len()) && argv[1] == "shim" {
+        let cgroup = argv.get(3).map(std::path::Path::new);
+        return match gpuplane_agent::shim::run(std::path::Path::new(&argv[2]), cgroup) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("error: {error:#}");

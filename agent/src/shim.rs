@@ -1,7 +1,8 @@
 //! `gpuplane-agent shim DIR`: the parent of one job process.
 //!
 //! The agent starts a shim per attempt and writes the dispatch, secrets
-//! included, to its stdin (no file keeps them). The shim leaves the agent's session
+//! included, to its stdin (no file keeps them); with a device cgroup
+//! (`isolation`), the job joins it before its program starts. The shim leaves the agent's session
 //! (so it outlives an agent crash or restart), starts the job in its own
 //! process group with stdin from /dev/null and its output appended to
 //! `stdout.log` / `stderr.log`, records its pid in `shim.json`, waits for it,
@@ -11,11 +12,12 @@
 use crate::files::{self, EXIT, ExitState, SHIM, ShimState};
 use crate::runner::command_line;
 use gpuplane_api::agent::Dispatch;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-pub fn run(dir: &Path) -> anyhow::Result<()> {
+pub fn run(dir: &Path, cgroup: Option<&Path>) -> anyhow::Result<()> {
     // SAFETY: setsid has no memory-safety preconditions; it fails harmlessly
     // if this process already leads a group.
     unsafe {
@@ -38,6 +40,15 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
             command.env_remove(name);
         }
     }
+    // Its device cgroup, joined before its program starts: a job that
+    // cannot be isolated does not start (`isolation`).
+    if let Some(cgroup) = cgroup {
+        let procs = std::ffi::CString::new(cgroup.join("cgroup.procs").into_os_string().into_vec())?;
+        // SAFETY: `join` only opens, writes and closes (async-signal-safe).
+        unsafe {
+            command.pre_exec(move || crate::isolation::join(&procs));
+        }
+    }
     // Taken before the spawn, so that a job's recorded time (its GPU time
     // for fair share) is never shorter than its process ran.
     let started_at = now_ms();
@@ -53,13 +64,20 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
     let mut child = match child {
         Ok(child) => child,
         Err(error) => {
+            let joining = match cgroup {
+                Some(cgroup) => format!(" (or join its device cgroup {})", cgroup.display()),
+                None => String::new(),
+            };
             let state = ExitState {
                 exit_code: None,
                 signal: None,
                 oom_killed: false,
                 ended_at: now_ms(),
-                spawn_error: Some(format!("cannot start {}: {error}", program.display())),
+                spawn_error: Some(format!("cannot start {}{joining}: {error}", program.display())),
             };
+            if let Some(cgroup) = cgroup {
+                crate::isolation::remove(cgroup);
+            }
             return record_exit(dir, &state);
         }
     };
@@ -81,7 +99,27 @@ pub fn run(dir: &Path) -> anyhow::Result<()> {
         ended_at: now_ms(),
         spawn_error: None,
     };
-    record_exit(dir, &state)
+    let recorded = record_exit(dir, &state);
+    // What the job left running in the background is still held to its
+    // GPUs; its cgroup goes once empty.
+    if let Some(cgroup) = cgroup {
+        wait_until_empty(cgroup);
+        crate::isolation::remove(cgroup);
+    }
+    recorded
+}
+
+/// Waits (up to 10 s) until no process is left in the job's cgroup: what
+/// the job started in the background is still held to its GPUs.
+fn wait_until_empty(cgroup: &Path) {
+    for _ in 0..100 {
+        match std::fs::read_to_string(cgroup.join("cgroup.procs")) {
+            Ok(procs) if !procs.trim().is_empty() => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            _ => return,
+        }
+    }
 }
 
 /// The file that holds `exit.json`'s room until the job ends.

@@ -45,6 +45,10 @@ pub struct AgentHello {
     /// that does not say is given no jobs (node policies need to know).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runners: Option<Vec<crate::job::Runner>>,
+    /// Whether a job can reach GPUs it was not given: `cgroup: …` (each
+    /// job's device cgroup allows only its own) or `advisory: WHY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

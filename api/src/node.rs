@@ -74,6 +74,11 @@ pub struct Node {
     /// say, and the node is given no jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runners: Option<Vec<crate::job::Runner>>,
+    /// Whether its jobs can reach GPUs they were not given, as its agent
+    /// says: `cgroup: …` (enforced) or `advisory: WHY` (`CUDA_VISIBLE_DEVICES`
+    /// alone, which a job can unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
     /// RFC 3339 time of the last heartbeat.
     pub last_seen_at: String,
     /// When an admin drained the node (RFC 3339), and who.

@@ -162,6 +162,7 @@ impl Agent {
             agent_version: "bench".into(),
             attempts: Vec::new(),
             runners: Some(vec![gpuplane_api::job::Runner::Process]),
+            isolation: None,
         };
         let welcome: AgentWelcome = self.client.post("agent/hello", &hello).await?;
         self.node_id = welcome.node_id;

@@ -284,6 +284,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             agent_version: "bench".into(),
             attempts: Vec::new(),
             runners: Some(vec![gpuplane_api::job::Runner::Process]),
+            isolation: None,
         };
         gpuplane_server::nodes::register(&mut tx, &hello).await?;
     }
@@ -800,6 +801,7 @@ pub(crate) async fn say_hello(
         agent_version: "bench".into(),
         attempts: Vec::new(),
         runners: Some(vec![gpuplane_api::job::Runner::Process]),
+        isolation: None,
     };
     let welcome: serde_json::Value = http
         .post(format!("{url}/api/v1/agent/hello"))

@@ -34,7 +34,9 @@ pub fn NodesTable(nodes: Vec<Node>) -> impl IntoView {
                     };
                     let first = view! {
                         <td rowspan=rows><strong>{node.name.clone()}</strong><br /><span class="muted">{node.hostname.clone()}</span>
-                            <br /><span class="muted" data-testid="node-runners">{runners}</span></td>
+                            <br /><span class="muted" data-testid="node-runners">{runners}</span>
+                            <br /><span class="muted" data-testid="node-isolation">{format!("GPU isolation {}",
+                                node.isolation.clone().unwrap_or_else(|| "advisory: its agent does not say".into()))}</span></td>
                         <td rowspan=rows>{status_badge(node.status.as_str())}</td>
                     };
                     let last_seen = format::time(&node.last_seen_at);

@@ -83,9 +83,13 @@ fn render_nodes(nodes: &[Node]) -> String {
             Some(runners) => runners.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(","),
             None => "? (its agent is too old to say: it gets no jobs)".to_string(),
         };
+        let isolation = node
+            .isolation
+            .as_deref()
+            .unwrap_or("advisory: its agent does not say");
         let _ = writeln!(
             text,
-            "{}  {}  {} GPU{}  labels: {}  runners: {runners}  last seen {}",
+            "{}  {}  {} GPU{}  labels: {}  runners: {runners}  isolation: {isolation}  last seen {}",
             node.name,
             node.status.as_str(),
             node.gpus.len(),

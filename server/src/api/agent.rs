@@ -259,6 +259,14 @@ fn validate_hello(hello: &AgentHello) -> Result<(), ApiError> {
             "must be 1-128 characters of letters, digits, '.', '_' or '-'".into(),
         );
     }
+    if let Some(isolation) = &hello.isolation
+        && (isolation.len() > 512 || isolation.chars().any(char::is_control))
+    {
+        problem(
+            "isolation",
+            "must be at most 512 characters, without control characters".into(),
+        );
+    }
     for key in hello.labels.keys() {
         if !gpuplane_api::node::valid_name(key) {
             problem(

@@ -46,12 +46,13 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
     let node_id: String = sql!(conn, |conn| {
         sqlx::query_scalar(&format!(
             "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at,
-                                runners)
-         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7, $8)
+                                runners, isolation)
+         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7, $8, $9)
          ON CONFLICT (name) DO UPDATE SET
              hostname = excluded.hostname, agent_labels = excluded.agent_labels,
              labels = {merged_labels},
-             agent_version = excluded.agent_version, runners = excluded.runners, status = 'ONLINE',
+             agent_version = excluded.agent_version, runners = excluded.runners,
+             isolation = excluded.isolation, status = 'ONLINE',
              last_seen_at = excluded.last_seen_at
          RETURNING id"
         ))
@@ -63,6 +64,7 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
     .bind(now)
     .bind(now)
     .bind(runners)
+    .bind(&hello.isolation)
     .fetch_one(conn)
     .await
     })?;
@@ -248,6 +250,7 @@ struct NodeRow {
     admin_labels: String,
     agent_version: String,
     runners: Option<String>,
+    isolation: Option<String>,
     status: String,
     last_seen_at: i64,
     drained_at: Option<i64>,
@@ -273,7 +276,7 @@ struct GpuRow {
 pub async fn list(db: &Db) -> Result<Vec<Node>, Error> {
     let nodes: Vec<NodeRow> = sql!(db, |pool| {
         sqlx::query_as(
-        "SELECT id, name, hostname, labels, admin_labels, agent_version, runners, status, last_seen_at, drained_at,
+        "SELECT id, name, hostname, labels, admin_labels, agent_version, runners, isolation, status, last_seen_at, drained_at,
                 drained_by,
                 (SELECT count(*) FROM attempts a
                  WHERE a.node_id = nodes.id AND a.status IN ('DISPATCHING', 'RUNNING')) AS active
@@ -311,6 +314,7 @@ pub async fn list(db: &Db) -> Result<Vec<Node>, Error> {
             labels: serde_json::from_str(&row.labels).unwrap_or_default(),
             admin_labels: serde_json::from_str(&row.admin_labels).unwrap_or_default(),
             runners: row.runners.and_then(|json| serde_json::from_str(&json).ok()),
+            isolation: row.isolation,
             status: match (row.status.as_str(), row.drained_at, row.active) {
                 ("ONLINE", None, _) => NodeStatus::Online,
                 ("ONLINE", Some(_), 0) => NodeStatus::Drained,

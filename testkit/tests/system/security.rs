@@ -562,3 +562,76 @@ async fn a_node_labelled_for_a_project_serves_only_that_project() {
     // Its policy never covered vision's node: the aimed job still waits.
     assert_eq!(cluster.job(&aimed.id).await.status, JobStatus::Queued);
 }
+
+/// GPUs assigned are GPUs enforced. `CUDA_VISIBLE_DEVICES` is advisory: a
+/// job can unset it and open every GPU. Where the agent runs as root with
+/// the cgroup v1 devices controller, each job runs in a device cgroup that
+/// allows only its own `/dev/nvidiaN`: checked without a GPU on character
+/// devices with NVIDIA's major number in a temporary folder, which a job
+/// opens with ENXIO (allowed, no driver) for its own GPU and EPERM for the
+/// other, while outside the job both give ENXIO. Where the machine cannot,
+/// the node says its isolation is advisory and why, and so does this test.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_opens_only_its_own_gpus_devices() {
+    let cluster = Cluster::start().await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    let (_, nodes) = cluster.get("/nodes").await;
+    let isolation = nodes["items"][0]["isolation"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !isolation.starts_with("cgroup: ") {
+        assert!(isolation.starts_with("advisory: "), "{nodes}");
+        println!("device isolation not checked on this machine: the node says {isolation}");
+        return;
+    }
+    let devices = cluster.dir.path().join("dev");
+    std::fs::create_dir_all(&devices).unwrap();
+    for minor in 0..2 {
+        let path = std::ffi::CString::new(devices.join(format!("nvidia{minor}")).to_str().unwrap()).unwrap();
+        let device = libc::makedev(gpuplane_agent::isolation::NVIDIA_MAJOR, minor);
+        // SAFETY: a valid path; mknod only creates the node.
+        let made = unsafe { libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, device) };
+        assert_eq!(made, 0, "mknod: {}", std::io::Error::last_os_error());
+    }
+    let job = cluster
+        .submit(json!({
+            "name": "reach",
+            "command": sh(&format!(
+                "grep :devices: /proc/self/cgroup; unset CUDA_VISIBLE_DEVICES; for n in 0 1; do cat {}/nvidia$n; done; true",
+                devices.display()
+            )),
+            "resources": {"gpu": 1},
+        }))
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let own = job.attempts[0].gpus[0];
+    let other = 1 - own;
+    let errors = cluster.output(&job.id, "stderr").await.join("\n");
+    assert!(
+        errors.contains(&format!("nvidia{own}: No such device or address")),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(&format!("nvidia{other}: Operation not permitted")),
+        "{errors}"
+    );
+    let outside = std::fs::File::open(devices.join(format!("nvidia{other}"))).unwrap_err();
+    assert_eq!(
+        outside.raw_os_error(),
+        Some(libc::ENXIO),
+        "outside the job: {outside}"
+    );
+    // It ran in its own cgroup, which goes with it.
+    let joined = cluster.output(&job.id, "stdout").await.join("\n");
+    let cgroup = format!("/gpuplane/{}-1", job.id);
+    assert!(joined.ends_with(&format!(":devices:{cgroup}")), "{joined}");
+    let mount = gpuplane_agent::isolation::devices_mount_point().expect("the devices controller");
+    let cgroups = mount.join(cgroup.trim_start_matches('/'));
+    eventually("the job's cgroup is removed", Duration::from_secs(15), || {
+        let gone = !cgroups.exists();
+        async move { gone.then_some(()) }
+    })
+    .await;
+}
