@@ -730,7 +730,13 @@ impl Attempt {
                 self.end(self.dispatch_failed(detail)).await;
                 return None;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            // Most jobs start within a few milliseconds: look often at first.
+            let pause = if began.elapsed() < Duration::from_millis(200) {
+                2
+            } else {
+                10
+            };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
         }
     }
 
