@@ -318,7 +318,21 @@ pub fn svg(lines: &[Line], options: &ChartOptions) -> String {
         // Drawing into a string cannot fail for I/O reasons; say so if it does anyway.
         Err(error) => tracing::error!(%error, "chart drawing failed"),
     }
-    out
+    xml_safe(out)
+}
+
+/// The document with every character XML 1.0 forbids (control characters
+/// but tab and line ends, U+FFFE, U+FFFF) shown as U+FFFD: plotters escapes
+/// markup in labels, not these, and a run name or metric key may hold them.
+fn xml_safe(svg: String) -> String {
+    let forbidden =
+        |c: char| (c < ' ' && !matches!(c, '\t' | '\n' | '\r')) || matches!(c, '\u{FFFE}' | '\u{FFFF}');
+    if !svg.contains(forbidden) {
+        return svg;
+    }
+    svg.chars()
+        .map(|c| if forbidden(c) { '\u{FFFD}' } else { c })
+        .collect()
 }
 
 /// Where a chart's plot area is, in SVG units, and the x range it spans
@@ -583,7 +597,7 @@ pub fn scatter_svg(points: &[(f64, f64)], options: &ScatterOptions) -> String {
     if let Err(error) = draw_scatter(&mut out, points, options) {
         tracing::error!(%error, "scatter drawing failed");
     }
-    out
+    xml_safe(out)
 }
 
 fn draw_scatter(
@@ -837,6 +851,18 @@ mod tests {
         let svg = svg(&lines, &options());
         assert!(!svg.contains("<script>"), "{svg}");
         assert!(svg.contains("b&amp;c"), "{svg}");
+    }
+
+    #[test]
+    fn control_characters_in_labels_still_make_a_document_that_renders() {
+        let series = points(&[1.0, 2.0]);
+        let lines = [line("run\u{14}name\u{0}", series.clone()), line("other", series)];
+        let svg = svg(&lines, &options());
+        assert!(
+            !svg.contains('\u{14}') && svg.contains("run\u{FFFD}name"),
+            "{svg}"
+        );
+        png(&svg).expect("the PNG renders");
     }
 
     #[test]
