@@ -1028,8 +1028,11 @@ async fn node_policies_are_set_by_server_admins_and_refuse_what_could_never_run(
     assert_eq!(status, StatusCode::CREATED, "{made}");
     let limited = made["secret"].as_str().unwrap().to_string();
 
+    // Even a server admin's token of the scope a job's token has.
+    let admin_sdk = user_token(f.db(), "root-sdk", Scope::Sdk, true).await;
     let grab = json!({"labels": {"team": "vision"}, "runners": ["process", "docker", "slurm"]});
     for (who, token) in [
+        ("admin's sdk-scope token", &admin_sdk),
         ("project admin", &lead),
         ("other project's editor", &eve),
         ("viewer", &watcher),

@@ -514,12 +514,28 @@ async fn a_node_labelled_for_a_project_serves_only_that_project() {
     let reason = waiting.queued_reason.unwrap_or_default();
     assert!(reason.contains("vision-box (process, reserved)"), "{reason}");
 
-    // Vision's jobs run on its node, and wait rather than go elsewhere.
+    // Vision's jobs run on its node, and wait rather than go elsewhere. A
+    // job's own sdk token cannot widen its project's policy.
+    let widen = r#"import json, os, urllib.request, urllib.error
+body = json.dumps({"runners": ["process", "docker", "slurm"]}).encode()
+request = urllib.request.Request(os.environ["GPUCTL_SERVER"] + "/api/v1/projects/vision/node-policy", data=body,
+    method="PUT", headers={"Authorization": "Bearer " + os.environ["GPUCTL_TOKEN"], "Content-Type": "application/json"})
+try:
+    print("status", urllib.request.urlopen(request).status)
+except urllib.error.HTTPError as error:
+    print("status", error.code)"#;
     let own = cluster
-        .submit(json!({"name": "own", "project": "vision", "command": ["true"], "resources": {"gpu": 1}}))
+        .submit(json!({"name": "own", "project": "vision", "command": ["python3", "-c", widen], "resources": {"gpu": 1}}))
         .await;
     let own = cluster.wait_for(&own.id, JobStatus::Succeeded).await;
     assert_eq!(own.attempts[0].node, "vision-box");
+    assert_eq!(cluster.output(&own.id, "stdout").await, ["status 403"]);
+    let (_, policies) = cluster.get("/node-policies").await;
+    assert_eq!(
+        policies["items"][0]["policy"]["runners"],
+        json!(["process"]),
+        "{policies}"
+    );
     let elsewhere = cluster
         .submit(
             json!({"name": "elsewhere", "project": "vision", "command": ["true"],
