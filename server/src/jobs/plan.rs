@@ -286,7 +286,9 @@ pub fn plan(
                 groups_of_node[i].push(groups.len());
             }
             let top_holder = matching.iter().filter_map(|&i| held[i]).min();
-            let why_empty = matching.is_empty().then(|| why_no_node(job, nodes, access));
+            let why_empty = matching
+                .is_empty()
+                .then(|| why_no_node(job, nodes, &reserved, access));
             groups.push(Group {
                 why_empty,
                 largest_total: matching.iter().map(|&i| nodes[i].gpus.len()).max().unwrap_or(0),
@@ -512,23 +514,24 @@ fn selects(selector: &BTreeMap<String, String>, node: &NodeCapacity) -> bool {
     selector.iter().all(|(k, v)| node.labels.get(k) == Some(v))
 }
 
-/// Why no node is there for `job`, and whether its node_selector alone
+/// Why no node is there for `job` (`reserved`: which nodes a policy
+/// reserves), and whether its node_selector alone
 /// matches none (rather than its node policy keeping it off those that do).
-fn why_no_node(job: &QueuedJob, nodes: &[NodeCapacity], access: &NodeAccess) -> (String, bool) {
-    let selected: Vec<&NodeCapacity> = nodes
+fn why_no_node(
+    job: &QueuedJob,
+    nodes: &[NodeCapacity],
+    reserved: &[bool],
+    access: &NodeAccess,
+) -> (String, bool) {
+    let offers: Vec<(&str, Option<&[Runner]>, bool)> = nodes
         .iter()
-        .filter(|node| selects(&job.node_selector, node))
+        .zip(reserved)
+        .filter(|(node, _)| selects(&job.node_selector, node))
+        .map(|(node, &reserved)| (node.name.as_str(), node.runners.as_deref(), reserved))
         .collect();
-    if selected.is_empty() {
+    if offers.is_empty() {
         return (no_matching_node(&job.node_selector, nodes.is_empty()), true);
     }
-    let offers: Vec<(&str, Option<&[Runner]>, bool)> = selected
-        .iter()
-        .map(|node| {
-            let reserved = access.reserved(&node.labels);
-            (node.name.as_str(), node.runners.as_deref(), reserved)
-        })
-        .collect();
     (
         access.waiting_reason(&job.project, job.runner, !job.node_selector.is_empty(), &offers),
         false,
