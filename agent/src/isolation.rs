@@ -1,11 +1,15 @@
 //! Whether a job can reach GPUs it was not given. `CUDA_VISIBLE_DEVICES`
-//! alone is advisory: a job can unset it. Where the agent runs as root
-//! with the cgroup v1 devices controller, each process job runs in its own
-//! cgroup (`DEVICES/gpuplane/JOB-ATTEMPT`) whose rules deny every NVIDIA GPU
-//! device (`/dev/nvidiaN`, character major 195) but its own; the control
-//! devices (`nvidiactl`, `nvidia-modeset`, `nvidia-uvm`) stay open. The shim
-//! joins the job to it before the job's program starts and removes it when
-//! the job ends. Elsewhere the node says its isolation is advisory, and why.
+//! alone is advisory: a job can unset it. Where the agent runs as root,
+//! each process job runs in its own cgroup (`CGROUPS/gpuplane/JOB-ATTEMPT`)
+//! whose device rules deny every NVIDIA GPU device (`/dev/nvidiaN`,
+//! character major 195) but its own; the control devices (`nvidiactl`,
+//! `nvidia-modeset`, `nvidia-uvm`) stay open. On cgroup v2 the rules are an
+//! eBPF program (`device_program`), on cgroup v1 the devices controller's
+//! `devices.deny`. The shim joins the job to it before the job's program
+//! starts and removes it when the job ends. Elsewhere the node says its
+//! isolation is advisory, and why.
+
+mod device_program;
 
 use std::ffi::CStr;
 use std::io::Write;
@@ -18,15 +22,21 @@ const FIRST_CONTROL_MINOR: u32 = 254;
 
 #[derive(Debug, Clone)]
 pub enum Isolation {
-    /// Jobs' device cgroups are made under this folder.
-    Devices(PathBuf),
+    /// cgroup v2: jobs' cgroups are made under this folder, each with its
+    /// device program.
+    CgroupV2(PathBuf),
+    /// cgroup v1: jobs' device cgroups are made under this folder, each
+    /// with its `devices.deny` rules.
+    CgroupV1(PathBuf),
     /// Why a job's GPUs are advisory on this host.
     Advisory(String),
 }
 
 impl Isolation {
-    /// What this host allows the agent.
-    pub fn detect() -> Isolation {
+    /// What this host allows the agent. `wanted` is `--device-cgroup`:
+    /// `auto` takes cgroup v2 where the kernel loads device programs, then
+    /// the cgroup v1 devices controller; `v2` or `v1` only that one.
+    pub fn detect(wanted: &str) -> Isolation {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Isolation::Advisory(
@@ -34,25 +44,34 @@ impl Isolation {
             );
         }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let Some(mount) = devices_mount(&mounts) else {
-            let why = if mounts.lines().any(|line| fstype(line) == Some("cgroup2")) {
-                "this host has cgroup v2 only, whose device rules need an eBPF program the agent does not load yet"
-            } else {
-                "no devices cgroup is mounted"
-            };
-            return Isolation::Advisory(why.into());
+        let v2 = || -> Result<PathBuf, String> {
+            let mount = cgroup2_mount(&mounts).ok_or("no cgroup v2 is mounted")?;
+            device_program::load(&[])
+                .map_err(|error| format!("the kernel does not load a cgroup v2 device program: {error}"))?;
+            make_root(&mount)
         };
-        let root = mount.join("gpuplane");
-        match std::fs::create_dir_all(&root) {
-            Ok(()) => Isolation::Devices(root),
-            Err(error) => Isolation::Advisory(format!("cannot create {}: {error}", root.display())),
-        }
+        let v1 = || -> Result<PathBuf, String> {
+            let mount = devices_mount(&mounts).ok_or("no cgroup v1 devices controller is mounted")?;
+            make_root(&mount)
+        };
+        let found = match wanted {
+            "v2" => v2().map(Isolation::CgroupV2),
+            "v1" => v1().map(Isolation::CgroupV1),
+            _ => v2().map(Isolation::CgroupV2).or_else(|v2_why| {
+                v1().map(Isolation::CgroupV1)
+                    .map_err(|v1_why| format!("{v2_why}, and {v1_why}"))
+            }),
+        };
+        found.unwrap_or_else(Isolation::Advisory)
     }
 
     /// How the node shows it: `cgroup: …` or `advisory: WHY`.
     pub fn describe(&self) -> String {
         match self {
-            Isolation::Devices(_) => "cgroup: each job opens only its own GPUs' devices".into(),
+            Isolation::CgroupV2(_) => {
+                "cgroup: each job opens only its own GPUs' devices (cgroup v2, eBPF)".into()
+            }
+            Isolation::CgroupV1(_) => "cgroup: each job opens only its own GPUs' devices (cgroup v1)".into(),
             Isolation::Advisory(why) => format!("advisory: {why}"),
         }
     }
@@ -60,20 +79,40 @@ impl Isolation {
     /// Makes the cgroup an attempt's process job runs in, with its rules
     /// (`None` when isolation is advisory here).
     pub fn job_cgroup(&self, job_id: &str, attempt: i64, gpus: &[u32]) -> std::io::Result<Option<PathBuf>> {
-        let Isolation::Devices(root) = self else {
+        let (Isolation::CgroupV2(root) | Isolation::CgroupV1(root)) = self else {
             return Ok(None);
         };
         let dir = root.join(format!("{job_id}-{attempt}"));
         std::fs::create_dir_all(&dir)?;
-        let mut deny = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("devices.deny"))?;
-        // One rule a write: the kernel reads one per write.
-        for minor in (0..FIRST_CONTROL_MINOR).filter(|minor| !gpus.contains(minor)) {
-            deny.write_all(format!("c {NVIDIA_MAJOR}:{minor} rwm").as_bytes())?;
+        let ruled = match self {
+            Isolation::CgroupV2(_) => device_program::attach(&dir, gpus),
+            _ => deny_devices(&dir, gpus),
+        };
+        if let Err(error) = ruled {
+            remove(&dir);
+            return Err(error);
         }
         Ok(Some(dir))
     }
+}
+
+/// cgroup v1: `devices.deny` rules for the NVIDIA GPUs not in `gpus`.
+fn deny_devices(dir: &Path, gpus: &[u32]) -> std::io::Result<()> {
+    let mut deny = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("devices.deny"))?;
+    // One rule a write: the kernel reads one per write.
+    for minor in (0..FIRST_CONTROL_MINOR).filter(|minor| !gpus.contains(minor)) {
+        deny.write_all(format!("c {NVIDIA_MAJOR}:{minor} rwm").as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The folder the jobs' cgroups are made in, under a hierarchy's mount.
+fn make_root(mount: &Path) -> Result<PathBuf, String> {
+    let root = mount.join("gpuplane");
+    std::fs::create_dir_all(&root).map_err(|error| format!("cannot create {}: {error}", root.display()))?;
+    Ok(root)
 }
 
 /// Moves the calling process into the cgroup whose `cgroup.procs` is
@@ -105,18 +144,32 @@ pub fn devices_mount_point() -> Option<PathBuf> {
     devices_mount(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
 }
 
-/// A `/proc/self/mountinfo` line's filesystem type (after ` - `).
-fn fstype(line: &str) -> Option<&str> {
-    line.split(" - ").nth(1)?.split_whitespace().next()
+/// Where this host mounts cgroup v2, if it does.
+pub fn cgroup2_mount_point() -> Option<PathBuf> {
+    cgroup2_mount(&std::fs::read_to_string("/proc/self/mountinfo").ok()?)
 }
 
 /// Where the cgroup v1 devices controller is mounted, if it is.
 fn devices_mount(mountinfo: &str) -> Option<PathBuf> {
+    mount_point(mountinfo, |kind, options| {
+        kind == "cgroup" && options.split(',').any(|option| option == "devices")
+    })
+}
+
+/// Where cgroup v2 is mounted (all of it on a v2 host, `unified` on a
+/// hybrid one), if it is.
+fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
+    mount_point(mountinfo, |kind, _| kind == "cgroup2")
+}
+
+/// The mount point of the first `/proc/self/mountinfo` line whose
+/// filesystem type and super options `wanted` accepts.
+fn mount_point(mountinfo: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
     mountinfo.lines().find_map(|line| {
         let (before, after) = line.split_once(" - ")?;
         let mut after = after.split_whitespace();
         let (kind, _source, options) = (after.next()?, after.next()?, after.next()?);
-        if kind != "cgroup" || !options.split(',').any(|option| option == "devices") {
+        if !wanted(kind, options) {
             return None;
         }
         Some(PathBuf::from(before.split_whitespace().nth(4)?))
@@ -128,7 +181,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_devices_controller_is_found_among_the_mounts() {
+    fn the_cgroup_hierarchies_are_found_among_the_mounts() {
         let mountinfo = "\
 25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
 31 25 0:27 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
@@ -138,8 +191,12 @@ mod tests {
             devices_mount(mountinfo),
             Some(PathBuf::from("/sys/fs/cgroup/devices"))
         );
+        assert_eq!(
+            cgroup2_mount(mountinfo),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
         let v2_only = "31 25 0:27 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw";
         assert_eq!(devices_mount(v2_only), None);
-        assert_eq!(fstype(v2_only), Some("cgroup2"));
+        assert_eq!(cgroup2_mount(v2_only), Some(PathBuf::from("/sys/fs/cgroup")));
     }
 }

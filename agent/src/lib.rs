@@ -111,6 +111,14 @@ pub struct Args {
     #[arg(long, env = "GPUPLANE_DOCKER")]
     pub docker: bool,
 
+    /// Which cgroups keep each process job to its own GPUs when the agent
+    /// runs as root: `v2` (an eBPF device program on the job's cgroup),
+    /// `v1` (the devices controller), or `auto` (v2 where the kernel loads
+    /// the program, else v1). Without either the node says its isolation
+    /// is advisory, and why.
+    #[arg(long, env = "GPUPLANE_DEVICE_CGROUP", value_name = "KIND", default_value = "auto", value_parser = ["auto", "v2", "v1"])]
+    pub device_cgroup: String,
+
     /// With `--runner slurm`: the GPUs this agent offers the scheduler
     /// (default: the `gpu` GRES of the nodes `sinfo` lists, in the
     /// `slurm.partition` label's partition when set).
@@ -226,7 +234,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             "jobs run through Slurm, whose cgroup.conf (ConstrainDevices=yes) decides".into(),
         )
     } else {
-        isolation::Isolation::detect()
+        isolation::Isolation::detect(&args.device_cgroup)
     };
     let client = Arc::new(Client::new(&args.server, &args.resolve_token()?)?);
     let reporter = Arc::new(Reporter::new());

@@ -580,17 +580,27 @@ except urllib.error.HTTPError as error:
 }
 
 /// GPUs assigned are GPUs enforced. `CUDA_VISIBLE_DEVICES` is advisory: a
-/// job can unset it and open every GPU. Where the agent runs as root with
-/// the cgroup v1 devices controller, each job runs in a device cgroup that
-/// allows only its own `/dev/nvidiaN`: checked without a GPU on character
+/// job can unset it and open every GPU. Where the agent runs as root, each
+/// job runs in a cgroup whose device rules allow only its own
+/// `/dev/nvidiaN`: on cgroup v2 an eBPF program, on cgroup v1 the devices
+/// controller, each checked here. Checked without a GPU on character
 /// devices with NVIDIA's major number in a temporary folder, which a job
 /// opens with ENXIO (allowed, no driver) for its own GPU and EPERM for the
 /// other, while outside the job both give ENXIO. Where the machine cannot,
 /// the node says its isolation is advisory and why, and so does this test.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_job_opens_only_its_own_gpus_devices() {
+async fn a_job_opens_only_its_own_gpus_devices_on_cgroup_v2() {
+    a_job_opens_only_its_own_gpus_devices("v2").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_opens_only_its_own_gpus_devices_on_cgroup_v1() {
+    a_job_opens_only_its_own_gpus_devices("v1").await;
+}
+
+async fn a_job_opens_only_its_own_gpus_devices(device_cgroup: &str) {
     let cluster = Cluster::start().await;
-    let _agent = cluster.agent("box", 2, &[]);
+    let _agent = cluster.agent("box", 2, &["--device-cgroup", device_cgroup]);
     cluster.wait_for_nodes(1).await;
     let (_, nodes) = cluster.get("/nodes").await;
     let isolation = nodes["items"][0]["isolation"]
@@ -599,9 +609,15 @@ async fn a_job_opens_only_its_own_gpus_devices() {
         .to_string();
     if !isolation.starts_with("cgroup: ") {
         assert!(isolation.starts_with("advisory: "), "{nodes}");
-        println!("device isolation not checked on this machine: the node says {isolation}");
+        println!(
+            "cgroup {device_cgroup} device isolation not checked on this machine: the node says {isolation}"
+        );
         return;
     }
+    assert!(
+        isolation.contains(&format!("cgroup {device_cgroup}")),
+        "{isolation}"
+    );
     let devices = cluster.dir.path().join("dev");
     std::fs::create_dir_all(&devices).unwrap();
     for minor in 0..2 {
@@ -615,7 +631,7 @@ async fn a_job_opens_only_its_own_gpus_devices() {
         .submit(json!({
             "name": "reach",
             "command": sh(&format!(
-                "grep :devices: /proc/self/cgroup; unset CUDA_VISIBLE_DEVICES; for n in 0 1; do cat {}/nvidia$n; done; true",
+                "cat /proc/self/cgroup; unset CUDA_VISIBLE_DEVICES; for n in 0 1; do cat {}/nvidia$n; done; true",
                 devices.display()
             )),
             "resources": {"gpu": 1},
@@ -640,11 +656,21 @@ async fn a_job_opens_only_its_own_gpus_devices() {
         "outside the job: {outside}"
     );
     // It ran in its own cgroup, which goes with it.
-    let joined = cluster.output(&job.id, "stdout").await.join("\n");
+    let joined = cluster.output(&job.id, "stdout").await;
     let cgroup = format!("/gpuplane/{}-1", job.id);
-    assert!(joined.ends_with(&format!(":devices:{cgroup}")), "{joined}");
-    let mount = gpuplane_agent::isolation::devices_mount_point().expect("the devices controller");
-    let cgroups = mount.join(cgroup.trim_start_matches('/'));
+    let (hierarchy, mount) = match device_cgroup {
+        "v2" => ("0::", gpuplane_agent::isolation::cgroup2_mount_point()),
+        _ => (":devices:", gpuplane_agent::isolation::devices_mount_point()),
+    };
+    assert!(
+        joined
+            .iter()
+            .any(|line| line.contains(hierarchy) && line.ends_with(&format!(":{cgroup}"))),
+        "{joined:?}"
+    );
+    let cgroups = mount
+        .expect("the hierarchy's mount")
+        .join(cgroup.trim_start_matches('/'));
     eventually("the job's cgroup is removed", Duration::from_secs(15), || {
         let gone = !cgroups.exists();
         async move { gone.then_some(()) }
