@@ -7,7 +7,8 @@
 3. `bin/gpuplane-server` started alone, from an empty directory and with a
    site root that does not exist, serves the console's files built into it:
    each file of `target/dist/site` comes back byte for byte with its media
-   type, and the sign-in page names the bundle it loads.
+   type, the sign-in page names the bundle it loads, and `/docs/` is the
+   manual.
 4. The `Dockerfile` copies only files the package has, and its entrypoint is
    the server's path inside the image; `compose.yaml` builds that image and
    sets only variables `gpuplane-server serve` reads.
@@ -125,6 +126,9 @@ def check_embedded_console(package, site, problems):
             answer = get(url + "/login", problems)
             if answer and b"/pkg/gpuplane.js" not in answer[1]:
                 problems.append("/login does not load /pkg/gpuplane.js")
+            answer = get(url + "/docs/", problems)
+            if answer and b"<title>GPUPlane" not in answer[1]:
+                problems.append("/docs/ does not answer the manual's first page")
             return checked
         finally:
             server.terminate()

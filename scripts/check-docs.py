@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Check that the docs name only things that exist (mechanical drift).
 
+The manual is README.md, CONTRIBUTING.md and the book's chapters (docs/src/**/*.md).
+
 1. Commands: every `gpuctl …`, `gpuplane-server …` and `gpuplane-agent …`
    (also after `sudo [-u USER]`)
-   command line in README.md (code blocks, and inline `code` in prose) names
+   command line in the manual (code blocks, and inline `code` in prose) names
    real subcommands, and each -f/--flag it uses is an option in that
    command's --help. Words after a literal `--` are the job's own command;
    UPPERCASE placeholders and other positionals are not checked.
-2. Settings: every key of a ```toml block in README.md is a key (commented
+2. Settings: every key of a ```toml block in the manual is a key (commented
    out or not) of `gpuplane-server config example` or, in a job spec (a block
    with a `command` key), a field of `JobSpec` in api/src/job.rs. Every
-   GPUPLANE_*/GPUCTL_* variable README.md names appears in the binaries'
+   GPUPLANE_*/GPUCTL_* variable the manual names appears in the binaries'
    --help or in the repo's *.rs, *.sh or *.py files.
-3. Paths: every path in inline `code` in README.md, SECURITY.md and
+3. Paths: every path in inline `code` in the manual, SECURITY.md and
    ARCHITECTURE.md (with a slash, or a bare *.rs/.toml/.sql/.py/.ts/.sh name)
    is a file or folder of the repo or the tail of one (`jobs/plan.rs`), and
    in `file.rs::name` (or a `…::name` after it) the file defines `name` (a
@@ -23,6 +25,8 @@
    is checked as in 1, and where `systemd-analyze` is installed, `verify`
    (with the binaries of --bin-dir in place of /opt/gpuplane/bin) reports
    nothing: no unknown key, no bad value.
+5. The command-line reference (docs/src/reference/cli.md) is every
+   command's --help as the binaries print it; `--bless` rewrites it.
 Exits 1 with one line per problem, else prints a one-line summary.
 """
 import argparse
@@ -43,6 +47,8 @@ CODE_EXTS = (".rs", ".toml", ".sql", ".py", ".ts", ".sh")
 NOT_PATHS = re.compile(r"^(train|eval)/|^app/(ssr|hydrate)$|^pkg/")
 BIN_DIR = "target/debug"  # --bin-dir
 README = "README.md"  # --readme
+BOOK = "docs/src"
+CLI_REFERENCE = "docs/src/reference/cli.md"
 problems = []
 
 
@@ -122,36 +128,99 @@ def check_command(line, source=None):
     return int(len(words) > 1)  # a bare name is a mention, not a command
 
 
-def check_commands(blocks, prose):
+def check_commands(blocks, prose, source):
     lines = [line for lang, body in blocks if lang in SHELL_BLOCKS for line in body]
     count = 0
     for line in lines + inline_code(prose):
         line = re.sub(r"^\s*\$ ", "", line)
         line = re.sub(r"(^|\s)#.*", "", line)  # a shell comment
         for command in re.split(r"\s(?:&&|\|\||\||;)\s|;$", line):
-            count += check_command(command.strip())
+            count += check_command(command.strip(), source)
     return count
 
 
-def check_settings(blocks, readme, files):
+@functools.cache
+def known_settings():
+    """The server's config keys and the job spec's fields."""
     _, example = run(os.path.join(BIN_DIR, "gpuplane-server"), "config", "example")
     config_keys = set(re.findall(r"^#? ?([a-z_]+) = ", example, re.M))
     job_spec = re.search(r"pub struct JobSpec \{(.*?)\n\}", read("api/src/job.rs"), re.S)
-    spec_keys = set(re.findall(r"pub (\w+):", job_spec.group(1)))
+    return config_keys, set(re.findall(r"pub (\w+):", job_spec.group(1)))
+
+
+@functools.cache
+def variable_sources(files):
+    """Where an environment variable may be defined: --help texts and sources."""
+    sources = [helps("gpuplane-server")[0], helps("gpuplane-server", ("serve",))[0], helps("gpuplane-agent")[0]]
+    sources += [read(f) for f in files if f.endswith((".rs", ".sh", ".py")) and f != "scripts/check-docs.py"]
+    return "\n".join(sources)
+
+
+def check_settings(blocks, text, files, source):
+    config_keys, spec_keys = known_settings()
     count = 0
     for body in (body for lang, body in blocks if lang == "toml"):
         keys = re.findall(r"^#?\s*([A-Za-z_][\w-]*)\s*=", "\n".join(body), re.M)
         known, what = (spec_keys, "JobSpec field") if "command" in keys else (config_keys, "server config key")
         count += len(keys)
-        problems.extend(f"{README}: ```toml: {key!r} is not a {what}" for key in keys if key not in known)
-    sources = [helps("gpuplane-server")[0], helps("gpuplane-server", ("serve",))[0], helps("gpuplane-agent")[0]]
-    sources += [read(f) for f in files if f.endswith((".rs", ".sh", ".py")) and f != "scripts/check-docs.py"]
-    sources = "\n".join(sources)
-    names = sorted(set(re.findall(r"\b(?:GPUPLANE|GPUCTL)_[A-Z0-9_]*[A-Z0-9]\b", readme)))
+        problems.extend(f"{source}: ```toml: {key!r} is not a {what}" for key in keys if key not in known)
+    names = sorted(set(re.findall(r"\b(?:GPUPLANE|GPUCTL)_[A-Z0-9_]*[A-Z0-9]\b", text)))
     for name in names:
-        if not re.search(rf"\b{name}\b", sources):
-            problems.append(f"{README}: environment variable {name} appears in no --help and no source file")
+        if not re.search(rf"\b{name}\b", variable_sources(files)):
+            problems.append(f"{source}: environment variable {name} appears in no --help and no source file")
     return count, len(names)
+
+
+def book_chapters():
+    """The book's chapters, but the generated reference."""
+    chapters = []
+    for folder, _, names in os.walk(os.path.join(ROOT, BOOK)):
+        for name in names:
+            path = os.path.relpath(os.path.join(folder, name), ROOT)
+            if name.endswith(".md") and name != "SUMMARY.md" and path != CLI_REFERENCE:
+                chapters.append(path)
+    return sorted(chapters)
+
+
+def clean_help(binary, path):
+    """`binary *path --help` in an empty environment (no `[env: X=value]`)."""
+    done = subprocess.run([os.path.join(BIN_DIR, binary), *path, "--help"], capture_output=True, text=True,
+                          cwd=ROOT, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    if done.returncode != 0:
+        sys.exit(f"check-docs: `{' '.join((binary, *path))} --help` exited {done.returncode}:\n{done.stderr}")
+    commands = re.search(r"^Commands:\n((?:  .*\n)+)", done.stdout, re.M)
+    subs = re.findall(r"^  (\S+)", commands.group(1), re.M) if commands else []
+    return done.stdout, [sub for sub in subs if sub != "help"]
+
+
+def cli_reference():
+    """The command-line reference: every command's --help, in the order the binaries list them."""
+    parts = ["# Command line\n",
+             "Every command of `gpuctl`, `gpuplane-server` and `gpuplane-agent`, with its\n"
+             "`--help`. Generated from the binaries by `python3 scripts/check-docs.py --bless`;\n"
+             "the test command checks that it is current.\n"]
+
+    def walk(binary, path):
+        text, subs = clean_help(binary, path)
+        heading = "#" * min(2 + len(path), 6)
+        parts.append(f"{heading} {' '.join((binary, *path))}\n\n```text\n{text.rstrip()}\n```\n")
+        for sub in subs:
+            walk(binary, (*path, sub))
+
+    for binary in BINARIES:
+        walk(binary, ())
+    return "\n".join(parts)
+
+
+def check_cli_reference(bless):
+    reference = cli_reference()
+    if bless:
+        with open(os.path.join(ROOT, CLI_REFERENCE), "w", encoding="utf-8") as f:
+            f.write(reference)
+    elif not os.path.exists(os.path.join(ROOT, CLI_REFERENCE)) or read(CLI_REFERENCE) != reference:
+        problems.append(f"{CLI_REFERENCE} is not what the binaries' --help say: "
+                        "run `python3 scripts/check-docs.py --bless` and commit it")
+    return reference.count("```text")
 
 
 def repo_files():
@@ -246,24 +315,32 @@ def main():
     parser.add_argument("--bin-dir", default=BIN_DIR, help="where gpuctl, gpuplane-server, gpuplane-agent are")
     parser.add_argument("--readme", default=README, help="the README to check (e.g. a temporary copy)")
     parser.add_argument("--docs", nargs="*", default=["README.md", "SECURITY.md", "ARCHITECTURE.md"],
-                        help="documents whose paths are checked (README.md stands for --readme)")
+                        help="documents whose paths are checked, besides the book (README.md stands for --readme)")
+    parser.add_argument("--bless", action="store_true", help=f"rewrite {CLI_REFERENCE} from the binaries")
     args = parser.parse_args()
     BIN_DIR, README = os.path.abspath(args.bin_dir), args.readme
     missing = [b for b in BINARIES if not os.access(os.path.join(BIN_DIR, b), os.X_OK)]
     if missing:
         sys.exit(f"check-docs: no {', '.join(missing)} in {BIN_DIR} (build them first, or pass --bin-dir)")
-    readme = read(README)
-    blocks, prose = split_markdown(readme)
     files, folders = repo_files()
-    commands = check_commands(blocks, prose)
-    keys, variables = check_settings(blocks, readme, files)
-    paths = check_paths([README if d == "README.md" else d for d in args.docs], files, folders)
+    files = frozenset(files)
+    manual = [README, "CONTRIBUTING.md", *book_chapters()]
+    commands = keys = variables = 0
+    for doc in manual:
+        text = read(doc)
+        blocks, prose = split_markdown(text)
+        commands += check_commands(blocks, prose, doc)
+        found = check_settings(blocks, text, files, doc)
+        keys, variables = keys + found[0], variables + found[1]
+    docs = [README if d == "README.md" else d for d in args.docs]
+    paths = check_paths(docs + manual[1:], files, folders)
     units, verified = check_units()
+    references = check_cli_reference(args.bless)
     if problems:
         print(f"docs: {len(problems)} problem(s):", *problems, sep="\n  ", file=sys.stderr)
         return 1
-    print(f"docs: {commands} commands, {keys} toml keys, {variables} variables, {paths} paths, "
-          f"{units} service units ({'verified by systemd-analyze' if verified else 'no systemd-analyze here'}) checked")
+    print(f"docs: {len(manual)} manual files, {commands} commands, {keys} toml keys, {variables} variables, "
+          f"{paths} paths, {references} commands' --help in the reference, {units} service units ({'verified by systemd-analyze' if verified else 'no systemd-analyze here'}) checked")
     return 0
 
 

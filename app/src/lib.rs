@@ -81,6 +81,8 @@ pub fn App() -> impl IntoView {
                         }}
                     </Suspense>
                     <a href=gpuplane_api::paths::openapi()>"API"</a>
+                    // The manual (`server/src/manual.rs`): a whole page, not a console route.
+                    <a href="/docs/" rel="external">"Docs"</a>
                 </nav>
                 <Suspense fallback=|| ()>
                     {move || {

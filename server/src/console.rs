@@ -40,7 +40,9 @@ pub fn router(state: &AppState) -> Router<AppState> {
             shell(options.clone())
         })
         .fallback(file_and_error_handler_with_context::<AppState, _>(context, shell));
-    EMBEDDED.iter().fold(router, |router, &(path, body)| {
+    // The manual's files have their own router (`manual`).
+    let files = EMBEDDED.iter().filter(|(path, _)| !path.starts_with("docs/"));
+    files.fold(router, |router, &(path, body)| {
         let headers = [(header::CONTENT_TYPE, content_type(path))];
         router.route(
             &format!("/{path}"),
@@ -54,9 +56,11 @@ pub fn router(state: &AppState) -> Router<AppState> {
 /// other builds, which serve the files of `site_root`.
 pub static EMBEDDED: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/embedded_site.rs"));
 
-/// The media type of a console file, by its extension.
-fn content_type(path: &str) -> &'static str {
+/// The media type of a console (or manual) file, by its extension.
+pub fn content_type(path: &str) -> &'static str {
     match path.rsplit_once('.').map_or("", |(_, extension)| extension) {
+        "html" => "text/html; charset=utf-8",
+        "woff2" => "font/woff2",
         "js" => "text/javascript",
         "wasm" => "application/wasm",
         "css" => "text/css",

@@ -13,6 +13,7 @@ pub mod http;
 pub mod identity;
 pub mod jobs;
 pub mod logs;
+pub mod manual;
 pub mod mcp;
 pub mod metrics;
 pub mod nodes;
@@ -44,6 +45,7 @@ pub fn app(state: AppState) -> Router {
         .expect("every MCP tool names an API operation");
     let app = api
         .merge(console::router(&state))
+        .merge(manual::router(&state.config.site_root))
         .merge(api::shared::router())
         .route("/login", axum::routing::post(identity::sessions::login))
         .route("/logout", axum::routing::post(identity::sessions::logout))

@@ -7,7 +7,11 @@
 //! 2. wasm-bindgen, as a library (`wasm-bindgen-cli-support`, pinned to the
 //!    same version as the `wasm-bindgen` crate), into `target/site/pkg`;
 //! 3. with `--release`, `wasm-opt` when npm's binaryen is installed;
-//! 4. the stylesheet and `public/` beside it.
+//! 4. the stylesheet and `public/` beside it;
+//! 5. the manual (`docs/`, an mdBook, built by the pinned `mdbook-driver`)
+//!    into `target/site/docs`, which the server serves at `/docs/`.
+//!
+//! `cargo xtask book`: step 5 alone, for writing the manual.
 //!
 //! `cargo xtask dist [--debug]`: a release package in `target/dist`:
 //!
@@ -44,10 +48,13 @@ fn run() -> anyhow::Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["site"] => build_site(false, &target_dir().join("site")),
         ["site", "--release"] => build_site(true, &target_dir().join("site")),
+        ["book"] => build_book(&workspace_root().join("docs"), &target_dir().join("site/docs")),
         ["dist"] => dist(true),
         ["dist", "--debug"] => dist(false),
         _ => {
-            eprintln!("usage: cargo xtask site [--release]\n       cargo xtask dist [--debug]");
+            eprintln!(
+                "usage: cargo xtask site [--release]\n       cargo xtask book\n       cargo xtask dist [--debug]"
+            );
             bail!("unknown arguments: {args:?}")
         }
     }
@@ -124,6 +131,7 @@ fn build_site(release: bool, site: &Path) -> anyhow::Result<()> {
     )
     .context("cannot copy style/main.css")?;
     copy_dir(&root.join("public"), site)?;
+    build_book(&root.join("docs"), &site.join("docs"))?;
 
     let wasm_size = std::fs::metadata(&bundle)?.len();
     let js_size = std::fs::metadata(pkg.join(format!("{OUTPUT_NAME}.js")))?.len();
@@ -135,6 +143,16 @@ fn build_site(release: bool, site: &Path) -> anyhow::Result<()> {
         js_size / 1024
     );
     Ok(())
+}
+
+/// Builds the manual (the mdBook in `book`) into `out`.
+fn build_book(book: &Path, out: &Path) -> anyhow::Result<()> {
+    eprintln!("xtask: the manual into {}", out.display());
+    let mut manual = mdbook_driver::MDBook::load(book).context("cannot load the manual (docs/)")?;
+    manual.config.build.build_dir = out.to_path_buf();
+    // A chapter SUMMARY.md names must exist: no empty page made up for it.
+    manual.config.build.create_missing = false;
+    manual.build().context("cannot build the manual")
 }
 
 /// The binaries a package carries, as cargo names their packages and files.
