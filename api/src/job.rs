@@ -126,10 +126,13 @@ names!("runner", Runner { Process => "process", Docker => "docker", Slurm => "sl
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SlurmPlacement {
+    /// `sbatch --partition`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// `sbatch --account`: whom Slurm charges.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
+    /// `sbatch --qos`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<String>,
 }
@@ -148,14 +151,17 @@ pub const DEFAULT_MAX_ATTEMPTS: i64 = 1;
 pub const DEFAULT_RETRY_COOLDOWN_S: i64 = 30;
 
 /// What `POST /api/v1/jobs` takes (and `gpuctl job submit -f` reads).
-/// Its `Debug` shows the names of secret variables, never their values.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
+    /// The job's and its run's name in lists and pages (1 to 200 characters).
     pub name: String,
+    /// `TRAIN` (default), or `EVALUATE` for an evaluation of a checkpoint.
     #[serde(default)]
     pub kind: JobKind,
+    /// The project it belongs to (default `default`): who may see and act on
+    /// it, whose quotas, fair share and node policy apply.
     #[serde(default = "default_project")]
     pub project: String,
     /// argv; `command[0]` must exist on the agent host. Never run through a shell.
@@ -164,6 +170,8 @@ pub struct JobSpec {
     /// directory under `~/.gpuctl/jobs/` on the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub working_dir: Option<String>,
+    /// Variables for the job, besides the host's environment and the ones
+    /// GPUPlane sets (`CUDA_VISIBLE_DEVICES`, `GPUCTL_*`).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Variables whose values are secrets (API keys, passwords): stored
@@ -171,22 +179,28 @@ pub struct JobSpec {
     /// their names, in `Job.secret_env`) and masked in the job's output.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secret_env: BTreeMap<String, String>,
+    /// How the agent runs it: `process` (default), `docker` or `slurm`; the
+    /// project's node policy decides which it may use.
     #[serde(default)]
     pub runner: Runner,
     /// Required with `runner = docker`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// What it needs on one node (default: no GPU).
     #[serde(default)]
     pub resources: Resources,
-    /// Labels a node must have.
+    /// Labels a node must have (`gpuplane.node` names one node). A
+    /// placement hint, not a security boundary: node policies are.
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
     /// Higher runs first; FIFO within a priority. |priority| ≤ 2^62.
     #[serde(default)]
     pub priority: i64,
+    /// Attempts in all (default 1): failures with `EXIT_CODE`, `SIGNAL` or
+    /// `LOST` are retried automatically until they are used up.
     #[serde(default = "default_max_attempts")]
     pub max_attempts: i64,
-    /// Seconds between a failure and the automatic retry.
+    /// Seconds between a failure and the automatic retry (default 30).
     #[serde(default = "default_retry_cooldown_s")]
     pub retry_cooldown_s: i64,
     /// Wall-clock seconds an attempt may run; then it gets SIGTERM, SIGKILL
@@ -267,6 +281,7 @@ impl GitSource {
     }
 }
 
+/// Shows the names of secret variables, never their values.
 impl std::fmt::Debug for JobSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Destructured, so a new field cannot be forgotten here.

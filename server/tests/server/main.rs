@@ -10,6 +10,7 @@ mod binary;
 mod charts;
 mod device;
 mod experiments;
+mod job_spec_reference;
 mod leaders;
 mod metrics;
 mod nodes;
