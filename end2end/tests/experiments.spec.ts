@@ -140,3 +140,29 @@ test('the System tab charts the job’s own GPU and processes over its run', asy
   await expect(page.locator('figure[data-field="cpu_percent"]')).toContainText('CPU of the job');
   await page.screenshot({ path: 'artifacts/run-system.png', fullPage: true });
 });
+
+test('the run page reads top-down: charts first, a long config folded below them', async ({ page, request }) => {
+  const keys: Record<string, number> = {};
+  for (let i = 0; i < 40; i++) keys[`layer${String(i).padStart(2, '0')}.width`] = 64 + i;
+  const created = await request.post(url() + '/api/v1/runs', { headers: asAdmin(), data: { name: 'long-config', config: keys } });
+  expect(created.status(), await created.text()).toBe(201);
+  const run = await created.json();
+  const points = Array.from({ length: 50 }, (_, i) => ({ key: 'train/loss', step: i + 1, wall_time: 1.7e9 + i, value: 2 / (i + 1) }));
+  const logged = await request.post(url() + `/api/v1/runs/${run.id}/metrics`, { headers: asAdmin(), data: { batch_id: 'top', points } });
+  expect(logged.status(), await logged.text()).toBe(200);
+
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await signIn(page, `/runs/${run.id}`);
+  const chart = page.getByRole('heading', { name: 'train/', exact: true });
+  await expect(chart).toBeVisible();
+  // The first chart is on the first screen, above the summary and the config.
+  const chartTop = (await chart.boundingBox())!.y;
+  expect(chartTop).toBeLessThan(800);
+  expect(chartTop).toBeLessThan((await page.getByTestId('run-summary').boundingBox())!.y);
+  // 40 keys: folded, one click away.
+  const config = page.getByTestId('run-config');
+  await expect(config).toBeHidden();
+  await page.getByText('40 keys').click();
+  await expect(config.getByRole('row', { name: 'layer39.width 103' })).toBeVisible();
+  await page.screenshot({ path: 'artifacts/run-top-down.png' });
+});

@@ -218,7 +218,8 @@ pub fn RunPage() -> impl IntoView {
     };
     view! {
         <Title text="Run" />
-        {loaded(summary, move |summary: RunSummary| view! { <Summary run=summary.run job=summary.job /> })}
+        // Top-down: what is wrong, the charts, then the details and the logs.
+        {loaded(summary, move |summary: RunSummary| view! { <Heading run=summary.run job=summary.job /> })}
         <Transition fallback=|| ()>
             {move || summary.get().map(|found| match found.map(|summary| summary.failure) {
                 Ok(Some(failure)) => view! {
@@ -245,15 +246,8 @@ pub fn RunPage() -> impl IntoView {
                 </section>
             })}
         </Transition>
-        // Outside `loaded`: the live stream reloads the summary, and an open
-        // form must survive that.
         <Transition fallback=|| ()>
-            <ShowLoaded when=move || can_edit.get()>
-                <RunDetailsForm summary=summary changes=changes />
-            </ShowLoaded>
-            <ShowLoaded when=move || can_admin.get()>
-                <RunLifecycle summary=summary changes=changes />
-            </ShowLoaded>
+            {move || summary.get().and_then(Result::ok).map(|summary| view! { <LatestValues run=summary.run /> })}
         </Transition>
         <span class="muted" data-testid="run-live" role="status">{move || live_state.get()}</span>
         <section class="card">
@@ -335,6 +329,19 @@ pub fn RunPage() -> impl IntoView {
         <Show when=move || !view_state.read().compare.trim().is_empty()>
             <ConfigDiff run_id=id view=view_state />
         </Show>
+        <Transition fallback=|| ()>
+            {move || summary.get().and_then(Result::ok).map(|summary| view! { <Summary run=summary.run job=summary.job /> })}
+        </Transition>
+        // Outside the summary's view: the live stream reloads the summary,
+        // and an open form must survive that.
+        <Transition fallback=|| ()>
+            <ShowLoaded when=move || can_edit.get()>
+                <RunDetailsForm summary=summary changes=changes />
+            </ShowLoaded>
+            <ShowLoaded when=move || can_admin.get()>
+                <RunLifecycle summary=summary changes=changes />
+            </ShowLoaded>
+        </Transition>
         <nav class="tabs" aria-label="Run sections">
             {TABS.map(|(name, label)| view! {
                 <a href=move || link(&location.pathname.get(), &query.read(), &[("tab", Some(name))])
@@ -389,14 +396,7 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
     let source = job
         .as_ref()
         .and_then(|job| Some(job.spec.git.as_ref()?.describe()));
-    let mismatches = job.as_ref().map(Job::source_mismatches).unwrap_or_default();
     view! {
-        <Title text=format!("Run {}", run.name) />
-        <h1>{run.name.clone()} " " {status_badge(run.status.clone())}
-            {run.archived_at.clone().map(|at| view! { " " <span class="badge" data-testid="run-archived" title=format!("archived {}", format::time(&at))>"archived"</span> })}</h1>
-        {mismatches.into_iter().map(|warning| view! {
-            <p class="notice warn" data-testid="git-mismatch">{warning}</p>
-        }).collect_view()}
         <section class="card">
             <dl class="details" data-testid="run-summary">
                 <dt>"Project"</dt><dd>{run.project.clone()}</dd>
@@ -427,16 +427,41 @@ fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
             {(!run.notes.is_empty()).then(|| view! { <p class="notes" data-testid="run-notes">{run.notes.clone()}</p> })}
         </section>
         {(!run.config.is_empty()).then(|| view! {
-            <section class="card">
-                <h2>"Config"</h2>
+            // A long config opens on request: it never pushes what follows away.
+            <details class="card" open=run.config.len() <= OPEN_CONFIG_KEYS>
+                <summary><h2 class="inline">"Config"</h2> " " <span class="muted">{format!("{} keys", run.config.len())}</span></summary>
                 <div class="table-scroll"><table data-testid="run-config">
                     <thead><tr><th>"Key"</th><th>"Value"</th></tr></thead>
                     <tbody>{run.config.iter().map(|(key, value)| view! {
                         <tr><td class="mono">{key.clone()}</td><td class="mono">{gpuplane_api::experiment::show_value(value)}</td></tr>
                     }).collect_view()}</tbody>
                 </table></div>
-            </section>
+            </details>
         })}
+    }
+}
+
+/// Configs up to this many keys show open; longer ones open on a click.
+const OPEN_CONFIG_KEYS: usize = 12;
+
+/// The run's name, state and warnings about its source: the page's top line.
+#[component]
+fn Heading(run: Run, job: Option<Job>) -> impl IntoView {
+    let mismatches = job.as_ref().map(Job::source_mismatches).unwrap_or_default();
+    view! {
+        <Title text=format!("Run {}", run.name) />
+        <h1>{run.name.clone()} " " {status_badge(run.status.clone())}
+            {run.archived_at.clone().map(|at| view! { " " <span class="badge" data-testid="run-archived" title=format!("archived {}", format::time(&at))>"archived"</span> })}</h1>
+        {mismatches.into_iter().map(|warning| view! {
+            <p class="notice warn" data-testid="git-mismatch">{warning}</p>
+        }).collect_view()}
+    }
+}
+
+/// Each metric's latest value, a card each; non-finite ones stand out.
+#[component]
+fn LatestValues(run: Run) -> impl IntoView {
+    view! {
         {(!run.latest.is_empty()).then(|| view! {
             <section class="cards" data-testid="latest">
                 {run.latest.iter().map(|(key, latest)| view! {
