@@ -24,7 +24,7 @@ pub fn validate(texts: &[Text], errors: &mut Vec<FieldError>) {
         if errors.len() >= 20 {
             break;
         }
-        super::check_key_and_time("texts", at, &text.key, text.wall_time, errors);
+        super::validate::check_key_and_time("texts", at, &text.key, text.wall_time, errors);
         if text.text.len() > MAX_TEXT_BYTES {
             errors.push(FieldError {
                 field: format!("texts[{at}].text"),

@@ -6,7 +6,8 @@
 //! test holds the two paths to the same results.
 
 use super::chunk::RawPoint;
-use super::{MAX_POINT_ERRORS, PreparedBatch, batch_errors, check_time, codec, key_error, key_is_valid};
+use super::validate::{MAX_POINT_ERRORS, batch_errors, check_time, key_error, key_is_valid};
+use super::{PreparedBatch, codec};
 use crate::store::Error;
 use gpuplane_api::error::FieldError;
 use gpuplane_api::metric::{Text, Value};
@@ -107,6 +108,11 @@ impl WireBatch<'_> {
             return Err(Error::Invalid(errors));
         }
         let by_key = points.by_key.into_iter().map(|(key, (points, _))| (key, points));
-        Ok(super::prepared(self.batch_id, points.count, self.texts, by_key))
+        Ok(super::ingest::prepared(
+            self.batch_id,
+            points.count,
+            self.texts,
+            by_key,
+        ))
     }
 }

@@ -1,0 +1,94 @@
+//! A metric batch's checks before anything is stored: its size, keys,
+//! wall times and texts, one error per bad field (at most
+//! `MAX_POINT_ERRORS` for the points, then for the texts).
+
+use super::texts;
+use crate::store::Error;
+use gpuplane_api::error::FieldError;
+use gpuplane_api::metric::{Batch, Text};
+
+/// The most points one batch may carry.
+pub const MAX_BATCH_POINTS: usize = 100_000;
+pub const MAX_KEY_LEN: usize = 256;
+
+/// The most errors reported for a batch's points (and then for its texts).
+pub(super) const MAX_POINT_ERRORS: usize = 20;
+
+/// Checks a batch; one error per bad field.
+pub fn validate(batch: &Batch) -> Result<(), Error> {
+    let mut point_errors = Vec::new();
+    for (at, point) in batch.points.iter().enumerate() {
+        if point_errors.len() >= MAX_POINT_ERRORS {
+            break;
+        }
+        check_key_and_time("points", at, &point.key, point.wall_time, &mut point_errors);
+    }
+    let errors = batch_errors(&batch.batch_id, batch.points.len(), point_errors, &batch.texts);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(errors))
+    }
+}
+
+/// A batch's errors: its id, its size, then its points' (found by the
+/// caller, at most [`MAX_POINT_ERRORS`]), then its texts'.
+pub(super) fn batch_errors(
+    batch_id: &str,
+    points: usize,
+    point_errors: Vec<FieldError>,
+    texts: &[Text],
+) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if batch_id.trim().is_empty() || batch_id.len() > 200 {
+        errors.push(FieldError {
+            field: "batch_id".into(),
+            message: "must be 1-200 characters".into(),
+        });
+    }
+    if points > MAX_BATCH_POINTS {
+        errors.push(FieldError {
+            field: "points".into(),
+            message: format!("at most {MAX_BATCH_POINTS} points per batch; send several batches"),
+        });
+    }
+    errors.extend(point_errors);
+    texts::validate(texts, &mut errors);
+    errors
+}
+
+/// A point's or text's key (1-[`MAX_KEY_LEN`] characters, no control
+/// characters) and wall time (finite); `list[at]` names it (`points[3]`).
+/// The name is only formatted for an error: this runs for every point.
+pub(super) fn check_key_and_time(
+    list: &str,
+    at: usize,
+    key: &str,
+    wall_time: f64,
+    errors: &mut Vec<FieldError>,
+) {
+    if !key_is_valid(key) {
+        errors.push(key_error(list, at));
+    }
+    check_time(list, at, wall_time, errors);
+}
+
+pub(super) fn key_is_valid(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN && !key.chars().any(char::is_control)
+}
+
+pub(super) fn key_error(list: &str, at: usize) -> FieldError {
+    FieldError {
+        field: format!("{list}[{at}].key"),
+        message: format!("must be 1-{MAX_KEY_LEN} characters without control characters"),
+    }
+}
+
+pub(super) fn check_time(list: &str, at: usize, wall_time: f64, errors: &mut Vec<FieldError>) {
+    if !wall_time.is_finite() {
+        errors.push(FieldError {
+            field: format!("{list}[{at}].wall_time"),
+            message: "must be a finite number of seconds since the epoch".into(),
+        });
+    }
+}
