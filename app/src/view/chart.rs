@@ -13,6 +13,10 @@ use leptos::html::Div;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_location, use_navigate, use_query_map};
 
+/// Charts by metric key or telemetry field: each an SVG, or why it could
+/// not be drawn.
+pub type Charts = Vec<(String, Result<String, String>)>;
+
 /// A drag shorter than this (CSS pixels) is a click, not a zoom.
 const MIN_DRAG_PX: f64 = 6.0;
 
