@@ -196,7 +196,7 @@ impl ServerConfig {
             bail!("log_tail_lines must be at least 1");
         }
         if let Some(url) = &s.database_url {
-            check_database_url(url)?;
+            crate::store::check_database_url(url)?;
         }
         if !(1..=3650).contains(&s.device_token_days) {
             bail!("device_token_days must be between 1 and 3650");
@@ -373,16 +373,6 @@ pub fn load_file(explicit: Option<&Path>, data_dir: &Path) -> anyhow::Result<Set
         let message = error.message().trim().to_string();
         anyhow::anyhow!("config file {}: {message}", path.display())
     })
-}
-
-/// A `database_url` must name PostgreSQL: SQLite needs no URL (it is the
-/// file in the data dir).
-pub fn check_database_url(url: &str) -> anyhow::Result<()> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(())
-    } else {
-        bail!("database_url must start with postgres:// (leave it unset for the SQLite file in the data dir)")
-    }
 }
 
 /// Creates the data directory and proves it is writable.

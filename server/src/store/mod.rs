@@ -203,12 +203,24 @@ impl Db {
     }
 }
 
+/// A `database_url` must name PostgreSQL: SQLite needs no URL (it is the
+/// file in the data dir).
+pub fn check_database_url(url: &str) -> anyhow::Result<()> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "database_url must start with postgres:// (leave it unset for the SQLite file in the data dir)"
+        )
+    }
+}
+
 /// The configured store: PostgreSQL at `database_url` when there is one,
 /// else the SQLite file in `data_dir`.
 pub async fn open_configured(data_dir: &Path, database_url: Option<&str>) -> anyhow::Result<Db> {
     match database_url {
         Some(url) => {
-            crate::config::check_database_url(url)?;
+            check_database_url(url)?;
             open_postgres(url).await
         }
         None => open(data_dir).await,
