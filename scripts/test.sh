@@ -86,6 +86,9 @@ step "install: Python virtualenv with the SDK, pytest, the official MCP client, 
 step "cargo fmt --check"
 cargo fmt --all --check
 
+step "layers: the server's and the bench's modules import only down their order (cargo xtask layers)"
+cargo xtask layers
+
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 

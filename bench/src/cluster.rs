@@ -7,7 +7,7 @@
 //! agents keep polling. The agents run in this process, on the same cores
 //! as the server.
 
-use crate::jobs::{cpu_seconds, release_binaries, rss_mib, start_server_process, submit_until_running};
+use crate::process::{cpu_seconds, release_binaries, rss_mib, start_server_process, submit_until_running};
 use crate::report::{count, record, size};
 use gpuplane_agent::client::Client;
 use gpuplane_api::agent::{
@@ -98,7 +98,7 @@ pub async fn run() -> anyhow::Result<()> {
     while let Some(result) = tasks.join_next().await {
         result??;
     }
-    let p = |q| crate::jobs::percentile(&latencies, q);
+    let p = |q| crate::process::percentile(&latencies, q);
     println!(
         "cluster: submit -> RUNNING with {agents} agents polling, {jobs} jobs one after another: p50 {:.1} ms, p99 {:.1} ms",
         p(0.5),

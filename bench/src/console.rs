@@ -3,8 +3,8 @@
 //! alone, and the hydrate bundle's size (gzip) when a release site exists;
 //! and (`compare`) the page comparing 8 such runs.
 
-use crate::jobs::{Binaries, ServerProcess, percentile, release_binaries, start_server_process};
 use crate::metrics::create_run;
+use crate::process::{Binaries, ServerProcess, percentile, release_binaries, start_server_process};
 use anyhow::Context;
 use std::io::Write;
 use std::process::{Command, Stdio};

@@ -2,10 +2,13 @@
 //! submit → RUNNING latency with an idle agent, log ingest through the
 //! server, agent idle CPU, server memory with 10,000 queued jobs.
 
+use crate::process::{
+    Binaries, cpu_seconds, parse_time, percentile, release_binaries, rss_mib, say_hello, start_agent,
+    start_server_process, store_name, submit_until_running, wait_for_node,
+};
 use crate::report::{count, record, size};
 use anyhow::Context;
 use gpuplane_api::agent::{AgentHello, Report, ReportItem};
-use gpuplane_api::auth::Scope;
 use gpuplane_api::job::{Dependency, JobStatus};
 use gpuplane_api::job::{JobSpec, Runner};
 use gpuplane_api::log::LogStream;
@@ -14,11 +17,9 @@ use gpuplane_server::jobs::dependencies::{Verdict, verdict};
 use gpuplane_server::jobs::fair_share::{self, Usage};
 use gpuplane_server::jobs::node_access::NodeAccess;
 use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, Rules, RunningAttempt, plan};
-use gpuplane_testkit::{agent_token, simulated_gpu, start_server_with, user_token};
+use gpuplane_testkit::{simulated_gpu, start_server_with};
 use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub async fn run() -> anyhow::Result<()> {
@@ -35,28 +36,6 @@ pub async fn run() -> anyhow::Result<()> {
     agent_idle_cpu(&binaries).await?;
     server_rss(&binaries).await?;
     Ok(())
-}
-
-pub(crate) struct Binaries {
-    pub server: PathBuf,
-    pub agent: PathBuf,
-}
-
-pub(crate) fn release_binaries() -> anyhow::Result<Binaries> {
-    let exe = std::env::current_exe()?;
-    let dir = exe.parent().context("no parent directory")?;
-    let binaries = Binaries {
-        server: dir.join("gpuplane-server"),
-        agent: dir.join("gpuplane-agent"),
-    };
-    for path in [&binaries.server, &binaries.agent] {
-        anyhow::ensure!(
-            path.exists(),
-            "{} is missing: cargo build --release -p gpuplane-server -p gpuplane-agent",
-            path.display()
-        );
-    }
-    Ok(binaries)
 }
 
 /// Quotas for the 20 projects and 100 users of the benchmark queue, none in use.
@@ -155,11 +134,6 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
         times[times.len() - 1]
     );
     record("scheduling.pass", what, "ms", percentile(&times, 0.5));
-}
-
-pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[at.min(sorted.len() - 1)]
 }
 
 const RULES: Rules = Rules {
@@ -267,6 +241,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let server = start_server_with(dir.path(), |config| config.settings.cpu_slots_per_node = 4).await;
     let state = server.state.clone();
+    let jobs = state.jobs();
     let user = gpuplane_server::admin::create_user(&state.db, "bench", "bench-password", true).await?;
     let user = gpuplane_server::identity::access::Principal {
         user_id: Some(user),
@@ -296,7 +271,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         spec.resources.gpu = if i < node_count { 8 } else { 0 };
         gpuplane_server::jobs::store::submit(&state.db, &state.secret, &spec, &user).await?;
     }
-    gpuplane_server::jobs::scheduler::pass(&state).await?;
+    gpuplane_server::jobs::scheduler::pass(&jobs).await?;
     for i in 0..queued {
         let mut spec = JobSpec::new(format!("queued-{i}"), vec!["true".into()]);
         spec.resources.gpu = [1, 1, 2, 4, 8, 0][i % 6];
@@ -304,12 +279,12 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         gpuplane_server::jobs::store::submit(&state.db, &state.secret, &spec, &user).await?;
     }
     let started = Instant::now();
-    gpuplane_server::jobs::scheduler::pass(&state).await?;
+    gpuplane_server::jobs::scheduler::pass(&jobs).await?;
     let first = started.elapsed().as_secs_f64() * 1000.0;
     let mut steady = Vec::new();
     for _ in 0..10 {
         let started = Instant::now();
-        gpuplane_server::jobs::scheduler::pass(&state).await?;
+        gpuplane_server::jobs::scheduler::pass(&jobs).await?;
         steady.push(started.elapsed().as_secs_f64() * 1000.0);
     }
     steady.sort_by(f64::total_cmp);
@@ -318,7 +293,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let mut queue = Vec::new();
     for _ in 0..10 {
         let started = Instant::now();
-        queue = gpuplane_server::jobs::scheduler::load_queue(&state).await?.0;
+        queue = gpuplane_server::jobs::scheduler::load_queue(&jobs).await?.0;
         load_queue.push(started.elapsed().as_secs_f64() * 1000.0);
     }
     load_queue.sort_by(f64::total_cmp);
@@ -327,7 +302,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let mut nodes = Vec::new();
     for _ in 0..10 {
         let started = Instant::now();
-        nodes = gpuplane_server::jobs::scheduler::load_nodes(&state).await?;
+        nodes = gpuplane_server::jobs::scheduler::load_nodes(&jobs).await?;
         load_nodes.push(started.elapsed().as_secs_f64() * 1000.0);
     }
     load_nodes.sort_by(f64::total_cmp);
@@ -359,173 +334,6 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     );
     server.stop().await?;
     Ok(())
-}
-
-pub(crate) struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A release server process on a free port with a bootstrapped user and agent token.
-pub(crate) struct ServerProcess {
-    dir: tempfile::TempDir,
-    pub process: Proc,
-    pub url: String,
-    pub token: String,
-    pub agent_token: String,
-}
-
-/// Which store the benchmark servers use: PostgreSQL when
-/// `GPUPLANE_TEST_POSTGRES` names one (scripts/with-postgres.sh), else SQLite.
-pub(crate) fn store_name() -> &'static str {
-    if std::env::var_os(gpuplane_testkit::postgres::TEST_POSTGRES).is_some_and(|dir| !dir.is_empty()) {
-        "PostgreSQL"
-    } else {
-        "SQLite"
-    }
-}
-
-pub(crate) async fn start_server_process(
-    binaries: &Binaries,
-    extra: &[&str],
-) -> anyhow::Result<ServerProcess> {
-    let dir = tempfile::tempdir()?;
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data)?;
-    // PostgreSQL instead of the SQLite file when GPUPLANE_TEST_POSTGRES is
-    // set (scripts/with-postgres.sh), as in the tests.
-    let db = gpuplane_testkit::open_store(&data).await;
-    let token = user_token(&db, "bench", Scope::Write, true).await;
-    let agent_token = agent_token(&db).await;
-    db.close().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let process = spawn_server(binaries, &data, port, extra).await?;
-    let server = ServerProcess {
-        dir,
-        process,
-        url: format!("http://127.0.0.1:{port}"),
-        token,
-        agent_token,
-    };
-    wait_for_health(&server).await?;
-    Ok(server)
-}
-
-/// The same server (data, address, tokens) started again after its process ended.
-pub(crate) async fn restart_server_process(
-    binaries: &Binaries,
-    server: ServerProcess,
-) -> anyhow::Result<ServerProcess> {
-    let port: u16 = server.url.rsplit(':').next().unwrap_or_default().parse()?;
-    let process = spawn_server(binaries, &server.data_dir(), port, &[]).await?;
-    let server = ServerProcess { process, ..server };
-    wait_for_health(&server).await?;
-    Ok(server)
-}
-
-async fn spawn_server(
-    binaries: &Binaries,
-    data: &std::path::Path,
-    port: u16,
-    extra: &[&str],
-) -> anyhow::Result<Proc> {
-    let mut command = Command::new(&binaries.server);
-    if let Some(url) = gpuplane_testkit::postgres::database_for(data).await {
-        command.env("GPUPLANE_DATABASE_URL", url);
-    }
-    Ok(Proc(
-        command
-            .arg("--data-dir")
-            .arg(data)
-            .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-            .args(extra)
-            .env("GPUPLANE_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    ))
-}
-
-async fn wait_for_health(server: &ServerProcess) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
-    for _ in 0..200 {
-        if http
-            .get(format!("{}/api/v1/health", server.url))
-            .send()
-            .await
-            .is_ok()
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    anyhow::bail!("the server did not start")
-}
-
-pub(crate) fn start_agent(
-    binaries: &Binaries,
-    server: &ServerProcess,
-    gpus: u32,
-    jobs_dir: &std::path::Path,
-    extra: &[&str],
-) -> anyhow::Result<Proc> {
-    let mut command = agent_command(binaries, server, jobs_dir);
-    command.args(["--fake-gpus", &gpus.to_string()]).args(extra);
-    Ok(Proc(command.spawn()?))
-}
-
-/// The release agent named `bench-node` for `server`, quiet, over `jobs_dir`.
-pub(crate) fn agent_command(
-    binaries: &Binaries,
-    server: &ServerProcess,
-    jobs_dir: &std::path::Path,
-) -> Command {
-    let mut command = Command::new(&binaries.agent);
-    command
-        .args([
-            "--server",
-            &server.url,
-            "--token",
-            &server.agent_token,
-            "--name",
-            "bench-node",
-        ])
-        .arg("--jobs-dir")
-        .arg(jobs_dir)
-        .env("GPUPLANE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    command
-}
-
-impl ServerProcess {
-    pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-}
-
-pub(crate) async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> anyhow::Result<()> {
-    for _ in 0..400 {
-        let nodes: serde_json::Value = http
-            .get(format!("{}/api/v1/nodes", server.url))
-            .bearer_auth(&server.token)
-            .send()
-            .await?
-            .json()
-            .await?;
-        if nodes["items"]
-            .as_array()
-            .is_some_and(|n| n.iter().any(|n| n["status"] == "ONLINE"))
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    anyhow::bail!("the agent did not connect")
 }
 
 /// Submit a job, wait until it runs, one at a time; the interval is measured
@@ -566,55 +374,6 @@ async fn submit_to_running(binaries: &Binaries) -> anyhow::Result<()> {
         record(id, what, "ms", percentile(&client_ms, p));
     }
     Ok(())
-}
-
-/// Submits a 1-GPU job and polls it every millisecond until it runs (or
-/// already ended); the job as then shown, and the milliseconds from the
-/// POST to that GET by this process's clock.
-pub(crate) async fn submit_until_running(
-    http: &reqwest::Client,
-    server: &ServerProcess,
-    name: &str,
-    command: &[&str],
-) -> anyhow::Result<(serde_json::Value, f64)> {
-    let started = Instant::now();
-    let job: serde_json::Value = http
-        .post(format!("{}/api/v1/jobs", server.url))
-        .bearer_auth(&server.token)
-        .json(&serde_json::json!({"name": name, "resources": {"gpu": 1}, "command": command}))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    let id = job["id"].as_str().context("no job id")?.to_string();
-    loop {
-        let job: serde_json::Value = http
-            .get(format!("{}/api/v1/jobs/{id}", server.url))
-            .bearer_auth(&server.token)
-            .send()
-            .await?
-            .json()
-            .await?;
-        if job["status"] == "RUNNING" || job["status"] == "SUCCEEDED" {
-            return Ok((job, started.elapsed().as_secs_f64() * 1000.0));
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(60),
-            "job {id} never ran: {job}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-/// Milliseconds since the epoch of an RFC 3339 time with millisecond precision (UTC).
-fn parse_time(text: &str) -> i64 {
-    // 2026-11-30T02:30:51.501Z
-    let parse =
-        |range: std::ops::Range<usize>| text.get(range).and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
-    let (hour, minute, second, milli) = (parse(11..13), parse(14..16), parse(17..19), parse(20..23));
-    let day = parse(8..10);
-    ((day * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + milli
 }
 
 /// Output lines through the server: batches posted straight to the report
@@ -745,21 +504,6 @@ async fn log_ingest(binaries: &Binaries) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CPU seconds a process's threads have run, from /proc (nanosecond resolution).
-pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
-    let mut total = 0.0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let schedstat = std::fs::read_to_string(task?.path().join("schedstat"))?;
-        let nanos: f64 = schedstat
-            .split_whitespace()
-            .next()
-            .context("empty schedstat")?
-            .parse()?;
-        total += nanos / 1e9;
-    }
-    Ok(total)
-}
-
 async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
     let server = start_server_process(binaries, &["--heartbeat-interval-ms", "1000"]).await?;
     let jobs_dir = tempfile::tempdir()?;
@@ -784,46 +528,6 @@ async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
         used / window.as_secs_f64() * 100.0,
     );
     Ok(())
-}
-
-/// Registers a node named `name` as an agent would; returns its id.
-pub(crate) async fn say_hello(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    name: &str,
-) -> anyhow::Result<String> {
-    let hello = AgentHello {
-        name: name.into(),
-        hostname: name.into(),
-        labels: BTreeMap::new(),
-        gpus: Vec::new(),
-        agent_version: "bench".into(),
-        attempts: Vec::new(),
-        runners: Some(vec![gpuplane_api::job::Runner::Process]),
-        isolation: None,
-    };
-    let welcome: serde_json::Value = http
-        .post(format!("{url}/api/v1/agent/hello"))
-        .bearer_auth(token)
-        .json(&hello)
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    Ok(welcome["node_id"].as_str().context("no node id")?.to_string())
-}
-
-pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .context("no VmRSS")?
-        .parse()?;
-    Ok(kib / 1024.0)
 }
 
 async fn server_rss(binaries: &Binaries) -> anyhow::Result<()> {

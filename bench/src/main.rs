@@ -8,16 +8,30 @@
 //! about a process (latency, CPU, memory), and the server library in this
 //! process for the scheduler's pass.
 
-mod cluster;
-mod console;
-mod jobs;
-mod metrics;
+// Lowest first: a module uses only those above it (`cargo xtask layers`).
+// The report and the shared process helpers, then the suites.
 mod report;
+mod process;
+mod telemetry;
+mod metrics;
+mod jobs;
 mod runs;
 mod scale;
-mod slurm;
 mod storage;
-mod telemetry;
+mod console;
+mod cluster;
+mod slurm;
+
+/// Every suite of the report, in order.
+async fn report_suites() -> anyhow::Result<()> {
+    jobs::run().await?;
+    metrics::run().await?;
+    scale::run().await?;
+    storage::run(None).await?;
+    runs::run().await?;
+    console::run().await?;
+    cluster::run().await
+}
 
 /// Parses a whole event file with the agent's reader (CRC checked on every
 /// record), best of five, and prints scalars per second.
@@ -61,7 +75,7 @@ fn main() -> anyhow::Result<()> {
         "slurm" => runtime.block_on(slurm::run()),
         "report" => {
             let args: Vec<String> = std::env::args().skip(2).collect();
-            runtime.block_on(report::run(report::Options::parse(&args)?))
+            runtime.block_on(report::run(report::Options::parse(&args)?, report_suites))
         }
         "storage" => {
             let file = std::env::args().nth(2).map(std::path::PathBuf::from);

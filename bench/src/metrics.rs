@@ -4,7 +4,7 @@
 //! one metric of 1,000,000 points downsampled to 2,000 buckets, server RSS
 //! during sustained ingest.
 
-use crate::jobs::{
+use crate::process::{
     Binaries, ServerProcess, cpu_seconds, percentile, release_binaries, rss_mib, start_server_process,
 };
 use crate::report::{count, record, size};
@@ -16,7 +16,7 @@ pub async fn run() -> anyhow::Result<()> {
     println!(
         "== metrics benchmarks ({} cores, {})",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        crate::jobs::store_name()
+        crate::process::store_name()
     );
     let binaries = release_binaries()?;
     ingest_and_query(&binaries).await
@@ -192,7 +192,7 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     let inner = in_process_p50(&server.data_dir(), &run_id).await?;
     println!(
         "metrics: the same query in-process ({} read + aggregation, no HTTP/JSON): p50 {inner:.1} ms",
-        crate::jobs::store_name()
+        crate::process::store_name()
     );
     let mut zoom = Vec::new();
     let span = points as i64 / 20;

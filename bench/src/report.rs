@@ -275,8 +275,13 @@ impl Options {
     }
 }
 
-/// Runs every benchmark and the peers `repeat` times and writes the report.
-pub async fn run(options: Options) -> anyhow::Result<()> {
+/// Runs `suites` (every benchmark, assembled by `main.rs`) and the peers
+/// `repeat` times and writes the report.
+pub async fn run<F, Fut>(options: Options, suites: F) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
     SMOKE.store(options.smoke, Ordering::Relaxed);
     let started = std::time::Instant::now();
     for repetition in 1..=options.repeat {
@@ -285,13 +290,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             options.repeat,
             started.elapsed().as_secs_f64()
         );
-        crate::jobs::run().await?;
-        crate::metrics::run().await?;
-        crate::scale::run().await?;
-        crate::storage::run(None).await?;
-        crate::runs::run().await?;
-        crate::console::run().await?;
-        crate::cluster::run().await?;
+        suites().await?;
         if let Some(python) = &options.peers {
             peers(python)?;
         }

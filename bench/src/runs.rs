@@ -2,10 +2,10 @@
 //! listed a page at a time filtered and sorted the ways the console does,
 //! timed as the server's own work (`runs::list`) and as a whole HTTP request.
 
-use crate::jobs::percentile;
+use crate::process::percentile;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::experiment::{ConfigFilter, RunSort};
-use gpuplane_api::metric::{Batch, Goal, NewRun, Point, SetPrimaryMetric, Value};
+use gpuplane_api::metric::{Goal, NewRun, Point, SetPrimaryMetric, Value};
 use gpuplane_server::identity::access::{Principal, Visible};
 use gpuplane_server::runs::{self, details::Filters};
 use gpuplane_testkit::{start_server, user_token};
@@ -53,7 +53,7 @@ pub async fn run() -> anyhow::Result<()> {
             notes: String::new(),
         };
         let run_id = runs::create(&db, &principal, &new).await?;
-        let points = metric_keys()
+        let points: Vec<Point> = metric_keys()
             .enumerate()
             .map(|(k, key)| Point {
                 key,
@@ -62,14 +62,10 @@ pub async fn run() -> anyhow::Result<()> {
                 value: Value(((i * 13 + k * 7) % 997) as f64 / 997.0),
             })
             .collect();
-        let batch = Batch {
-            batch_id: "seed".into(),
-            points,
-            texts: Vec::new(),
-        };
+        let batch = gpuplane_server::metrics::prepare("seed".into(), &points, Vec::new())?;
         // One transaction a batch.
         let mut tx = gpuplane_server::store::write(&db).await?;
-        gpuplane_server::metrics::ingest(&mut tx, &run_id, batch, "loss").await?;
+        gpuplane_server::metrics::store(&mut tx, &run_id, &batch, "loss").await?;
         tx.commit().await?;
     }
     println!(

@@ -4,12 +4,12 @@
 //! this process (sending 100M points as JSON would measure the client),
 //! then compacted the way the server does in the background.
 
-use crate::jobs::{percentile, release_binaries, start_server_process};
 use crate::metrics::{create_run, in_process_p50};
+use crate::process::{percentile, release_binaries, start_server_process};
 use crate::report::{count, record, size};
-use gpuplane_api::metric::{Batch, Point, Value};
-use gpuplane_server::sql;
+use gpuplane_api::metric::{Point, Value};
 use gpuplane_server::store::Db;
+use gpuplane_testkit::sql;
 use std::time::Instant;
 
 pub async fn run() -> anyhow::Result<()> {
@@ -54,7 +54,7 @@ pub async fn run() -> anyhow::Result<()> {
     }
     db.close().await;
 
-    let server = crate::jobs::restart_server_process(&binaries, server).await?;
+    let server = crate::process::restart_server_process(&binaries, server).await?;
     // Alternately, so both see the same machine.
     for (round, (run_id, points)) in [
         (&small, small_points),
@@ -105,7 +105,7 @@ pub async fn run() -> anyhow::Result<()> {
 async fn store(db: &Db, run_id: &str, count: i64) -> anyhow::Result<()> {
     let batch_points = 100_000;
     for first in (0..count).step_by(batch_points) {
-        let points = (first..(first + batch_points as i64).min(count))
+        let points: Vec<Point> = (first..(first + batch_points as i64).min(count))
             .map(|step| Point {
                 key: "train/loss".into(),
                 step,
@@ -113,13 +113,9 @@ async fn store(db: &Db, run_id: &str, count: i64) -> anyhow::Result<()> {
                 value: Value((2.3 * (-(step as f64) / (count as f64 / 5.0)).exp() + 0.2) as f32 as f64),
             })
             .collect();
-        let batch = Batch {
-            batch_id: format!("b{first}"),
-            points,
-            texts: Vec::new(),
-        };
+        let batch = gpuplane_server::metrics::prepare(format!("b{first}"), &points, Vec::new())?;
         let mut tx = gpuplane_server::store::write(db).await?;
-        gpuplane_server::metrics::ingest(&mut tx, run_id, batch, "*loss*")
+        gpuplane_server::metrics::store(&mut tx, run_id, &batch, "*loss*")
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         tx.commit().await?;

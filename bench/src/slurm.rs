@@ -4,7 +4,7 @@
 //! Slurm's own scheduling is in the figure: sbatch, slurmctld's placement,
 //! slurmd's launch, and the agent reading the state through `scontrol`.
 
-use crate::jobs::{
+use crate::process::{
     Proc, agent_command, percentile, release_binaries, start_server_process, submit_until_running,
     wait_for_node,
 };

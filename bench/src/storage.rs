@@ -4,8 +4,8 @@
 //! clock as the SDK sends them), or for the scalars of a TensorBoard file.
 //! Each point goes through the real server over HTTP.
 
-use crate::jobs::{Binaries, ServerProcess, release_binaries, start_server_process};
 use crate::metrics::{create_run, ingest};
+use crate::process::{Binaries, ServerProcess, release_binaries, start_server_process};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! while 1,000 GPUs (125 nodes × 8) send a sample every 2 s, in batches of 5
 //! every 10 s as agents do, paced in real time, compaction included.
 
-use crate::jobs::{
+use crate::process::{
     Binaries, cpu_seconds, release_binaries, say_hello, start_agent, start_server_process, wait_for_node,
 };
 use gpuplane_api::telemetry::{GpuSample, TelemetryBatch, TelemetrySample};

@@ -6,9 +6,9 @@
 //! on the host. Server admins read it (`GET /api/v1/audit`).
 
 use crate::identity::access::Caller;
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::audit::{AuditAction, AuditEntry};

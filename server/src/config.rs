@@ -7,6 +7,8 @@
 //! [`ServerConfig`] is the typed, checked result the server runs with.
 
 mod settings;
+pub mod smtp;
+pub mod windows;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -151,7 +153,7 @@ pub struct ServerConfig {
     /// How long one server-sent event stream lasts before the client reconnects.
     pub stream_max: Duration,
     /// Node pools' daily scheduling windows (`scheduling_windows`).
-    pub scheduling_windows: Vec<crate::jobs::windows::Window>,
+    pub scheduling_windows: Vec<crate::config::windows::Window>,
     /// Shown on the dashboard and by `gpuctl status`.
     pub maintenance_message: Option<String>,
     /// How long a token issued by device login lives.
@@ -216,7 +218,7 @@ impl ServerConfig {
         if s.alert_retry_initial_s < 1 || s.alert_max_attempts < 1 {
             bail!("alert_retry_initial_s and alert_max_attempts must be at least 1");
         }
-        crate::alerts::smtp::check(s.smtp_url.as_deref(), &s.smtp_from)?;
+        smtp::check(s.smtp_url.as_deref(), &s.smtp_from)?;
         if let Some(url) = &s.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -245,7 +247,7 @@ impl ServerConfig {
                 .iter()
                 .flatten()
                 .filter(|text| !text.trim().is_empty())
-                .map(|text| crate::jobs::windows::Window::parse(text))
+                .map(|text| crate::config::windows::Window::parse(text))
                 .collect::<Result<_, _>>()
                 .map_err(|error| anyhow::anyhow!("scheduling_windows: {error}"))?,
             maintenance_message: s

@@ -1,10 +1,11 @@
 //! The console: Leptos pages rendered here and hydrated in the browser, the
 //! static files beside them, and the backend their server functions call.
 
+use crate::api::device_login;
 use crate::api::error::ApiError;
 use crate::api::extract::ConsoleAction;
 use crate::identity::access::Principal;
-use crate::identity::{device_login, tokens};
+use crate::identity::tokens;
 use crate::state::AppState;
 use app::backend::{Backend, BoxFuture, ConsoleBackend, Refused};
 use app::{App, shell};

@@ -1,9 +1,9 @@
 //! Events: recorded inside the transaction that caused them, listed with
 //! filters, and announced to SSE subscribers after commit.
 
-use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::rfc3339;
 use crate::store::{Db, Tx};
 use gpuplane_api::Page;

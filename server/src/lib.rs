@@ -1,28 +1,34 @@
 //! The GPUPlane server as a library: `main.rs` parses arguments and calls
 //! [`run`]; tests call [`start`] to get a real server on a free port.
 
-pub mod admin;
-pub mod alerts;
-pub mod api;
-pub mod audit;
-pub mod config;
-pub mod console;
-pub mod diagnosis;
-pub mod events;
-pub mod http;
-pub mod identity;
-pub mod jobs;
-pub mod logs;
-pub mod manual;
-pub mod mcp;
-pub mod metrics;
-pub mod nodes;
-pub mod paging;
-pub mod projects;
-pub mod replicas;
-pub mod runs;
-pub mod state;
+// The layers, lowest first: a module uses only those above its line here
+// (`cargo xtask layers` checks every path; see ARCHITECTURE.md).
 pub mod store;
+pub mod paging;
+pub mod http;
+pub mod wake;
+pub mod config;
+// The domain.
+pub mod events;
+pub mod logs;
+pub mod identity;
+pub mod audit;
+pub mod alerts;
+pub mod metrics;
+pub mod runs;
+pub mod nodes;
+pub mod jobs;
+pub mod diagnosis;
+pub mod projects;
+// What the server shares, and which replica leads.
+pub mod state;
+pub mod replicas;
+// The ways in: the admin commands, the HTTP API, the console, MCP, the manual.
+pub mod admin;
+pub mod api;
+pub mod console;
+pub mod mcp;
+pub mod manual;
 
 use anyhow::Context;
 use axum::Router;
@@ -47,15 +53,15 @@ pub fn app(state: AppState) -> Router {
         .merge(console::router(&state))
         .merge(manual::router(&state.config.site_root))
         .merge(api::shared::router())
-        .route("/login", axum::routing::post(identity::sessions::login))
-        .route("/logout", axum::routing::post(identity::sessions::logout))
-        .route("/auth/oidc/start", axum::routing::get(identity::sso::begin))
-        .route("/auth/oidc/callback", axum::routing::get(identity::sso::callback))
+        .route("/login", axum::routing::post(api::sessions::login))
+        .route("/logout", axum::routing::post(api::sessions::logout))
+        .route("/auth/oidc/start", axum::routing::get(api::sso::begin))
+        .route("/auth/oidc/callback", axum::routing::get(api::sso::callback))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            identity::sessions::resolve_user,
+            api::sessions::resolve_user,
         ))
-        .layer(identity::sessions::layer(&state))
+        .layer(api::sessions::layer(&state))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             api::origin::check_origin,
@@ -86,7 +92,11 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let heartbeats = tokio::spawn(nodes::heartbeats::writer(state.clone()));
+    let heartbeats = tokio::spawn(nodes::heartbeats::writer(
+        state.heartbeats.clone(),
+        state.config.heartbeat_interval,
+        state.shutdown.clone(),
+    ));
     let wakes_from_replicas = match &state.db {
         store::Db::Postgres(pool) => Some(tokio::spawn(replicas::listen(state.clone(), pool.clone()))),
         store::Db::Sqlite(_) => None,
@@ -119,12 +129,29 @@ pub async fn serve(
 /// while this server leads): the scheduler, the liveness monitor,
 /// compaction, alert delivery and housekeeping; until `stop` turns true.
 async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let monitor = tokio::spawn(nodes::liveness_monitor(state.clone(), stop.clone()));
-    let scheduler = tokio::spawn(jobs::scheduler::run(state.clone(), stop.clone()));
-    let compactor = tokio::spawn(metrics::compact::run(state.clone(), stop.clone()));
+    let monitor = tokio::spawn(jobs::liveness::monitor(
+        state.db.clone(),
+        state.config.clone(),
+        state.heartbeats.clone(),
+        state.wakes.clone(),
+        stop.clone(),
+    ));
+    let scheduler = tokio::spawn(jobs::scheduler::run(state.jobs(), stop.clone()));
+    let compactor = tokio::spawn(metrics::compact::run(
+        state.db.clone(),
+        state.config.compaction_delay,
+        state.wakes.clone(),
+        stop.clone(),
+    ));
     let sweeper = tokio::spawn(housekeeping(state.clone()));
     // A try cut short is made again later: aborting it loses nothing.
-    let alerter = tokio::spawn(alerts::run(state.clone(), stop.clone()));
+    let alerter = tokio::spawn(alerts::run(
+        state.db.clone(),
+        state.config.clone(),
+        state.secret.clone(),
+        state.wakes.clone(),
+        stop.clone(),
+    ));
     let _ = stop.wait_for(|stop| *stop).await;
     let _ = monitor.await;
     let _ = scheduler.await;
@@ -144,7 +171,7 @@ async fn housekeeping(state: AppState) {
     };
     loop {
         state.sessions.delete_expired().await;
-        identity::device_login::delete_expired(&state.db).await;
+        api::device_login::delete_expired(&state.db).await;
         if let Err(error) = nodes::log_relay::delete_stale(&state.db).await {
             tracing::warn!(%error, "deleting stale log fetches failed; will try again");
         }

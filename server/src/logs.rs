@@ -2,8 +2,8 @@
 //! attempt (the agent has the full files), ingested idempotently by line
 //! number, read as a tail or followed after an SSE event id.
 
-use crate::sql;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::rfc3339;
 use crate::store::{Db, Dialect, Tx};
 use gpuplane_api::log::{LogLine, LogStream, Logs};

@@ -4,7 +4,7 @@
 //! and the alert subscriptions they made for its events (deleted). Their
 //! tokens that are not limited to it simply stop seeing it.
 
-use crate::sql;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Error};
 use gpuplane_api::project::Role;

@@ -10,22 +10,15 @@
 //! go with it) another leads within about a second. On SQLite there is
 //! one server, and it always leads.
 //!
-//! A [`Wake`] is what one part of a server tells another: the scheduler
-//! that the queue changed, an agent's long poll that it has commands, an
-//! SSE follower that events or lines arrived. [`AppState::wake`] acts on
-//! it here at once and, on PostgreSQL, also sends it to the other
-//! replicas (`NOTIFY gpuplane`, a batch at a time, from one task), which
-//! act on it as if it had happened there ([`listen`]).
+//! On PostgreSQL each replica also hears the others' wake-ups ([`listen`])
+//! and acts on them as if they had happened here (`wake.rs` sends them).
 
 use crate::state::AppState;
+use crate::wake::{CHANNEL, Wake};
 use sqlx::postgres::{PgListener, PgPool};
 use sqlx::{Connection, PgConnection};
-use std::collections::HashSet;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
-
-/// The channel replicas notify each other on.
-const CHANNEL: &str = "gpuplane";
+use tokio::sync::watch;
 
 /// The advisory lock the leader holds, as long as its connection lives.
 /// (Writers take turns on another one, [`crate::store::write`].)
@@ -34,86 +27,6 @@ const LEADER_LOCK: i64 = 0x4750_4c44; // "GPLD"
 /// How often a replica that does not lead tries for the lock, and how
 /// often the leader checks that its lock's connection is still there.
 pub const LEADER_RETRY: Duration = Duration::from_secs(1);
-
-/// Something changed that another part of the server waits for.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Wake {
-    /// The queue or the nodes changed: a scheduling pass may place something.
-    Scheduler,
-    /// Something was recorded in `events`.
-    Events,
-    /// A node said hello or came back: the liveness monitor's deadlines moved.
-    Nodes,
-    /// The node with this id has commands waiting (its agent's long poll ends).
-    Agent(String),
-    /// The job with this id has new output lines.
-    Log(String),
-    /// The node with this id has a full-log fetch waiting in the database
-    /// (`nodes::log_relay`): whichever replica its agent polls hands it over.
-    Fetch(String),
-}
-
-impl Wake {
-    fn encode(&self) -> String {
-        match self {
-            Wake::Scheduler => "scheduler".to_string(),
-            Wake::Events => "events".to_string(),
-            Wake::Nodes => "nodes".to_string(),
-            Wake::Agent(node_id) => format!("agent {node_id}"),
-            Wake::Log(job_id) => format!("log {job_id}"),
-            Wake::Fetch(node_id) => format!("fetch {node_id}"),
-        }
-    }
-
-    fn decode(text: &str) -> Option<Wake> {
-        match text.split_once(' ') {
-            None => match text {
-                "scheduler" => Some(Wake::Scheduler),
-                "events" => Some(Wake::Events),
-                "nodes" => Some(Wake::Nodes),
-                _ => None,
-            },
-            Some(("agent", node_id)) => Some(Wake::Agent(node_id.to_string())),
-            Some(("log", job_id)) => Some(Wake::Log(job_id.to_string())),
-            Some(("fetch", node_id)) => Some(Wake::Fetch(node_id.to_string())),
-            Some(_) => None,
-        }
-    }
-}
-
-/// How often at most this replica notifies the others: ingest wakes event
-/// followers with every batch, hundreds a second, and each notifying
-/// commit takes PostgreSQL's notify lock; what arrives meanwhile goes in
-/// the next statement, its repeats once.
-const SEND_EVERY: Duration = Duration::from_millis(10);
-
-/// Sends this replica's wake-ups to the others: each batch waiting is one
-/// statement (`pg_notify` over an array), its repeats sent once, at most
-/// every [`SEND_EVERY`]. A payload is `REPLICA WAKE`, so a replica knows
-/// its own and skips them.
-pub async fn send(pool: PgPool, replica: String, mut outbox: mpsc::UnboundedReceiver<Wake>) {
-    let mut batch = Vec::new();
-    while outbox.recv_many(&mut batch, 1024).await > 0 {
-        tokio::time::sleep(SEND_EVERY).await;
-        while let Ok(wake) = outbox.try_recv() {
-            batch.push(wake);
-        }
-        let unique: HashSet<Wake> = batch.drain(..).collect();
-        let payloads: Vec<String> = unique
-            .iter()
-            .map(|wake| format!("{replica} {}", wake.encode()))
-            .collect();
-        let sent = sqlx::query("SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload")
-            .bind(CHANNEL)
-            .bind(&payloads)
-            .execute(&pool)
-            .await;
-        if let Err(error) = sent {
-            // The other replicas' timers still run; each wake is a shortcut.
-            tracing::warn!(%error, "could not tell the other replicas what changed");
-        }
-    }
-}
 
 /// Acts on the other replicas' wake-ups until shutdown. When the listening
 /// connection is lost, whatever was sent meanwhile is gone: everything is
@@ -131,7 +44,7 @@ pub async fn listen(state: AppState, pool: PgPool) {
                 }
             }
         };
-        state.wake_everything_here();
+        state.wakes.wake_everything_here();
         loop {
             let notification = tokio::select! {
                 notification = listener.try_recv() => notification,
@@ -142,16 +55,16 @@ pub async fn listen(state: AppState, pool: PgPool) {
                     let Some((replica, wake)) = notification.payload().split_once(' ') else {
                         continue;
                     };
-                    if replica == state.replica_id {
+                    if replica == state.wakes.replica_id() {
                         continue;
                     }
                     match Wake::decode(wake) {
-                        Some(wake) => state.wake_here(&wake),
+                        Some(wake) => state.wakes.wake_here(&wake),
                         None => tracing::debug!(wake, "a wake-up this version does not know"),
                     }
                 }
                 // Lost and reconnected on the next call.
-                Ok(None) => state.wake_everything_here(),
+                Ok(None) => state.wakes.wake_everything_here(),
                 Err(error) => {
                     tracing::warn!(%error, "lost the other replicas' wake-ups; listening again");
                     break;
@@ -191,7 +104,7 @@ where
             return;
         };
         tracing::info!(
-            replica = state.replica_id,
+            replica = state.wakes.replica_id(),
             "leading: this server runs the scheduler and the liveness monitor"
         );
         state.set_leading(true);
@@ -249,26 +162,5 @@ async fn hold_lock(lock: &mut PgConnection, shutdown: &mut watch::Receiver<bool>
         if !matches!(alive, Ok(Ok(()))) {
             return false;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_wake_reads_back_as_itself() {
-        for wake in [
-            Wake::Scheduler,
-            Wake::Events,
-            Wake::Nodes,
-            Wake::Agent("node_01".into()),
-            Wake::Log("job_01".into()),
-            Wake::Fetch("node_01".into()),
-        ] {
-            assert_eq!(Wake::decode(&wake.encode()), Some(wake));
-        }
-        assert_eq!(Wake::decode("reboot"), None);
-        assert_eq!(Wake::decode("reboot now"), None);
     }
 }

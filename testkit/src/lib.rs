@@ -9,6 +9,19 @@
 //! The cross-process system tests (scheduling, diagnosis, gpuctl against
 //! real agents, faults) are this crate's own tests, in `tests/system/`.
 
+/// The server store's `sql!` (private to the server) for tests that read
+/// the database: runs `$body` with `$native` bound to the SQLite or
+/// PostgreSQL pool or connection of `$on` (a `Db` or a `Tx`).
+#[macro_export]
+macro_rules! sql {
+    ($on:expr, |$native:ident| $body:expr) => {
+        match $on.native() {
+            gpuplane_server::store::Native::Sqlite($native) => $body,
+            gpuplane_server::store::Native::Postgres($native) => $body,
+        }
+    };
+}
+
 pub mod cluster;
 pub mod gpuctl;
 pub mod http;

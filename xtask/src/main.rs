@@ -23,8 +23,13 @@
 //!    their symbols), the systemd units, the container recipe and
 //!    `SHA256SUMS`, then its `.tar.gz` and the tarball's own `.sha256`.
 //!
+//! `cargo xtask layers`: the server's and the bench's modules import only
+//! down their declared order and in no circle (`layers.rs`).
+//!
 //! `--debug` builds both with the debug profiles instead: seconds instead of
 //! many minutes, which is how the test script checks the packaging.
+
+mod layers;
 
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
@@ -51,9 +56,10 @@ fn run() -> anyhow::Result<()> {
         ["book"] => build_book(&workspace_root().join("docs"), &target_dir().join("site/docs")),
         ["dist"] => dist(true),
         ["dist", "--debug"] => dist(false),
+        ["layers"] => layers::run(&workspace_root()),
         _ => {
             eprintln!(
-                "usage: cargo xtask site [--release]\n       cargo xtask book\n       cargo xtask dist [--debug]"
+                "usage: cargo xtask site [--release]\n       cargo xtask book\n       cargo xtask dist [--debug]\n       cargo xtask layers"
             );
             bail!("unknown arguments: {args:?}")
         }

@@ -5,9 +5,9 @@
 //! unless it says otherwise, so no channel relays anyone's messages.
 
 use crate::identity::secrets::SecretKey;
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::alert::{Channel, ChannelKind, ChannelSubscribers, NewChannel};
 use gpuplane_api::error::FieldError;

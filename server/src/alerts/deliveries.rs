@@ -5,10 +5,10 @@
 
 use super::subscriptions::{self, EventFacts};
 use crate::events::{EVENT_COLUMNS, EventRow};
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::alert::{Delivery, DeliveryStatus};

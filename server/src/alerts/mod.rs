@@ -13,14 +13,17 @@ pub mod addresses;
 pub mod channels;
 pub mod deliveries;
 mod send;
-pub mod smtp;
 pub mod subscriptions;
 
-use crate::state::AppState;
+use crate::config::ServerConfig;
+use crate::identity::secrets::SecretKey;
+use crate::store::Db;
 use crate::store::time::now_ms;
+use crate::wake::Wakes;
 use deliveries::{Due, Outcome};
 use futures_util::StreamExt;
 pub use send::{Senders, signature};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Deliveries tried at once.
@@ -31,12 +34,19 @@ const PARALLEL: usize = 8;
 const POLL: Duration = Duration::from_secs(5);
 
 /// Fans events out to deliveries and sends them, until shutdown.
-pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let settings = &state.config.settings;
+pub async fn run(
+    db: Db,
+    config: Arc<ServerConfig>,
+    secret: SecretKey,
+    wakes: Wakes,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let server = Server { db, config, secret };
+    let settings = &server.config.settings;
     let senders = match Senders::new(
         settings.smtp_url.as_deref(),
         &settings.smtp_from,
-        state.config.public_url(),
+        server.config.public_url(),
         settings.alert_private_hosts,
     ) {
         Ok(senders) => senders,
@@ -45,12 +55,12 @@ pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<boo
             return;
         }
     };
-    let mut events = state.event_recorded.subscribe();
+    let mut events = wakes.subscribe_events();
     loop {
         if *shutdown.borrow() {
             return;
         }
-        let wait = match pass(&state, &senders).await {
+        let wait = match pass(&server, &senders).await {
             Ok(next_due) => next_due.map_or(POLL, |at| {
                 Duration::from_millis((at - now_ms()).max(0) as u64).min(POLL)
             }),
@@ -67,17 +77,24 @@ pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<boo
     }
 }
 
+/// What delivery needs of the server.
+struct Server {
+    db: Db,
+    config: Arc<ServerConfig>,
+    secret: SecretKey,
+}
+
 /// Makes the deliveries of new events and tries every due one; returns
 /// when the next pending one is due.
-async fn pass(state: &AppState, senders: &Senders) -> Result<Option<i64>, crate::store::Error> {
-    while deliveries::fan_out(&state.db).await? > 0 {}
+async fn pass(server: &Server, senders: &Senders) -> Result<Option<i64>, crate::store::Error> {
+    while deliveries::fan_out(&server.db).await? > 0 {}
     loop {
-        let due = deliveries::due(&state.db, now_ms(), 4 * PARALLEL as i64).await?;
+        let due = deliveries::due(&server.db, now_ms(), 4 * PARALLEL as i64).await?;
         if due.is_empty() {
-            return deliveries::next_due(&state.db).await;
+            return deliveries::next_due(&server.db).await;
         }
         let results: Vec<Result<(), crate::store::Error>> = futures_util::stream::iter(due)
-            .map(|due| try_one(state, senders, due))
+            .map(|due| try_one(server, senders, due))
             .buffer_unordered(PARALLEL)
             .collect()
             .await;
@@ -86,9 +103,9 @@ async fn pass(state: &AppState, senders: &Senders) -> Result<Option<i64>, crate:
 }
 
 /// One try of one delivery, and its outcome kept.
-async fn try_one(state: &AppState, senders: &Senders, due: Due) -> Result<(), crate::store::Error> {
-    let settings = &state.config.settings;
-    let outcome = match channels::target(&state.db, &state.secret, &due.channel).await? {
+async fn try_one(server: &Server, senders: &Senders, due: Due) -> Result<(), crate::store::Error> {
+    let settings = &server.config.settings;
+    let outcome = match channels::target(&server.db, &server.secret, &due.channel).await? {
         None => Outcome::Failed {
             error: format!("channel {} was removed", due.channel),
             final_try: true,
@@ -108,7 +125,7 @@ async fn try_one(state: &AppState, senders: &Senders, due: Due) -> Result<(), cr
         }
     }
     deliveries::record_try(
-        &state.db,
+        &server.db,
         &due.id,
         &outcome,
         Duration::from_secs(settings.alert_retry_initial_s),

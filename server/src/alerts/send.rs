@@ -35,9 +35,9 @@ impl Senders {
         public_url: String,
         allow_private: bool,
     ) -> anyhow::Result<Senders> {
-        super::smtp::check(smtp_url, from)?;
+        crate::config::smtp::check(smtp_url, from)?;
         let smtp = smtp_url
-            .map(|url| super::smtp::transport(url, TIMEOUT))
+            .map(|url| crate::config::smtp::transport(url, TIMEOUT))
             .transpose()?;
         Ok(Senders {
             http: reqwest::Client::builder()

@@ -2,10 +2,10 @@
 //! the API's business (`api/alerts.rs`); this module stores them, lists
 //! them and decides, purely, whether one receives an event.
 
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::alert::{Subscription, SubscriptionScope};
 use gpuplane_api::event::{EventKind, Severity};

@@ -4,14 +4,14 @@
 use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::api::extract::{Agent, Authed};
 use crate::identity::access::Caller;
-use crate::jobs::{dispatch, reports};
+use crate::jobs::{Handles, dispatch, reports};
 use crate::nodes;
 use crate::nodes::log_relay;
-use crate::replicas::Wake;
-use crate::sql;
 use crate::state::AppState;
 use crate::store::Tx;
+use crate::store::sql;
 use crate::store::time::now_ms;
+use crate::wake::Wake;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -41,8 +41,8 @@ pub async fn hello(
     }
     let resume = dispatch::reconcile(&mut tx, &state.secret, &node_id, &hello.name, &hello.attempts).await?;
     tx.commit().await?;
-    state.wake(Wake::Nodes);
-    state.jobs_changed();
+    state.wakes.wake(Wake::Nodes);
+    state.wakes.jobs_changed();
     tracing::info!(
         node_id,
         name = hello.name,
@@ -68,19 +68,20 @@ pub async fn hello(
 pub async fn poll(
     auth: Authed<Agent>,
     State(state): State<AppState>,
+    State(jobs): State<Handles>,
     ApiJson(mut poll): ApiJson<Poll>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     require_own_node(&state, &auth.caller, &poll.node_id).await?;
-    dispatch::forgotten(&state, &poll.node_id, &poll.forgotten).await?;
+    dispatch::forgotten(&jobs, &poll.node_id, &poll.forgotten).await?;
     // Written with other nodes' heartbeats within a moment (`nodes::heartbeats`).
     state
         .heartbeats
         .record(&poll.node_id, std::mem::take(&mut poll.gpus));
-    let waker = state.agents.waker(&poll.node_id);
+    let waker = state.wakes.agent(&poll.node_id);
     let deadline = tokio::time::Instant::now() + state.config.heartbeat_interval;
     let mut shutdown = state.shutdown.clone();
     loop {
-        let commands = dispatch::commands_for(&state, &poll.node_id, &poll.running).await?;
+        let commands = dispatch::commands_for(&jobs, &poll.node_id, &poll.running).await?;
         if !commands.is_empty() {
             return Ok(Json(PollAnswer { commands }));
         }
@@ -102,15 +103,16 @@ pub async fn poll(
 pub async fn report(
     auth: Authed<Agent>,
     State(state): State<AppState>,
+    State(jobs): State<Handles>,
     ApiJson(report): ApiJson<Report>,
 ) -> Result<StatusCode, ApiError> {
     require_own_node(&state, &auth.caller, &report.node_id).await?;
-    let applied = reports::apply_report(&state, &report).await?;
+    let applied = reports::apply_report(&jobs, &report).await?;
     for job_id in applied.logs_for {
-        state.wake(Wake::Log(job_id));
+        state.wakes.wake(Wake::Log(job_id));
     }
     if applied.jobs_changed {
-        state.jobs_changed();
+        state.wakes.jobs_changed();
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -135,7 +137,7 @@ pub async fn telemetry(
         .store((batch.node_id.clone(), batch))
         .await?;
     if ingested.faults > 0 {
-        state.wake(Wake::Events);
+        state.wakes.wake(Wake::Events);
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -162,7 +164,7 @@ pub async fn log_upload(
             let _ = done.await;
         }
         // With replicas, the reader may be on the one the user asked.
-        None if state.may_have_replicas() => {
+        None if state.wakes.may_have_replicas() => {
             if !log_relay::relay_upload(&state.db, &request_id, node, body).await? {
                 return Err(gone());
             }

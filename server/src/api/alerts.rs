@@ -13,9 +13,9 @@ use crate::events::{self, Links};
 use crate::identity::access::{self, Caller, Visible, require_server_admin, visible_projects};
 use crate::paging::{cursor, page_limit};
 use crate::runs;
-use crate::sql;
 use crate::state::AppState;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -403,7 +403,7 @@ pub async fn raise_run_alert(
     })
     .map_err(Error::from)?;
     tx.commit().await.map_err(Error::from)?;
-    state.wake(crate::replicas::Wake::Events);
+    state.wakes.wake(crate::wake::Wake::Events);
     Ok(Json(RunAlertAnswer {
         recorded: true,
         event_id: Some(event_id),

@@ -5,8 +5,8 @@ use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
 use crate::jobs::maintenance;
-use crate::sql;
 use crate::state::AppState;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::State;
@@ -85,7 +85,7 @@ pub async fn summary(state: &AppState, principal: &Principal) -> Result<ClusterS
 /// Fair share's window and the GPU time used in it by the projects the
 /// caller may see and by the caller (everyone's, for admins).
 async fn fair_share(state: &AppState, principal: &Principal) -> Result<Option<FairShare>, ApiError> {
-    let policy = crate::jobs::scheduler::fair_share_policy(state);
+    let policy = crate::jobs::scheduler::fair_share_policy(&state.jobs());
     if policy.window_ms <= 0 {
         return Ok(None);
     }
@@ -157,7 +157,7 @@ pub async fn start_maintenance(
         &request.message,
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(maintenance))
 }
 
@@ -179,6 +179,6 @@ pub async fn end_maintenance(
         "",
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(maintenance))
 }

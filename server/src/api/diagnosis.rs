@@ -24,7 +24,7 @@ pub async fn explain_failure(
     Path(run_id): Path<String>,
 ) -> Result<Json<FailureExplanation>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
-    Ok(Json(facts::failure(&state, &run_id).await?))
+    Ok(Json(facts::failure(&state.db, &state.config, &run_id).await?))
 }
 
 /// What is wrong or suspicious with a run, running or not: NaN or diverging
@@ -40,5 +40,5 @@ pub async fn diagnose_run(
     Path(run_id): Path<String>,
 ) -> Result<Json<Diagnosis>, ApiError> {
     runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
-    Ok(Json(facts::diagnose(&state, &run_id).await?))
+    Ok(Json(facts::diagnose(&state.db, &state.config, &run_id).await?))
 }

@@ -3,10 +3,10 @@
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
 use crate::api::extract::{Authed, Read, Write};
 use crate::identity::access;
+use crate::jobs::evaluations;
 use crate::jobs::store;
 use crate::paging::{cursor, page_limit};
 use crate::runs;
-use crate::runs::evaluations;
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -39,7 +39,7 @@ pub async fn create_evaluation(
             other => other.into(),
         })?;
     let job_id = evaluations::create(&state.db, &state.secret, &auth.caller.principal(), &new).await?;
-    state.wake(crate::replicas::Wake::Scheduler);
+    state.wakes.wake(crate::wake::Wake::Scheduler);
     tracing::info!(
         job_id,
         run_id = new.run_id,

@@ -5,8 +5,8 @@ use crate::api::extract::{Authed, Read};
 use crate::events::{self, Filter};
 use crate::identity::access;
 use crate::paging::{cursor, page_limit};
-use crate::sql;
 use crate::state::AppState;
+use crate::store::sql;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -127,7 +127,7 @@ pub async fn follow_events(
     });
     let stream_max = state.config.stream_max;
     let follow = (
-        state.event_recorded.subscribe(),
+        state.wakes.subscribe_events(),
         state,
         filter,
         VecDeque::<SseEvent>::new(),

@@ -7,8 +7,8 @@
 //! shutting down stops accepting connections, which probes see at once.)
 
 use crate::api::error::ApiError;
-use crate::sql;
 use crate::state::AppState;
+use crate::store::sql;
 use axum::Json;
 use axum::extract::State;
 use gpuplane_api::health::Health;

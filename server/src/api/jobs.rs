@@ -7,9 +7,9 @@ use crate::identity::access::{self, Principal};
 use crate::jobs::plan::{QueuedJob, plan};
 use crate::jobs::store::{self, Cancelled};
 use crate::paging::{cursor, page_limit, sort_order};
-use crate::replicas::Wake;
 use crate::state::AppState;
 use crate::store::time::now_ms;
+use crate::wake::Wake;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -36,7 +36,7 @@ pub async fn submit_job(
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     check_priority(&state, &auth.caller.principal(), &spec.project, spec.priority).await?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
-    state.wake(Wake::Scheduler);
+    state.wakes.wake(Wake::Scheduler);
     tracing::info!(
         job_id,
         name = spec.name,
@@ -114,11 +114,12 @@ async fn would_wait(
         fair_share_note: None,
         time_limit_ms: spec.time_limit_s.map(|s| s.saturating_mul(1000)),
     };
-    let mut nodes = crate::jobs::scheduler::load_nodes(state).await?;
-    crate::jobs::scheduler::judge_windows(state, &mut nodes, now_ms());
+    let jobs = state.jobs();
+    let mut nodes = crate::jobs::scheduler::load_nodes(&jobs).await?;
+    crate::jobs::scheduler::judge_windows(&jobs, &mut nodes, now_ms());
     let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
-    let rules = crate::jobs::scheduler::rules(state);
-    let access = crate::jobs::scheduler::node_access(state).await?;
+    let rules = crate::jobs::scheduler::rules(&jobs);
+    let access = crate::jobs::scheduler::node_access(&jobs).await?;
     let plan = plan(&[job], &nodes, &quotas, &access, rules, now_ms());
     Ok(plan.reasons.into_iter().map(|(_, reason)| reason).collect())
 }
@@ -227,12 +228,12 @@ pub async fn cancel_job(
         ));
     }
     match store::cancel(&state.db, &job_id).await? {
-        Cancelled::Now => state.wake(Wake::Scheduler),
-        Cancelled::Stopping { node_id } => state.wake(Wake::Agent(node_id)),
+        Cancelled::Now => state.wakes.wake(Wake::Scheduler),
+        Cancelled::Stopping { node_id } => state.wakes.wake(Wake::Agent(node_id)),
     }
     let detail = format!("was {}", job.status);
     audit::by_caller(&state.db, &auth.caller, AuditAction::JobCancel, &job_id, &detail).await?;
-    state.wake(Wake::Events);
+    state.wakes.wake(Wake::Events);
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
@@ -284,7 +285,7 @@ pub async fn retry_job(
         &detail.join(", "),
     )
     .await?;
-    state.wake(Wake::Scheduler);
+    state.wakes.wake(Wake::Scheduler);
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
@@ -317,7 +318,7 @@ async fn retry_as_new_job(
         &detail,
     )
     .await?;
-    state.wake(Wake::Scheduler);
+    state.wakes.wake(Wake::Scheduler);
     tracing::info!(
         job_id,
         retried = original.id,
@@ -352,7 +353,7 @@ pub async fn set_priority(
         &detail,
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
@@ -370,7 +371,7 @@ pub async fn hold_job(
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     store::hold(&state.db, &job_id, auth.caller.user_name.as_deref()).await?;
     audit::by_caller(&state.db, &auth.caller, AuditAction::JobHold, &job_id, "").await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }
 
@@ -388,6 +389,6 @@ pub async fn release_job(
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Editor).await?;
     store::release(&state.db, &job_id).await?;
     audit::by_caller(&state.db, &auth.caller, AuditAction::JobRelease, &job_id, "").await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(store::get(&state.db, &job_id).await?))
 }

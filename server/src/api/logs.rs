@@ -6,9 +6,9 @@ use crate::api::extract::{Authed, Read};
 use crate::jobs::store;
 use crate::logs;
 use crate::nodes::log_relay;
-use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -120,7 +120,7 @@ pub async fn follow_logs(
     };
     let stream_max = state.config.stream_max;
     let follow = Follow {
-        receiver: state.log_appended.subscribe(),
+        receiver: state.wakes.subscribe_log(),
         state,
         job_id,
         attempt: query.attempt,
@@ -282,13 +282,21 @@ pub async fn full_log(
     // An upload to this server comes straight to the reader; with replicas,
     // one to another comes in parts through the database (`log_relay`).
     let upload = state.agents.expect_upload(&request_id, &node_name);
-    if state.may_have_replicas() {
-        log_relay::ask(&state, &request_id, &node_id, &node_name, &command).await?;
+    if state.wakes.may_have_replicas() {
+        log_relay::ask(
+            &state.db,
+            &state.wakes,
+            &request_id,
+            &node_id,
+            &node_name,
+            &command,
+        )
+        .await?;
     } else {
         state.agents.push(&node_id, command);
     }
     let relayed_here = async {
-        if state.may_have_replicas() {
+        if state.wakes.may_have_replicas() {
             log_relay::first_part(&state.db, &request_id).await
         } else {
             std::future::pending().await
@@ -303,7 +311,7 @@ pub async fn full_log(
     .await;
     let body = match arrived {
         Ok(Ok(Arrived::Here((body, done)))) => {
-            if state.may_have_replicas() {
+            if state.wakes.may_have_replicas() {
                 let _ = log_relay::forget(&state.db, &request_id).await;
             }
             // `done` lives as long as the relayed stream, so the agent's upload
@@ -319,7 +327,7 @@ pub async fn full_log(
         }
         _ => {
             state.agents.abandon_upload(&request_id);
-            if state.may_have_replicas() {
+            if state.wakes.may_have_replicas() {
                 let _ = log_relay::forget(&state.db, &request_id).await;
             }
             return Err(ApiError::Unavailable(format!(

@@ -63,7 +63,7 @@ pub async fn ingest(
     let prepared = batch.prepare()?;
     let result = state.metric_writer.store((run_id, prepared)).await?;
     if !result.duplicate {
-        state.wake(crate::replicas::Wake::Events);
+        state.wakes.wake(crate::wake::Wake::Events);
     }
     Ok(Json(result))
 }

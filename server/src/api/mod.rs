@@ -6,6 +6,7 @@ mod alerts;
 mod audit;
 mod auth;
 mod cluster;
+pub mod device_login;
 mod diagnosis;
 pub mod error;
 mod evaluations;
@@ -21,8 +22,10 @@ pub mod origin;
 mod projects;
 mod quotas;
 mod runs;
+pub mod sessions;
 pub mod shared;
 mod shares;
+pub mod sso;
 mod telemetry;
 mod tokens;
 mod users;
@@ -158,9 +161,9 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(openapi_json));
     // The OAuth endpoints live at the root, where RFC 8414 clients expect them.
     let oauth = OpenApiRouter::new()
-        .routes(routes!(crate::identity::device_login::authorize))
-        .routes(routes!(crate::identity::device_login::token))
-        .routes(routes!(crate::identity::device_login::metadata));
+        .routes(routes!(crate::api::device_login::authorize))
+        .routes(routes!(crate::api::device_login::token))
+        .routes(routes!(crate::api::device_login::metadata));
     let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .nest(PREFIX, api)
         .merge(oauth)

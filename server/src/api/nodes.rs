@@ -41,7 +41,7 @@ pub async fn drain_node(
     require_server_admin(&auth.caller, "draining a node")?;
     nodes::drain(&state.db, &name, auth.caller.user_name.as_deref()).await?;
     audit::by_caller(&state.db, &auth.caller, AuditAction::NodeDrain, &name, "").await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(node_named(&state, &name).await?))
 }
 
@@ -58,7 +58,7 @@ pub async fn undrain_node(
     require_server_admin(&auth.caller, "undraining a node")?;
     nodes::undrain(&state.db, &name).await?;
     audit::by_caller(&state.db, &auth.caller, AuditAction::NodeUndrain, &name, "").await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(node_named(&state, &name).await?))
 }
 
@@ -92,7 +92,7 @@ pub async fn change_node_labels(
         &detail.join(" "),
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(node_named(&state, &name).await?))
 }
 

@@ -7,10 +7,10 @@ use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
 use crate::jobs::{node_access, node_policies};
 use crate::runs::{primary, shares};
-use crate::sql;
 use crate::state::AppState;
 use crate::store;
 use crate::store::Db;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -387,7 +387,7 @@ pub async fn set_node_policy(
         &detail,
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(set))
 }
 
@@ -412,6 +412,6 @@ pub async fn clear_node_policy(
         "",
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -87,7 +87,7 @@ pub async fn set_quota(
         limit(quota.max_running_jobs)
     );
     audit::by_caller(&state.db, &auth.caller, AuditAction::QuotaSet, &target, &detail).await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(Json(quota))
 }
 
@@ -113,6 +113,6 @@ pub async fn clear_quota(
         "",
     )
     .await?;
-    state.jobs_changed();
+    state.wakes.jobs_changed();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -174,7 +174,7 @@ pub async fn follow_run(
         .map(str::to_string)
         .unwrap_or_default();
     let stream_max = state.config.stream_max;
-    let follow = (state.event_recorded.subscribe(), state, run_id, seen);
+    let follow = (state.wakes.subscribe_events(), state, run_id, seen);
     let stream = futures_util::stream::unfold(follow, |(mut receiver, state, run_id, seen)| async move {
         loop {
             if let Ok(now) = runs::version(&state.db, &run_id).await

@@ -2,15 +2,16 @@
 //! that may still be running: loss trend, silence, idle GPUs, lost nodes.
 
 use super::{Facts, explain};
+use crate::config::ServerConfig;
 use crate::events::{self, Filter};
 use crate::jobs::store;
 use crate::logs;
 use crate::metrics::{self, Axis, Query};
 use crate::nodes::telemetry;
 use crate::runs;
-use crate::sql;
-use crate::state::AppState;
+use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::diagnosis::{Diagnosis, Evidence, FailureExplanation, Finding};
 use gpuplane_api::event::Severity;
@@ -22,8 +23,8 @@ use std::time::Duration;
 const LOW_UTILIZATION_PERCENT: u32 = 10;
 
 /// The explanation of a failed (or lost) run; 409 for one that has not failed.
-pub async fn failure(state: &AppState, run_id: &str) -> Result<FailureExplanation, Error> {
-    let run = runs::get(&state.db, run_id).await?;
+pub async fn failure(db: &Db, config: &ServerConfig, run_id: &str) -> Result<FailureExplanation, Error> {
+    let run = runs::get(db, run_id).await?;
     let failed = run.status == JobStatus::Failed.as_str() || run.status == JobStatus::Lost.as_str();
     if !failed {
         return Err(Error::Conflict(format!(
@@ -31,17 +32,23 @@ pub async fn failure(state: &AppState, run_id: &str) -> Result<FailureExplanatio
             run.status
         )));
     }
-    let facts = gather(state, run_id, run.job_id.as_deref(), &run.status).await?;
+    let facts = gather(db, config, run_id, run.job_id.as_deref(), &run.status).await?;
     Ok(explain(run_id, run.job_id.as_deref(), &facts))
 }
 
-async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &str) -> Result<Facts, Error> {
+async fn gather(
+    db: &Db,
+    config: &ServerConfig,
+    run_id: &str,
+    job_id: Option<&str>,
+    status: &str,
+) -> Result<Facts, Error> {
     let mut facts = Facts {
         status: status.to_string(),
         ..Facts::default()
     };
     if let Some(job_id) = job_id {
-        let job = store::get(&state.db, job_id).await?;
+        let job = store::get(db, job_id).await?;
         facts.failure_reason = job.failure_reason;
         facts.detail = job.failure_detail.clone();
         if let Some(attempt) = job.attempts.last() {
@@ -49,14 +56,8 @@ async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &s
             facts.signal = attempt.signal;
             facts.failure_reason = facts.failure_reason.or(attempt.failure_reason);
             facts.detail = facts.detail.or_else(|| attempt.failure_detail.clone());
-            let (_, kept) = logs::tail(
-                &state.db,
-                job_id,
-                attempt.n,
-                None,
-                2 * state.config.settings.log_tail_lines,
-            )
-            .await?;
+            let (_, kept) =
+                logs::tail(db, job_id, attempt.n, None, 2 * config.settings.log_tail_lines).await?;
             facts.lines = kept.lines;
         }
     }
@@ -64,14 +65,18 @@ async fn gather(state: &AppState, run_id: &str, job_id: Option<&str>, status: &s
         run_id: Some(run_id.to_string()),
         ..Filter::default()
     };
-    facts.events = events::list(&state.db, &filter, 50, None).await?.items;
-    facts.first_bad = first_bad(state, run_id).await?;
+    facts.events = events::list(db, &filter, 50, None).await?.items;
+    facts.first_bad = first_bad(db, config, run_id).await?;
     Ok(facts)
 }
 
 /// The earliest non-finite value among the run's loss-like keys.
-async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64, f64)>, Error> {
-    let rows: Vec<(String, i64)> = sql!(&state.db, |pool| {
+async fn first_bad(
+    db: &Db,
+    config: &ServerConfig,
+    run_id: &str,
+) -> Result<Option<(String, i64, f64)>, Error> {
+    let rows: Vec<(String, i64)> = sql!(db, |pool| {
         sqlx::query_as(
             "SELECT key, first_non_finite_step FROM metric_series
          WHERE run_id = $1 AND first_non_finite_step IS NOT NULL ORDER BY first_non_finite_step",
@@ -82,7 +87,7 @@ async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64
     })?;
     let Some((key, step)) = rows
         .into_iter()
-        .find(|(key, _)| metrics::matches_pattern(&state.config.settings.loss_pattern, key))
+        .find(|(key, _)| metrics::matches_pattern(&config.settings.loss_pattern, key))
     else {
         return Ok(None);
     };
@@ -93,7 +98,7 @@ async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64
         from: Some(step as f64),
         to: Some(step as f64),
     };
-    let value = metrics::query(&state.db, run_id, &query)
+    let value = metrics::query(db, run_id, &query)
         .await?
         .points
         .and_then(|points| points.into_iter().map(|p| p.value.0).find(|v| !v.is_finite()))
@@ -102,10 +107,10 @@ async fn first_bad(state: &AppState, run_id: &str) -> Result<Option<(String, i64
 }
 
 /// Findings about a run, running or not.
-pub async fn diagnose(state: &AppState, run_id: &str) -> Result<Diagnosis, Error> {
-    let run = runs::get(&state.db, run_id).await?;
+pub async fn diagnose(db: &Db, config: &ServerConfig, run_id: &str) -> Result<Diagnosis, Error> {
+    let run = runs::get(db, run_id).await?;
     let mut findings = Vec::new();
-    if let Some((key, step, value)) = first_bad(state, run_id).await? {
+    if let Some((key, step, value)) = first_bad(db, config, run_id).await? {
         findings.push(Finding {
             severity: Severity::Critical,
             kind: "LOSS_NAN".into(),
@@ -117,18 +122,18 @@ pub async fn diagnose(state: &AppState, run_id: &str) -> Result<Diagnosis, Error
             }],
         });
     }
-    findings.extend(loss_trend(state, run_id, &run.latest).await?);
+    findings.extend(loss_trend(db, config, run_id, &run.latest).await?);
     let running = run.status == JobStatus::Running.as_str();
     if let (Some(job_id), true) = (&run.job_id, running) {
-        let job = store::get(&state.db, job_id).await?;
+        let job = store::get(db, job_id).await?;
         if let Some(attempt) = job.attempts.last() {
-            findings.extend(silence(state, job_id, attempt.n).await?);
-            findings.extend(node_health(state, &attempt.node_id, &attempt.node, &attempt.gpus).await?);
+            findings.extend(silence(db, config, job_id, attempt.n).await?);
+            findings.extend(node_health(db, config, &attempt.node_id, &attempt.node, &attempt.gpus).await?);
         }
     }
     let failed = run.status == JobStatus::Failed.as_str() || run.status == JobStatus::Lost.as_str();
     let failure = if failed {
-        Some(failure(state, run_id).await?)
+        Some(failure(db, config, run_id).await?)
     } else {
         None
     };
@@ -153,14 +158,15 @@ pub async fn diagnose(state: &AppState, run_id: &str) -> Result<Diagnosis, Error
 
 /// Diverging or flat loss, from a coarse view of each loss-like key.
 async fn loss_trend(
-    state: &AppState,
+    db: &Db,
+    config: &ServerConfig,
     run_id: &str,
     latest: &std::collections::BTreeMap<String, gpuplane_api::metric::Latest>,
 ) -> Result<Vec<Finding>, Error> {
     let mut findings = Vec::new();
     for key in latest
         .keys()
-        .filter(|k| metrics::matches_pattern(&state.config.settings.loss_pattern, k))
+        .filter(|k| metrics::matches_pattern(&config.settings.loss_pattern, k))
     {
         let query = Query {
             key: key.clone(),
@@ -169,7 +175,7 @@ async fn loss_trend(
             from: None,
             to: None,
         };
-        let series = metrics::query(&state.db, run_id, &query).await?;
+        let series = metrics::query(db, run_id, &query).await?;
         let values: Vec<(i64, f64)> = match (series.points, series.buckets) {
             (Some(points), _) => points.into_iter().map(|p| (p.step, p.value.0)).collect(),
             (_, Some(buckets)) => buckets.into_iter().map(|b| (b.step_to, b.last.0)).collect(),
@@ -217,15 +223,20 @@ async fn loss_trend(
 }
 
 /// No output for a long time while running.
-async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<Finding>, Error> {
-    let last: Option<i64> = sql!(&state.db, |pool| {
+async fn silence(
+    db: &Db,
+    config: &ServerConfig,
+    job_id: &str,
+    attempt: i64,
+) -> Result<Option<Finding>, Error> {
+    let last: Option<i64> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT max(time) FROM log_lines WHERE job_id = $1 AND attempt = $2")
             .bind(job_id)
             .bind(attempt)
             .fetch_one(pool)
             .await
     })?;
-    let started: Option<i64> = sql!(&state.db, |pool| {
+    let started: Option<i64> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT started_at FROM attempts WHERE job_id = $1 AND n = $2")
             .bind(job_id)
             .bind(attempt)
@@ -234,7 +245,7 @@ async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<
     })?;
     let since = last.or(started).unwrap_or_else(now_ms);
     let quiet = Duration::from_millis((now_ms() - since).max(0) as u64);
-    if quiet < state.config.silence_warning {
+    if quiet < config.silence_warning {
         return Ok(None);
     }
     let what = if last.is_some() {
@@ -255,13 +266,14 @@ async fn silence(state: &AppState, job_id: &str, attempt: i64) -> Result<Option<
 
 /// The attempt's node offline, or its GPUs idle.
 async fn node_health(
-    state: &AppState,
+    db: &Db,
+    config: &ServerConfig,
     node_id: &str,
     node: &str,
     gpus: &[u32],
 ) -> Result<Vec<Finding>, Error> {
     let mut findings = Vec::new();
-    let status: Option<String> = sql!(&state.db, |pool| {
+    let status: Option<String> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT status FROM nodes WHERE id = $1")
             .bind(node_id)
             .fetch_optional(pool)
@@ -276,13 +288,13 @@ async fn node_health(
         });
         return Ok(findings);
     }
-    let window = Duration::from_secs(state.config.settings.gpu_idle_window_s);
+    let window = Duration::from_secs(config.settings.gpu_idle_window_s);
     let now = now_ms() as f64 / 1000.0;
     let mut means = Vec::new();
     for &gpu in gpus {
         let key = gpu_key(gpu, "utilization_percent");
         if let Some((mean, span)) =
-            telemetry::mean(&state.db, node_id, &key, now - window.as_secs_f64(), now).await?
+            telemetry::mean(db, node_id, &key, now - window.as_secs_f64(), now).await?
         {
             means.push(GpuMean { gpu, mean, span });
         }

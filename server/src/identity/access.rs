@@ -5,9 +5,9 @@
 //! be limited to one project. What a caller may not see answers 404 exactly
 //! like what does not exist, so ids of other projects leak nothing.
 
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use gpuplane_api::auth::Scope;
 use gpuplane_api::project::Role;
 

@@ -4,9 +4,9 @@
 
 use crate::identity::access::{Caller, SESSION_TOKEN_ID};
 use crate::identity::credentials::hash_token;
-use crate::sql;
 use crate::store;
 use crate::store::Db;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::auth::{Scope, SessionUser};
 

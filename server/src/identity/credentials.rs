@@ -3,10 +3,10 @@
 //! SHA-256 (enough for a secret of that entropy, and lookups use an index);
 //! passwords are argon2 hashes.
 
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use base64::Engine;

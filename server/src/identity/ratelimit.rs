@@ -4,8 +4,8 @@
 //! on one PostgreSQL refuses the same keys. A count the database cannot
 //! give refuses (the limit fails closed).
 
-use crate::sql;
 use crate::store::Db;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use std::time::Duration;
 

@@ -3,9 +3,9 @@
 
 use crate::identity::access::{self, Principal};
 use crate::identity::credentials::{NewToken, create_token};
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
 use gpuplane_api::error::FieldError;

@@ -3,10 +3,10 @@
 //! call these functions.
 
 use crate::identity::credentials::{NewToken, create_token, hash_password};
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::auth::Scope;
 use gpuplane_api::project::Role;

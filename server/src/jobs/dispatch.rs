@@ -2,13 +2,13 @@
 //! still has to resume (and which of the node's RUNNING attempts are lost);
 //! on each poll, the dispatches, cancels and one-shot commands it carries.
 
+use super::Handles;
 use crate::identity::secrets::SecretKey;
 use crate::jobs::{lifecycle, reports};
 use crate::logs;
-use crate::sql;
-use crate::state::AppState;
 use crate::store::Error;
 use crate::store::Tx;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{
     AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, Report, ReportItem, Resume,
@@ -88,17 +88,17 @@ async fn secret_values(conn: &mut Tx, secret: &SecretKey, job_id: &str) -> Resul
 
 /// Gives each log fetch its job's secret values to mask, as it leaves for
 /// the agent (a fetch waiting in `log_fetches` never holds them).
-async fn add_masks(state: &AppState, commands: &mut [AgentCommand]) -> Result<(), Error> {
+async fn add_masks(server: &Handles, commands: &mut [AgentCommand]) -> Result<(), Error> {
     if !commands
         .iter()
         .any(|c| matches!(c, AgentCommand::FetchLog { .. }))
     {
         return Ok(());
     }
-    let mut tx = crate::store::read(&state.db).await?;
+    let mut tx = crate::store::read(&server.db).await?;
     for command in commands {
         if let AgentCommand::FetchLog { job_id, mask, .. } = command {
-            *mask = secret_values(&mut tx, &state.secret, job_id).await?;
+            *mask = secret_values(&mut tx, &server.secret, job_id).await?;
         }
     }
     Ok(())
@@ -107,7 +107,7 @@ async fn add_masks(state: &AppState, commands: &mut [AgentCommand]) -> Result<()
 /// The commands a node's poll carries: dispatches it has not started,
 /// cancels, stops for attempts the server has ended, and queued one-shots.
 pub async fn commands_for(
-    state: &AppState,
+    server: &Handles,
     node_id: &str,
     running: &[AttemptRef],
 ) -> Result<Vec<AgentCommand>, Error> {
@@ -122,7 +122,7 @@ pub async fn commands_for(
         cancel_requested_at: Option<i64>,
         preempted_at: Option<i64>,
     }
-    let active: Vec<ActiveRow> = sql!(&state.db, |pool| {
+    let active: Vec<ActiveRow> = sql!(&server.db, |pool| {
         sqlx::query_as(
             "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at
          FROM attempts a JOIN jobs j ON j.id = a.job_id
@@ -133,8 +133,8 @@ pub async fn commands_for(
         .await
     })?;
     let running: BTreeSet<(&str, i64)> = running.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
-    let grace_ms = state.config.cancel_grace.as_millis() as u64;
-    let preemption_grace_ms = state.config.settings.preemption_grace_s.saturating_mul(1000);
+    let grace_ms = server.config.cancel_grace.as_millis() as u64;
+    let preemption_grace_ms = server.config.settings.preemption_grace_s.saturating_mul(1000);
     let mut commands = Vec::new();
     let mut unopenable = Vec::new();
     let mut cancelled_before_start = Vec::new();
@@ -162,7 +162,7 @@ pub async fn commands_for(
             let mut opened = BTreeMap::new();
             let mut lost = Vec::new();
             for (name, sealed) in std::mem::take(&mut spec.secret_env) {
-                match state.secret.open(&row.job_id, &name, &sealed) {
+                match server.secret.open(&row.job_id, &name, &sealed) {
                     Some(value) => {
                         opened.insert(name, value);
                     }
@@ -184,7 +184,7 @@ pub async fn commands_for(
             spec.secret_env = opened;
             let gpus: Vec<u32> = serde_json::from_str(&row.gpus).map_err(anyhow::Error::from)?;
             commands.push(AgentCommand::Dispatch(Box::new(dispatch(
-                state,
+                server,
                 &row.job_id,
                 row.n,
                 &row.run_id,
@@ -203,35 +203,35 @@ pub async fn commands_for(
             });
         }
     }
-    commands.extend(cleanups(state, node_id).await?);
-    let mut one_shots = state.agents.take_pending(node_id);
-    if state.agents.take_fetch_waiting(node_id) {
-        one_shots.extend(crate::nodes::log_relay::claim(&state.db, node_id).await?);
+    commands.extend(cleanups(server, node_id).await?);
+    let mut one_shots = server.agents.take_pending(node_id);
+    if server.wakes.take_fetch_waiting(node_id) {
+        one_shots.extend(crate::nodes::log_relay::claim(&server.db, node_id).await?);
     }
-    add_masks(state, &mut one_shots).await?;
+    add_masks(server, &mut one_shots).await?;
     commands.extend(one_shots);
     if !cancelled_before_start.is_empty() {
         let now = now_ms();
-        let mut tx = crate::store::write(&state.db).await?;
+        let mut tx = crate::store::write(&server.db).await?;
         for (job_id, attempt) in cancelled_before_start {
             lifecycle::cancel_before_start(&mut tx, job_id, attempt, now).await?;
         }
         tx.commit().await?;
-        state.jobs_changed();
+        server.wakes.jobs_changed();
     }
     if !unopenable.is_empty() {
         let report = Report {
             node_id: node_id.to_string(),
             items: unopenable,
         };
-        reports::apply_report(state, &report).await?;
-        state.jobs_changed();
+        reports::apply_report(server, &report).await?;
+        server.wakes.jobs_changed();
     }
     Ok(commands)
 }
 
 fn dispatch(
-    state: &AppState,
+    server: &Handles,
     job_id: &str,
     attempt: i64,
     run_id: &str,
@@ -240,10 +240,10 @@ fn dispatch(
 ) -> Dispatch {
     let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
     let env = BTreeMap::from([
-        ("GPUCTL_SERVER".to_string(), state.config.public_url()),
+        ("GPUCTL_SERVER".to_string(), server.config.public_url()),
         (
             JOB_TOKEN_VARIABLE.to_string(),
-            state.secret.attempt_token(job_id, attempt),
+            server.secret.attempt_token(job_id, attempt),
         ),
         ("GPUCTL_JOB_ID".to_string(), job_id.to_string()),
         ("GPUCTL_RUN_ID".to_string(), run_id.to_string()),
@@ -258,14 +258,14 @@ fn dispatch(
         spec,
         gpus,
         env,
-        stop_grace_ms: state.config.cancel_grace.as_millis() as u64,
+        stop_grace_ms: server.config.cancel_grace.as_millis() as u64,
     }
 }
 
 /// `forget` commands for the jobs whose runs were deleted after they ran
 /// on this node; sent until its agent says they are gone.
-async fn cleanups(state: &AppState, node_id: &str) -> Result<Vec<AgentCommand>, Error> {
-    let jobs: Vec<String> = sql!(&state.db, |pool| {
+async fn cleanups(server: &Handles, node_id: &str) -> Result<Vec<AgentCommand>, Error> {
+    let jobs: Vec<String> = sql!(&server.db, |pool| {
         sqlx::query_scalar("SELECT job_id FROM attempt_cleanups WHERE node_id = $1 ORDER BY job_id LIMIT 100")
             .bind(node_id)
             .fetch_all(pool)
@@ -278,12 +278,12 @@ async fn cleanups(state: &AppState, node_id: &str) -> Result<Vec<AgentCommand>, 
 }
 
 /// The agent removed these jobs' folders: no more `forget` for them.
-pub async fn forgotten(state: &AppState, node_id: &str, jobs: &[String]) -> Result<(), Error> {
+pub async fn forgotten(server: &Handles, node_id: &str, jobs: &[String]) -> Result<(), Error> {
     if jobs.is_empty() {
         return Ok(());
     }
-    let listed = state.db.dialect().json_values("$2");
-    let mut tx = crate::store::write(&state.db).await?;
+    let listed = server.db.dialect().json_values("$2");
+    let mut tx = crate::store::write(&server.db).await?;
     sql!(tx, |conn| {
         sqlx::query(&format!(
             "DELETE FROM attempt_cleanups WHERE node_id = $1 AND job_id IN (SELECT value FROM {listed})"

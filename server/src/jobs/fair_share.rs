@@ -10,9 +10,9 @@
 //! window's attempts from the database.
 
 use crate::jobs::plan::QueuedJob;
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 

@@ -2,14 +2,14 @@
 //! ends an attempt (its row, its sdk token), one ends a job, one decides
 //! between ending a failed job and queueing its retry, one loses an attempt
 //! with its node. Events are recorded in the same transaction; the caller
-//! notifies followers after commit ([`AppState::jobs_changed`]).
+//! notifies followers after commit ([`Wakes::jobs_changed`]).
 //!
-//! [`AppState::jobs_changed`]: crate::state::AppState::jobs_changed
+//! [`Wakes::jobs_changed`]: crate::wake::Wakes::jobs_changed
 
 use crate::events::{self, Links};
-use crate::sql;
 use crate::store::Error;
 use crate::store::Tx;
+use crate::store::sql;
 use crate::store::time::rfc3339;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobSpec, JobStatus};

@@ -2,9 +2,9 @@
 //! starting anything (running jobs continue) and gives every queued job its
 //! reason. Turning it off wakes the scheduler, which dispatches at once.
 
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::node::Maintenance;

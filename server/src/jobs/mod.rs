@@ -3,7 +3,8 @@
 //! `dependencies` (whether a job's `after` jobs let it run), `node_access`
 //! (which nodes a project's node policy opens to a job), `fair_share`'s
 //! `order` (who goes first among equal priorities; its `usage` reads the
-//! database), `windows` (a node pool's daily scheduling window).
+//! database); a node pool's daily scheduling window is a setting
+//! (`config::windows`), which `plan` judges.
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
@@ -17,9 +18,11 @@
 
 pub mod dependencies;
 pub mod dispatch;
+pub mod evaluations;
 pub mod failure;
 pub mod fair_share;
 pub mod lifecycle;
+pub mod liveness;
 pub mod maintenance;
 pub mod node_access;
 pub mod node_policies;
@@ -29,4 +32,27 @@ pub mod quotas;
 pub mod reports;
 pub mod scheduler;
 pub mod store;
-pub mod windows;
+
+use crate::config::ServerConfig;
+use crate::identity::secrets::SecretKey;
+use crate::nodes::agent_link::AgentLink;
+use crate::store::Db;
+use crate::wake::Wakes;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+/// What the scheduler, dispatch and reports need of the server: the
+/// database, the settings, the key that signs sdk tokens and opens
+/// secrets, wake-ups, and the agents' live link. Handlers get it from the
+/// server's state (`FromRef`).
+#[derive(Clone)]
+pub struct Handles {
+    pub db: Db,
+    pub config: Arc<ServerConfig>,
+    pub secret: SecretKey,
+    pub wakes: Wakes,
+    pub agents: Arc<AgentLink>,
+    /// Added to the time scheduling windows are judged at (ms). Always 0 in
+    /// service; tests move it to see a window open or close.
+    pub window_clock_offset_ms: Arc<AtomicI64>,
+}

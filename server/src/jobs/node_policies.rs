@@ -3,7 +3,7 @@
 //! each scheduling pass and each submit, and stores admins' changes.
 
 use crate::jobs::node_access::NodeAccess;
-use crate::sql;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Error, Tx};
 use gpuplane_api::error::FieldError;

@@ -26,8 +26,8 @@
 mod pass;
 mod preemption;
 
+use crate::config::windows::WindowState;
 use crate::jobs::node_access::NodeAccess;
-use crate::jobs::windows::WindowState;
 use gpuplane_api::job::Runner;
 use pass::Pass;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -5,7 +5,7 @@
 //! forever. A token limited to a project is no server admin here either.
 
 use crate::identity::access::Principal;
-use crate::sql;
+use crate::store::sql;
 use crate::store::{Db, Error};
 
 /// Passes when `principal` may give a job of `project` this `priority`

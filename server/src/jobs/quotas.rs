@@ -4,9 +4,9 @@
 //! running jobs of its project or user finish or the quota is raised.
 
 use crate::jobs::plan;
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::quota::{MAX_QUOTA, Quota, QuotaKind, SetQuota};

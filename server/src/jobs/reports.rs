@@ -3,21 +3,22 @@
 //! reporting node's are ignored, and replays change nothing (line numbers
 //! and attempt states make them harmless).
 
+use super::Handles;
+use super::evaluations;
 use crate::events;
 use crate::jobs::failure::{self, Exit, Outcome};
 use crate::jobs::lifecycle::{self, AttemptEnd, JobLinks};
 use crate::logs;
-use crate::runs::{checkpoints, details, evaluations};
-use crate::sql;
-use crate::state::AppState;
+use crate::runs::{checkpoints, details};
 use crate::store::Error;
 use crate::store::Tx;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{Report, ReportItem};
 use gpuplane_api::evaluation::ResultFile;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobKind, JobStatus};
-use gpuplane_api::metric::{Batch, Point};
+use gpuplane_api::metric::Point;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Below this share of free space on a job's filesystem, DISK_LOW is raised.
@@ -34,15 +35,15 @@ pub struct Applied {
 
 /// The node a report comes from, and the server's settings items need.
 struct Reporter<'a> {
-    state: &'a AppState,
+    server: &'a Handles,
     node_id: &'a str,
     node_name: String,
 }
 
 /// Applies an agent's report in one transaction.
-pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, Error> {
+pub async fn apply_report(server: &Handles, report: &Report) -> Result<Applied, Error> {
     let node_id = report.node_id.as_str();
-    let mut tx = crate::store::write(&state.db).await?;
+    let mut tx = crate::store::write(&server.db).await?;
     let node_name: Option<String> = sql!(tx, |conn| {
         sqlx::query_scalar("SELECT name FROM nodes WHERE id = $1")
             .bind(node_id)
@@ -52,7 +53,7 @@ pub async fn apply_report(state: &AppState, report: &Report) -> Result<Applied, 
     let node_name = node_name
         .ok_or_else(|| Error::NotFound(format!("node {node_id} is not registered; send hello first")))?;
     let node = Reporter {
-        state,
+        server,
         node_id,
         node_name,
     };
@@ -127,7 +128,7 @@ async fn apply_item(
                 time: *time,
                 lines,
             };
-            logs::ingest(conn, batch, node.state.config.settings.log_tail_lines).await?;
+            logs::ingest(conn, batch, node.server.config.settings.log_tail_lines).await?;
             Ok(false)
         }
         ReportItem::Exited {
@@ -411,7 +412,7 @@ async fn exited(
         timed_out: time_limit_s.filter(|_| exit.timed_out),
         output: &output,
     });
-    let loss_pattern = &node.state.config.settings.loss_pattern;
+    let loss_pattern = &node.server.config.settings.loss_pattern;
     if outcome.status == JobStatus::Succeeded
         && kind == JobKind::Evaluate.as_str()
         && let Err(reason) = evaluations::accept(conn, job_id, exit.eval_result, loss_pattern).await?
@@ -523,17 +524,15 @@ async fn points_read(
     batch_id: &str,
     points: &[Point],
 ) -> Result<bool, Error> {
-    let batch = Batch {
-        batch_id: batch_id.to_string(),
-        points: points.to_vec(),
-        texts: Vec::new(),
+    let batch = match crate::metrics::prepare(batch_id.to_string(), points, Vec::new()) {
+        Ok(batch) => batch,
+        Err(error) => {
+            tracing::warn!(job_id, %error, "TensorBoard points refused");
+            return Ok(false);
+        }
     };
-    if let Err(error) = crate::metrics::validate(&batch) {
-        tracing::warn!(job_id, %error, "TensorBoard points refused");
-        return Ok(false);
-    }
     let run_id = run_of(conn, job_id).await?;
-    crate::metrics::ingest(conn, &run_id, batch, &node.state.config.settings.loss_pattern).await?;
+    crate::metrics::store(conn, &run_id, &batch, &node.server.config.settings.loss_pattern).await?;
     Ok(true)
 }
 

@@ -2,6 +2,7 @@
 //! (never on a slow tick), plans a pass over the whole queue and applies it
 //! in one transaction, then wakes the agents it dispatched to.
 
+use super::Handles;
 use crate::events::{self, Links};
 use crate::identity::credentials::hash_token;
 use crate::jobs::dependencies::{self, Verdict};
@@ -9,12 +10,11 @@ use crate::jobs::fair_share;
 use crate::jobs::lifecycle;
 use crate::jobs::node_access::NodeAccess;
 use crate::jobs::plan::{NodeCapacity, Placement, Plan, Preemption, QueuedJob, Rules, RunningAttempt, plan};
-use crate::replicas::Wake;
-use crate::sql;
-use crate::state::AppState;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Dialect, Error, Tx};
+use crate::wake::Wake;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobStatus, Runner};
 use gpuplane_api::node::NODE_NAME_LABEL;
@@ -22,9 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(server: Handles, mut shutdown: watch::Receiver<bool>) {
     loop {
-        let next = match pass(&state).await {
+        let next = match pass(&server).await {
             Ok(Some(wake_at)) => Duration::from_millis((wake_at - now_ms()).max(1) as u64),
             Ok(None) => Duration::from_secs(3600),
             Err(error) => {
@@ -33,7 +33,7 @@ pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
             }
         };
         tokio::select! {
-            _ = state.scheduler_wake.notified() => {}
+            _ = server.wakes.scheduler().notified() => {}
             _ = tokio::time::sleep(next) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
@@ -62,70 +62,70 @@ struct QueueRow {
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
-pub async fn pass(state: &AppState) -> Result<Option<i64>, Error> {
-    let (queue, current_reasons) = load_queue(state).await?;
+pub async fn pass(server: &Handles) -> Result<Option<i64>, Error> {
+    let (queue, current_reasons) = load_queue(server).await?;
     if queue.is_empty() {
         return Ok(None);
     }
     let now = now_ms();
-    let maintenance = crate::jobs::maintenance::current(&state.db).await?;
+    let maintenance = crate::jobs::maintenance::current(&server.db).await?;
     if maintenance.on {
         // Nothing starts; every queued job says why. Turning it off wakes us.
         let reason = crate::jobs::maintenance::queued_reason(&maintenance);
         let reasons: Vec<(String, String)> =
             queue.iter().map(|job| (job.id.clone(), reason.clone())).collect();
-        apply(state, &[], &reasons, &current_reasons, now).await?;
+        apply(server, &[], &reasons, &current_reasons, now).await?;
         return Ok(None);
     }
-    let (mut queue, waiting, never) = hold_back_dependents(state, queue).await?;
-    let policy = fair_share_policy(state);
+    let (mut queue, waiting, never) = hold_back_dependents(server, queue).await?;
+    let policy = fair_share_policy(server);
     if fair_share::applies(&queue, policy) {
-        let usage = fair_share::usage(&state.db, policy.window_ms, now).await?;
+        let usage = fair_share::usage(&server.db, policy.window_ms, now).await?;
         fair_share::order(&mut queue, &usage, policy, now);
     }
-    let mut nodes = load_nodes(state).await?;
-    judge_windows(state, &mut nodes, now);
-    let quotas = crate::jobs::quotas::for_plan(&state.db).await?;
-    let access = node_access(state).await?;
-    let mut plan = plan(&queue, &nodes, &quotas, &access, rules(state), now);
+    let mut nodes = load_nodes(server).await?;
+    judge_windows(server, &mut nodes, now);
+    let quotas = crate::jobs::quotas::for_plan(&server.db).await?;
+    let access = node_access(server).await?;
+    let mut plan = plan(&queue, &nodes, &quotas, &access, rules(server), now);
     if !plan.unmatched.is_empty() {
-        explain_drained_nodes(state, &queue, &mut plan).await?;
+        explain_drained_nodes(server, &queue, &mut plan).await?;
     }
     plan.reasons.extend(waiting);
-    apply(state, &plan.placements, &plan.reasons, &current_reasons, now).await?;
+    apply(server, &plan.placements, &plan.reasons, &current_reasons, now).await?;
     if !plan.preemptions.is_empty() {
-        preempt(state, &plan.preemptions, now).await?;
+        preempt(server, &plan.preemptions, now).await?;
     }
     if !never.is_empty() {
-        fail_dependents(state, &never, now).await?;
+        fail_dependents(server, &never, now).await?;
         // Their ends may settle other jobs' `after` (`:finished`, or a chain).
-        state.jobs_changed();
+        server.wakes.jobs_changed();
     }
     Ok(plan.wake_at)
 }
 
 /// The projects' node policies as they are now.
-pub async fn node_access(state: &AppState) -> Result<NodeAccess, Error> {
-    let mut tx = crate::store::read(&state.db).await?;
+pub async fn node_access(server: &Handles) -> Result<NodeAccess, Error> {
+    let mut tx = crate::store::read(&server.db).await?;
     crate::jobs::node_policies::access(&mut tx).await
 }
 
 /// What the pass may do besides filling free GPUs, from the settings.
-pub fn rules(state: &AppState) -> Rules {
+pub fn rules(server: &Handles) -> Rules {
     Rules {
-        cpu_slots_per_node: state.config.settings.cpu_slots_per_node,
-        preempt_priority: state.config.settings.preempt_priority,
+        cpu_slots_per_node: server.config.settings.cpu_slots_per_node,
+        preempt_priority: server.config.settings.preempt_priority,
     }
 }
 
 /// Gives each node of a pool with a scheduling window where that window
 /// stands now (judged at the window clock, in real time for the plan).
-pub fn judge_windows(state: &AppState, nodes: &mut [NodeCapacity], now: i64) {
-    let windows = &state.config.scheduling_windows;
+pub fn judge_windows(server: &Handles, nodes: &mut [NodeCapacity], now: i64) {
+    let windows = &server.config.scheduling_windows;
     if windows.is_empty() {
         return;
     }
-    let offset = state
+    let offset = server
         .window_clock_offset_ms
         .load(std::sync::atomic::Ordering::Relaxed);
     for node in nodes {
@@ -142,8 +142,8 @@ pub fn judge_windows(state: &AppState, nodes: &mut [NodeCapacity], now: i64) {
 }
 
 /// Fair share's window and aging, from the settings.
-pub fn fair_share_policy(state: &AppState) -> fair_share::Policy {
-    let settings = &state.config.settings;
+pub fn fair_share_policy(server: &Handles) -> fair_share::Policy {
+    let settings = &server.config.settings;
     fair_share::Policy {
         window_ms: settings.fair_share_window_s.saturating_mul(1000) as i64,
         max_wait_ms: settings.fair_share_max_wait_s.saturating_mul(1000) as i64,
@@ -153,9 +153,9 @@ pub fn fair_share_policy(state: &AppState) -> fair_share::Policy {
 /// Marks the attempts the plan preempts (each with a JOB_PREEMPTED event)
 /// and wakes their agents: their next poll carries the stop, with the
 /// preemption grace. The job is queued again when the attempt ends.
-async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Result<(), Error> {
-    let grace = gpuplane_api::duration::format_seconds(state.config.settings.preemption_grace_s as i64);
-    let mut tx = crate::store::write(&state.db).await?;
+async fn preempt(server: &Handles, preemptions: &[Preemption], now: i64) -> Result<(), Error> {
+    let grace = gpuplane_api::duration::format_seconds(server.config.settings.preemption_grace_s as i64);
+    let mut tx = crate::store::write(&server.db).await?;
     let mut nodes = Vec::new();
     for p in preemptions {
         // It may have ended, or been preempted already, since the nodes were read.
@@ -205,17 +205,17 @@ async fn preempt(state: &AppState, preemptions: &[Preemption], now: i64) -> Resu
     tx.commit().await?;
     nodes.dedup();
     for node_id in &nodes {
-        state.wake(Wake::Agent(node_id.clone()));
+        server.wakes.wake(Wake::Agent(node_id.clone()));
     }
     if !nodes.is_empty() {
-        state.jobs_changed();
+        server.wakes.jobs_changed();
     }
     Ok(())
 }
 
 /// Splits the queue by `after`: the jobs to plan now, the reasons of those
 /// still waiting for other jobs, and those that can never run.
-async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result<Split, Error> {
+async fn hold_back_dependents(server: &Handles, queue: Vec<QueuedJob>) -> Result<Split, Error> {
     if queue.iter().all(|job| job.after.is_empty()) {
         return Ok((queue, Vec::new(), Vec::new()));
     }
@@ -224,8 +224,8 @@ async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result
         .flat_map(|job| job.after.iter().map(|d| d.job_id.as_str()))
         .collect();
     let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
-    let job_ids = state.db.dialect().json_values("$1");
-    let rows: Vec<(String, String)> = sql!(&state.db, |pool| {
+    let job_ids = server.db.dialect().json_values("$1");
+    let rows: Vec<(String, String)> = sql!(&server.db, |pool| {
         sqlx::query_as(&format!(
             "SELECT id, status FROM jobs WHERE id IN (SELECT value FROM {job_ids})"
         ))
@@ -254,8 +254,8 @@ async fn hold_back_dependents(state: &AppState, queue: Vec<QueuedJob>) -> Result
 type Split = (Vec<QueuedJob>, Vec<(String, String)>, Vec<(String, String)>);
 
 /// Fails queued jobs whose `after` can no longer be met (DEPENDENCY_FAILED).
-async fn fail_dependents(state: &AppState, never: &[(String, String)], now: i64) -> Result<(), Error> {
-    let mut tx = crate::store::write(&state.db).await?;
+async fn fail_dependents(server: &Handles, never: &[(String, String)], now: i64) -> Result<(), Error> {
+    let mut tx = crate::store::write(&server.db).await?;
     for (job_id, detail) in never {
         // It may have been cancelled or held since the queue was read.
         let still_queued: Option<String> = sql!(tx, |conn| {
@@ -282,13 +282,13 @@ async fn fail_dependents(state: &AppState, never: &[(String, String)], now: i64)
 
 /// The QUEUED jobs in dispatch order, and the reason each carries now.
 pub async fn load_queue(
-    state: &AppState,
+    server: &Handles,
 ) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), Error> {
     // One row holding a JSON array: the driver's per-row cost dominates at
     // 10,000 rows, and a pass reads the whole queue. Time limits are in the
     // spec, read only when scheduling windows need them.
-    let dialect = state.db.dialect();
-    let time_limit = if state.config.scheduling_windows.is_empty() {
+    let dialect = server.db.dialect();
+    let time_limit = if server.config.scheduling_windows.is_empty() {
         "NULL".to_string()
     } else {
         format!("CAST({} AS BIGINT)", dialect.json_field("spec", "time_limit_s"))
@@ -308,7 +308,9 @@ pub async fn load_queue(
              FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL"
         ),
     };
-    let json: String = sql!(&state.db, |pool| sqlx::query_scalar(&query).fetch_one(pool).await)?;
+    let json: String = sql!(&server.db, |pool| sqlx::query_scalar(&query)
+        .fetch_one(pool)
+        .await)?;
     let rows: Vec<QueueRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     let mut selectors: HashMap<String, BTreeMap<String, String>> = HashMap::new();
     let mut reasons = HashMap::with_capacity(rows.len());
@@ -354,8 +356,8 @@ pub async fn load_queue(
 
 /// A job that no node of the pass matches, while drained nodes would, says
 /// so: the reason names them instead of "no online node".
-async fn explain_drained_nodes(state: &AppState, queue: &[QueuedJob], plan: &mut Plan) -> Result<(), Error> {
-    let drained: Vec<(String, String)> = sql!(&state.db, |pool| {
+async fn explain_drained_nodes(server: &Handles, queue: &[QueuedJob], plan: &mut Plan) -> Result<(), Error> {
+    let drained: Vec<(String, String)> = sql!(&server.db, |pool| {
         sqlx::query_as(
             "SELECT name, labels FROM nodes WHERE status = 'ONLINE' AND drained_at IS NOT NULL ORDER BY name",
         )
@@ -416,9 +418,9 @@ struct ActiveRow(
 
 /// ONLINE nodes with their GPUs and what active attempts hold, in one query;
 /// with preemption on, the GPU attempts themselves too.
-pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
-    let preemption = state.config.settings.preempt_priority.is_some();
-    let dialect = state.db.dialect();
+pub async fn load_nodes(server: &Handles) -> Result<Vec<NodeCapacity>, Error> {
+    let preemption = server.config.settings.preempt_priority.is_some();
+    let dialect = server.db.dialect();
     let held = dialect.json_of("a.gpus");
     let (attempt, from_attempts) = if preemption {
         (
@@ -458,7 +460,9 @@ pub async fn load_nodes(state: &AppState) -> Result<Vec<NodeCapacity>, Error> {
         Vec<u32>,
         Vec<ActiveRow>,
     );
-    let json: String = sql!(&state.db, |pool| sqlx::query_scalar(&query).fetch_one(pool).await)?;
+    let json: String = sql!(&server.db, |pool| sqlx::query_scalar(&query)
+        .fetch_one(pool)
+        .await)?;
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     Ok(rows
         .into_iter()
@@ -520,7 +524,7 @@ async fn gpus_taken(tx: &mut Tx, node_id: &str, gpus: &[u32]) -> Result<bool, Er
 /// Applies a plan in one transaction: each placement claims its job and
 /// GPUs (unless they were taken meanwhile), each changed reason is stored.
 pub async fn apply(
-    state: &AppState,
+    server: &Handles,
     placements: &[Placement],
     reasons: &[(String, String)],
     current: &HashMap<String, Option<String>>,
@@ -533,7 +537,7 @@ pub async fn apply(
     if placements.is_empty() && changed.is_empty() {
         return Ok(());
     }
-    let mut tx = crate::store::write(&state.db).await?;
+    let mut tx = crate::store::write(&server.db).await?;
     let mut dispatched_to = Vec::new();
     for placement in placements {
         // Another leader may have taken these GPUs since this plan was read
@@ -565,7 +569,7 @@ pub async fn apply(
         let token_id = match &submitted_by {
             Some(user_id) => {
                 let token_id = new_id("tok");
-                let secret = state.secret.attempt_token(&placement.job_id, attempt);
+                let secret = server.secret.attempt_token(&placement.job_id, attempt);
                 sql!(tx, |conn| {
                     sqlx::query(
                         "INSERT INTO api_tokens (id, user_id, name, scope, token_hash, created_at, run_id)
@@ -615,7 +619,7 @@ pub async fn apply(
     tx.commit().await?;
     dispatched_to.dedup();
     for node_id in dispatched_to {
-        state.wake(Wake::Agent(node_id));
+        server.wakes.wake(Wake::Agent(node_id));
     }
     Ok(())
 }

@@ -6,8 +6,8 @@
 //! by itself: every request still needs its bearer token.
 
 use crate::identity::credentials::hash_token;
-use crate::sql;
 use crate::store::Db;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use rmcp::transport::streamable_http_server::session::{SessionState, SessionStore, SessionStoreError};
 

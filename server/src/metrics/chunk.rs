@@ -39,12 +39,7 @@ pub const LEVELS: [Level; 3] = [
     },
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RawPoint {
-    pub step: i64,
-    pub wall: f64,
-    pub value: f64,
-}
+pub use super::codec::RawPoint;
 
 /// Aggregates of consecutive points (in step order).
 #[derive(Debug, Clone, Copy, PartialEq)]

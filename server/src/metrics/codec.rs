@@ -20,10 +20,17 @@
 mod bits;
 mod values;
 
-use super::chunk::RawPoint;
 pub use bits::Corrupt;
 use bits::{BitReader, BitWriter, DeltaOfDelta, read_varint, write_varint};
 use values::{ValueCoder, Values, is_float32};
+
+/// One point of a series, as the codec packs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RawPoint {
+    pub step: i64,
+    pub wall: f64,
+    pub value: f64,
+}
 
 const VERSION: u8 = 1;
 

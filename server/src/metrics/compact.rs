@@ -10,10 +10,10 @@
 
 use super::chunk::{CHUNK_POINTS, MERGED_CHUNK_POINTS, RawPoint, decode_points};
 use super::{EncodedChunk, encode_chunks, insert_encoded, sort_points};
-use crate::sql;
-use crate::state::AppState;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
+use crate::wake::Wakes;
 use std::time::Duration;
 
 /// Chunks with fewer points than this count as small.
@@ -26,11 +26,11 @@ const CHUNKS_BEFORE_COMPACTING: i64 = 16;
 
 /// Runs until shutdown: after ingest (events are recorded with it) and every
 /// half minute, compacts the series that got small chunks.
-pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+pub async fn run(db: Db, delay: Duration, wakes: Wakes, mut shutdown: tokio::sync::watch::Receiver<bool>) {
     let mut seen = 0;
-    let mut recorded = state.event_recorded.subscribe();
+    let mut recorded = wakes.subscribe_events();
     loop {
-        if let Err(error) = pass(&state.db, &mut seen).await {
+        if let Err(error) = pass(&db, &mut seen).await {
             tracing::warn!(%error, "metric compaction failed; will try again");
         }
         tokio::select! {
@@ -40,7 +40,7 @@ pub async fn run(state: AppState, mut shutdown: tokio::sync::watch::Receiver<boo
         }
         // Let a burst of batches land first.
         tokio::select! {
-            () = tokio::time::sleep(state.config.compaction_delay) => {}
+            () = tokio::time::sleep(delay) => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
     }

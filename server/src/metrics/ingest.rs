@@ -5,14 +5,13 @@
 //! `LOSS_NAN` event.
 
 use super::chunk::{CHUNK_POINTS, LEVELS, RawPoint, encode_points, encode_summary};
-use super::{codec, texts};
+use super::texts;
 use crate::events::{self, Links};
-use crate::sql;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Error, Tx};
 use gpuplane_api::event::{EventKind, Severity};
-use gpuplane_api::metric::{Batch, IngestResult, Point, Text, Value};
-use std::collections::BTreeMap;
+use gpuplane_api::metric::{IngestResult, Text, Value};
 
 /// Whether a key is "loss-like" for LOSS_NAN: a glob with `*`, case-insensitive.
 pub fn matches_pattern(pattern: &str, key: &str) -> bool {
@@ -95,26 +94,6 @@ impl SeriesUpdate {
     }
 }
 
-/// Prepares a validated batch (see [`PreparedBatch`]). The API reads its
-/// bodies with [`wire::WireBatch`] instead, to the same result.
-pub fn prepare(batch: Batch) -> PreparedBatch {
-    let mut by_key: BTreeMap<&str, Vec<RawPoint>> = BTreeMap::new();
-    for Point {
-        key,
-        step,
-        wall_time,
-        value,
-    } in &batch.points
-    {
-        by_key.entry(key.as_str()).or_default().push(RawPoint {
-            step: *step,
-            wall: codec::to_millis(*wall_time),
-            value: value.0,
-        });
-    }
-    prepared(batch.batch_id, batch.points.len(), batch.texts, by_key)
-}
-
 /// A batch's points, grouped by key in key order, sorted and encoded.
 pub(super) fn prepared<K: AsRef<str>>(
     batch_id: String,
@@ -139,18 +118,6 @@ pub(super) fn prepared<K: AsRef<str>>(
         texts,
         series,
     }
-}
-
-/// Stores a validated batch for a run in the caller's transaction. A
-/// batch id already acknowledged for the run adds nothing. Raises LOSS_NAN
-/// once per run and loss-like key.
-pub async fn ingest(
-    conn: &mut Tx,
-    run_id: &str,
-    batch: Batch,
-    loss_pattern: &str,
-) -> Result<IngestResult, Error> {
-    store(conn, run_id, &prepare(batch), loss_pattern).await
 }
 
 /// [`ingest`] of a batch prepared before the transaction.

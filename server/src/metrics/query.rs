@@ -4,7 +4,7 @@
 //! latest values of many runs at once; values at given steps.
 
 use super::chunk::{LEVELS, Level, RawPoint, Sub, decode_points, decode_steps, decode_summary};
-use crate::sql;
+use crate::store::sql;
 use crate::store::{Db, Error, Tx};
 use gpuplane_api::metric::{Bucket, Latest, Series, SeriesPoint, Value};
 use std::collections::{BTreeMap, HashMap};

@@ -2,37 +2,14 @@
 //! stored with a metric batch, in its transaction, and listed newest step
 //! first for the run page's table.
 
-use crate::sql;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::{Db, Tx};
-use gpuplane_api::error::FieldError;
 use gpuplane_api::metric::Text;
 
 /// The most texts one batch may carry, and the longest text.
 pub const MAX_BATCH_TEXTS: usize = 1_000;
 pub const MAX_TEXT_BYTES: usize = 64 * 1024;
-
-/// Adds one error per bad text field to `errors` (at most 20 in all).
-pub fn validate(texts: &[Text], errors: &mut Vec<FieldError>) {
-    if texts.len() > MAX_BATCH_TEXTS {
-        errors.push(FieldError {
-            field: "texts".into(),
-            message: format!("at most {MAX_BATCH_TEXTS} texts per batch; send several batches"),
-        });
-    }
-    for (at, text) in texts.iter().enumerate() {
-        if errors.len() >= 20 {
-            break;
-        }
-        super::validate::check_key_and_time("texts", at, &text.key, text.wall_time, errors);
-        if text.text.len() > MAX_TEXT_BYTES {
-            errors.push(FieldError {
-                field: format!("texts[{at}].text"),
-                message: format!("at most {} KiB", MAX_TEXT_BYTES / 1024),
-            });
-        }
-    }
-}
 
 /// Stores a validated batch's texts in the caller's transaction.
 pub async fn insert(conn: &mut Tx, run_id: &str, texts: &[Text]) -> Result<(), Error> {

@@ -1,11 +1,11 @@
-//! A metric batch's checks before anything is stored: its size, keys,
-//! wall times and texts, one error per bad field (at most
-//! `MAX_POINT_ERRORS` for the points, then for the texts).
+//! The rules of a metric batch, checked before anything is stored: its
+//! size, keys, wall times and texts, one error per bad field (at most
+//! `MAX_POINT_ERRORS` for the points, then for the texts). `wire.rs`
+//! applies them to every batch, whichever way it arrived.
 
-use super::texts;
-use crate::store::Error;
+use super::texts::{MAX_BATCH_TEXTS, MAX_TEXT_BYTES};
 use gpuplane_api::error::FieldError;
-use gpuplane_api::metric::{Batch, Text};
+use gpuplane_api::metric::Text;
 
 /// The most points one batch may carry.
 pub const MAX_BATCH_POINTS: usize = 100_000;
@@ -13,23 +13,6 @@ pub const MAX_KEY_LEN: usize = 256;
 
 /// The most errors reported for a batch's points (and then for its texts).
 pub(super) const MAX_POINT_ERRORS: usize = 20;
-
-/// Checks a batch; one error per bad field.
-pub fn validate(batch: &Batch) -> Result<(), Error> {
-    let mut point_errors = Vec::new();
-    for (at, point) in batch.points.iter().enumerate() {
-        if point_errors.len() >= MAX_POINT_ERRORS {
-            break;
-        }
-        check_key_and_time("points", at, &point.key, point.wall_time, &mut point_errors);
-    }
-    let errors = batch_errors(&batch.batch_id, batch.points.len(), point_errors, &batch.texts);
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Invalid(errors))
-    }
-}
 
 /// A batch's errors: its id, its size, then its points' (found by the
 /// caller, at most [`MAX_POINT_ERRORS`]), then its texts'.
@@ -53,7 +36,7 @@ pub(super) fn batch_errors(
         });
     }
     errors.extend(point_errors);
-    texts::validate(texts, &mut errors);
+    validate_texts(texts, &mut errors);
     errors
 }
 
@@ -90,5 +73,27 @@ pub(super) fn check_time(list: &str, at: usize, wall_time: f64, errors: &mut Vec
             field: format!("{list}[{at}].wall_time"),
             message: "must be a finite number of seconds since the epoch".into(),
         });
+    }
+}
+
+/// Adds one error per bad text field to `errors` (at most 20 in all).
+fn validate_texts(texts: &[Text], errors: &mut Vec<FieldError>) {
+    if texts.len() > MAX_BATCH_TEXTS {
+        errors.push(FieldError {
+            field: "texts".into(),
+            message: format!("at most {MAX_BATCH_TEXTS} texts per batch; send several batches"),
+        });
+    }
+    for (at, text) in texts.iter().enumerate() {
+        if errors.len() >= 20 {
+            break;
+        }
+        check_key_and_time("texts", at, &text.key, text.wall_time, errors);
+        if text.text.len() > MAX_TEXT_BYTES {
+            errors.push(FieldError {
+                field: format!("texts[{at}].text"),
+                message: format!("at most {} KiB", MAX_TEXT_BYTES / 1024),
+            });
+        }
     }
 }

@@ -1,16 +1,18 @@
-//! The ingest body read in one pass: points are grouped by key as they are
-//! parsed, keys are borrowed from the body (no allocation per point) and
-//! each distinct key is checked once. It reads exactly the JSON that
-//! [`Batch`](gpuplane_api::metric::Batch) describes and answers exactly
-//! what [`super::validate`] and [`super::prepare`] answer for it; a fuzz
-//! test holds the two paths to the same results.
+//! The one way a metric batch is checked and prepared for the store.
+//! Points are grouped by key as they come, keys are borrowed (no
+//! allocation per point) and each distinct key is checked once. The API
+//! reads its bodies with [`WireBatch`] in one pass, which reads exactly the
+//! JSON that [`Batch`](gpuplane_api::metric::Batch) describes (a fuzz test
+//! holds the two parsers to the same results); points already parsed (an
+//! agent's TensorBoard points, an evaluation's metrics) go through
+//! [`prepare`].
 
 use super::chunk::RawPoint;
 use super::validate::{MAX_POINT_ERRORS, batch_errors, check_time, key_error, key_is_valid};
 use super::{PreparedBatch, codec};
 use crate::store::Error;
 use gpuplane_api::error::FieldError;
-use gpuplane_api::metric::{Text, Value};
+use gpuplane_api::metric::{Point, Text, Value};
 use serde::Deserialize;
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -99,20 +101,32 @@ impl<'a> GroupedPoints<'a> {
 }
 
 impl WireBatch<'_> {
-    /// Checks and prepares the batch: [`super::validate`], then
-    /// [`super::prepare`], with the same errors and the same result.
+    /// Checks and prepares the batch; one error per bad field.
     pub fn prepare(self) -> Result<PreparedBatch, Error> {
-        let points = self.points;
-        let errors = batch_errors(&self.batch_id, points.count, points.errors, &self.texts);
-        if !errors.is_empty() {
-            return Err(Error::Invalid(errors));
-        }
-        let by_key = points.by_key.into_iter().map(|(key, (points, _))| (key, points));
-        Ok(super::ingest::prepared(
-            self.batch_id,
-            points.count,
-            self.texts,
-            by_key,
-        ))
+        checked(self.batch_id, self.points, self.texts)
     }
+}
+
+/// Checks and prepares a batch whose points are already parsed, exactly as
+/// [`WireBatch::prepare`] does a body holding them.
+pub fn prepare(batch_id: String, points: &[Point], texts: Vec<Text>) -> Result<PreparedBatch, Error> {
+    let mut grouped = GroupedPoints::default();
+    for point in points {
+        grouped.add(WirePoint {
+            key: Cow::Borrowed(&point.key),
+            step: point.step,
+            wall_time: point.wall_time,
+            value: point.value,
+        });
+    }
+    checked(batch_id, grouped, texts)
+}
+
+fn checked(batch_id: String, points: GroupedPoints<'_>, texts: Vec<Text>) -> Result<PreparedBatch, Error> {
+    let errors = batch_errors(&batch_id, points.count, points.errors, &texts);
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    let by_key = points.by_key.into_iter().map(|(key, (points, _))| (key, points));
+    Ok(super::ingest::prepared(batch_id, points.count, texts, by_key))
 }

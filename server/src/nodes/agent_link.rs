@@ -1,34 +1,40 @@
-//! The live side of the agent protocol, in memory: wakers for long polls,
-//! one-shot commands waiting for a node's next poll, and full-log fetches
+//! The live side of the agent protocol, in memory: one-shot commands
+//! waiting for a node's next poll (waking it, `wake.rs`), and full-log fetches
 //! relayed from an agent's upload to the user who asked; and the name of
 //! each node id seen, which never changes (nodes are neither renamed nor
 //! deleted), so an agent's poll checks its node without a query.
 
-use crate::sql;
 use crate::store::Db;
+use crate::store::sql;
+use crate::wake::{Wake, Wakes};
 use axum::body::Body;
 use gpuplane_api::agent::AgentCommand;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use tokio::sync::{Notify, oneshot};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use tokio::sync::oneshot;
 
 /// An agent's upload and a signal to send when its reader has finished with it.
 pub type Upload = (Body, oneshot::Sender<()>);
 
-#[derive(Default)]
 pub struct AgentLink {
-    wakers: Mutex<HashMap<String, Arc<Notify>>>,
+    wakes: Wakes,
     pending: Mutex<HashMap<String, Vec<AgentCommand>>>,
     /// Fetches waiting for an upload: the node asked (by name) and the reader.
     fetches: Mutex<HashMap<String, (String, oneshot::Sender<Upload>)>>,
     /// Node id → node name, for the nodes looked up so far.
     names: Mutex<HashMap<String, String>>,
-    /// Nodes that may have full-log fetches waiting in the database
-    /// (`log_relay`), to claim at their next poll here.
-    fetches_waiting: Mutex<HashSet<String>>,
 }
 
 impl AgentLink {
+    pub fn new(wakes: Wakes) -> Self {
+        AgentLink {
+            wakes,
+            pending: Mutex::default(),
+            fetches: Mutex::default(),
+            names: Mutex::default(),
+        }
+    }
+
     /// The name of the node with id `node_id`, or `None` if no such node
     /// is registered.
     pub async fn node_name(&self, db: &Db, node_id: &str) -> Result<Option<String>, sqlx::Error> {
@@ -48,48 +54,12 @@ impl AgentLink {
         Ok(name)
     }
 
-    /// The notifier a node's long poll waits on.
-    pub fn waker(&self, node_id: &str) -> Arc<Notify> {
-        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        wakers.entry(node_id.to_string()).or_default().clone()
-    }
-
-    /// Ends a node's long poll now (or its next one at once) so it picks up commands.
-    pub fn wake(&self, node_id: &str) {
-        self.waker(node_id).notify_one();
-    }
-
-    /// Ends every long poll waiting here, so each looks for commands
-    /// again, fetches waiting in the database too.
-    pub fn wake_all(&self) {
-        let wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        let mut fetches = self.fetches_waiting.lock().unwrap_or_else(|e| e.into_inner());
-        for (node_id, waker) in wakers.iter() {
-            fetches.insert(node_id.clone());
-            waker.notify_one();
-        }
-    }
-
-    /// The node may have a fetch waiting in the database: its next poll here looks.
-    pub fn fetch_waiting(&self, node_id: &str) {
-        let mut fetches = self.fetches_waiting.lock().unwrap_or_else(|e| e.into_inner());
-        fetches.insert(node_id.to_string());
-        drop(fetches);
-        self.wake(node_id);
-    }
-
-    /// Whether the node's poll should claim fetches from the database (once).
-    pub fn take_fetch_waiting(&self, node_id: &str) -> bool {
-        let mut fetches = self.fetches_waiting.lock().unwrap_or_else(|e| e.into_inner());
-        fetches.remove(node_id)
-    }
-
     /// Queues a command for the node's next poll.
     pub fn push(&self, node_id: &str, command: AgentCommand) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.entry(node_id.to_string()).or_default().push(command);
         drop(pending);
-        self.wake(node_id);
+        self.wakes.wake_here(&Wake::Agent(node_id.to_string()));
     }
 
     pub fn take_pending(&self, node_id: &str) -> Vec<AgentCommand> {

@@ -9,19 +9,20 @@
 //! is written.
 
 use super::{record_reconnect, write_gpus};
-use crate::sql;
-use crate::state::AppState;
-use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::now_ms;
+use crate::store::{Db, Error};
+use crate::wake::{Wake, Wakes};
 use gpuplane_api::node::Gpu;
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// The readings waiting to be written, a node's latest only.
-#[derive(Default)]
 pub struct Heartbeats {
+    db: Db,
+    wakes: Wakes,
     waiting: Mutex<HashMap<String, Reading>>,
     arrived: Notify,
     /// Held while readings are written, so a flush waits for one in progress.
@@ -34,6 +35,16 @@ struct Reading {
 }
 
 impl Heartbeats {
+    pub fn new(db: Db, wakes: Wakes) -> Self {
+        Heartbeats {
+            db,
+            wakes,
+            waiting: Mutex::default(),
+            arrived: Notify::new(),
+            writing: tokio::sync::Mutex::default(),
+        }
+    }
+
     /// How often readings are written at most: a quarter of the heartbeat
     /// interval, and at least every 250 ms (a node's last-seen time in the
     /// database is that much behind at most; the node timeout is many
@@ -55,13 +66,13 @@ impl Heartbeats {
     /// Writes every waiting reading in one transaction. A node that was
     /// OFFLINE is ONLINE again, with its AGENT_RECONNECTED event; then the
     /// liveness monitor and the scheduler are woken.
-    pub async fn flush(&self, state: &AppState) -> Result<(), Error> {
+    pub async fn flush(&self) -> Result<(), Error> {
         let _writing = self.writing.lock().await;
         let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
         if waiting.is_empty() {
             return Ok(());
         }
-        let mut tx = crate::store::write(&state.db).await?;
+        let mut tx = crate::store::write(&self.db).await?;
         // Most nodes are ONLINE: their times are written in one statement.
         let times: Vec<(&str, i64)> = waiting.iter().map(|(id, r)| (id.as_str(), r.at)).collect();
         let dialect = tx.dialect();
@@ -113,8 +124,8 @@ impl Heartbeats {
         write_gpus(&mut tx, &gpus).await?;
         tx.commit().await?;
         if reconnected {
-            state.wake(crate::replicas::Wake::Nodes);
-            state.jobs_changed();
+            self.wakes.wake(Wake::Nodes);
+            self.wakes.jobs_changed();
         }
         Ok(())
     }
@@ -122,15 +133,18 @@ impl Heartbeats {
 
 /// Runs until shutdown: writes the waiting readings when some arrive, at
 /// most every [`Heartbeats::flush_every`].
-pub async fn writer(state: AppState) {
-    let every = Heartbeats::flush_every(state.config.heartbeat_interval);
-    let mut shutdown = state.shutdown.clone();
+pub async fn writer(
+    heartbeats: Arc<Heartbeats>,
+    heartbeat_interval: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let every = Heartbeats::flush_every(heartbeat_interval);
     loop {
         tokio::select! {
-            () = state.heartbeats.arrived.notified() => {}
+            () = heartbeats.arrived.notified() => {}
             _ = shutdown.wait_for(|stop| *stop) => return,
         }
-        if let Err(error) = state.heartbeats.flush(&state).await {
+        if let Err(error) = heartbeats.flush().await {
             tracing::warn!(%error, "writing heartbeats failed; will try again");
         }
         tokio::select! {

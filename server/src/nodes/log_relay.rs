@@ -9,11 +9,10 @@
 //! ahead of the reader; the asking replica streams and deletes them
 //! ([`parts`]), and forgets the fetch when its reader is done or gone.
 
-use crate::replicas::Wake;
-use crate::sql;
-use crate::state::AppState;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Error};
+use crate::wake::{Wake, Wakes};
 use axum::body::{Body, Bytes};
 use futures_util::{Stream, StreamExt};
 use gpuplane_api::agent::AgentCommand;
@@ -33,14 +32,15 @@ pub const KEEP_MS: i64 = 3600 * 1000;
 
 /// Asks the node's agent for a file, through whichever replica it polls.
 pub async fn ask(
-    state: &AppState,
+    db: &Db,
+    wakes: &Wakes,
     request_id: &str,
     node_id: &str,
     node_name: &str,
     command: &AgentCommand,
 ) -> Result<(), Error> {
     let command = serde_json::to_string(command).map_err(anyhow::Error::from)?;
-    let mut tx = crate::store::write(&state.db).await?;
+    let mut tx = crate::store::write(db).await?;
     sql!(tx, |conn| {
         sqlx::query(
             "INSERT INTO log_fetches (request_id, node_id, node_name, command, created_at) VALUES ($1, $2, $3, $4, $5)",
@@ -55,7 +55,7 @@ pub async fn ask(
         .map(|_| ())
     })?;
     tx.commit().await?;
-    state.wake(Wake::Fetch(node_id.to_string()));
+    wakes.wake(Wake::Fetch(node_id.to_string()));
     Ok(())
 }
 

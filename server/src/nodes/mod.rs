@@ -1,6 +1,6 @@
-//! Nodes: registration and heartbeats from agents (`heartbeats`: written in groups), the liveness monitor that
-//! turns silent nodes OFFLINE (and their jobs LOST after a grace period), and
-//! the node list.
+//! Nodes: registration and heartbeats from agents (`heartbeats`: written
+//! in groups), labels, and the node list. Turning silent nodes OFFLINE and
+//! their jobs LOST is the jobs' liveness monitor (`jobs::liveness`).
 
 pub mod agent_link;
 pub mod heartbeats;
@@ -8,11 +8,9 @@ pub mod log_relay;
 pub mod telemetry;
 
 use crate::events::{self, Links};
-use crate::jobs::lifecycle;
-use crate::sql;
-use crate::state::AppState;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Tx};
 use gpuplane_api::agent::AgentHello;
@@ -20,8 +18,6 @@ use gpuplane_api::error::FieldError;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::node::{Gpu, GpuSource, LabelChanges, Node, NodeStatus};
 use std::collections::BTreeMap;
-use std::time::Duration;
-use tokio::sync::watch;
 
 /// Registers a node (or refreshes the one with the same name) and marks it
 /// ONLINE; returns its id and whether it was OFFLINE before.
@@ -366,112 +362,4 @@ fn one_node(rows: u64, name: &str) -> Result<(), Error> {
         0 => Err(Error::NotFound(format!("no node {name}"))),
         _ => Ok(()),
     }
-}
-
-/// Turns nodes OFFLINE once their last heartbeat is older than the timeout
-/// (AGENT_DISCONNECTED), and their active attempts LOST once the node has
-/// also missed the grace period (JOB_LOST; requeued when attempts remain).
-/// Sleeps until the next such deadline; a node that says hello or comes
-/// back wakes it early (an ordinary heartbeat only moves a deadline later).
-pub async fn liveness_monitor(state: AppState, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        let next_check = match check_liveness(&state).await {
-            Ok(Some(deadline)) => Duration::from_millis((deadline - now_ms()).max(1) as u64),
-            Ok(None) => Duration::from_secs(3600),
-            Err(error) => {
-                tracing::warn!(%error, "liveness check failed; retrying");
-                Duration::from_secs(1)
-            }
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(next_check) => {}
-            _ = state.nodes_changed.notified() => {}
-            _ = shutdown.wait_for(|stop| *stop) => return,
-        }
-    }
-}
-
-/// One liveness check; returns the next deadline, if any.
-async fn check_liveness(state: &AppState) -> Result<Option<i64>, Error> {
-    let timeout_ms = state.config.node_timeout.as_millis() as i64;
-    let grace_ms = state.config.lost_grace.as_millis() as i64;
-    // Heartbeats waiting to be written count: no node is judged on a stale time.
-    state.heartbeats.flush(state).await?;
-    let now = now_ms();
-    let mut tx = crate::store::write(&state.db).await?;
-    let expired: Vec<(String, String)> = sql!(tx, |conn| {
-        sqlx::query_as(
-        "UPDATE nodes SET status = 'OFFLINE' WHERE status = 'ONLINE' AND last_seen_at <= $1 RETURNING id, name",
-    )
-    .bind(now - timeout_ms)
-    .fetch_all(conn)
-    .await
-    })?;
-    for (node_id, name) in &expired {
-        let active: i64 = sql!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT count(*) FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
-            )
-            .bind(node_id)
-            .fetch_one(conn)
-            .await
-        })?;
-        let message = format!(
-            "node {name} missed its heartbeats for {}s; {active} active job(s) turn LOST in {}s unless it reconnects",
-            timeout_ms / 1000,
-            grace_ms / 1000
-        );
-        let links = Links {
-            node_id: Some(node_id),
-            ..Links::default()
-        };
-        events::record(
-            &mut tx,
-            now,
-            Severity::Warning,
-            EventKind::AgentDisconnected,
-            links,
-            &message,
-        )
-        .await?;
-    }
-    let lost: Vec<(String, i64, String, String, i64)> = sql!(tx, |conn| {
-        sqlx::query_as(
-        "SELECT a.job_id, a.n, n.id, n.name, n.last_seen_at FROM attempts a JOIN nodes n ON n.id = a.node_id
-         WHERE a.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= $1",
-    )
-    .bind(now - timeout_ms - grace_ms)
-    .fetch_all(conn)
-    .await
-    })?;
-    for (job_id, attempt, node_id, name, last_seen) in &lost {
-        let detail = format!("node {name} has not answered since {}", rfc3339(*last_seen));
-        lifecycle::lose_attempt(&mut tx, job_id, *attempt, node_id, &detail, now).await?;
-    }
-    let next_offline: Option<i64> = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT min(last_seen_at) FROM nodes WHERE status = 'ONLINE'")
-            .fetch_one(conn)
-            .await
-    })?;
-    let next_lost: Option<i64> = sql!(tx, |conn| {
-        sqlx::query_scalar(
-            "SELECT min(n.last_seen_at) FROM nodes n JOIN attempts a ON a.node_id = n.id
-         WHERE n.status = 'OFFLINE' AND a.status IN ('DISPATCHING', 'RUNNING')",
-        )
-        .fetch_one(conn)
-        .await
-    })?;
-    tx.commit().await?;
-    if !expired.is_empty() || !lost.is_empty() {
-        // Events were recorded; lost jobs may be queued again.
-        state.jobs_changed();
-    }
-    for (node_id, name) in expired {
-        tracing::warn!(node_id, name, "node missed its heartbeats and is now OFFLINE");
-    }
-    let deadlines = [
-        next_offline.map(|t| t + timeout_ms),
-        next_lost.map(|t| t + timeout_ms + grace_ms),
-    ];
-    Ok(deadlines.into_iter().flatten().min())
 }

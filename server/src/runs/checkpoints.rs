@@ -1,9 +1,9 @@
 //! Checkpoint files recorded from jobs' watch dirs, and which paths more
 //! than one run wrote.
 
-use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Tx};
 use gpuplane_api::metric::Checkpoint;

@@ -2,7 +2,7 @@
 //! (`GET /runs?tag=&q=&config.KEY=>VALUE`). The limits are the shared
 //! ones in `gpuplane_api::experiment`.
 
-use crate::sql;
+use crate::store::sql;
 use crate::store::{Db, Dialect, Error, Tx};
 use gpuplane_api::experiment::{self, Comparison, ConfigFilter, RunChanges};
 use serde_json::Value;

@@ -6,8 +6,8 @@
 //! `archived_run_retention_days` and kept output older than
 //! `log_retention_days`.
 
-use crate::sql;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Tx};
 use gpuplane_api::experiment::{DeletedRun, ProjectUsage};

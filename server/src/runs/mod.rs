@@ -4,7 +4,6 @@
 
 pub mod checkpoints;
 pub mod details;
-pub mod evaluations;
 pub mod lifecycle;
 pub mod primary;
 pub mod shares;
@@ -12,9 +11,9 @@ pub mod shares;
 use crate::identity::access::Caller;
 use crate::identity::access::{self, Principal, Visible};
 use crate::metrics;
-use crate::sql;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Dialect, Tx};
 use gpuplane_api::Page;

@@ -5,9 +5,9 @@
 //! best value.
 
 use crate::metrics;
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
+use crate::store::sql;
 use gpuplane_api::metric::{BestValue, Checkpoint, Goal, PrimaryMetric, SetPrimaryMetric, Value};
 
 /// Joins runs `r` to their project `pp` and their primary metric's series `ps`.

@@ -4,10 +4,10 @@
 //! and it records the view.
 
 use crate::identity::credentials::{generate_secret, hash_token};
-use crate::sql;
 use crate::store::Db;
 use crate::store::Error;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use gpuplane_api::Page;
 use gpuplane_api::share::{DEFAULT_SHARE_DAYS, MAX_SHARE_DAYS, ShareLink, ShareView};

@@ -153,7 +153,6 @@ pub enum Native<S, P> {
 ///     sqlx::query_scalar("SELECT name FROM projects WHERE name = $1").bind(name).fetch_optional(pool).await
 /// })?;
 /// ```
-#[macro_export]
 macro_rules! sql {
     ($on:expr, |$native:ident| $body:expr) => {
         match $on.native() {
@@ -162,7 +161,7 @@ macro_rules! sql {
         }
     };
 }
-pub use crate::sql;
+pub(crate) use sql;
 
 impl Db {
     pub fn native(&self) -> Native<&SqlitePool, &PgPool> {

@@ -4,7 +4,7 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_server::events::{self, Links};
-use gpuplane_server::sql;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
 use serde_json::json;

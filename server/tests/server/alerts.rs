@@ -5,7 +5,7 @@
 //! server are tested end to end in `testkit/alerts/test_alerts.py`.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::sql;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, eventually, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -3,7 +3,7 @@
 
 use expect_test::expect;
 use gpuplane_api::auth::Scope;
-use gpuplane_server::sql;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, agent_token, start_server, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -2,9 +2,9 @@
 //! slow_down with a growing interval, approval yielding one token, denial,
 //! expiry, rate-limited wrong user codes, and no code stored in clear.
 
-use gpuplane_server::identity::device_login;
-use gpuplane_server::sql;
+use gpuplane_server::api::device_login;
 use gpuplane_testkit::http::TestServer;
+use gpuplane_testkit::sql;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! field, changed by editors and the job's own token only, and filtered on.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::sql;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};

@@ -6,7 +6,7 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_server::jobs::plan::Placement;
 use gpuplane_server::jobs::scheduler;
-use gpuplane_server::sql;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, agent_token, simulated_gpu, user_token};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -77,8 +77,8 @@ async fn two_stale_plans_cannot_give_one_gpu_twice() {
         gpus: vec![0],
     }];
     let this = tokio::spawn({
-        let state = state.clone();
-        async move { scheduler::apply(&state, &placements, &[], &HashMap::new(), 1).await }
+        let jobs = state.jobs();
+        async move { scheduler::apply(&jobs, &placements, &[], &HashMap::new(), 1).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(

@@ -3,8 +3,8 @@
 //! LOSS_NAN once per key, and clear refusals that write nothing.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::sql;
 use gpuplane_testkit::http::answer;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -164,7 +164,8 @@ async fn batches_sent_at_once_are_stored_together_and_one_that_fails_fails_alone
     let send = |run: &str, batch: Batch| {
         let writer = state.metric_writer.clone();
         let run = run.to_string();
-        tokio::spawn(async move { writer.store((run, prepare(batch))).await })
+        let batch = prepare(batch.batch_id, &batch.points, batch.texts).expect("a valid batch");
+        tokio::spawn(async move { writer.store((run, batch)).await })
     };
 
     // The writer takes the first batch and waits for the write lock, held

@@ -6,8 +6,8 @@
 
 use gpuplane_api::auth::Scope;
 use gpuplane_api::node::Gpu;
-use gpuplane_server::sql;
 use gpuplane_server::store::Db;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, WAIT, agent_token, eventually, user_token};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -74,7 +74,7 @@ async fn heartbeats_are_written_together_and_never_judged_stale() {
     })
     .unwrap();
     state.heartbeats.record(&node, vec![gpu(7)]);
-    state.nodes_changed.notify_one();
+    state.wakes.nodes().notify_one();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         last_seen(&state.db, &node).await.0,

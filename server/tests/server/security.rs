@@ -3,7 +3,7 @@
 //! (those are in `testkit/tests/system/security.rs`).
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::sql;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, agent_token, eventually, user_token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -481,16 +481,10 @@ async fn device_login_tokens_expire_and_requests_are_limited() {
         .await
         .unwrap();
     assert!(
-        gpuplane_server::identity::device_login::decide(
-            &f.server.state,
-            &user_code,
-            &user_id,
-            "127.0.0.1",
-            true
-        )
-        .await
-        .ok()
-        .unwrap()
+        gpuplane_server::api::device_login::decide(&f.server.state, &user_code, &user_id, "127.0.0.1", true)
+            .await
+            .ok()
+            .unwrap()
     );
     let token: Value = f
         .http

@@ -2,8 +2,8 @@
 //! sign-out, timeouts, disabled users, cross-origin refusals, rate limits,
 //! and no session id in the database in clear.
 
-use gpuplane_server::sql;
 use gpuplane_testkit::http::TestServer;
+use gpuplane_testkit::sql;
 use reqwest::StatusCode;
 use std::time::Duration;
 

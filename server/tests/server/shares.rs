@@ -4,8 +4,8 @@
 //! it is recorded, and only its hash is stored.
 
 use gpuplane_api::auth::Scope;
-use gpuplane_server::sql;
 use gpuplane_testkit::TestServer;
+use gpuplane_testkit::sql;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 

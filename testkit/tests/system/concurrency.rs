@@ -8,8 +8,8 @@
 //! it, and each change has its audit entry. `GPUPLANE_CONCURRENCY_JOBS`
 //! (jobs per writer, default 4) makes the long version.
 
-use gpuplane_server::sql;
 use gpuplane_testkit::process::{Api, ServerProcess};
+use gpuplane_testkit::sql;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::time::Instant;

@@ -7,8 +7,8 @@
 
 use gpuplane_api::auth::Scope;
 use gpuplane_api::job::JobStatus;
-use gpuplane_server::sql;
 use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{WAIT, eventually, user_token};
 use reqwest::Method;
 use serde_json::{Value, json};

@@ -4,9 +4,9 @@
 use gpuplane_api::auth::Scope;
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::{FailureReason, JobStatus};
-use gpuplane_server::sql;
 use gpuplane_server::store::Db;
 use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::sql;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -989,7 +989,7 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_witho
 async fn a_pool_window_keeps_jobs_out_until_it_opens_and_refuses_those_that_would_outlast_it() {
     let cluster = Cluster::start_with(|config| {
         config.scheduling_windows =
-            vec![gpuplane_server::jobs::windows::Window::parse("pool=night 20:00-06:00").unwrap()];
+            vec![gpuplane_server::config::windows::Window::parse("pool=night 20:00-06:00").unwrap()];
     })
     .await;
     let _agent = cluster.agent("night-1", 1, &["--labels", "pool=night"]);

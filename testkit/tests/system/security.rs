@@ -5,9 +5,9 @@
 
 use gpuplane_api::event::EventKind;
 use gpuplane_api::job::JobStatus;
-use gpuplane_server::sql;
 use gpuplane_testkit::cluster::{Cluster, sh};
 use gpuplane_testkit::eventually;
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{WAIT, binary};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;

@@ -6,8 +6,8 @@
 
 use gpuplane_api::job::JobStatus;
 use gpuplane_server::nodes::telemetry::{Retention, maintain};
-use gpuplane_server::sql;
 use gpuplane_testkit::cluster::{Cluster, sh};
+use gpuplane_testkit::sql;
 use gpuplane_testkit::{WAIT, eventually};
 use serde_json::{Value, json};
 use std::time::Duration;

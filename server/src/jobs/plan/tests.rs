@@ -469,7 +469,7 @@ fn a_job_passed_by_fair_share_says_so_in_its_capacity_reason() {
 
 #[test]
 fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
-    use crate::jobs::windows::Window;
+    use crate::config::windows::Window;
     let day = 1_796_083_200_000; // 2026-12-01T00:00:00Z
     let now = day + 5 * 3_600_000 + 30 * 60_000; // 05:30, half an hour before the night ends
     let mut night = node("night-1", 2, &[], &[("pool", "night")]);

@@ -2,8 +2,8 @@
 //! 64-bit words, XOR or delta against the value before or a line) and
 //! the coder that writes and reads them.
 
+use super::RawPoint;
 use super::bits::{BitReader, BitWriter, Corrupt, mask, sign_extend, unzigzag, zigzag};
-use crate::metrics::chunk::RawPoint;
 
 /// How a block of values is stored; [`encode`] picks, for each block, the
 /// form that takes the fewest bits on its first points.

@@ -4,11 +4,11 @@
 //! expiry and nonce checked. Users are provisioned on first sign-in,
 //! optionally only from allowed email domains.
 
+use crate::api::sessions::{safe_next, start};
 use crate::config::SsoConfig;
-use crate::identity::sessions::{safe_next, start};
-use crate::sql;
 use crate::state::AppState;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use anyhow::{Context, bail};
 use axum::extract::{Query, State};

@@ -7,14 +7,14 @@
 use crate::identity::access::{self, Principal, Visible};
 use crate::jobs::store;
 use crate::metrics;
-use crate::sql;
 use crate::store::Error;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Tx};
 use gpuplane_api::Page;
 use gpuplane_api::evaluation::{Evaluation, NewEvaluation, ResultFile};
 use gpuplane_api::job::{JobKind, JobSpec, JobStatus};
-use gpuplane_api::metric::{Batch, Point, Value};
+use gpuplane_api::metric::{Point, Value};
 use gpuplane_api::node::NODE_NAME_LABEL;
 use gpuplane_api::spec;
 use std::collections::BTreeMap;
@@ -216,27 +216,27 @@ pub async fn accept(
         ),
     };
     let wall_time = now_ms() as f64 / 1000.0;
-    let batch = Batch {
-        batch_id: format!("evaluation-{job_id}"),
-        points: metrics
-            .iter()
-            .map(|(name, value)| Point {
-                key: format!("{KEY_PREFIX}{name}"),
-                step,
-                wall_time,
-                value: *value,
-            })
-            .collect(),
-        texts: Vec::new(),
+    let points: Vec<Point> = metrics
+        .iter()
+        .map(|(name, value)| Point {
+            key: format!("{KEY_PREFIX}{name}"),
+            step,
+            wall_time,
+            value: *value,
+        })
+        .collect();
+    let batch = match metrics::prepare(format!("evaluation-{job_id}"), &points, Vec::new()) {
+        Ok(batch) => batch,
+        Err(Error::Invalid(errors)) => {
+            let problems: Vec<String> = errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect();
+            return Ok(Err(format!("the metrics were refused: {}", problems.join("; "))));
+        }
+        Err(other) => return Err(other),
     };
-    if let Err(Error::Invalid(errors)) = metrics::validate(&batch) {
-        let problems: Vec<String> = errors
-            .iter()
-            .map(|e| format!("{}: {}", e.field, e.message))
-            .collect();
-        return Ok(Err(format!("the metrics were refused: {}", problems.join("; "))));
-    }
-    metrics::ingest(conn, &run_id, batch, loss_pattern).await?;
+    metrics::store(conn, &run_id, &batch, loss_pattern).await?;
     sql!(conn, |conn| {
         sqlx::query("UPDATE evaluations SET metrics = $1 WHERE job_id = $2")
             .bind(serde_json::to_string(&metrics).map_err(anyhow::Error::from)?)

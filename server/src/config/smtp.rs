@@ -1,6 +1,6 @@
-//! The email settings read the way the sender uses them. A leaf: it imports
-//! nothing of the server, so `config.rs` checks `smtp_url` and `smtp_from`
-//! with it at start-up.
+//! The email settings read the way the sender uses them: `config.rs`
+//! checks `smtp_url` and `smtp_from` with it at start-up, and the alert
+//! sender (`alerts/send.rs`) makes its transport with it.
 
 use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use std::time::Duration;

@@ -6,8 +6,8 @@
 
 use crate::identity::credentials::{hash_password, verify_password};
 use crate::identity::session_store::HashedIdStore;
-use crate::sql;
 use crate::state::AppState;
+use crate::store::sql;
 use crate::store::time::now_ms;
 use axum::extract::{Request, State};
 use axum::middleware::Next;

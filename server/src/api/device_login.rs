@@ -5,11 +5,11 @@
 //! stored only as hashes. Errors follow RFC 6749 §5.2.
 
 use crate::identity::credentials::{NewToken, create_token, hash_token};
-use crate::sql;
 use crate::state::AppState;
 use crate::store;
 use crate::store::Db;
 use crate::store::ids::new_id;
+use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use axum::Extension;
 use axum::Json;
