@@ -182,3 +182,13 @@ async fn query(
     })?;
     rows.into_iter().map(EventRow::into_event).collect()
 }
+
+/// The sequence number of the newest event (0 when there is none).
+pub async fn latest_seq(db: &Db) -> Result<i64, Error> {
+    let seq: Option<i64> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT max(seq) FROM events")
+            .fetch_one(pool)
+            .await
+    })?;
+    Ok(seq.unwrap_or(0))
+}

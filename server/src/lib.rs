@@ -171,7 +171,7 @@ async fn housekeeping(state: AppState) {
     };
     loop {
         state.sessions.delete_expired().await;
-        api::device_login::delete_expired(&state.db).await;
+        identity::device_codes::delete_expired(&state.db).await;
         if let Err(error) = nodes::log_relay::delete_stale(&state.db).await {
             tracing::warn!(%error, "deleting stale log fetches failed; will try again");
         }

@@ -1,13 +1,141 @@
-//! Projects' members leaving. Removing a member takes, in the same
-//! transaction, what they could still reach the project through: their
-//! tokens limited to it (revoked), their share links of its runs (revoked)
-//! and the alert subscriptions they made for its events (deleted). Their
-//! tokens that are not limited to it simply stop seeing it.
+//! Projects: creating them, what one looks like to a member, and its
+//! members. Removing a member takes, in the same transaction, what they
+//! could still reach the project through: their tokens limited to it
+//! (revoked), their share links of its runs (revoked) and the alert
+//! subscriptions they made for its events (deleted). Their tokens that are
+//! not limited to it simply stop seeing it.
 
 use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Error};
-use gpuplane_api::project::Role;
+use gpuplane_api::error::FieldError;
+use gpuplane_api::project::{Membership, Project, Role};
+
+/// Every project's name, in order.
+pub async fn all_names(db: &Db) -> Result<Vec<String>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_scalar("SELECT name FROM projects ORDER BY name")
+            .fetch_all(pool)
+            .await
+    })?)
+}
+
+/// Whether a project of that name exists.
+pub async fn exists(db: &Db, name: &str) -> Result<bool, Error> {
+    let found: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?;
+    Ok(found.is_some())
+}
+
+/// Creates a project (409 if one has the name), with `admin` as its admin
+/// when a user creates it.
+pub async fn create(db: &Db, name: &str, admin: Option<&str>) -> Result<(), Error> {
+    let now = now_ms();
+    let mut tx = crate::store::write(db).await?;
+    let inserted = sql!(tx, |conn| {
+        sqlx::query("INSERT INTO projects (name, created_at) VALUES ($1, $2)")
+            .bind(name)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    });
+    match inserted.map_err(Error::from) {
+        Err(Error::Conflict(_)) => return Err(Error::Conflict(format!("project {name} already exists"))),
+        other => other?,
+    }
+    if let Some(user_id) = admin {
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, 'admin', $3)",
+            )
+            .bind(name)
+            .bind(user_id)
+            .bind(now)
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// A project as a member with `role` sees it.
+pub async fn project(db: &Db, name: String, role: Role) -> Result<Project, Error> {
+    let share_links: bool = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT share_links FROM projects WHERE name = $1")
+            .bind(&name)
+            .fetch_optional(pool)
+            .await
+    })?
+    .unwrap_or(true);
+    Ok(Project {
+        primary_metric: crate::runs::primary::of_project(db, &name).await?,
+        max_priority: crate::jobs::priorities::max_priority(db, &name).await?,
+        node_policy: crate::jobs::node_policies::of_project(db, &name).await?,
+        name,
+        role,
+        share_links,
+    })
+}
+
+/// Adds the user named in `membership` to the project, or changes their
+/// role; a name no user has is a 422 on `user`.
+pub async fn set_member(db: &Db, project: &str, membership: &Membership) -> Result<(), Error> {
+    let user_id: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
+            .bind(&membership.user)
+            .fetch_optional(pool)
+            .await
+    })?;
+    let user_id = user_id.ok_or_else(|| {
+        Error::Invalid(vec![FieldError {
+            field: "user".into(),
+            message: format!("no user named `{}`", membership.user),
+        }])
+    })?;
+    sql!(db, |pool| {
+        sqlx::query(
+            "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (project, user_id) DO UPDATE SET role = excluded.role",
+        )
+        .bind(project)
+        .bind(&user_id)
+        .bind(membership.role.as_str())
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .map(|_| ())
+    })?;
+    Ok(())
+}
+
+/// The project's members and their roles, by user name.
+pub async fn members(db: &Db, project: &str) -> Result<Vec<Membership>, Error> {
+    let rows: Vec<(String, String)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
+         WHERE m.project = $1 ORDER BY u.name",
+        )
+        .bind(project)
+        .fetch_all(pool)
+        .await
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(user, role)| {
+            Some(Membership {
+                user,
+                role: Role::parse(&role)?,
+            })
+        })
+        .collect())
+}
 
 /// What removing a member took with it.
 #[derive(Debug, Clone, PartialEq, Eq)]

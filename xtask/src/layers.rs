@@ -5,8 +5,10 @@
 //! in a module's files — imports, paths in code and inside macro calls —
 //! must name the module itself or one declared before it; only the root
 //! names the root's own items. Inside a folder, the modules in it import
-//! each other without a circle. There is no list of exceptions: a path
-//! that runs back up fails the check, and the fix is to move code.
+//! each other without a circle. The server's handlers (`api/`) run no SQL
+//! themselves: their queries belong to the domain modules. There is no
+//! list of exceptions: a path that runs back up fails the check, and the
+//! fix is to move code.
 
 use anyhow::Context;
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
@@ -16,6 +18,9 @@ use std::str::FromStr;
 
 /// The crates whose modules are layered, by their source folder and root file.
 pub const CRATES: [(&str, &str); 2] = [("server/src", "lib.rs"), ("bench/src", "main.rs")];
+
+/// The folder of the server's HTTP handlers, which run no SQL themselves.
+pub const HANDLERS: &str = "api/";
 
 /// A module's path from the crate root: `["jobs", "dispatch"]`; the root is `[]`.
 type ModulePath = Vec<String>;
@@ -124,6 +129,34 @@ pub fn check(sources: &BTreeMap<String, String>, root_file: &str) -> anyhow::Res
         }
     }
     Ok(problems)
+}
+
+/// Files under `folder` that run SQL themselves (`sql!`, `sqlx::query…`).
+pub fn sql_in(sources: &BTreeMap<String, String>, folder: &str) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for (file, text) in sources.iter().filter(|(file, _)| file.starts_with(folder)) {
+        if runs_sql(&parse(file, text)?) {
+            problems.push(format!(
+                "{file} runs SQL: a handler calls a domain module, which runs the query"
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// Whether the tokens call `sql!` or a `sqlx::query…` function.
+fn runs_sql(tokens: &TokenStream) -> bool {
+    let tokens: Vec<TokenTree> = tokens.clone().into_iter().collect();
+    tokens.iter().enumerate().any(|(i, token)| match token {
+        TokenTree::Ident(name) if name == "sql" => {
+            matches!(tokens.get(i + 1), Some(TokenTree::Punct(bang)) if bang.as_char() == '!')
+        }
+        TokenTree::Ident(name) if name == "sqlx" && is_path_separator(&tokens, i + 1) => {
+            matches!(tokens.get(i + 3), Some(TokenTree::Ident(function)) if function.to_string().starts_with("query"))
+        }
+        TokenTree::Group(group) => runs_sql(&group.stream()),
+        _ => false,
+    })
 }
 
 fn parse(file: &str, text: &str) -> anyhow::Result<TokenStream> {
@@ -328,7 +361,11 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
     let mut problems = Vec::new();
     for (src, root_file) in CRATES {
         let sources = read_sources(&workspace.join(src))?;
-        for problem in check(&sources, root_file)? {
+        let mut found = check(&sources, root_file)?;
+        if src == "server/src" {
+            found.extend(sql_in(&sources, HANDLERS)?);
+        }
+        for problem in found {
             problems.push(format!("{src}/{problem}"));
         }
         println!("{src}: {} files checked", sources.len());
@@ -362,6 +399,23 @@ mod tests {
             let problems = check(&read_sources(&workspace().join(src)).unwrap(), root_file).unwrap();
             assert!(problems.is_empty(), "{src}:\n{}", problems.join("\n"));
         }
+    }
+
+    #[test]
+    fn handlers_run_no_sql() {
+        let mut sources = read_sources(&workspace().join("server/src")).unwrap();
+        assert_eq!(sql_in(&sources, HANDLERS).unwrap(), Vec::<String>::new());
+        let health = sources.get_mut("api/health.rs").unwrap();
+        health.push_str("\nasync fn count(db: &Db) { let _ = sql!(db, |pool| sqlx::query(\"SELECT 1\").execute(pool).await); }\n");
+        let problems = sql_in(&sources, HANDLERS).unwrap();
+        assert_eq!(
+            problems,
+            ["api/health.rs runs SQL: a handler calls a domain module, which runs the query"]
+        );
+        let tokens = TokenStream::from_str("fn f() { sqlx::query_scalar(\"SELECT 1\"); }").unwrap();
+        assert!(runs_sql(&tokens));
+        let tokens = TokenStream::from_str("fn f() -> Result<(), sqlx::Error> { Ok(()) }").unwrap();
+        assert!(!runs_sql(&tokens));
     }
 
     #[test]

@@ -8,8 +8,6 @@ use crate::jobs::{Handles, dispatch, reports};
 use crate::nodes;
 use crate::nodes::log_relay;
 use crate::state::AppState;
-use crate::store::Tx;
-use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::wake::Wake;
 use axum::Json;
@@ -34,7 +32,7 @@ pub async fn hello(
 ) -> Result<Json<AgentWelcome>, ApiError> {
     validate_hello(&hello)?;
     let mut tx = crate::store::write(&state.db).await?;
-    bind_token_to_node(&mut tx, &auth.caller, &hello.name).await?;
+    crate::identity::tokens::bind_to_node(&mut tx, &auth.caller.token_id, &hello.name).await?;
     let (node_id, was_offline) = nodes::register(&mut tx, &hello).await?;
     if was_offline {
         nodes::record_reconnect(&mut tx, &node_id, &hello.name, now_ms()).await?;
@@ -172,58 +170,6 @@ pub async fn log_upload(
         None => return Err(gone()),
     }
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Binds an agent token to the node it speaks for: the node named at its
-/// creation, else the first node it says hello as. A token speaks for one
-/// node only, and a node has one token (until that token is revoked).
-async fn bind_token_to_node(conn: &mut Tx, caller: &Caller, name: &str) -> Result<(), ApiError> {
-    // Read again inside the transaction: two first hellos of one token
-    // with different names must not both bind it.
-    let bound: Option<String> = sql!(conn, |conn| {
-        sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = $1")
-            .bind(&caller.token_id)
-            .fetch_one(conn)
-            .await
-    })?;
-    if let Some(bound) = &bound {
-        if bound != name {
-            return Err(ApiError::Forbidden(format!(
-                "this agent token speaks only for node `{bound}`, not `{name}`: \
-                 each node needs its own token (`gpuplane-server admin create-agent-token --node {name}`)"
-            )));
-        }
-        return Ok(());
-    }
-    let holder: Option<String> = sql!(conn, |conn| {
-        sqlx::query_scalar(
-        "SELECT id FROM api_tokens WHERE node_name = $1 AND scope = 'agent' AND revoked_at IS NULL AND id <> $2",
-    )
-    .bind(name)
-    .bind(&caller.token_id)
-    .fetch_optional(conn)
-    .await
-    })?;
-    if let Some(holder) = holder {
-        return Err(ApiError::Forbidden(format!(
-            "node `{name}` belongs to another agent token ({holder}); an agent token speaks only for its own node \
-             (revoke the other one with `gpuplane-server admin revoke-agent-token {holder}` to move the node)"
-        )));
-    }
-    sql!(conn, |conn| {
-        sqlx::query("UPDATE api_tokens SET node_name = $1 WHERE id = $2 AND node_name IS NULL")
-            .bind(name)
-            .bind(&caller.token_id)
-            .execute(conn)
-            .await
-            .map(|_| ())
-    })?;
-    tracing::info!(
-        token_id = caller.token_id,
-        node = name,
-        "agent token bound to its node"
-    );
-    Ok(())
 }
 
 /// Passes when `node_id` is the node the caller's agent token speaks for;

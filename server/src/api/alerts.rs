@@ -9,14 +9,11 @@ use crate::alerts::{channels, subscriptions};
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
 use crate::api::extract::{Authed, Ingest, Read, Write};
 use crate::audit;
-use crate::events::{self, Links};
 use crate::identity::access::{self, Caller, Visible, require_server_admin, visible_projects};
 use crate::paging::{cursor, page_limit};
 use crate::runs;
 use crate::state::AppState;
 use crate::store::Error;
-use crate::store::sql;
-use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -27,7 +24,6 @@ use gpuplane_api::alert::{
 };
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::{ErrorBody, FieldError};
-use gpuplane_api::event::EventKind;
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 
@@ -358,59 +354,17 @@ pub async fn raise_run_alert(
         "" => title.to_string(),
         text => format!("{title}: {text}"),
     };
-    let now = now_ms();
-    let mut tx = crate::store::write(&state.db).await?;
-    if alert.wait_s > 0 {
-        let recent: Option<i32> = sql!(tx, |conn| {
-            sqlx::query_scalar(
-                "SELECT 1 FROM events WHERE run_id = $1 AND kind = $2 AND time > $3
-               AND (message = $4 OR message LIKE $5 ESCAPE '\\') LIMIT 1",
-            )
-            .bind(&run_id)
-            .bind(EventKind::RunAlert.as_str())
-            .bind(now - i64::from(alert.wait_s) * 1000)
-            .bind(title)
-            .bind(format!("{}: %", like_escaped(title)))
-            .fetch_optional(conn)
-            .await
-        })
-        .map_err(Error::from)?;
-        if recent.is_some() {
-            return Ok(Json(RunAlertAnswer {
-                recorded: false,
-                event_id: None,
-            }));
-        }
-    }
-    let job_id: Option<String> = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
-            .bind(&run_id)
-            .fetch_one(conn)
-            .await
-    })
-    .map_err(Error::from)?;
-    let links = Links {
-        job_id: job_id.as_deref(),
-        run_id: Some(&run_id),
-        node_id: None,
+    let Some(event_id) =
+        runs::alerts::raise(&state.db, &run_id, alert.level, title, &message, alert.wait_s).await?
+    else {
+        return Ok(Json(RunAlertAnswer {
+            recorded: false,
+            event_id: None,
+        }));
     };
-    let seq = events::record(&mut tx, now, alert.level, EventKind::RunAlert, links, &message).await?;
-    let event_id: String = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT id FROM events WHERE seq = $1")
-            .bind(seq)
-            .fetch_one(conn)
-            .await
-    })
-    .map_err(Error::from)?;
-    tx.commit().await.map_err(Error::from)?;
     state.wakes.wake(crate::wake::Wake::Events);
     Ok(Json(RunAlertAnswer {
         recorded: true,
         event_id: Some(event_id),
     }))
-}
-
-/// `text` with LIKE's wildcards escaped by `\`.
-fn like_escaped(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
 }

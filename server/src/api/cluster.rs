@@ -6,7 +6,6 @@ use crate::audit;
 use crate::identity::access::{Principal, require_server_admin, visible_projects};
 use crate::jobs::maintenance;
 use crate::state::AppState;
-use crate::store::sql;
 use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::State;
@@ -15,7 +14,6 @@ use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::JobStatus;
 use gpuplane_api::node::{ClusterSummary, Maintenance, StartMaintenance};
 use gpuplane_api::quota::{FairShare, GpuUse, QuotaKind};
-use std::collections::HashMap;
 
 /// Nodes online and offline, GPUs in use, jobs by status, maintenance mode,
 /// the quotas the caller may see with their usage, and fair share's GPU time.
@@ -30,34 +28,10 @@ pub async fn cluster(
 }
 
 pub async fn summary(state: &AppState, principal: &Principal) -> Result<ClusterSummary, ApiError> {
-    let (online, offline): (i64, i64) = sql!(&state.db, |pool| {
-        sqlx::query_as(
-            "SELECT count(*) FILTER (WHERE status = 'ONLINE'), count(*) FILTER (WHERE status = 'OFFLINE') FROM nodes",
-        )
-        .fetch_one(pool)
-        .await
-    })?;
-    let (total, simulated): (i64, i64) = sql!(&state.db, |pool| {
-        sqlx::query_as(
-        "SELECT count(*), count(*) FILTER (WHERE g.source = 'simulated') FROM gpus g JOIN nodes n ON n.id = g.node_id
-         WHERE n.status = 'ONLINE'",
-    )
-    .fetch_one(pool)
-    .await
-    })?;
-    let gpus = state.db.dialect().json_length("gpus");
-    let in_use: i64 = sql!(&state.db, |pool| {
-        sqlx::query_scalar(&format!(
-            "SELECT CAST(coalesce(sum({gpus}), 0) AS BIGINT) FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')"
-        ))
-    .fetch_one(pool)
-    .await
-    })?;
-    let counts: Vec<(String, i64)> = sql!(&state.db, |pool| {
-        sqlx::query_as("SELECT status, count(*) FROM jobs GROUP BY status")
-            .fetch_all(pool)
-            .await
-    })?;
+    let (online, offline) = crate::nodes::status_counts(&state.db).await?;
+    let (total, simulated) = crate::nodes::online_gpus(&state.db).await?;
+    let in_use = crate::jobs::store::gpus_in_use(&state.db).await?;
+    let counts = crate::jobs::store::counts_by_status(&state.db).await?;
     let mut jobs: std::collections::BTreeMap<String, u64> = JobStatus::ALL
         .iter()
         .map(|status| (status.as_str().to_string(), 0))
@@ -90,11 +64,7 @@ async fn fair_share(state: &AppState, principal: &Principal) -> Result<Option<Fa
         return Ok(None);
     }
     let used = crate::jobs::fair_share::usage(&state.db, policy.window_ms, now_ms()).await?;
-    let names: HashMap<String, String> = sql!(&state.db, |pool| {
-        sqlx::query_as("SELECT id, name FROM users").fetch_all(pool).await
-    })?
-    .into_iter()
-    .collect();
+    let names = crate::identity::users::names_by_id(&state.db).await?;
     let everything = principal.is_server_admin();
     let projects = visible_projects(&state.db, principal).await?;
     let mut usage: Vec<GpuUse> = used

@@ -4,12 +4,10 @@
 //! token endpoint then yields a token (once). Device and user codes are
 //! stored only as hashes. Errors follow RFC 6749 §5.2.
 
-use crate::identity::credentials::{NewToken, create_token, hash_token};
+use crate::identity::credentials::{NewToken, create_token};
+use crate::identity::device_codes::{self, NewAuthorization, Poll};
 use crate::state::AppState;
 use crate::store;
-use crate::store::Db;
-use crate::store::ids::new_id;
-use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use axum::Extension;
 use axum::Json;
@@ -154,25 +152,23 @@ pub async fn authorize(
             .take(100)
             .collect()
     };
-    let inserted = sql!(&state.db, |pool| {
-        sqlx::query(
-        "INSERT INTO device_authorizations (id, device_code_hash, user_code_hash, client_id, client_name, client_host,
-                                            client_ip, status, interval_s, created_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 'pending', $8, $9, $10)",
+    let client_name = clip(request.client_name, &request.client_id);
+    let client_host = clip(request.client_host, "unknown host");
+    let inserted = device_codes::insert(
+        &state.db,
+        &NewAuthorization {
+            device_code: &device_code,
+            user_code: &user_code,
+            client_id: &request.client_id,
+            client_name: &client_name,
+            client_host: &client_host,
+            client_ip: &client.to_string(),
+            interval_s: interval,
+            created_at: now,
+            expires_at: now + EXPIRES_IN_S * 1000,
+        },
     )
-    .bind(new_id("dev"))
-    .bind(hash_token(&device_code))
-    .bind(hash_token(&user_code))
-    .bind(&request.client_id)
-    .bind(clip(request.client_name, &request.client_id))
-    .bind(clip(request.client_host, "unknown host"))
-    .bind(client.to_string())
-    .bind(interval)
-    .bind(now)
-    .bind(now + EXPIRES_IN_S * 1000)
-    .execute(pool)
-    .await.map(|_| ())
-    });
+    .await;
     if let Err(error) = inserted {
         tracing::error!(%error, "cannot store a device authorization");
         return oauth_error(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "try again");
@@ -197,18 +193,6 @@ pub struct TokenRequest {
     device_code: Option<String>,
     #[serde(default)]
     client_id: Option<String>,
-}
-
-#[derive(sqlx::FromRow)]
-struct Pending {
-    id: String,
-    client_id: String,
-    client_host: String,
-    status: String,
-    user_id: Option<String>,
-    interval_s: i64,
-    last_poll_at: Option<i64>,
-    expires_at: i64,
 }
 
 /// `POST /oauth/token` with the device code grant (RFC 8628 §3.4, §3.5):
@@ -247,85 +231,22 @@ async fn redeem(
     device_code: &str,
     client_id: Option<&str>,
 ) -> Result<Response, store::Error> {
-    let now = now_ms();
-    let mut tx = crate::store::write(&state.db).await?;
-    let pending: Option<Pending> = sql!(tx, |conn| {
-        sqlx::query_as(
-            "SELECT id, client_id, client_host, status, user_id, interval_s, last_poll_at, expires_at
-         FROM device_authorizations WHERE device_code_hash = $1",
-        )
-        .bind(hash_token(device_code))
-        .fetch_optional(conn)
-        .await
-    })?;
-    let Some(pending) = pending else {
-        return Ok(oauth_error(
-            StatusCode::BAD_REQUEST,
-            "invalid_grant",
-            "unknown device_code",
-        ));
-    };
-    if client_id.is_some_and(|id| id != pending.client_id) {
-        return Ok(oauth_error(
-            StatusCode::BAD_REQUEST,
-            "invalid_grant",
-            "the device_code belongs to another client",
-        ));
-    }
-    if pending.status == "consumed" {
-        return Ok(oauth_error(
-            StatusCode::BAD_REQUEST,
-            "invalid_grant",
-            "the device_code was already used",
-        ));
-    }
-    if now >= pending.expires_at {
-        return Ok(oauth_error(
-            StatusCode::BAD_REQUEST,
-            "expired_token",
-            "the device_code has expired; start again",
-        ));
-    }
-    // Polling faster than the interval: slow down, and the interval grows by 5 s (§3.5).
-    if let Some(last) = pending.last_poll_at
-        && now - last < pending.interval_s * 1000
-    {
-        sql!(tx, |conn| {
-            sqlx::query(
-            "UPDATE device_authorizations SET interval_s = interval_s + 5, last_poll_at = $1 WHERE id = $2",
-        )
-        .bind(now)
-        .bind(&pending.id)
-        .execute(conn)
-        .await.map(|_| ())
-        })?;
-        tx.commit().await?;
-        return Ok(oauth_error(
-            StatusCode::BAD_REQUEST,
-            "slow_down",
-            "poll less often",
-        ));
-    }
-    sql!(tx, |conn| {
-        sqlx::query("UPDATE device_authorizations SET last_poll_at = $1 WHERE id = $2")
-            .bind(now)
-            .bind(&pending.id)
-            .execute(conn)
-            .await
-            .map(|_| ())
-    })?;
-    let answer = match (pending.status.as_str(), pending.user_id) {
-        ("denied", _) => oauth_error(StatusCode::BAD_REQUEST, "access_denied", "the request was denied"),
-        ("approved", Some(user_id)) => {
-            sql!(tx, |conn| {
-                sqlx::query("UPDATE device_authorizations SET status = 'consumed' WHERE id = $1")
-                    .bind(&pending.id)
-                    .execute(conn)
-                    .await
-                    .map(|_| ())
-            })?;
-            tx.commit().await?;
-            let name = format!("{} on {}", pending.client_id, pending.client_host);
+    let invalid = |error: &str, description: &str| oauth_error(StatusCode::BAD_REQUEST, error, description);
+    let answer = match device_codes::poll(&state.db, device_code, client_id, now_ms()).await? {
+        Poll::Unknown => invalid("invalid_grant", "unknown device_code"),
+        Poll::OtherClient => invalid("invalid_grant", "the device_code belongs to another client"),
+        Poll::Consumed => invalid("invalid_grant", "the device_code was already used"),
+        Poll::Expired => invalid("expired_token", "the device_code has expired; start again"),
+        // Polling faster than the interval: the interval grows by 5 s (§3.5).
+        Poll::SlowDown => invalid("slow_down", "poll less often"),
+        Poll::Denied => invalid("access_denied", "the request was denied"),
+        Poll::Pending => invalid("authorization_pending", "waiting for the user to approve"),
+        Poll::Approved {
+            user_id,
+            client_id,
+            client_host,
+        } => {
+            let name = format!("{client_id} on {client_host}");
             let lifetime = state.config.device_token_lifetime;
             let new = NewToken {
                 user_id: Some(&user_id),
@@ -336,21 +257,15 @@ async fn redeem(
                 node: None,
             };
             let (_, secret) = create_token(&state.db, new).await?;
-            return Ok(Json(json!({
+            Json(json!({
                 "access_token": secret,
                 "token_type": "Bearer",
                 "scope": "write",
                 "expires_in": lifetime.as_secs(),
             }))
-            .into_response());
+            .into_response()
         }
-        _ => oauth_error(
-            StatusCode::BAD_REQUEST,
-            "authorization_pending",
-            "waiting for the user to approve",
-        ),
     };
-    tx.commit().await?;
     Ok(answer)
 }
 
@@ -368,16 +283,6 @@ pub async fn metadata(State(state): State<AppState>) -> Json<serde_json::Value> 
         "token_endpoint_auth_methods_supported": ["none"],
         "scopes_supported": ["write"],
     }))
-}
-
-#[derive(sqlx::FromRow)]
-struct RequestRow {
-    client_name: String,
-    client_host: String,
-    client_ip: String,
-    status: String,
-    created_at: i64,
-    expires_at: i64,
 }
 
 /// Why a user code lookup on the console failed.
@@ -408,16 +313,9 @@ pub async fn lookup(
         return Err(LookupError::Limited(wait));
     }
     let code = normalise_user_code(user_code);
-    let row: Option<RequestRow> = sql!(&state.db, |pool| {
-        sqlx::query_as(
-            "SELECT client_name, client_host, client_ip, status, created_at, expires_at
-         FROM device_authorizations WHERE user_code_hash = $1",
-        )
-        .bind(hash_token(&code))
-        .fetch_optional(pool)
+    let row = device_codes::by_user_code(&state.db, &code)
         .await
-    })
-    .map_err(|e| LookupError::Internal(e.into()))?;
+        .map_err(LookupError::Internal)?;
     match row {
         Some(row) if row.expires_at > now_ms() && code.len() == USER_CODE_LEN => Ok(DeviceRequest {
             user_code: format_user_code(&code),
@@ -450,39 +348,13 @@ pub async fn decide(
         return Err(LookupError::Limited(wait));
     }
     let code = normalise_user_code(user_code);
-    let decided = sql!(&state.db, |pool| {
-        sqlx::query(
-            "UPDATE device_authorizations SET status = $1, user_id = $2, decided_at = $3
-         WHERE user_code_hash = $4 AND status = 'pending' AND expires_at > $5",
-        )
-        .bind(if approve { "approved" } else { "denied" })
-        .bind(user_id)
-        .bind(now_ms())
-        .bind(hash_token(&code))
-        .bind(now_ms())
-        .execute(pool)
+    let decided = device_codes::decide(&state.db, &code, user_id, approve)
         .await
-        .map(|done| done.rows_affected())
-    })
-    .map_err(|e| LookupError::Internal(e.into()))?;
-    if decided == 0 {
+        .map_err(LookupError::Internal)?;
+    if !decided {
         state.user_code_limiter.fail(limiter_key).await;
     }
-    Ok(decided == 1)
-}
-
-/// Deletes device authorizations that expired more than a day ago (run from time to time).
-pub async fn delete_expired(db: &Db) {
-    let day_ago = now_ms() - 24 * 3600 * 1000;
-    if let Err(error) = sql!(db, |pool| {
-        sqlx::query("DELETE FROM device_authorizations WHERE expires_at < $1")
-            .bind(day_ago)
-            .execute(pool)
-            .await
-            .map(|_| ())
-    }) {
-        tracing::warn!(%error, "cannot delete expired device authorizations");
-    }
+    Ok(decided)
 }
 
 #[cfg(test)]

@@ -6,7 +6,6 @@ use crate::events::{self, Filter};
 use crate::identity::access;
 use crate::paging::{cursor, page_limit};
 use crate::state::AppState;
-use crate::store::sql;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -118,12 +117,7 @@ pub async fn follow_events(
         .and_then(|value| value.trim().parse::<i64>().ok());
     filter.after = Some(match resume {
         Some(seq) => seq,
-        None => sql!(&state.db, |pool| {
-            sqlx::query_scalar::<_, Option<i64>>("SELECT max(seq) FROM events")
-                .fetch_one(pool)
-                .await
-        })?
-        .unwrap_or(0),
+        None => crate::events::latest_seq(&state.db).await?,
     });
     let stream_max = state.config.stream_max;
     let follow = (

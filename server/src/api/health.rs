@@ -8,7 +8,6 @@
 
 use crate::api::error::ApiError;
 use crate::state::AppState;
-use crate::store::sql;
 use axum::Json;
 use axum::extract::State;
 use gpuplane_api::health::Health;
@@ -26,9 +25,7 @@ pub async fn health(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 
 /// The health answer, shared with the console.
 pub async fn check(state: &AppState) -> Result<Health, ApiError> {
-    sql!(&state.db, |pool| {
-        sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
-    })?;
+    state.db.ping().await.map_err(crate::store::Error::from)?;
     Ok(Health {
         status: "ok".to_string(),
         version: gpuplane_api::VERSION.to_string(),
@@ -42,14 +39,7 @@ pub async fn check(state: &AppState) -> Result<Health, ApiError> {
         (status = 503, description = "the database failed or did not answer in time",
          body = gpuplane_api::error::ErrorBody)))]
 pub async fn ready(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    match tokio::time::timeout(READY_TIMEOUT, async {
-        sql!(&state.db, |pool| sqlx::query("SELECT 1")
-            .execute(pool)
-            .await
-            .map(|_| ()))
-    })
-    .await
-    {
+    match tokio::time::timeout(READY_TIMEOUT, async { state.db.ping().await }).await {
         Ok(Ok(_)) => Ok(Json(Health {
             status: "ready".to_string(),
             version: gpuplane_api::VERSION.to_string(),

@@ -8,7 +8,6 @@ use crate::logs;
 use crate::nodes::log_relay;
 use crate::state::AppState;
 use crate::store::ids::new_id;
-use crate::store::sql;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -252,15 +251,7 @@ pub async fn full_log(
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let stream = query.stream.unwrap_or(LogStream::Stdout);
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
-    let node: Option<(String, String, String)> = sql!(&state.db, |pool| {
-        sqlx::query_as(
-        "SELECT n.id, n.name, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id WHERE a.job_id = $1 AND a.n = $2",
-    )
-    .bind(&job_id)
-    .bind(attempt)
-    .fetch_optional(pool)
-    .await
-    })?;
+    let node = store::attempt_node(&state.db, &job_id, attempt).await?;
     let (node_id, node_name, node_status) =
         node.ok_or_else(|| ApiError::NotFound(format!("job {job_id} has no attempt {attempt}")))?;
     let path = format!("~/.gpuctl/jobs/{job_id}/attempt-{attempt}/{}", stream.file_name());

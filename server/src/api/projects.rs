@@ -6,12 +6,11 @@ use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{self, Principal, Visible, require_server_admin};
 use crate::jobs::{node_access, node_policies};
+use crate::projects;
 use crate::runs::{primary, shares};
 use crate::state::AppState;
 use crate::store;
 use crate::store::Db;
-use crate::store::sql;
-use crate::store::time::now_ms;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -32,17 +31,13 @@ pub async fn list_projects(
 ) -> Result<Json<Page<Project>>, ApiError> {
     let principal = auth.caller.principal();
     let names: Vec<String> = match access::visible_projects(&state.db, &principal).await? {
-        Visible::All => sql!(&state.db, |pool| {
-            sqlx::query_scalar("SELECT name FROM projects ORDER BY name")
-                .fetch_all(pool)
-                .await
-        })?,
+        Visible::All => projects::all_names(&state.db).await?,
         Visible::Only(names) => names,
     };
     let mut items = Vec::new();
     for name in names {
         if let Some(role) = access::role_in(&state.db, &principal, &name).await? {
-            items.push(project(&state.db, name, role).await?);
+            items.push(projects::project(&state.db, name, role).await?);
         }
     }
     Ok(Json(Page {
@@ -69,40 +64,11 @@ pub async fn create_project(
             "must be 1-64 characters of lowercase letters, digits, '-' or '_'",
         ));
     }
-    let now = now_ms();
-    let mut tx = crate::store::write(&state.db).await?;
-    sql!(tx, |conn| {
-        sqlx::query("INSERT INTO projects (name, created_at) VALUES ($1, $2)")
-            .bind(&new.name)
-            .bind(now)
-            .execute(conn)
-            .await
-            .map(|_| ())
-    })
-    .map_err(|error| match crate::store::Error::from(error) {
-        crate::store::Error::Conflict(_) => {
-            ApiError::Conflict(format!("project {} already exists", new.name))
-        }
-        other => other.into(),
-    })?;
-    if let Some(user_id) = &auth.caller.user_id {
-        sql!(tx, |conn| {
-            sqlx::query(
-                "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, 'admin', $3)",
-            )
-            .bind(&new.name)
-            .bind(user_id)
-            .bind(now)
-            .execute(conn)
-            .await
-            .map(|_| ())
-        })?;
-    }
-    tx.commit().await?;
+    projects::create(&state.db, &new.name, auth.caller.user_id.as_deref()).await?;
     audit::by_caller(&state.db, &auth.caller, AuditAction::ProjectCreate, &new.name, "").await?;
     Ok((
         StatusCode::CREATED,
-        Json(project(&state.db, new.name, Role::Admin).await?),
+        Json(projects::project(&state.db, new.name, Role::Admin).await?),
     ))
 }
 
@@ -125,7 +91,7 @@ pub async fn set_project_primary_metric(
     let role = access::role_in(&state.db, &principal, &name)
         .await?
         .unwrap_or(Role::Admin);
-    Ok(Json(project(&state.db, name, role).await?))
+    Ok(Json(projects::project(&state.db, name, role).await?))
 }
 
 /// Changes a project's settings: whether its runs may be shared by link
@@ -173,26 +139,7 @@ pub async fn change_project(
     let role = access::role_in(&state.db, &principal, &name)
         .await?
         .unwrap_or(Role::Admin);
-    Ok(Json(project(&state.db, name, role).await?))
-}
-
-/// A project as `role` sees it.
-async fn project(db: &Db, name: String, role: Role) -> Result<Project, store::Error> {
-    let share_links: bool = sql!(db, |pool| {
-        sqlx::query_scalar("SELECT share_links FROM projects WHERE name = $1")
-            .bind(&name)
-            .fetch_optional(pool)
-            .await
-    })?
-    .unwrap_or(true);
-    Ok(Project {
-        primary_metric: primary::of_project(db, &name).await?,
-        max_priority: crate::jobs::priorities::max_priority(db, &name).await?,
-        node_policy: crate::jobs::node_policies::of_project(db, &name).await?,
-        name,
-        role,
-        share_links,
-    })
+    Ok(Json(projects::project(&state.db, name, role).await?))
 }
 
 /// Adds a member to a project, or changes their role (project admins).
@@ -210,27 +157,7 @@ pub async fn set_member(
 ) -> Result<Json<Membership>, ApiError> {
     let principal = auth.caller.principal();
     require_admin(&state.db, &principal, &name).await?;
-    let user_id: Option<String> = sql!(&state.db, |pool| {
-        sqlx::query_scalar("SELECT id FROM users WHERE name = $1")
-            .bind(&membership.user)
-            .fetch_optional(pool)
-            .await
-    })?;
-    let user_id =
-        user_id.ok_or_else(|| ApiError::field("user", format!("no user named `{}`", membership.user)))?;
-    sql!(&state.db, |pool| {
-        sqlx::query(
-            "INSERT INTO project_members (project, user_id, role, added_at) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (project, user_id) DO UPDATE SET role = excluded.role",
-        )
-        .bind(&name)
-        .bind(&user_id)
-        .bind(membership.role.as_str())
-        .bind(now_ms())
-        .execute(pool)
-        .await
-        .map(|_| ())
-    })?;
+    projects::set_member(&state.db, &name, &membership).await?;
     let detail = format!("{} is {}", membership.user, membership.role.as_str());
     audit::by_caller(
         &state.db,
@@ -257,7 +184,7 @@ pub async fn remove_member(
     Path((name, user)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     require_admin(&state.db, &auth.caller.principal(), &name).await?;
-    let removed = crate::projects::remove_member(&state.db, &name, &user).await?;
+    let removed = projects::remove_member(&state.db, &name, &user).await?;
     let detail = removed.describe(&user);
     audit::by_caller(
         &state.db,
@@ -297,24 +224,7 @@ pub async fn list_members(
         not_found,
     )
     .await?;
-    let rows: Vec<(String, String)> = sql!(&state.db, |pool| {
-        sqlx::query_as(
-            "SELECT u.name, m.role FROM project_members m JOIN users u ON u.id = m.user_id
-         WHERE m.project = $1 ORDER BY u.name",
-        )
-        .bind(&name)
-        .fetch_all(pool)
-        .await
-    })?;
-    let items = rows
-        .into_iter()
-        .filter_map(|(user, role)| {
-            Some(Membership {
-                user,
-                role: Role::parse(&role)?,
-            })
-        })
-        .collect();
+    let items = projects::members(&state.db, &name).await?;
     Ok(Json(Page {
         items,
         next_before: None,
@@ -324,13 +234,7 @@ pub async fn list_members(
 /// The project exists and the principal is its admin (404 for those who cannot see it).
 async fn require_admin(db: &Db, principal: &Principal, name: &str) -> Result<(), ApiError> {
     let not_found = || store::Error::NotFound(format!("no project {name}"));
-    let exists: Option<String> = sql!(db, |pool| {
-        sqlx::query_scalar("SELECT name FROM projects WHERE name = $1")
-            .bind(name)
-            .fetch_optional(pool)
-            .await
-    })?;
-    if exists.is_none() {
+    if !projects::exists(db, name).await? {
         return Err(not_found().into());
     }
     Ok(access::require(db, principal, name, Role::Admin, not_found).await?)

@@ -6,8 +6,8 @@
 
 use crate::identity::credentials::{hash_password, verify_password};
 use crate::identity::session_store::HashedIdStore;
+use crate::identity::users;
 use crate::state::AppState;
-use crate::store::sql;
 use crate::store::time::now_ms;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
@@ -48,13 +48,7 @@ pub async fn resolve_user(
     if let Ok(Some(user_id)) = session.get::<String>(USER_KEY).await {
         let login_at: i64 = session.get(LOGIN_AT_KEY).await.ok().flatten().unwrap_or(0);
         let fresh = now_ms() - login_at < state.config.session_max.as_millis() as i64;
-        let user: Option<(String, String, bool)> = sql!(&state.db, |pool| {
-            sqlx::query_as("SELECT id, name, is_admin FROM users WHERE id = $1 AND disabled_at IS NULL")
-                .bind(&user_id)
-                .fetch_optional(pool)
-                .await
-        })
-        .unwrap_or(None);
+        let user = users::active(&state.db, &user_id).await.unwrap_or(None);
         match user {
             Some((id, name, is_admin)) if fresh => {
                 request
@@ -98,13 +92,9 @@ pub async fn login(
         tracing::warn!(user = form.username, ip = %client, "sign-in refused: too many failures");
         return back("locked");
     }
-    let user: Option<(String, Option<String>)> = sql!(&state.db, |pool| {
-        sqlx::query_as("SELECT id, password_hash FROM users WHERE name = $1 AND disabled_at IS NULL")
-            .bind(&form.username)
-            .fetch_optional(pool)
-            .await
-    })
-    .unwrap_or(None);
+    let user = users::password_of(&state.db, &form.username)
+        .await
+        .unwrap_or(None);
     // Verify against a real hash even for unknown users and for accounts
     // without a password (SSO), so timing does not tell who exists; only a
     // stored hash of the account itself can ever match.

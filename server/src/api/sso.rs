@@ -6,10 +6,9 @@
 
 use crate::api::sessions::{safe_next, start};
 use crate::config::SsoConfig;
+use crate::identity::users;
 use crate::state::AppState;
 use crate::store::ids::new_id;
-use crate::store::sql;
-use crate::store::time::now_ms;
 use anyhow::{Context, bail};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -301,12 +300,7 @@ async fn provision(
     claims: &Claims,
 ) -> anyhow::Result<String> {
     let subject = format!("{issuer}|{}", claims.sub);
-    let existing: Option<(String, Option<i64>)> = sql!(&state.db, |pool| {
-        sqlx::query_as("SELECT id, disabled_at FROM users WHERE oidc_subject = $1")
-            .bind(&subject)
-            .fetch_optional(pool)
-            .await
-    })?;
+    let existing = users::by_oidc_subject(&state.db, &subject).await?;
     if let Some((id, disabled)) = existing {
         if disabled.is_some() {
             bail!("the user is disabled");
@@ -346,7 +340,6 @@ async fn provision(
         .collect();
     let base = if base.is_empty() { "user".to_string() } else { base };
     let id = new_id("usr");
-    let now = now_ms();
     for attempt in 0..100 {
         let name = if attempt == 0 {
             base.clone()
@@ -354,34 +347,16 @@ async fn provision(
             format!("{base}-{}", attempt + 1)
         };
         // The user and their membership, together or not at all.
-        let mut tx = crate::store::write(&state.db).await?;
-        let inserted = sql!(tx, |conn| {
-            sqlx::query(
-            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES ($1, $2, $3, $4, FALSE, $5)
-             ON CONFLICT (name) DO NOTHING",
+        let created = users::create_from_sso(
+            &state.db,
+            &id,
+            &name,
+            claims.email.as_deref(),
+            &subject,
+            config.new_user_role,
         )
-        .bind(&id)
-        .bind(&name)
-        .bind(&claims.email)
-        .bind(&subject)
-        .bind(now)
-        .execute(conn)
-        .await.map(|done| done.rows_affected())
-        })?;
-        if inserted == 1 {
-            if let Some(role) = config.new_user_role {
-                sql!(tx, |conn| {
-                    sqlx::query(
-                    "INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, $2, $3)",
-                )
-                .bind(&id)
-                .bind(role.as_str())
-                .bind(now)
-                .execute(conn)
-                .await.map(|_| ())
-                })?;
-            }
-            tx.commit().await?;
+        .await?;
+        if created {
             tracing::info!(name, role = ?config.new_user_role, "provisioned a user from SSO");
             return Ok(id);
         }

@@ -10,7 +10,6 @@ use crate::metrics::{Axis, chart};
 use crate::nodes::telemetry;
 use crate::runs;
 use crate::state::AppState;
-use crate::store::sql;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::header;
@@ -163,19 +162,6 @@ fn chosen_fields(field: Option<&str>, errors: &mut Vec<FieldError>) -> Vec<(&'st
     }
 }
 
-/// An attempt of the run's job that started.
-#[derive(sqlx::FromRow)]
-struct StartedAttempt {
-    job_id: String,
-    n: i64,
-    node_id: String,
-    node: String,
-    /// A JSON array of GPU indices.
-    gpus: String,
-    started_at: i64,
-    ended_at: Option<i64>,
-}
-
 /// The run's attempts that started, with their nodes, GPUs and spans, and
 /// the series of `fields` over each.
 async fn system(
@@ -184,21 +170,12 @@ async fn system(
     fields: &[(&str, &str)],
     max_points: usize,
 ) -> Result<SystemTelemetry, ApiError> {
-    let rows: Vec<StartedAttempt> = sql!(&state.db, |pool| {
-        sqlx::query_as(
-            "SELECT a.job_id, a.n, a.node_id, n.name AS node, a.gpus, a.started_at, a.ended_at
-         FROM runs r JOIN attempts a ON a.job_id = r.job_id JOIN nodes n ON n.id = a.node_id
-         WHERE r.id = $1 AND a.started_at IS NOT NULL ORDER BY a.n",
-        )
-        .bind(run_id)
-        .fetch_all(pool)
-        .await
-    })?;
+    let rows = telemetry::started_attempts(&state.db, run_id).await?;
     let mut telemetry = SystemTelemetry {
         attempts: Vec::new(),
         series: Vec::new(),
     };
-    for StartedAttempt {
+    for telemetry::StartedAttempt {
         job_id,
         n,
         node_id,

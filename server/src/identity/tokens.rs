@@ -3,10 +3,10 @@
 
 use crate::identity::access::{self, Principal};
 use crate::identity::credentials::{NewToken, create_token};
-use crate::store::Db;
 use crate::store::Error;
 use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
+use crate::store::{Db, Tx};
 use gpuplane_api::auth::{CreateToken, CreatedToken, Scope, TokenInfo};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::project::Role;
@@ -186,4 +186,52 @@ pub async fn revoke(db: &Db, user_id: &str, token_id: &str) -> Result<TokenInfo,
     })?;
     row.map(info)
         .ok_or_else(|| Error::NotFound(format!("no token {token_id}")))
+}
+
+/// Binds an agent token to the node it speaks for: the node named at its
+/// creation, else the first node it says hello as. A token speaks for one
+/// node only, and a node has one token (until that token is revoked).
+pub async fn bind_to_node(conn: &mut Tx, token_id: &str, name: &str) -> Result<(), Error> {
+    // Read again inside the transaction: two first hellos of one token
+    // with different names must not both bind it.
+    let bound: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT node_name FROM api_tokens WHERE id = $1")
+            .bind(token_id)
+            .fetch_one(conn)
+            .await
+    })?;
+    if let Some(bound) = &bound {
+        if bound != name {
+            return Err(Error::Forbidden(format!(
+                "this agent token speaks only for node `{bound}`, not `{name}`: \
+                 each node needs its own token (`gpuplane-server admin create-agent-token --node {name}`)"
+            )));
+        }
+        return Ok(());
+    }
+    let holder: Option<String> = sql!(conn, |conn| {
+        sqlx::query_scalar(
+        "SELECT id FROM api_tokens WHERE node_name = $1 AND scope = 'agent' AND revoked_at IS NULL AND id <> $2",
+    )
+    .bind(name)
+    .bind(token_id)
+    .fetch_optional(conn)
+    .await
+    })?;
+    if let Some(holder) = holder {
+        return Err(Error::Forbidden(format!(
+            "node `{name}` belongs to another agent token ({holder}); an agent token speaks only for its own node \
+             (revoke the other one with `gpuplane-server admin revoke-agent-token {holder}` to move the node)"
+        )));
+    }
+    sql!(conn, |conn| {
+        sqlx::query("UPDATE api_tokens SET node_name = $1 WHERE id = $2 AND node_name IS NULL")
+            .bind(name)
+            .bind(token_id)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
+    tracing::info!(token_id, node = name, "agent token bound to its node");
+    Ok(())
 }

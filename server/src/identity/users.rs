@@ -255,3 +255,89 @@ pub async fn revoke_agent_token(db: &Db, token_id: &str) -> Result<AgentToken, E
     }
     agent_token_by_id(db, token_id).await
 }
+
+/// A user who may sign in: not disabled. Their id, name and whether they
+/// are a server admin.
+pub async fn active(db: &Db, user_id: &str) -> Result<Option<(String, String, bool)>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as("SELECT id, name, is_admin FROM users WHERE id = $1 AND disabled_at IS NULL")
+            .bind(user_id)
+            .fetch_optional(pool)
+            .await
+    })?)
+}
+
+/// The id and password hash (none for SSO accounts) of the user named
+/// `name`, unless disabled.
+pub async fn password_of(db: &Db, name: &str) -> Result<Option<(String, Option<String>)>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as("SELECT id, password_hash FROM users WHERE name = $1 AND disabled_at IS NULL")
+            .bind(name)
+            .fetch_optional(pool)
+            .await
+    })?)
+}
+
+/// The user an identity provider's subject (`ISSUER|SUB`) signed in as
+/// before: their id, and when they were disabled, if they were.
+pub async fn by_oidc_subject(db: &Db, subject: &str) -> Result<Option<(String, Option<i64>)>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as("SELECT id, disabled_at FROM users WHERE oidc_subject = $1")
+            .bind(subject)
+            .fetch_optional(pool)
+            .await
+    })?)
+}
+
+/// A user an identity provider vouches for, as `id` and `name`, with
+/// `role` in the default project: both or neither. `false` when the name
+/// is taken (the caller tries another).
+pub async fn create_from_sso(
+    db: &Db,
+    id: &str,
+    name: &str,
+    email: Option<&str>,
+    subject: &str,
+    role: Option<Role>,
+) -> Result<bool, Error> {
+    let now = now_ms();
+    let mut tx = crate::store::write(db).await?;
+    let inserted = sql!(tx, |conn| {
+        sqlx::query(
+            "INSERT INTO users (id, name, email, oidc_subject, is_admin, created_at) VALUES ($1, $2, $3, $4, FALSE, $5)
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(id)
+        .bind(name)
+        .bind(email)
+        .bind(subject)
+        .bind(now)
+        .execute(conn)
+        .await
+        .map(|done| done.rows_affected())
+    })?;
+    if inserted != 1 {
+        return Ok(false);
+    }
+    if let Some(role) = role {
+        sql!(tx, |conn| {
+            sqlx::query("INSERT INTO project_members (project, user_id, role, added_at) VALUES ('default', $1, $2, $3)")
+                .bind(id)
+                .bind(role.as_str())
+                .bind(now)
+                .execute(conn)
+                .await
+                .map(|_| ())
+        })?;
+    }
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// Every user's name by id.
+pub async fn names_by_id(db: &Db) -> Result<std::collections::HashMap<String, String>, Error> {
+    let rows: Vec<(String, String)> = sql!(db, |pool| {
+        sqlx::query_as("SELECT id, name FROM users").fetch_all(pool).await
+    })?;
+    Ok(rows.into_iter().collect())
+}

@@ -628,3 +628,41 @@ pub async fn current_status(conn: &mut Tx, job_id: &str) -> Result<JobStatus, Er
     })?;
     parse_status(&status.ok_or_else(|| Error::NotFound(format!("no job {job_id}")))?)
 }
+
+/// The GPUs that active attempts hold.
+pub async fn gpus_in_use(db: &Db) -> Result<i64, Error> {
+    let gpus = db.dialect().json_length("gpus");
+    Ok(sql!(db, |pool| {
+        sqlx::query_scalar(&format!(
+            "SELECT CAST(coalesce(sum({gpus}), 0) AS BIGINT) FROM attempts WHERE status IN ('DISPATCHING', 'RUNNING')"
+        ))
+        .fetch_one(pool)
+        .await
+    })?)
+}
+
+/// How many jobs are in each status that has any.
+pub async fn counts_by_status(db: &Db) -> Result<Vec<(String, i64)>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as("SELECT status, count(*) FROM jobs GROUP BY status")
+            .fetch_all(pool)
+            .await
+    })?)
+}
+
+/// The id, name and status of the node that ran the job's attempt `attempt`.
+pub async fn attempt_node(
+    db: &Db,
+    job_id: &str,
+    attempt: i64,
+) -> Result<Option<(String, String, String)>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT n.id, n.name, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id WHERE a.job_id = $1 AND a.n = $2",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .fetch_optional(pool)
+        .await
+    })?)
+}

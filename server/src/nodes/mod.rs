@@ -363,3 +363,26 @@ fn one_node(rows: u64, name: &str) -> Result<(), Error> {
         _ => Ok(()),
     }
 }
+
+/// How many nodes are ONLINE and how many OFFLINE.
+pub async fn status_counts(db: &Db) -> Result<(i64, i64), Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status = 'ONLINE'), count(*) FILTER (WHERE status = 'OFFLINE') FROM nodes",
+        )
+        .fetch_one(pool)
+        .await
+    })?)
+}
+
+/// The GPUs of the ONLINE nodes: all, and how many of them are simulated.
+pub async fn online_gpus(db: &Db) -> Result<(i64, i64), Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE g.source = 'simulated') FROM gpus g JOIN nodes n ON n.id = g.node_id
+             WHERE n.status = 'ONLINE'",
+        )
+        .fetch_one(pool)
+        .await
+    })?)
+}

@@ -452,3 +452,30 @@ async fn downsample(db: &Db, node_id: &str, key: &str, since: i64, until: i64) -
     tx.commit().await?;
     Ok(old.len())
 }
+
+/// An attempt of the run's job that started.
+#[derive(sqlx::FromRow)]
+pub struct StartedAttempt {
+    pub job_id: String,
+    pub n: i64,
+    pub node_id: String,
+    pub node: String,
+    /// A JSON array of GPU indices.
+    pub gpus: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
+}
+
+/// The run's job's attempts that started, in order, with their nodes.
+pub async fn started_attempts(db: &Db, run_id: &str) -> Result<Vec<StartedAttempt>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT a.job_id, a.n, a.node_id, n.name AS node, a.gpus, a.started_at, a.ended_at
+             FROM runs r JOIN attempts a ON a.job_id = r.job_id JOIN nodes n ON n.id = a.node_id
+             WHERE r.id = $1 AND a.started_at IS NOT NULL ORDER BY a.n",
+        )
+        .bind(run_id)
+        .fetch_all(pool)
+        .await
+    })?)
+}

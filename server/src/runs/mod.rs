@@ -2,6 +2,7 @@
 //! viewer of its project; writing to one needs an editor, and a job's own
 //! sdk token reaches only its job's run.
 
+pub mod alerts;
 pub mod checkpoints;
 pub mod details;
 pub mod lifecycle;

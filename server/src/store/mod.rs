@@ -171,6 +171,14 @@ impl Db {
         }
     }
 
+    /// One round trip to the database.
+    pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        sql!(self, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
+            .await
+            .map(|_| ()))
+    }
+
     pub fn dialect(&self) -> Dialect {
         match self {
             Db::Sqlite(_) => Dialect::Sqlite,

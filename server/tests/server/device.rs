@@ -333,7 +333,7 @@ async fn expired_device_authorizations_are_deleted() {
             .map(|_| ())
     })
     .unwrap();
-    device_login::delete_expired(db).await;
+    gpuplane_server::identity::device_codes::delete_expired(db).await;
     let left: i64 = sql!(db, |pool| {
         sqlx::query_scalar("SELECT count(*) FROM device_authorizations")
             .fetch_one(pool)
