@@ -4,6 +4,7 @@
 use crate::api::device_login;
 use crate::api::error::ApiError;
 use crate::api::extract::ConsoleAction;
+use crate::api::in_process::InProcessApi;
 use crate::identity::access::Principal;
 use crate::identity::tokens;
 use crate::state::AppState;
@@ -19,10 +20,10 @@ use leptos_axum::{LeptosRoutes, file_and_error_handler_with_context, generate_ro
 use std::sync::Arc;
 
 /// Page routes, server functions, and a fallback serving files from the site root.
-pub fn router(state: &AppState) -> Router<AppState> {
+pub fn router(state: &AppState, api: InProcessApi) -> Router<AppState> {
     let backend = Backend(Arc::new(ServerBackend {
         state: state.clone(),
-        api: crate::api::router().0.with_state(state.clone()),
+        api,
     }));
     let context = move || {
         provide_context(backend.clone());
@@ -119,8 +120,8 @@ where
 
 struct ServerBackend {
     state: AppState,
-    /// The API, for reads made on behalf of a page.
-    api: Router,
+    /// The API, for what pages read and change.
+    api: InProcessApi,
 }
 
 impl ServerBackend {
@@ -132,26 +133,15 @@ impl ServerBackend {
         path: &str,
         max_bytes: usize,
     ) -> Result<String, Refused> {
-        use tower::ServiceExt;
         let failed = |message: String| Refused { status: 500, message };
-        let read = async {
-            let response = match self.api.clone().oneshot(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
-            let status = response.status();
-            axum::body::to_bytes(response.into_body(), max_bytes)
-                .await
-                .map(|body| (status, body))
-                .map_err(|_| {
-                    failed(format!(
-                        "the answer to {path} is larger than a page may read ({max_bytes} bytes)"
-                    ))
-                })
-        };
-        let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, read)
+        let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, self.api.send(request, max_bytes))
             .await
-            .map_err(|_| failed(format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}")))??;
+            .map_err(|_| failed(format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}")))?;
+        let body = body.ok_or_else(|| {
+            failed(format!(
+                "the answer to {path} is larger than a page may read ({max_bytes} bytes)"
+            ))
+        })?;
         let text = String::from_utf8_lossy(&body).into_owned();
         if status.is_success() {
             Ok(text)
@@ -309,9 +299,7 @@ impl ConsoleBackend for ServerBackend {
             let Some(uri) = readable_by_pages(&path) else {
                 return Err(refuse(format!("the console does not read {path}")));
             };
-            let mut request = axum::http::Request::get(uri)
-                .body(axum::body::Body::empty())
-                .map_err(|error| refuse(format!("bad path {path}: {error}")))?;
+            let mut request = InProcessApi::request(Method::GET, uri, None, None);
             request.extensions_mut().insert(user);
             self.call(request, &path, max_bytes).await
         })
@@ -342,16 +330,9 @@ impl ConsoleBackend for ServerBackend {
                     "a console change is at most {MAX_SEND_BYTES} bytes"
                 )));
             }
-            let mut request = axum::http::Request::builder().method(method).uri(uri);
-            if !body.is_empty() {
-                request = request.header(header::CONTENT_TYPE, "application/json");
-            }
-            let mut request = request
-                .body(axum::body::Body::from(body))
-                .map_err(|error| refuse(format!("bad path {path}: {error}")))?;
-            if let Ok(address) = address.parse() {
-                request.extensions_mut().insert(ClientAddress(address));
-            }
+            let json = (!body.is_empty()).then_some(body);
+            let address = address.parse().ok().map(ClientAddress);
+            let mut request = InProcessApi::request(method, uri, json, address);
             request.extensions_mut().insert(ConsoleAction(user));
             self.call(request, &path, app::backend::MAX_READ_BYTES).await
         })

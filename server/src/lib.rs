@@ -47,10 +47,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The whole HTTP surface: API, console pages and static files.
 pub fn app(state: AppState) -> Router {
     let (api, doc) = api::router();
-    let mcp = mcp::router(&state, api.clone().with_state(state.clone()), &doc)
-        .expect("every MCP tool names an API operation");
+    let in_process = api::in_process::InProcessApi::new(api.clone().with_state(state.clone()));
+    let mcp = mcp::router(&state, in_process.clone(), &doc).expect("every MCP tool names an API operation");
     let app = api
-        .merge(console::router(&state))
+        .merge(console::router(&state, in_process))
         .merge(manual::router(&state.config.site_root))
         .merge(api::shared::router())
         .route("/login", axum::routing::post(api::sessions::login))

@@ -3,10 +3,12 @@
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors, parse_json};
 use crate::api::extract::{Authed, Ingest, Read};
+use crate::metrics::chart::axis_and_range;
 use crate::metrics::wire::WireBatch;
-use crate::metrics::{self, Axis, Query, chart, texts};
+use crate::metrics::{self, Query, texts};
 use crate::paging;
 use crate::runs;
+use crate::runs::charts::{self, ChartQuery, ChartRequest};
 use crate::state::AppState;
 use axum::Json;
 use axum::body::Bytes;
@@ -228,92 +230,6 @@ pub async fn list_texts(
     }))
 }
 
-/// `x` must be `step` or `time`, and `from` not after `to`.
-fn axis_and_range(x: Option<&str>, from: Option<f64>, to: Option<f64>, errors: &mut Vec<FieldError>) -> Axis {
-    if let (Some(from), Some(to)) = (from, to)
-        && from > to
-    {
-        errors.push(FieldError {
-            field: "from".into(),
-            message: "must not be after `to`".into(),
-        });
-    }
-    match x {
-        None | Some("step") => Axis::Step,
-        Some("time") => Axis::Time,
-        Some(other) => {
-            errors.push(FieldError {
-                field: "x".into(),
-                message: format!("must be `step` or `time`, not `{other}`"),
-            });
-            Axis::Step
-        }
-    }
-}
-
-/// An image's size in pixels, `default` when not given: width 200–4000,
-/// height 120–3000.
-pub(crate) fn image_size(
-    width: Option<u32>,
-    height: Option<u32>,
-    default: (u32, u32),
-    errors: &mut Vec<FieldError>,
-) -> (u32, u32) {
-    let (width, height) = (width.unwrap_or(default.0), height.unwrap_or(default.1));
-    for (field, value, range) in [("width", width, 200..=4000), ("height", height, 120..=3000)] {
-        if !range.contains(&value) {
-            errors.push(FieldError {
-                field: field.into(),
-                message: format!("must be between {} and {}", range.start(), range.end()),
-            });
-        }
-    }
-    (width, height)
-}
-
-/// Whether an axis is logarithmic: `linear` (the default) or `log`.
-pub(crate) fn log_scale(field: &str, scale: Option<&str>, errors: &mut Vec<FieldError>) -> bool {
-    match scale {
-        None | Some("linear") => false,
-        Some("log") => true,
-        Some(other) => {
-            errors.push(FieldError {
-                field: field.into(),
-                message: format!("`{other}` is not a scale: use linear or log"),
-            });
-            false
-        }
-    }
-}
-
-/// Most runs one chart compares.
-const MAX_COMPARED: usize = 8;
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ChartQuery {
-    /// The metric, e.g. `train/loss`.
-    key: String,
-    /// `step` (default) or `time` (wall time since the first point).
-    x: Option<String>,
-    /// Range on the x axis (inclusive; wall time in Unix seconds).
-    from: Option<f64>,
-    to: Option<f64>,
-    /// Smoothing weight, 0 (default) to 0.99.
-    smooth: Option<f64>,
-    /// Other runs to draw on the same chart, comma-separated ids.
-    compare: Option<String>,
-    /// `linear` (default) or `log`: values at or below zero are then not drawn.
-    y_scale: Option<String>,
-    /// The y range shown (either end optional; values outside are not drawn).
-    y_min: Option<f64>,
-    y_max: Option<f64>,
-    /// Size in pixels: width 200–4000 (default 800), height 120–3000 (default 320).
-    width: Option<u32>,
-    height: Option<u32>,
-}
-
 /// One metric as an SVG chart (of this run and the compared ones): by step
 /// or wall time, smoothed on request, downsampled to the width; NaN and
 /// infinities break the line and are marked and named.
@@ -352,7 +268,7 @@ pub async fn chart_png(
     Path(run_id): Path<String>,
     ApiQuery(query): ApiQuery<ChartQuery>,
 ) -> Result<([(header::HeaderName, &'static str); 2], Vec<u8>), ApiError> {
-    let png = to_png(draw_chart(&state, &auth, run_id, query).await?).await?;
+    let png = charts::png(draw_chart(&state, &auth, run_id, query).await?).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "image/png"),
@@ -368,133 +284,9 @@ async fn draw_chart(
     run_id: String,
     query: ChartQuery,
 ) -> Result<String, ApiError> {
-    let chart = chart_request(run_id, query)?;
+    let chart = ChartRequest::check(run_id, query)?;
     for id in &chart.run_ids {
         runs::check(&state.db, &auth.caller, id, Role::Viewer).await?;
     }
-    render_chart(state, chart).await
-}
-
-impl ChartQuery {
-    /// Whether it asks for other runs on the same chart.
-    pub(super) fn compares(&self) -> bool {
-        self.compare
-            .as_deref()
-            .is_some_and(|list| !list.trim().is_empty())
-    }
-}
-
-/// A chart to draw: its runs (the first, then those compared), checked
-/// parameters and drawing options.
-pub(super) struct ChartRequest {
-    pub run_ids: Vec<String>,
-    key: String,
-    axis: Axis,
-    from: Option<f64>,
-    to: Option<f64>,
-    options: chart::ChartOptions,
-}
-
-/// Checks a chart's parameters (every error at once, 422).
-pub(super) fn chart_request(run_id: String, query: ChartQuery) -> Result<ChartRequest, ApiError> {
-    let mut errors = Vec::new();
-    let axis = axis_and_range(query.x.as_deref(), query.from, query.to, &mut errors);
-    let smoothing = query.smooth.unwrap_or(0.0);
-    if !(0.0..=0.99).contains(&smoothing) {
-        errors.push(FieldError {
-            field: "smooth".into(),
-            message: "must be between 0 and 0.99".into(),
-        });
-    }
-    let (width, height) = image_size(query.width, query.height, (800, 320), &mut errors);
-    let y_log = log_scale("y_scale", query.y_scale.as_deref(), &mut errors);
-    for (field, value) in [("y_min", query.y_min), ("y_max", query.y_max)] {
-        match value {
-            Some(v) if !v.is_finite() => errors.push(FieldError {
-                field: field.into(),
-                message: "must be a finite number".into(),
-            }),
-            Some(v) if y_log && v <= 0.0 => errors.push(FieldError {
-                field: field.into(),
-                message: "must be above 0 on a log scale".into(),
-            }),
-            _ => {}
-        }
-    }
-    if let (Some(lo), Some(hi)) = (query.y_min, query.y_max)
-        && lo >= hi
-    {
-        errors.push(FieldError {
-            field: "y_min".into(),
-            message: "must be below `y_max`".into(),
-        });
-    }
-    let mut run_ids = vec![run_id];
-    for other in query
-        .compare
-        .iter()
-        .flat_map(|list| list.split(','))
-        .map(str::trim)
-    {
-        if !other.is_empty() && !run_ids.iter().any(|id| id == other) {
-            run_ids.push(other.to_string());
-        }
-    }
-    if run_ids.len() > 1 + MAX_COMPARED {
-        errors.push(FieldError {
-            field: "compare".into(),
-            message: format!("at most {MAX_COMPARED} runs"),
-        });
-    }
-    if !errors.is_empty() {
-        return Err(ApiError::Validation(errors));
-    }
-    Ok(ChartRequest {
-        run_ids,
-        key: query.key.clone(),
-        axis,
-        from: query.from,
-        to: query.to,
-        options: chart::ChartOptions {
-            title: query.key,
-            axis,
-            smoothing,
-            y_log,
-            y_min: query.y_min,
-            y_max: query.y_max,
-            width,
-            height,
-        },
-    })
-}
-
-/// Draws a chart whose runs the caller was allowed to read. The runs'
-/// lines are read at once (each from its own pooled connection), so a
-/// chart comparing 8 runs costs about what its slowest line does.
-pub(super) async fn render_chart(state: &AppState, chart: ChartRequest) -> Result<String, ApiError> {
-    let metric_query = Query {
-        key: chart.key.clone(),
-        // Two pixels a bucket: enough to see every spike, half the drawing.
-        max_points: (chart.options.width / 2) as usize,
-        axis: chart.axis,
-        from: chart.from,
-        to: chart.to,
-    };
-    let (db, query, key) = (&state.db, &metric_query, &chart.key);
-    let lines = futures_util::future::try_join_all(chart.run_ids.iter().map(|id| async move {
-        Ok::<_, crate::store::Error>(chart::Line {
-            label: runs::label(db, id).await?,
-            series: metrics::query(db, id, query).await?,
-            first_non_finite_step: metrics::first_non_finite_step(db, id, key).await?,
-        })
-    }))
-    .await?;
-    Ok(chart::svg(&lines, &chart.options))
-}
-
-/// An SVG chart as PNG, off the async threads.
-pub(super) async fn to_png(svg: String) -> Result<Vec<u8>, ApiError> {
-    Ok(tokio::task::spawn_blocking(move || chart::png(&svg))
-        .await
-        .map_err(anyhow::Error::from)??)
+    Ok(charts::svg(&state.db, &chart).await?)
 }

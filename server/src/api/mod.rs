@@ -12,6 +12,7 @@ pub mod error;
 mod evaluations;
 mod events;
 pub mod extract;
+pub mod in_process;
 pub(crate) mod health;
 mod jobs;
 mod lifecycle;

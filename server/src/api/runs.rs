@@ -3,9 +3,9 @@
 
 use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors};
 use crate::api::extract::{Authed, Ingest, Read, Write};
-use crate::api::metrics::{image_size, log_scale};
 use crate::identity::access;
 use crate::metrics::chart;
+use crate::metrics::chart::{image_size, log_scale};
 use crate::paging::{cursor, page_limit};
 use crate::runs;
 use crate::runs::primary;

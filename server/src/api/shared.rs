@@ -7,9 +7,9 @@
 //! and records the view.
 
 use crate::api::error::{ApiError, ApiQuery};
-use crate::api::metrics::{ChartQuery, chart_request, render_chart, to_png};
 use crate::jobs;
 use crate::logs;
+use crate::runs::charts::{self, ChartQuery, ChartRequest};
 use crate::runs::{self, shares};
 use crate::state::AppState;
 use crate::store::time::rfc3339;
@@ -252,7 +252,7 @@ async fn shared_chart(
     if query.compares() {
         return Err(ApiError::field("compare", "a share link shows its own run only"));
     }
-    render_chart(state, chart_request(opened.run_id, query)?).await
+    Ok(charts::svg(&state.db, &ChartRequest::check(opened.run_id, query)?).await?)
 }
 
 async fn chart_svg(
@@ -274,7 +274,7 @@ async fn chart_png(
     ApiQuery(query): ApiQuery<ChartQuery>,
 ) -> Result<Response, ApiError> {
     let svg = shared_chart(&state, &secret, "chart.png", address, &headers, query).await?;
-    Ok((private("image/png"), to_png(svg).await?).into_response())
+    Ok((private("image/png"), charts::png(svg).await?).into_response())
 }
 
 /// Every output line the server keeps of the job's latest attempt, as text.

@@ -5,7 +5,7 @@
 
 use crate::api::error::{ApiError, ApiQuery, AuthErrors};
 use crate::api::extract::{Authed, Read};
-use crate::api::metrics::image_size;
+use crate::metrics::chart::image_size;
 use crate::metrics::{Axis, chart};
 use crate::nodes::telemetry;
 use crate::runs;

@@ -20,15 +20,15 @@ pub mod tools;
 
 use crate::api::error::ApiError;
 use crate::api::extract::{Authed, Read};
+use crate::api::in_process::InProcessApi;
 use crate::identity::access::Caller;
 use crate::state::AppState;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use gpuplane_api::audit::AuditAction;
-use http::{HeaderValue, header};
+use http::header;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, InitializeResult, JsonObject,
@@ -43,7 +43,6 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tools::{Confirm, Effect, Prepared};
-use tower::ServiceExt;
 
 /// Where the MCP endpoint is served.
 pub use gpuplane_api::mcp::PATH;
@@ -62,14 +61,14 @@ const INSTRUCTIONS: &str = "GPUPlane runs training and evaluation jobs on a clus
 #[derive(Clone)]
 pub struct GpuPlaneMcp {
     tools: Arc<Vec<Prepared>>,
-    api: Router,
+    api: InProcessApi,
     state: AppState,
 }
 
 /// The `/mcp` routes: the MCP service behind a bearer-token check.
 pub fn router(
     state: &AppState,
-    api: Router,
+    api: InProcessApi,
     openapi: &utoipa::openapi::OpenApi,
 ) -> anyhow::Result<Router<AppState>> {
     let tools = Arc::new(tools::prepare(&serde_json::to_value(openapi)?)?);
@@ -140,15 +139,11 @@ struct Answer {
     body: Value,
 }
 
-/// Reads an API response: JSON when it is, else its text.
-async fn answer_of(response: Response) -> Result<Answer, McpError> {
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .map_err(|error| McpError::internal_error(error.to_string(), None))?;
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(Answer { status, body })
+/// An API answer: JSON when it is, else its text.
+fn answer_of(status: http::StatusCode, bytes: &[u8]) -> Answer {
+    let body = serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+    Answer { status, body }
 }
 
 impl GpuPlaneMcp {
@@ -160,33 +155,25 @@ impl GpuPlaneMcp {
         path_and_query: &str,
         body: Option<Value>,
     ) -> Result<Answer, McpError> {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path_and_query}", gpuplane_api::paths::PREFIX));
-        if let Some(authorization) = parts.headers.get(header::AUTHORIZATION) {
-            request = request.header(header::AUTHORIZATION, authorization.clone());
-        }
-        let body = match body {
-            Some(body) => {
-                request = request.header(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                Body::from(body.to_string())
-            }
-            None => Body::empty(),
-        };
-        let mut request = request
-            .body(body)
-            .map_err(|error| McpError::internal_error(error.to_string(), None))?;
+        let internal = |error: String| McpError::internal_error(error, None);
+        let method =
+            http::Method::from_bytes(method.as_bytes()).map_err(|error| internal(error.to_string()))?;
+        let uri = format!("{}{path_and_query}", gpuplane_api::paths::PREFIX)
+            .parse()
+            .map_err(|error: http::uri::InvalidUri| internal(error.to_string()))?;
         // The assistant's own address, for the audit log.
-        if let Some(address) = parts.extensions.get::<gpuplane_api::auth::ClientAddress>() {
-            request.extensions_mut().insert(*address);
+        let address = parts
+            .extensions
+            .get::<gpuplane_api::auth::ClientAddress>()
+            .copied();
+        let mut request = InProcessApi::request(method, uri, body.map(|body| body.to_string()), address);
+        if let Some(authorization) = parts.headers.get(header::AUTHORIZATION) {
+            request
+                .headers_mut()
+                .insert(header::AUTHORIZATION, authorization.clone());
         }
-        let response = self
-            .api
-            .clone()
-            .oneshot(request)
-            .await
-            .map_err(|error| McpError::internal_error(error.to_string(), None))?;
-        answer_of(response).await
+        let (status, bytes) = self.api.send(request, usize::MAX).await;
+        Ok(answer_of(status, &bytes.unwrap_or_default()))
     }
 
     async fn call(
@@ -222,9 +209,12 @@ impl GpuPlaneMcp {
             Ok(call) => call,
             // Arguments that do not fit the tool answer like the API's 422.
             Err(fields) => {
-                return Ok(api_error(
-                    &answer_of(ApiError::Validation(fields).into_response()).await?,
-                ));
+                let response = ApiError::Validation(fields).into_response();
+                let status = response.status();
+                let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .map_err(|error| McpError::internal_error(error.to_string(), None))?;
+                return Ok(api_error(&answer_of(status, &bytes)));
             }
         };
         if name == "cancel_job" {
@@ -289,9 +279,12 @@ impl GpuPlaneMcp {
         let call = match prepared.call(&args) {
             Ok(call) => call,
             Err(fields) => {
-                return Ok(api_error(
-                    &answer_of(ApiError::Validation(fields).into_response()).await?,
-                ));
+                let response = ApiError::Validation(fields).into_response();
+                let status = response.status();
+                let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                    .await
+                    .map_err(|error| McpError::internal_error(error.to_string(), None))?;
+                return Ok(api_error(&answer_of(status, &bytes)));
             }
         };
         let answer = match action {

@@ -2,7 +2,10 @@
 //! by step or wall time, optionally smoothed. Non-finite values are never
 //! hidden: the line breaks there and a labelled marker says which value it was.
 
+mod params;
 mod samples;
+
+pub use params::{axis_and_range, image_size, log_scale};
 
 use samples::{Sample, bands, bounds, non_finite_stretches, samples, segments, smooth, span, stretch_label};
 

@@ -3,6 +3,7 @@
 //! sdk token reaches only its job's run.
 
 pub mod alerts;
+pub mod charts;
 pub mod checkpoints;
 pub mod details;
 pub mod lifecycle;
