@@ -139,6 +139,16 @@ struct Answer {
     body: Value,
 }
 
+/// Arguments that do not fit a tool, answered as the API answers a 422.
+async fn invalid_arguments(fields: Vec<gpuplane_api::error::FieldError>) -> Result<CallToolResult, McpError> {
+    let response = ApiError::Validation(fields).into_response();
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .map_err(|error| McpError::internal_error(error.to_string(), None))?;
+    Ok(api_error(&answer_of(status, &bytes)))
+}
+
 /// An API answer: JSON when it is, else its text.
 fn answer_of(status: http::StatusCode, bytes: &[u8]) -> Answer {
     let body = serde_json::from_slice(bytes)
@@ -208,14 +218,7 @@ impl GpuPlaneMcp {
         let mut call = match prepared.call(&args) {
             Ok(call) => call,
             // Arguments that do not fit the tool answer like the API's 422.
-            Err(fields) => {
-                let response = ApiError::Validation(fields).into_response();
-                let status = response.status();
-                let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-                    .await
-                    .map_err(|error| McpError::internal_error(error.to_string(), None))?;
-                return Ok(api_error(&answer_of(status, &bytes)));
-            }
+            Err(fields) => return invalid_arguments(fields).await,
         };
         if name == "cancel_job" {
             // Confirmed above: the API's own confirmation follows.
@@ -278,14 +281,7 @@ impl GpuPlaneMcp {
     ) -> Result<CallToolResult, McpError> {
         let call = match prepared.call(&args) {
             Ok(call) => call,
-            Err(fields) => {
-                let response = ApiError::Validation(fields).into_response();
-                let status = response.status();
-                let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-                    .await
-                    .map_err(|error| McpError::internal_error(error.to_string(), None))?;
-                return Ok(api_error(&answer_of(status, &bytes)));
-            }
+            Err(fields) => return invalid_arguments(fields).await,
         };
         let answer = match action {
             "submit_job" => self.api(parts, "POST", "/jobs/validate", call.body).await?,
