@@ -30,7 +30,7 @@ pub async fn run() -> anyhow::Result<()> {
     println!("== cluster benchmarks: {agents} simulated agents × {GPUS_PER_NODE} GPUs");
     let binaries = release_binaries()?;
     let server = start_server_process(&binaries, &[]).await?;
-    let pid = server.process.0.id();
+    let pid = server.pid();
     let db = gpuplane_server::store::open(&server.data_dir()).await?;
     let mut tokens = Vec::with_capacity(agents);
     for _ in 0..agents {

@@ -4,7 +4,7 @@
 //! and (`compare`) the page comparing 8 such runs.
 
 use crate::metrics::create_run;
-use crate::process::{Binaries, ServerProcess, percentile, release_binaries, start_server_process};
+use crate::process::{Binaries, Server, percentile, release_binaries, start_server_process};
 use anyhow::Context;
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -70,7 +70,7 @@ fn metric_keys() -> Vec<String> {
 
 /// Sends [`KEYS`] metrics × [`points_per_key`] points (a NaN now and then)
 /// to a run through the ingest API.
-async fn fill_run(http: &reqwest::Client, server: &ServerProcess, run_id: &str) -> anyhow::Result<()> {
+async fn fill_run(http: &reqwest::Client, server: &Server, run_id: &str) -> anyhow::Result<()> {
     let keys = metric_keys();
     let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
     for first_step in (0..points_per_key()).step_by(STEPS_PER_BATCH) {

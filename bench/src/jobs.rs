@@ -532,7 +532,7 @@ async fn agent_idle_cpu(binaries: &Binaries) -> anyhow::Result<()> {
 
 async fn server_rss(binaries: &Binaries) -> anyhow::Result<()> {
     let server = start_server_process(binaries, &[]).await?;
-    let pid = server.process.0.id();
+    let pid = server.pid();
     let idle = rss_mib(pid)?;
     let http = reqwest::Client::new();
     let queued = size(10_000, 200);

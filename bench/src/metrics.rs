@@ -5,7 +5,7 @@
 //! during sustained ingest.
 
 use crate::process::{
-    Binaries, ServerProcess, cpu_seconds, percentile, release_binaries, rss_mib, start_server_process,
+    Binaries, Server, cpu_seconds, percentile, release_binaries, rss_mib, start_server_process,
 };
 use crate::report::{count, record, size};
 use anyhow::Context;
@@ -63,7 +63,7 @@ pub(crate) async fn ingest(
 /// A run made the SDK's way; its id.
 pub(crate) async fn create_run(
     http: &reqwest::Client,
-    server: &ServerProcess,
+    server: &Server,
     name: &str,
 ) -> anyhow::Result<String> {
     let run: serde_json::Value = http
@@ -82,7 +82,7 @@ async fn ingest_and_query(binaries: &Binaries) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let run_id = create_run(&http, &server, "bench").await?;
     let url = format!("{}/api/v1/runs/{run_id}/metrics", server.url);
-    let pid = server.process.0.id();
+    let pid = server.pid();
 
     // One key, 1,000,000 points, batches of 10,000: bodies prepared first so
     // the figure is the server's, not the client's JSON encoding.
@@ -281,12 +281,12 @@ async fn settle(pid: u32) -> anyhow::Result<()> {
 /// to a run of its own, on a quiet server; points a second over all of them.
 async fn ingest_by_clients(
     http: &reqwest::Client,
-    server: &ServerProcess,
+    server: &Server,
     turn: &str,
     clients: usize,
     bodies: &[bytes::Bytes],
 ) -> anyhow::Result<f64> {
-    let pid = server.process.0.id();
+    let pid = server.pid();
     settle(pid).await?;
     let mut urls = Vec::new();
     for client in 0..clients {

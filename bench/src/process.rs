@@ -6,6 +6,7 @@
 use anyhow::Context;
 use gpuplane_api::agent::AgentHello;
 use gpuplane_api::auth::Scope;
+use gpuplane_testkit::process::ServerProcess;
 use gpuplane_testkit::{agent_token, user_token};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -48,13 +49,25 @@ impl Drop for Proc {
     }
 }
 
-/// A release server process on a free port with a bootstrapped user and agent token.
-pub struct ServerProcess {
+/// A release server process (testkit's [`ServerProcess`]) on a free port,
+/// over a data dir of its own with a user's and an agent's token.
+pub struct Server {
     dir: tempfile::TempDir,
-    pub process: Proc,
+    pub process: ServerProcess,
     pub url: String,
     pub token: String,
     pub agent_token: String,
+}
+
+impl Server {
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The server process's id; it must be running.
+    pub fn pid(&self) -> u32 {
+        self.process.pid().expect("the server is running")
+    }
 }
 
 /// Which store the benchmark servers use: PostgreSQL when
@@ -67,7 +80,7 @@ pub fn store_name() -> &'static str {
     }
 }
 
-pub async fn start_server_process(binaries: &Binaries, extra: &[&str]) -> anyhow::Result<ServerProcess> {
+pub async fn start_server_process(binaries: &Binaries, extra: &[&str]) -> anyhow::Result<Server> {
     let dir = tempfile::tempdir()?;
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data)?;
@@ -77,73 +90,19 @@ pub async fn start_server_process(binaries: &Binaries, extra: &[&str]) -> anyhow
     let token = user_token(&db, "bench", Scope::Write, true).await;
     let agent_token = agent_token(&db).await;
     db.close().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let process = spawn_server(binaries, &data, port, extra).await?;
-    let server = ServerProcess {
+    let process = ServerProcess::start_program(binaries.server.clone(), &data, extra).await;
+    Ok(Server {
+        url: process.url.clone(),
         dir,
         process,
-        url: format!("http://127.0.0.1:{port}"),
         token,
         agent_token,
-    };
-    wait_for_health(&server).await?;
-    Ok(server)
-}
-
-/// The same server (data, address, tokens) started again after its process ended.
-pub async fn restart_server_process(
-    binaries: &Binaries,
-    server: ServerProcess,
-) -> anyhow::Result<ServerProcess> {
-    let port: u16 = server.url.rsplit(':').next().unwrap_or_default().parse()?;
-    let process = spawn_server(binaries, &server.data_dir(), port, &[]).await?;
-    let server = ServerProcess { process, ..server };
-    wait_for_health(&server).await?;
-    Ok(server)
-}
-
-async fn spawn_server(
-    binaries: &Binaries,
-    data: &std::path::Path,
-    port: u16,
-    extra: &[&str],
-) -> anyhow::Result<Proc> {
-    let mut command = Command::new(&binaries.server);
-    if let Some(url) = gpuplane_testkit::postgres::database_for(data).await {
-        command.env("GPUPLANE_DATABASE_URL", url);
-    }
-    Ok(Proc(
-        command
-            .arg("--data-dir")
-            .arg(data)
-            .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
-            .args(extra)
-            .env("GPUPLANE_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?,
-    ))
-}
-
-async fn wait_for_health(server: &ServerProcess) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
-    for _ in 0..200 {
-        if http
-            .get(format!("{}/api/v1/health", server.url))
-            .send()
-            .await
-            .is_ok()
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    anyhow::bail!("the server did not start")
+    })
 }
 
 pub fn start_agent(
     binaries: &Binaries,
-    server: &ServerProcess,
+    server: &Server,
     gpus: u32,
     jobs_dir: &std::path::Path,
     extra: &[&str],
@@ -154,7 +113,7 @@ pub fn start_agent(
 }
 
 /// The release agent named `bench-node` for `server`, quiet, over `jobs_dir`.
-pub fn agent_command(binaries: &Binaries, server: &ServerProcess, jobs_dir: &std::path::Path) -> Command {
+pub fn agent_command(binaries: &Binaries, server: &Server, jobs_dir: &std::path::Path) -> Command {
     let mut command = Command::new(&binaries.agent);
     command
         .args([
@@ -173,13 +132,7 @@ pub fn agent_command(binaries: &Binaries, server: &ServerProcess, jobs_dir: &std
     command
 }
 
-impl ServerProcess {
-    pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-}
-
-pub async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> anyhow::Result<()> {
+pub async fn wait_for_node(http: &reqwest::Client, server: &Server) -> anyhow::Result<()> {
     for _ in 0..400 {
         let nodes: serde_json::Value = http
             .get(format!("{}/api/v1/nodes", server.url))
@@ -204,7 +157,7 @@ pub async fn wait_for_node(http: &reqwest::Client, server: &ServerProcess) -> an
 /// POST to that GET by this process's clock.
 pub async fn submit_until_running(
     http: &reqwest::Client,
-    server: &ServerProcess,
+    server: &Server,
     name: &str,
     command: &[&str],
 ) -> anyhow::Result<(serde_json::Value, f64)> {

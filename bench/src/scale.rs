@@ -22,8 +22,7 @@ pub async fn run() -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     let small = create_run(&http, &server, "1M").await?;
     let large = create_run(&http, &server, "100M").await?;
-    server.process.0.kill()?;
-    server.process.0.wait()?;
+    server.process.kill();
 
     let db = gpuplane_server::store::open(&server.data_dir()).await?;
     let (small_points, large_points) = (size(1_000_000, 10_000), size(100_000_000, 200_000));
@@ -54,7 +53,7 @@ pub async fn run() -> anyhow::Result<()> {
     }
     db.close().await;
 
-    let server = crate::process::restart_server_process(&binaries, server).await?;
+    server.process.restart().await;
     // Alternately, so both see the same machine.
     for (round, (run_id, points)) in [
         (&small, small_points),

@@ -5,7 +5,7 @@
 //! Each point goes through the real server over HTTP.
 
 use crate::metrics::{create_run, ingest};
-use crate::process::{Binaries, ServerProcess, release_binaries, start_server_process};
+use crate::process::{Binaries, Server, release_binaries, start_server_process};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -137,8 +137,7 @@ async fn measure(binaries: &Binaries, what: &str, points: &[Point]) -> anyhow::R
     );
     wait_for_compaction(&server).await?;
     let mut server = server;
-    server.process.0.kill()?;
-    server.process.0.wait()?;
+    server.process.kill();
     report(&server, &run_id, points.len(), empty).await
 }
 
@@ -159,7 +158,7 @@ fn batch_body(index: usize, points: &[Point]) -> String {
 
 /// Waits until background compaction has merged what it will (its count of
 /// small chunks stops falling).
-async fn wait_for_compaction(server: &ServerProcess) -> anyhow::Result<()> {
+async fn wait_for_compaction(server: &Server) -> anyhow::Result<()> {
     let pool = read_only(&server.data_dir()).await?;
     let mut last = i64::MAX;
     let mut steady = 0;
@@ -202,7 +201,7 @@ async fn checkpoint(db: &sqlx::SqlitePool) -> anyhow::Result<()> {
 
 /// Bytes per point: of the whole database file (its WAL checkpointed, less
 /// an empty database), and of each series' chunk blobs; gives the first.
-async fn report(server: &ServerProcess, run_id: &str, points: usize, empty: u64) -> anyhow::Result<f64> {
+async fn report(server: &Server, run_id: &str, points: usize, empty: u64) -> anyhow::Result<f64> {
     let path = server.data_dir().join("gpuplane.db");
     let db = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await?;
     checkpoint(&db).await?;

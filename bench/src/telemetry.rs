@@ -82,7 +82,7 @@ async fn server_ingest(binaries: &Binaries) -> anyhow::Result<()> {
         nodes.push((node_id, token));
     }
     db.close().await;
-    let pid = server.process.0.id();
+    let pid = server.pid();
     // Each series gets a 5-point chunk every 10 s, and compaction merges 16
     // of them: a window of 160 s after a warm-up holds one merge per series,
     // the steady state.

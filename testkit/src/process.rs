@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub struct ServerProcess {
+    /// The `gpuplane-server` binary it runs.
+    program: PathBuf,
     pub data_dir: PathBuf,
     pub url: String,
     port: u16,
@@ -41,11 +43,18 @@ impl ServerProcess {
     /// free port with `flags` after `serve`; its log goes to `server.log`
     /// beside the data dir, appended across restarts.
     pub async fn start(data_dir: &Path, flags: &[&str]) -> ServerProcess {
+        Self::start_program(binary("gpuplane-server"), data_dir, flags).await
+    }
+
+    /// [`ServerProcess::start`] with another build of the server (the
+    /// benchmarks run the release binary).
+    pub async fn start_program(program: PathBuf, data_dir: &Path, flags: &[&str]) -> ServerProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
             .port();
         let mut server = ServerProcess {
+            program,
             data_dir: data_dir.to_path_buf(),
             url: format!("http://127.0.0.1:{port}"),
             port,
@@ -68,7 +77,7 @@ impl ServerProcess {
             .expect("the server log opens");
         let database_url = crate::postgres::database_for(&self.data_dir).await;
         let started = Instant::now();
-        let mut command = Command::new(binary("gpuplane-server"));
+        let mut command = Command::new(&self.program);
         match database_url {
             Some(url) => command.env("GPUPLANE_DATABASE_URL", url),
             None => command.env_remove("GPUPLANE_DATABASE_URL"),
@@ -96,6 +105,11 @@ impl ServerProcess {
             "the server did not answer its health check; its log:\n{}",
             self.log()
         );
+    }
+
+    /// The running process's id (for its CPU time and memory).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGKILL: the process ends mid-whatever, as in a crash or an OOM kill.
