@@ -27,11 +27,11 @@ impl InProcessApi {
         json: Option<String>,
         address: Option<ClientAddress>,
     ) -> Request<Body> {
-        let body = json.clone().map_or_else(Body::empty, Body::from);
-        let mut request = Request::new(body);
+        let is_json = json.is_some();
+        let mut request = Request::new(json.map_or_else(Body::empty, Body::from));
         *request.method_mut() = method;
         *request.uri_mut() = uri;
-        if json.is_some() {
+        if is_json {
             request
                 .headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -38,12 +38,7 @@ pub async fn raise(
             return Ok(None);
         }
     }
-    let job_id: Option<String> = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
-            .bind(run_id)
-            .fetch_one(conn)
-            .await
-    })?;
+    let job_id = super::lifecycle::job_of(&mut tx, run_id).await?;
     let links = Links {
         job_id: job_id.as_deref(),
         run_id: Some(run_id),

@@ -52,7 +52,8 @@ async fn check_finished(conn: &mut Tx, run_id: &str, job_id: Option<&str>) -> Re
     Ok(())
 }
 
-async fn job_of(conn: &mut Tx, run_id: &str) -> Result<Option<String>, Error> {
+/// The job a run belongs to (none for an SDK run); 404 for no such run.
+pub(super) async fn job_of(conn: &mut Tx, run_id: &str) -> Result<Option<String>, Error> {
     let job: Option<Option<String>> = sql!(conn, |conn| {
         sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
             .bind(run_id)
