@@ -390,9 +390,15 @@ impl Attempt {
             spool.look(self.reporter(), false);
             let ending = match &launched {
                 Launched::Shim(shim) => {
-                    let exit = files::read_json::<ExitState>(&self.dir.join(EXIT));
+                    let read_exit = || files::read_json::<ExitState>(&self.dir.join(EXIT));
+                    let mut exit = read_exit();
                     let gone =
                         exit.is_none() && !files::alive(shim.shim_pid) && !files::alive(shim.child_pid);
+                    if gone {
+                        // The shim writes `exit.json`, then exits: it may have
+                        // done both between the read above and the checks.
+                        exit = read_exit();
+                    }
                     (exit.is_some() || gone).then(|| Ending {
                         exit: exit.unwrap_or(ExitState {
                             exit_code: None,
