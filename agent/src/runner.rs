@@ -20,16 +20,23 @@ pub fn working_dir(dispatch: &Dispatch, attempt_dir: &Path) -> PathBuf {
 /// The variables the job gets on top of the host's (less the agent's own,
 /// see [`crate::private_variable`]): the spec's and its secrets, then the
 /// server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, the attempt's
-/// own spool folder (`GPUCTL_SPOOL_DIR`), and for an evaluation
+/// own spool folder (`GPUCTL_SPOOL_DIR`), its working directory
+/// (`GPUCTL_WORK_DIR`), and for an evaluation
 /// `GPUCTL_EVAL_OUTPUT`.
 pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
     env.extend(dispatch.spec.secret_env.clone());
-    env.retain(|(key, _)| !dispatch.env.contains_key(key) && key != EVAL_OUTPUT && key != SPOOL_DIR);
+    env.retain(|(key, _)| {
+        !dispatch.env.contains_key(key) && key != EVAL_OUTPUT && key != SPOOL_DIR && key != WORK_DIR
+    });
     env.extend(dispatch.env.clone());
     env.push((
         SPOOL_DIR.to_string(),
         crate::spool::dir(attempt_dir).display().to_string(),
+    ));
+    env.push((
+        WORK_DIR.to_string(),
+        working_dir(dispatch, attempt_dir).display().to_string(),
     ));
     if dispatch.spec.kind == JobKind::Evaluate {
         env.push((
@@ -85,6 +92,9 @@ pub fn read_eval_result(attempt_dir: &Path) -> ResultFile {
 
 const EVAL_OUTPUT: &str = "GPUCTL_EVAL_OUTPUT";
 const SPOOL_DIR: &str = "GPUCTL_SPOOL_DIR";
+/// The job's working directory (`GPUCTL_EXP_DIR` for an experiment's job
+/// whose recipe names none).
+const WORK_DIR: &str = "GPUCTL_WORK_DIR";
 
 /// The name of an attempt's container (docker runner).
 pub fn container_name(dispatch: &Dispatch) -> String {

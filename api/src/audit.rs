@@ -42,6 +42,10 @@ pub enum AuditAction {
     ProjectNodePolicy,
     #[serde(rename = "project.node_policy_clear")]
     ProjectNodePolicyClear,
+    #[serde(rename = "recipe.publish")]
+    RecipePublish,
+    #[serde(rename = "recipe.deprecate")]
+    RecipeDeprecate,
     #[serde(rename = "user.create")]
     UserCreate,
     #[serde(rename = "user.disable")]
@@ -98,6 +102,8 @@ names!("audit action", AuditAction {
     ProjectSettings => "project.settings",
     ProjectNodePolicy => "project.node_policy",
     ProjectNodePolicyClear => "project.node_policy_clear",
+    RecipePublish => "recipe.publish",
+    RecipeDeprecate => "recipe.deprecate",
     UserCreate => "user.create",
     UserDisable => "user.disable",
     UserEnable => "user.enable",

@@ -47,6 +47,9 @@ pub mod codes {
     pub const RATE_LIMITED: &str = "rate_limited";
     pub const NOT_FOUND: &str = "not_found";
     pub const CONFLICT: &str = "conflict";
+    /// 409: the experiment's lock names an older recipe than the catalog's
+    /// newest (`gpuctl recipe status DIR` shows what changed).
+    pub const RECIPE_DRIFT: &str = "recipe_drift";
     pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
     pub const REQUEST_TIMEOUT: &str = "request_timeout";
     pub const INSUFFICIENT_STORAGE: &str = "insufficient_storage";

@@ -230,6 +230,10 @@ pub struct JobSpec {
     /// Partition, account and QOS when the job runs through Slurm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm: Option<SlurmPlacement>,
+    /// The recipe and experiment a job was submitted from; set by the
+    /// server (`POST /recipes/{name}/{version}/jobs`), refused in a plain submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<crate::recipe::RecipeUse>,
 }
 
 /// Where a job was submitted from: a git checkout on the submitting machine.
@@ -307,6 +311,7 @@ impl std::fmt::Debug for JobSpec {
             git,
             tags,
             slurm,
+            recipe,
         } = self;
         let secret_names: Vec<&String> = secret_env.keys().collect();
         f.debug_struct("JobSpec")
@@ -331,6 +336,7 @@ impl std::fmt::Debug for JobSpec {
             .field("git", git)
             .field("tags", tags)
             .field("slurm", slurm)
+            .field("recipe", recipe)
             .finish()
     }
 }
@@ -372,6 +378,7 @@ impl JobSpec {
             git: None,
             tags: Vec::new(),
             slurm: None,
+            recipe: None,
         }
     }
 }

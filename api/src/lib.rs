@@ -64,6 +64,7 @@ pub mod node;
 pub mod paths;
 pub mod project;
 pub mod quota;
+pub mod recipe;
 pub mod share;
 pub mod spec;
 pub mod telemetry;

@@ -180,10 +180,11 @@ impl Client {
         if status.as_u16() == 401 && self.token.is_none() {
             error.message = "not signed in: run `gpuctl login`, or set GPUCTL_TOKEN".into();
         }
-        CliError {
-            failure: Failure::from_status(status.as_u16()),
-            error,
-        }
+        let failure = match error.code.as_str() {
+            gpuplane_api::error::codes::RECIPE_DRIFT => Failure::Drift,
+            _ => Failure::from_status(status.as_u16()),
+        };
+        CliError { failure, error }
     }
 
     async fn send<R: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> Result<R, CliError> {

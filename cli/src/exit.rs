@@ -19,6 +19,8 @@ pub enum Failure {
     Invalid = 7,
     /// 8: the server could not be reached.
     Unreachable = 8,
+    /// 9: the experiment's recipe lock is behind the catalog (409 `recipe_drift`).
+    Drift = 9,
 }
 
 impl Failure {
@@ -48,4 +50,5 @@ Exit codes:
   5  not found (404)
   6  conflict with the current state (409)
   7  invalid input (400, 422)
-  8  the server could not be reached";
+  8  the server could not be reached
+  9  the experiment's recipe lock is behind the catalog (gpuctl recipe status DIR)";

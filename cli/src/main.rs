@@ -54,9 +54,17 @@ enum Command {
     /// Submit, list, show, cancel and retry jobs.
     #[command(subcommand)]
     Job(commands::jobs::JobCommand),
-    /// Check a job spec file without submitting it (exit 7 naming each bad
-    /// field); --remote also asks the server.
+    /// Check a job spec file or an experiment folder without submitting it
+    /// (exit 7 naming each bad field); --remote also asks the server.
     Validate(commands::validate::ValidateArgs),
+    /// Recipes: versioned job templates with a config schema; an
+    /// experiment folder's lock (status, upgrade).
+    #[command(subcommand)]
+    Recipe(commands::recipes::RecipeCommand),
+    /// Experiments: folders started from a recipe (`exp init`), submitted
+    /// with `gpuctl job submit --exp DIR`.
+    #[command(subcommand)]
+    Exp(commands::recipes::ExpCommand),
     /// A job's output; -f follows it live.
     Logs(commands::logs::LogsArgs),
     /// Runs: what jobs (and SDK scripts) recorded.
@@ -169,6 +177,12 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
             commands::jobs::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Validate(args) => commands::validate::run(cli.server, cli.token, args, out).await,
+        Command::Recipe(command) => {
+            commands::recipes::run(&Client::new(cli.server, cli.token)?, command, out).await
+        }
+        Command::Exp(command) => {
+            commands::recipes::run_exp(&Client::new(cli.server, cli.token)?, command, out).await
+        }
         Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
         Command::Run(command) => {
             commands::runs::run(&Client::new(cli.server, cli.token)?, command, out).await

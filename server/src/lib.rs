@@ -20,6 +20,7 @@ pub mod nodes;
 pub mod jobs;
 pub mod diagnosis;
 pub mod projects;
+pub mod recipes;
 // What the server shares, and which replica leads.
 pub mod state;
 pub mod replicas;

@@ -68,6 +68,14 @@ pub struct SubmitArgs {
     /// A job spec file (.toml, .yaml/.yml or .json); flags override its fields.
     #[arg(short = 'f', long = "file")]
     file: Option<PathBuf>,
+    /// An experiment folder (`gpuctl exp init`): its recipe makes the job;
+    /// --name, --project, --priority, --tag and --allow-dirty apply.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "command", "gpus", "kind", "env", "secret_env", "working_dir", "image", "runner", "watch", "selector"])]
+    exp: Option<PathBuf>,
+    /// With --exp: move the folder to the recipe's newest version first
+    /// (as `gpuctl recipe upgrade DIR`).
+    #[arg(long, requires = "exp")]
+    upgrade_recipe: bool,
     /// Job name (default: the program's name).
     #[arg(long)]
     name: Option<String>,
@@ -209,25 +217,8 @@ fn did_you_mean(error: &str) -> Option<String> {
     let (unknown, rest) = rest.split_once('`')?;
     let expected = rest.split_once("expected")?.1;
     let candidates = expected.split('`').skip(1).step_by(2);
-    let (distance, best) = candidates
-        .map(|name| (edit_distance(unknown, name), name))
-        .min()?;
-    (distance <= (unknown.chars().count() / 3).max(1)).then(|| format!("did you mean `{best}`?"))
-}
-
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut current = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != *cb);
-            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
-        }
-        previous = current;
-    }
-    previous[b.len()]
+    let best = gpuplane_api::spec::closest(unknown, candidates)?;
+    Some(format!("did you mean `{best}`?"))
 }
 
 /// Records the git checkout gpuctl runs in (unless the spec names one): a
@@ -237,11 +228,20 @@ fn record_checkout(spec: &mut JobSpec, allow_dirty: bool) -> Result<(), CliError
     if spec.git.is_some() {
         return Ok(());
     }
-    let Some(checkout) = std::env::current_dir()
-        .ok()
-        .and_then(|dir| crate::git::checkout(&dir))
-    else {
-        return Ok(());
+    if let Ok(dir) = std::env::current_dir() {
+        spec.git = checkout_of(&dir, allow_dirty)?;
+    }
+    Ok(())
+}
+
+/// The git checkout `dir` is in, if any: refused when tracked files have
+/// uncommitted changes unless `allow_dirty`; untracked files are a warning.
+pub fn checkout_of(
+    dir: &std::path::Path,
+    allow_dirty: bool,
+) -> Result<Option<gpuplane_api::job::GitSource>, CliError> {
+    let Some(checkout) = crate::git::checkout(dir) else {
+        return Ok(None);
     };
     let short = &checkout.source.commit[..12.min(checkout.source.commit.len())];
     if !checkout.changed.is_empty() && !allow_dirty {
@@ -261,8 +261,7 @@ fn record_checkout(spec: &mut JobSpec, allow_dirty: bool) -> Result<(), CliError
             crate::git::some_of(&checkout.untracked, 5)
         );
     }
-    spec.git = Some(checkout.source);
-    Ok(())
+    Ok(Some(checkout.source))
 }
 
 /// The spec from the file (if any) with the flags on top.
@@ -333,9 +332,24 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
     match command {
         JobCommand::Submit(args) => {
             let allow_dirty = args.allow_dirty;
-            let mut spec = build_spec(*args)?;
-            record_checkout(&mut spec, allow_dirty)?;
-            let job: Job = client.post("jobs", &spec).await?;
+            let job: Job = match args.exp.clone() {
+                Some(dir) => {
+                    let options = crate::commands::experiments::SubmitOptions {
+                        name: args.name,
+                        project: args.project,
+                        priority: args.priority.unwrap_or(0),
+                        tags: args.tag,
+                        allow_dirty,
+                        upgrade: args.upgrade_recipe,
+                    };
+                    crate::commands::experiments::submit(client, &dir, options).await?
+                }
+                None => {
+                    let mut spec = build_spec(*args)?;
+                    record_checkout(&mut spec, allow_dirty)?;
+                    client.post("jobs", &spec).await?
+                }
+            };
             if let Some(image) = job.spec.image.as_deref().filter(|image| !image_is_pinned(image)) {
                 eprintln!(
                     "note: image {image} is not pinned by digest; `{image}@sha256:…` runs the very same image next time"

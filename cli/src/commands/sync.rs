@@ -51,7 +51,7 @@ impl Sender for CliSender<'_> {
                 Failure::Unauthenticated => 401,
                 Failure::Forbidden => 403,
                 Failure::NotFound => 404,
-                Failure::Conflict => 409,
+                Failure::Conflict | Failure::Drift => 409,
                 Failure::Invalid => 422,
                 // A server error, an unreadable answer, or no server.
                 Failure::Other | Failure::Unreachable => return SendError::Unreachable(error.error.message),

@@ -15,7 +15,8 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
-    /// A job spec file (.toml, .yaml/.yml or .json).
+    /// A job spec file (.toml, .yaml/.yml or .json), or an experiment
+    /// folder (checked offline with its locked recipe).
     file: PathBuf,
     /// Also ask the server (the one `--server` or `gpuctl login` names).
     #[arg(long)]
@@ -36,6 +37,9 @@ pub async fn run(
     args: ValidateArgs,
     out: &Output,
 ) -> Result<(), CliError> {
+    if args.file.is_dir() {
+        return crate::commands::experiments::validate(server, token, &args.file, args.remote, out).await;
+    }
     let file = args.file.display().to_string();
     let spec = read_spec_file(&args.file)?;
     validate(&spec, &Policy::default()).map_err(|errors| invalid(&file, errors))?;

@@ -40,6 +40,9 @@ pub enum ApiError {
     RateLimited(String),
     #[error("{0}")]
     Conflict(String),
+    /// 409 `recipe_drift`: an experiment's lock is behind the catalog.
+    #[error("{0}")]
+    RecipeDrift(String),
     #[error("{0}")]
     PayloadTooLarge(String),
     /// 408: the body did not arrive in time (`crate::http::limit_body_time`).
@@ -143,6 +146,7 @@ impl IntoResponse for ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
             ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+            ApiError::RecipeDrift(_) => (StatusCode::CONFLICT, codes::RECIPE_DRIFT),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::PAYLOAD_TOO_LARGE),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, codes::REQUEST_TIMEOUT),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),

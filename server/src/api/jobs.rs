@@ -33,6 +33,7 @@ pub async fn submit_job(
     State(state): State<AppState>,
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
+    refuse_recipe(&spec)?;
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     check_priority(&state, &auth.caller.principal(), &spec.project, spec.priority).await?;
     let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
@@ -59,6 +60,7 @@ pub async fn validate_job(
     State(state): State<AppState>,
     ApiJson(spec): ApiJson<JobSpec>,
 ) -> Result<Json<SpecCheck>, ApiError> {
+    refuse_recipe(&spec)?;
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     let principal = auth.caller.principal();
     check_priority(&state, &principal, &spec.project, spec.priority).await?;
@@ -73,10 +75,23 @@ pub async fn validate_job(
     }))
 }
 
+/// A plain spec may not claim a recipe: only the server, having checked
+/// the experiment, records one (`POST /recipes/{name}/{version}/jobs`).
+fn refuse_recipe(spec: &JobSpec) -> Result<(), ApiError> {
+    match spec.recipe {
+        Some(_) => Err(ApiError::field(
+            "recipe",
+            "is recorded by the server for jobs of an experiment: submit those with \
+             `gpuctl job submit --exp DIR` (POST /api/v1/recipes/{name}/{version}/jobs)",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Passes when the principal may give a job of `project` this priority
 /// (`jobs::priorities`: preempting ones are for server admins, a project's
 /// `max_priority` caps the rest).
-async fn check_priority(
+pub(super) async fn check_priority(
     state: &AppState,
     principal: &Principal,
     project: &str,
@@ -89,7 +104,7 @@ async fn check_priority(
 /// What would keep a job with `spec` waiting if it were submitted now: the
 /// scheduler's own pass (`plan`) over this one job, the nodes and quotas as
 /// they are, so the words are the reason the queued job would carry.
-async fn would_wait(
+pub(super) async fn would_wait(
     state: &AppState,
     spec: &JobSpec,
     principal: &Principal,

@@ -22,6 +22,7 @@ mod nodes;
 pub mod origin;
 mod projects;
 mod quotas;
+mod recipes;
 mod runs;
 pub mod sessions;
 pub mod shared;
@@ -75,6 +76,12 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(nodes::undrain_node))
         .routes(routes!(nodes::change_node_labels))
         .routes(routes!(cluster::cluster))
+        .routes(routes!(recipes::publish_recipe, recipes::list_recipes))
+        .routes(routes!(recipes::get_recipe))
+        .routes(routes!(recipes::get_recipe_version))
+        .routes(routes!(recipes::deprecate_recipe))
+        .routes(routes!(recipes::check_experiment))
+        .routes(routes!(recipes::submit_experiment))
         .routes(routes!(
             cluster::get_maintenance,
             cluster::start_maintenance,

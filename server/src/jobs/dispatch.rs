@@ -239,7 +239,7 @@ fn dispatch(
     gpus: Vec<u32>,
 ) -> Dispatch {
     let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
-    let env = BTreeMap::from([
+    let mut env = BTreeMap::from([
         ("GPUCTL_SERVER".to_string(), server.config.public_url()),
         (
             JOB_TOKEN_VARIABLE.to_string(),
@@ -251,6 +251,9 @@ fn dispatch(
         ("GPUCTL_ATTEMPT".to_string(), attempt.to_string()),
         ("CUDA_VISIBLE_DEVICES".to_string(), visible.join(",")),
     ]);
+    if let Some(dir) = spec.recipe.as_ref().and_then(|recipe| recipe.exp_dir.clone()) {
+        env.insert("GPUCTL_EXP_DIR".to_string(), dir);
+    }
     Dispatch {
         job_id: job_id.to_string(),
         attempt,

@@ -341,6 +341,13 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         delete /api/v1/quotas/{kind}/{name}  bearer ["write"]
         put    /api/v1/quotas/{kind}/{name}  bearer ["write"]
         get    /api/v1/ready  public
+        get    /api/v1/recipes  bearer ["read"]
+        post   /api/v1/recipes  bearer ["write"]
+        get    /api/v1/recipes/{name}  bearer ["read"]
+        get    /api/v1/recipes/{name}/{version}  bearer ["read"]
+        post   /api/v1/recipes/{name}/{version}/check  bearer ["write"]
+        post   /api/v1/recipes/{name}/{version}/deprecate  bearer ["write"]
+        post   /api/v1/recipes/{name}/{version}/jobs  bearer ["write"]
         get    /api/v1/runs  bearer ["read"]
         post   /api/v1/runs  bearer ["sdk", "write"]
         get    /api/v1/runs/scatter.svg  bearer ["read"]

@@ -14,6 +14,7 @@ mod job_spec_reference;
 mod leaders;
 mod metrics;
 mod nodes;
+mod recipes;
 mod schema;
 mod security;
 mod sessions;

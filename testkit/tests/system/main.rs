@@ -12,6 +12,7 @@ mod gpuctl;
 mod hostile;
 mod jobs;
 mod lifecycle;
+mod recipes;
 mod migrate;
 mod partition;
 mod replicas;

@@ -1,0 +1,247 @@
+//! `/api/v1/recipes`: the catalog (publish, list, show, deprecate) and the
+//! jobs of experiments (check, submit). Reading needs `read`; publishing
+//! and deprecating are for server admins (server-wide recipes) or the
+//! project's admins (its own); an experiment's job needs `editor` in its
+//! project, like any submit.
+
+use crate::api::error::{ApiError, ApiJson, AuthErrors};
+use crate::api::extract::{Authed, Read, Write};
+use crate::api::jobs::{check_priority, would_wait};
+use crate::audit;
+use crate::identity::access::Principal;
+use crate::recipes::{self, Published};
+use crate::state::AppState;
+use crate::wake::Wake;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use gpuplane_api::Page;
+use gpuplane_api::audit::AuditAction;
+use gpuplane_api::error::ErrorBody;
+use gpuplane_api::job::{Job, JobSpec};
+use gpuplane_api::recipe::{ExperimentCheck, ExperimentJob, NewRecipe, Recipe, RecipeSummary, RecipeUse};
+use gpuplane_api::spec;
+use gpuplane_recipe::config;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Publishes a recipe file. The same file again is a 200; the same name
+/// and version with other content, or a lower version, is a 409.
+#[utoipa::path(post, path = "/recipes", tag = "recipes",
+    security(("bearer" = ["write"])),
+    request_body = NewRecipe,
+    responses((status = 201, body = Recipe), (status = 200, body = Recipe), AuthErrors,
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn publish_recipe(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    ApiJson(new): ApiJson<NewRecipe>,
+) -> Result<(StatusCode, Json<Recipe>), ApiError> {
+    let recipe = gpuplane_recipe::Recipe::parse(&new.source).map_err(ApiError::Validation)?;
+    recipes::require_publisher(&state.db, &auth.caller, recipe.project.as_deref()).await?;
+    let published = recipes::publish(&state.db, &recipe, &new.source, auth.caller.user_id.as_deref()).await?;
+    let principal = auth.caller.principal();
+    let stored = recipes::visible(&state.db, &principal, &recipe.name, recipe.version).await?;
+    let status = match published {
+        Published::New => {
+            let subject = format!("{} v{}", recipe.name, recipe.version);
+            audit::by_caller(
+                &state.db,
+                &auth.caller,
+                AuditAction::RecipePublish,
+                &subject,
+                &stored.contract,
+            )
+            .await?;
+            StatusCode::CREATED
+        }
+        Published::Again => StatusCode::OK,
+    };
+    Ok((status, Json(stored.info()?)))
+}
+
+/// The recipes the caller can see, each with its versions, newest first.
+#[utoipa::path(get, path = "/recipes", tag = "recipes",
+    security(("bearer" = ["read"])),
+    responses((status = 200, body = Page<RecipeSummary>), AuthErrors))]
+pub async fn list_recipes(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+) -> Result<Json<Page<RecipeSummary>>, ApiError> {
+    let items = recipes::catalog(&state.db, &auth.caller.principal()).await?;
+    Ok(Json(Page {
+        items,
+        next_before: None,
+    }))
+}
+
+/// A recipe's newest version that is not deprecated (the newest of all
+/// when every one is).
+#[utoipa::path(get, path = "/recipes/{name}", tag = "recipes",
+    security(("bearer" = ["read"])),
+    params(("name" = String, Path)),
+    responses((status = 200, body = Recipe), AuthErrors, (status = 404, body = ErrorBody)))]
+pub async fn get_recipe(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Recipe>, ApiError> {
+    let versions = recipes::visible_versions(&state.db, &auth.caller.principal(), &name).await?;
+    let shown = recipes::latest(&versions).or(versions.first());
+    match shown {
+        Some(stored) => Ok(Json(stored.info()?)),
+        None => Err(ApiError::NotFound(format!("no recipe {name} that you can see"))),
+    }
+}
+
+/// One version of a recipe.
+#[utoipa::path(get, path = "/recipes/{name}/{version}", tag = "recipes",
+    security(("bearer" = ["read"])),
+    params(("name" = String, Path), ("version" = i64, Path)),
+    responses((status = 200, body = Recipe), AuthErrors, (status = 404, body = ErrorBody)))]
+pub async fn get_recipe_version(
+    auth: Authed<Read>,
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, i64)>,
+) -> Result<Json<Recipe>, ApiError> {
+    let stored = recipes::visible(&state.db, &auth.caller.principal(), &name, version).await?;
+    Ok(Json(stored.info()?))
+}
+
+/// Hides a version from new experiments; experiments locked to it keep
+/// working.
+#[utoipa::path(post, path = "/recipes/{name}/{version}/deprecate", tag = "recipes",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path), ("version" = i64, Path)),
+    responses((status = 200, body = Recipe), AuthErrors, (status = 404, body = ErrorBody)))]
+pub async fn deprecate_recipe(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, i64)>,
+) -> Result<Json<Recipe>, ApiError> {
+    let principal = auth.caller.principal();
+    let stored = recipes::visible(&state.db, &principal, &name, version).await?;
+    recipes::require_publisher(&state.db, &auth.caller, stored.project.as_deref()).await?;
+    if !stored.deprecated {
+        recipes::deprecate(&state.db, &name, version).await?;
+        let subject = format!("{name} v{version}");
+        audit::by_caller(
+            &state.db,
+            &auth.caller,
+            AuditAction::RecipeDeprecate,
+            &subject,
+            "",
+        )
+        .await?;
+    }
+    let stored = recipes::visible(&state.db, &principal, &name, version).await?;
+    Ok(Json(stored.info()?))
+}
+
+/// Checks an experiment's job exactly as its submit would (drift, the
+/// config against the recipe, the rendered spec, the project) and says
+/// what would keep it waiting now; stores nothing. `gpuctl validate DIR`
+/// uses it.
+#[utoipa::path(post, path = "/recipes/{name}/{version}/check", tag = "recipes",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path), ("version" = i64, Path)),
+    request_body = ExperimentJob,
+    responses((status = 200, body = ExperimentCheck), AuthErrors, (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn check_experiment(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, i64)>,
+    ApiJson(request): ApiJson<ExperimentJob>,
+) -> Result<Json<ExperimentCheck>, ApiError> {
+    let principal = auth.caller.principal();
+    let (spec, _) = experiment_job(&state, &principal, &name, version, &request).await?;
+    crate::jobs::store::check_references(&state.db, &spec, &principal).await?;
+    let notes = would_wait(&state, &spec, &principal).await?;
+    Ok(Json(ExperimentCheck { spec, notes }))
+}
+
+/// Queues an experiment's job: refused with 409 `recipe_drift` when the
+/// catalog holds a newer version than the lock, with 422 naming every bad
+/// config key; its run records the config and the recipe.
+#[utoipa::path(post, path = "/recipes/{name}/{version}/jobs", tag = "recipes",
+    security(("bearer" = ["write"])),
+    params(("name" = String, Path), ("version" = i64, Path)),
+    request_body = ExperimentJob,
+    responses((status = 201, body = Job), AuthErrors, (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn submit_experiment(
+    auth: Authed<Write>,
+    State(state): State<AppState>,
+    Path((name, version)): Path<(String, i64)>,
+    ApiJson(request): ApiJson<ExperimentJob>,
+) -> Result<(StatusCode, Json<Job>), ApiError> {
+    let principal = auth.caller.principal();
+    let (spec, config) = experiment_job(&state, &principal, &name, version, &request).await?;
+    let job_id = recipes::submit(&state.db, &state.secret, &spec, &config, &principal).await?;
+    state.wakes.wake(Wake::Scheduler);
+    tracing::info!(job_id, recipe = name, version, "experiment job submitted");
+    Ok((
+        StatusCode::CREATED,
+        Json(crate::jobs::store::get(&state.db, &job_id).await?),
+    ))
+}
+
+/// The job an experiment submits, and its run's config; every check of a
+/// submit but the project's existence (`check_references`).
+async fn experiment_job(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+    version: i64,
+    request: &ExperimentJob,
+) -> Result<(JobSpec, BTreeMap<String, Value>), ApiError> {
+    if let Some(dir) = &request.exp_dir
+        && (!dir.starts_with('/') || dir.len() > 4096 || dir.chars().any(char::is_control))
+    {
+        return Err(ApiError::field(
+            "exp_dir",
+            "is the experiment folder's absolute path, without control characters",
+        ));
+    }
+    let versions = recipes::visible_versions(&state.db, principal, name).await?;
+    let Some(locked) = versions.iter().find(|stored| stored.version == version) else {
+        return Err(ApiError::NotFound(format!(
+            "no recipe {name} v{version} that you can see"
+        )));
+    };
+    if let Some(drift) = recipes::drift(&versions, locked, &request.contract) {
+        return Err(ApiError::RecipeDrift(drift));
+    }
+    let recipe = locked.recipe()?;
+    if let Some(owner) = &recipe.project
+        && *owner != request.project
+    {
+        return Err(ApiError::field(
+            "project",
+            format!("recipe {name} belongs to project {owner}: its jobs run there"),
+        ));
+    }
+    let given: serde_json::Map<String, Value> = request.config.clone().into_iter().collect();
+    let checked = config::check(&recipe, &given).map_err(ApiError::Validation)?;
+    let mut spec = checked.spec;
+    spec.project = request.project.clone();
+    if let Some(job_name) = &request.name {
+        spec.name = job_name.clone();
+    }
+    spec.priority = request.priority;
+    spec.tags.extend(request.tags.iter().cloned());
+    spec.git = request.git.clone();
+    if spec.working_dir.is_none() {
+        spec.working_dir = request.exp_dir.clone();
+    }
+    spec.recipe = Some(RecipeUse {
+        name: recipe.name.clone(),
+        version: recipe.version,
+        contract: locked.contract.clone(),
+        exp_dir: request.exp_dir.clone(),
+    });
+    spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
+    check_priority(state, principal, &spec.project, spec.priority).await?;
+    Ok((spec, recipes::run_config(&recipe, &checked.config)))
+}
