@@ -50,6 +50,8 @@ export default async function globalSetup(): Promise<() => Promise<void>> {
         GPUPLANE_STREAM_MAX_S: '2',
         // The alert receivers of the tests run on this host: an admin allows webhooks into it.
         GPUPLANE_ALERT_PRIVATE_HOSTS: 'true',
+        // No Hugging Face Hub here: empty turns the precheck off (the Rust tests use a stand-in).
+        GPUPLANE_HF_ENDPOINT: '',
       },
     },
   );

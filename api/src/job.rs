@@ -234,6 +234,11 @@ pub struct JobSpec {
     /// server (`POST /recipes/{name}/{version}/jobs`), refused in a plain submit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<crate::recipe::RecipeUse>,
+    /// Where the job also reports its metrics (an `http(s)://` URL, at most
+    /// 2,000 characters, without credentials); the run page links to it. A
+    /// recipe with `observability = "external"` requires it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observability_url: Option<String>,
 }
 
 /// Where a job was submitted from: a git checkout on the submitting machine.
@@ -312,6 +317,7 @@ impl std::fmt::Debug for JobSpec {
             tags,
             slurm,
             recipe,
+            observability_url,
         } = self;
         let secret_names: Vec<&String> = secret_env.keys().collect();
         f.debug_struct("JobSpec")
@@ -337,6 +343,7 @@ impl std::fmt::Debug for JobSpec {
             .field("tags", tags)
             .field("slurm", slurm)
             .field("recipe", recipe)
+            .field("observability_url", observability_url)
             .finish()
     }
 }
@@ -379,6 +386,7 @@ impl JobSpec {
             tags: Vec::new(),
             slurm: None,
             recipe: None,
+            observability_url: None,
         }
     }
 }

@@ -191,3 +191,28 @@ pub fn audit() -> String {
 pub fn openapi() -> String {
     format!("{PREFIX}/openapi.json")
 }
+
+pub fn recipes() -> String {
+    format!("{PREFIX}/recipes")
+}
+
+pub fn recipe(name: &str) -> String {
+    format!("{PREFIX}/recipes/{name}")
+}
+
+pub fn recipe_version(name: &str, version: i64) -> String {
+    format!("{PREFIX}/recipes/{name}/{version}")
+}
+
+/// `action` is `check`, `jobs` or `deprecate`.
+pub fn recipe_action(name: &str, version: i64, action: &str) -> String {
+    format!("{PREFIX}/recipes/{name}/{version}/{action}")
+}
+
+pub fn hub() -> String {
+    format!("{PREFIX}/hf")
+}
+
+pub fn hub_token() -> String {
+    format!("{PREFIX}/hf/token")
+}

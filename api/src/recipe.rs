@@ -115,6 +115,9 @@ pub struct ExperimentJob {
     pub tags: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<crate::job::GitSource>,
+    /// Where the job also reports (required by `observability = "external"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observability_url: Option<String>,
 }
 
 fn default_project() -> String {
@@ -144,4 +147,39 @@ pub struct ExperimentCheck {
     pub spec: crate::job::JobSpec,
     /// What would keep it waiting if submitted now.
     pub notes: Vec<String>,
+    /// What could not be checked (the Hub did not answer), or is missing
+    /// (no Hub token linked for a recipe that gives one to its jobs).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// What `PUT /api/v1/hf/token` takes: the user's Hugging Face Hub token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct HubLink {
+    pub token: String,
+}
+
+/// Never shows the token.
+impl std::fmt::Debug for HubLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HubLink { token: <secret> }")
+    }
+}
+
+/// The caller's link to the Hugging Face Hub (`GET /api/v1/hf`); the token
+/// itself is never shown back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HubStatus {
+    pub linked: bool,
+    pub linked_at: Option<String>,
+    /// The Hub's name for the token's account, when it answered at link time.
+    pub hub_user: Option<String>,
+    /// The Hub the server checks against; none: the precheck is off.
+    pub endpoint: Option<String>,
+    /// Why the link is refused or unverified, when it is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

@@ -278,6 +278,21 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
             );
         }
     }
+    if let Some(url) = &spec.observability_url {
+        let lower = url.to_ascii_lowercase();
+        let web = (lower.starts_with("https://") || lower.starts_with("http://")) && url.contains("://");
+        if !web || url.len() > 2000 || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            bad(
+                "observability_url",
+                "must be an http:// or https:// URL of at most 2000 characters, without spaces".into(),
+            );
+        } else if has_credentials(url) {
+            bad(
+                "observability_url",
+                "must not contain credentials (user:password@): everyone who can see the job sees it".into(),
+            );
+        }
+    }
     if errors.is_empty() { Ok(()) } else { Err(errors) }
 }
 

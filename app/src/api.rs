@@ -230,3 +230,64 @@ pub async fn revoke_my_token(token_id: String) -> Result<(), ServerFnError> {
         .await
         .map_err(ServerFnError::new)
 }
+
+/// What the experiment form shows after a check or a submit: the queued
+/// job, or the API's refusal with each field's problem, and what could
+/// not be checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentAnswer {
+    /// The job queued by a submit.
+    pub job_id: Option<String>,
+    /// The refusal's message (drift, a field's problem, a role).
+    pub refused: Option<String>,
+    /// Each refused field (`config.KEY`, `project`, …) and why.
+    pub details: Vec<gpuplane_api::error::FieldError>,
+    pub warnings: Vec<String>,
+    /// What would keep the job waiting if submitted now (a check).
+    pub notes: Vec<String>,
+}
+
+/// Checks (`submit` false) or submits an experiment's job from the console's
+/// form, through the API as the signed-in user: `body` is the
+/// `ExperimentJob` JSON. A refusal the user can fix is an answer, not an
+/// error, so the form can show each problem beside its field.
+#[server(prefix = "/console/fn", endpoint = "send_experiment")]
+pub async fn send_experiment(
+    name: String,
+    version: i64,
+    body: String,
+    submit: bool,
+) -> Result<ExperimentAnswer, ServerFnError> {
+    let user = require_user().await?;
+    let address = client_address().await;
+    let action = if submit { "jobs" } else { "check" };
+    let path = gpuplane_api::paths::recipe_action(&name, version, action);
+    let mut answer = ExperimentAnswer {
+        job_id: None,
+        refused: None,
+        details: Vec::new(),
+        warnings: Vec::new(),
+        notes: Vec::new(),
+    };
+    match crate::backend::use_backend()?
+        .api_send(user, "POST".into(), path, body, address)
+        .await
+    {
+        Ok(text) if submit => {
+            let job: gpuplane_api::job::Job = serde_json::from_str(&text).map_err(ServerFnError::new)?;
+            answer.job_id = Some(job.id);
+        }
+        Ok(text) => {
+            let check: gpuplane_api::recipe::ExperimentCheck =
+                serde_json::from_str(&text).map_err(ServerFnError::new)?;
+            answer.warnings = check.warnings;
+            answer.notes = check.notes;
+        }
+        Err(refusal) if matches!(refusal.status, 403 | 404 | 409 | 422) => {
+            answer.refused = Some(refusal.message);
+            answer.details = refusal.details;
+        }
+        Err(refusal) => return Err(refused(refusal)),
+    }
+    Ok(answer)
+}

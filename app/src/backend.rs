@@ -62,11 +62,13 @@ pub trait ConsoleBackend: Send + Sync + 'static {
 }
 
 /// Why a change was not made: the HTTP status the API (or the console)
-/// answered, and its message with field details.
+/// answered, and its message with field details (also one by one, for
+/// forms that show each beside its field).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub status: u16,
     pub message: String,
+    pub details: Vec<gpuplane_api::error::FieldError>,
 }
 
 /// The most bytes one console read returns, one path or many together.

@@ -65,6 +65,10 @@ enum Command {
     /// with `gpuctl job submit --exp DIR`.
     #[command(subcommand)]
     Exp(commands::recipes::ExpCommand),
+    /// Your Hugging Face Hub token: checks gated models and datasets before
+    /// an experiment's job queues, and reaches jobs of recipes that ask.
+    #[command(subcommand)]
+    Hf(commands::hub::HubCommand),
     /// A job's output; -f follows it live.
     Logs(commands::logs::LogsArgs),
     /// Runs: what jobs (and SDK scripts) recorded.
@@ -183,6 +187,7 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         Command::Exp(command) => {
             commands::recipes::run_exp(&Client::new(cli.server, cli.token)?, command, out).await
         }
+        Command::Hf(command) => commands::hub::run(&Client::new(cli.server, cli.token)?, command, out).await,
         Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
         Command::Run(command) => {
             commands::runs::run(&Client::new(cli.server, cli.token)?, command, out).await

@@ -36,6 +36,13 @@ pub fn check(recipe: &Recipe, config: &Map<String, Value>) -> Result<Checked, Ve
     let mut values = recipe.defaults();
     values.extend(config.iter().map(|(k, v)| (k.clone(), v.clone())));
     errors.extend(schema_errors(recipe, &values));
+    for (key, kind) in recipe.hub_keys() {
+        if let Some(Value::String(id)) = values.get(&key)
+            && let Err(message) = check_hub_id(id, &kind)
+        {
+            errors.push(bad(format!("config.{key}"), message));
+        }
+    }
     // The rules speak too, on the keys the schema found nothing wrong with:
     // every problem at once, not one round per kind.
     let spec = match template::render(recipe, &values) {
@@ -121,6 +128,27 @@ fn schema_errors(recipe: &Recipe, values: &Map<String, Value>) -> Vec<FieldError
         }
     }
     errors
+}
+
+/// A Hugging Face Hub id is `org/name`: each part 1-96 letters, digits,
+/// `-`, `_` or `.`, not starting or ending with `-` or `.`.
+pub fn check_hub_id(id: &str, kind: &str) -> Result<(), String> {
+    let part_ok = |part: &str| {
+        !part.is_empty()
+            && part.len() <= 96
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            && !part.starts_with(['-', '.'])
+            && !part.ends_with(['-', '.'])
+            && !part.contains("..")
+    };
+    match id.split_once('/') {
+        Some((org, name)) if part_ok(org) && part_ok(name) => Ok(()),
+        _ => Err(format!(
+            "`{id}` is not a Hugging Face {kind} id: give the full org/name (as on its Hub page, e.g. `meta-llama/Llama-3.1-8B`)"
+        )),
+    }
 }
 
 /// The value a rule operand names: a config key, or the rendered job's

@@ -239,3 +239,26 @@ fn the_manuals_example_recipe_is_a_valid_recipe() {
         config::check(&recipe, &config).unwrap_or_else(|errors| panic!("{}", shown(&errors)));
     }
 }
+
+#[test]
+fn a_hub_id_must_be_org_slash_name() {
+    for id in [
+        "gpt2",
+        "org/",
+        "/name",
+        "a/b/c",
+        "org/na me",
+        "-org/name",
+        "org/name.",
+        "o..g/name",
+    ] {
+        let errors = config::check(&v1(), &object(json!({"base_model": id}))).unwrap_err();
+        assert_eq!(errors[0].field, "config.base_model", "{id}");
+        assert!(
+            errors[0].message.contains("full org/name"),
+            "{id}: {}",
+            errors[0].message
+        );
+    }
+    assert!(config::check(&v1(), &object(json!({"base_model": "meta-llama/Llama-3.1-8B"}))).is_ok());
+}

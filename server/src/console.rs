@@ -133,7 +133,11 @@ impl ServerBackend {
         path: &str,
         max_bytes: usize,
     ) -> Result<String, Refused> {
-        let failed = |message: String| Refused { status: 500, message };
+        let failed = |message: String| Refused {
+            status: 500,
+            message,
+            details: Vec::new(),
+        };
         let (status, body) = tokio::time::timeout(PAGE_READ_TIMEOUT, self.api.send(request, max_bytes))
             .await
             .map_err(|_| failed(format!("reading {path} took longer than {PAGE_READ_TIMEOUT:?}")))?;
@@ -146,9 +150,13 @@ impl ServerBackend {
         if status.is_success() {
             Ok(text)
         } else {
+            let details = serde_json::from_str::<gpuplane_api::error::ErrorBody>(&text)
+                .map(|body| body.error.details)
+                .unwrap_or_default();
             Err(Refused {
                 status: status.as_u16(),
                 message: error_message(status, &text),
+                details,
             })
         }
     }
@@ -295,7 +303,11 @@ impl ConsoleBackend for ServerBackend {
         max_bytes: usize,
     ) -> BoxFuture<'_, Result<String, Refused>> {
         Box::pin(async move {
-            let refuse = |message: String| Refused { status: 400, message };
+            let refuse = |message: String| Refused {
+                status: 400,
+                message,
+                details: Vec::new(),
+            };
             let Some(uri) = readable_by_pages(&path) else {
                 return Err(refuse(format!("the console does not read {path}")));
             };
@@ -314,7 +326,11 @@ impl ConsoleBackend for ServerBackend {
         address: String,
     ) -> BoxFuture<'_, Result<String, Refused>> {
         Box::pin(async move {
-            let refuse = |message: String| Refused { status: 400, message };
+            let refuse = |message: String| Refused {
+                status: 400,
+                message,
+                details: Vec::new(),
+            };
             let method = match method.to_ascii_uppercase().as_str() {
                 "POST" => Method::POST,
                 "PUT" => Method::PUT,

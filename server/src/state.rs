@@ -60,6 +60,8 @@ pub struct Shared {
     pub share_view_limiter: Arc<Limiter>,
     /// Live streams open per user and token.
     pub streams: Arc<crate::identity::streams::StreamCounts>,
+    /// The Hugging Face Hub that experiments' ids are checked against.
+    pub hub: Arc<crate::recipes::hub::Hub>,
     /// What each project keeps, and when it was measured (`GET /projects/usage`).
     pub usage: Arc<tokio::sync::Mutex<Option<MeasuredUsage>>>,
     /// Added to the time scheduling windows are judged at (ms). Always 0 in
@@ -101,6 +103,7 @@ impl AppState {
             telemetry_writer: crate::nodes::telemetry::start_writer(db.clone()),
             metric_writer: crate::metrics::group::start(db.clone(), config.settings.loss_pattern.clone()),
             db,
+            hub: Arc::new(crate::recipes::hub::Hub::new(&config.settings.hf_endpoint)),
             config: Arc::new(config),
             leptos,
             secret,

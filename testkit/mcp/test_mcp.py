@@ -88,6 +88,7 @@ def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode)
                 "cluster_status", "create_evaluation", "list_evaluations", "set_primary_metric",
                 "set_job_priority", "hold_job", "release_job", "get_run_system", "list_run_texts",
                 "list_alert_deliveries", "preview_cancel_job", "preview_retry_job", "preview_submit_job",
+                "list_recipes", "show_recipe", "check_experiment",
             }
             assert expected <= names, expected - names
             for tool in tools:

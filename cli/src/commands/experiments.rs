@@ -154,6 +154,7 @@ impl Experiment {
             priority,
             tags,
             git: None,
+            observability_url: None,
         })
     }
 
@@ -419,6 +420,9 @@ pub async fn validate(
         let client = Client::new(server, token)?;
         let request = experiment.request(None, 0, Vec::new())?;
         let check: ExperimentCheck = client.post(&experiment.api_path("check"), &request).await?;
+        for warning in &check.warnings {
+            eprintln!("warning: {warning}");
+        }
         notes = check.notes;
     }
     let done = Validated {
@@ -449,6 +453,7 @@ pub struct SubmitOptions {
     pub tags: Vec<String>,
     pub allow_dirty: bool,
     pub upgrade: bool,
+    pub observability_url: Option<String>,
 }
 
 /// `gpuctl job submit --exp DIR [--upgrade-recipe]`: checked here first
@@ -464,6 +469,12 @@ pub async fn submit(client: &Client, dir: &Path, options: SubmitOptions) -> Resu
     experiment.check_offline()?;
     let mut request = experiment.request(options.name, options.priority, options.tags)?;
     request.git = crate::commands::jobs::checkout_of(&experiment.dir, options.allow_dirty)?;
+    request.observability_url = options.observability_url;
+    // The server's own check first, for what it could not check (the Hub).
+    let check: ExperimentCheck = client.post(&experiment.api_path("check"), &request).await?;
+    for warning in &check.warnings {
+        eprintln!("warning: {warning}");
+    }
     client.post(&experiment.api_path("jobs"), &request).await
 }
 

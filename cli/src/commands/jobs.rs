@@ -76,6 +76,10 @@ pub struct SubmitArgs {
     /// (as `gpuctl recipe upgrade DIR`).
     #[arg(long, requires = "exp")]
     upgrade_recipe: bool,
+    /// Where the job also reports its metrics (http(s) URL); the run page
+    /// links to it. Required for recipes with external observability.
+    #[arg(long, value_name = "URL")]
+    observability_url: Option<String>,
     /// Job name (default: the program's name).
     #[arg(long)]
     name: Option<String>,
@@ -316,6 +320,9 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     if let Some(runner) = args.runner {
         spec.runner = runner;
     }
+    if let Some(url) = args.observability_url {
+        spec.observability_url = Some(url);
+    }
     if let Some(image) = args.image {
         spec.image = Some(image);
     }
@@ -341,6 +348,7 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
                         tags: args.tag,
                         allow_dirty,
                         upgrade: args.upgrade_recipe,
+                        observability_url: args.observability_url,
                     };
                     crate::commands::experiments::submit(client, &dir, options).await?
                 }

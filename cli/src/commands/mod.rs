@@ -6,6 +6,7 @@ pub mod auth;
 pub mod evals;
 pub mod events;
 pub mod experiments;
+pub mod hub;
 pub mod jobs;
 pub mod logs;
 pub mod mcp;

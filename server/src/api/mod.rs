@@ -14,6 +14,7 @@ mod events;
 pub mod extract;
 pub mod in_process;
 pub(crate) mod health;
+mod hub;
 mod jobs;
 mod lifecycle;
 mod logs;
@@ -82,6 +83,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(recipes::deprecate_recipe))
         .routes(routes!(recipes::check_experiment))
         .routes(routes!(recipes::submit_experiment))
+        .routes(routes!(hub::hub_status))
+        .routes(routes!(hub::link_hub_token, hub::unlink_hub_token))
         .routes(routes!(
             cluster::get_maintenance,
             cluster::start_maintenance,

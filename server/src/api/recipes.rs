@@ -9,6 +9,7 @@ use crate::api::extract::{Authed, Read, Write};
 use crate::api::jobs::{check_priority, would_wait};
 use crate::audit;
 use crate::identity::access::Principal;
+use crate::identity::hub_tokens;
 use crate::recipes::{self, Published};
 use crate::state::AppState;
 use crate::wake::Wake;
@@ -102,8 +103,9 @@ pub async fn get_recipe(
 pub async fn get_recipe_version(
     auth: Authed<Read>,
     State(state): State<AppState>,
-    Path((name, version)): Path<(String, i64)>,
+    Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Recipe>, ApiError> {
+    let version = version_number(&name, &version)?;
     let stored = recipes::visible(&state.db, &auth.caller.principal(), &name, version).await?;
     Ok(Json(stored.info()?))
 }
@@ -117,8 +119,9 @@ pub async fn get_recipe_version(
 pub async fn deprecate_recipe(
     auth: Authed<Write>,
     State(state): State<AppState>,
-    Path((name, version)): Path<(String, i64)>,
+    Path((name, version)): Path<(String, String)>,
 ) -> Result<Json<Recipe>, ApiError> {
+    let version = version_number(&name, &version)?;
     let principal = auth.caller.principal();
     let stored = recipes::visible(&state.db, &principal, &name, version).await?;
     recipes::require_publisher(&state.db, &auth.caller, stored.project.as_deref()).await?;
@@ -151,14 +154,19 @@ pub async fn deprecate_recipe(
 pub async fn check_experiment(
     auth: Authed<Write>,
     State(state): State<AppState>,
-    Path((name, version)): Path<(String, i64)>,
+    Path((name, version)): Path<(String, String)>,
     ApiJson(request): ApiJson<ExperimentJob>,
 ) -> Result<Json<ExperimentCheck>, ApiError> {
+    let version = version_number(&name, &version)?;
     let principal = auth.caller.principal();
-    let (spec, _) = experiment_job(&state, &principal, &name, version, &request).await?;
-    crate::jobs::store::check_references(&state.db, &spec, &principal).await?;
-    let notes = would_wait(&state, &spec, &principal).await?;
-    Ok(Json(ExperimentCheck { spec, notes }))
+    let prepared = experiment_job(&state, &principal, &name, version, &request).await?;
+    crate::jobs::store::check_references(&state.db, &prepared.spec, &principal).await?;
+    let notes = would_wait(&state, &prepared.spec, &principal).await?;
+    Ok(Json(ExperimentCheck {
+        spec: prepared.spec,
+        notes,
+        warnings: prepared.warnings,
+    }))
 }
 
 /// Queues an experiment's job: refused with 409 `recipe_drift` when the
@@ -173,18 +181,48 @@ pub async fn check_experiment(
 pub async fn submit_experiment(
     auth: Authed<Write>,
     State(state): State<AppState>,
-    Path((name, version)): Path<(String, i64)>,
+    Path((name, version)): Path<(String, String)>,
     ApiJson(request): ApiJson<ExperimentJob>,
 ) -> Result<(StatusCode, Json<Job>), ApiError> {
+    let version = version_number(&name, &version)?;
     let principal = auth.caller.principal();
-    let (spec, config) = experiment_job(&state, &principal, &name, version, &request).await?;
-    let job_id = recipes::submit(&state.db, &state.secret, &spec, &config, &principal).await?;
+    let Prepared {
+        mut spec,
+        run_config,
+        hub_token,
+        ..
+    } = experiment_job(&state, &principal, &name, version, &request).await?;
+    if let Some(token) = hub_token {
+        // The user's own secret, sealed to this job like any secret variable.
+        spec.secret_env.insert(HUB_TOKEN_VARIABLE.to_string(), token);
+        spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
+    }
+    let job_id = recipes::submit(&state.db, &state.secret, &spec, &run_config, &principal).await?;
     state.wakes.wake(Wake::Scheduler);
     tracing::info!(job_id, recipe = name, version, "experiment job submitted");
     Ok((
         StatusCode::CREATED,
         Json(crate::jobs::store::get(&state.db, &job_id).await?),
     ))
+}
+
+/// A version from a path: one that is not a whole number names no
+/// version (404, as one that does not exist).
+fn version_number(name: &str, text: &str) -> Result<i64, ApiError> {
+    text.parse()
+        .map_err(|_| ApiError::NotFound(format!("no recipe {name} v{text} that you can see")))
+}
+
+/// The variable a recipe with `hf_token = true` gives its jobs.
+const HUB_TOKEN_VARIABLE: &str = "HF_TOKEN";
+
+/// An experiment's job, checked.
+struct Prepared {
+    spec: JobSpec,
+    run_config: BTreeMap<String, Value>,
+    warnings: Vec<String>,
+    /// The user's Hub token, for a recipe that gives it to its jobs.
+    hub_token: Option<String>,
 }
 
 /// The job an experiment submits, and its run's config; every check of a
@@ -195,7 +233,7 @@ async fn experiment_job(
     name: &str,
     version: i64,
     request: &ExperimentJob,
-) -> Result<(JobSpec, BTreeMap<String, Value>), ApiError> {
+) -> Result<Prepared, ApiError> {
     if let Some(dir) = &request.exp_dir
         && (!dir.starts_with('/') || dir.len() > 4096 || dir.chars().any(char::is_control))
     {
@@ -224,11 +262,38 @@ async fn experiment_job(
     }
     let given: serde_json::Map<String, Value> = request.config.clone().into_iter().collect();
     let checked = config::check(&recipe, &given).map_err(ApiError::Validation)?;
+    let hub_token = match &principal.user_id {
+        Some(user_id) => hub_tokens::token(&state.db, &state.secret, user_id).await?,
+        None => None,
+    };
+    let (hub_errors, mut warnings) =
+        recipes::precheck(&state.hub, &recipe, &checked.config, hub_token.as_deref()).await;
+    if !hub_errors.is_empty() {
+        return Err(ApiError::Validation(hub_errors));
+    }
+    if recipe.hf_token && hub_token.is_none() {
+        warnings.push(format!(
+            "recipe {name} gives its jobs your Hugging Face token as {HUB_TOKEN_VARIABLE}, and you have \
+             linked none: `gpuctl hf link`"
+        ));
+    }
     let mut spec = checked.spec;
     spec.project = request.project.clone();
     if let Some(job_name) = &request.name {
         spec.name = job_name.clone();
     }
+    if recipe.observability == gpuplane_recipe::file::Observability::External
+        && request.observability_url.is_none()
+    {
+        return Err(ApiError::field(
+            "observability_url",
+            format!(
+                "recipe {name} reports to an external service: give its URL (gpuctl job submit --exp DIR \
+                 --observability-url URL); the console still shows the SDK's metrics"
+            ),
+        ));
+    }
+    spec.observability_url = request.observability_url.clone();
     spec.priority = request.priority;
     spec.tags.extend(request.tags.iter().cloned());
     spec.git = request.git.clone();
@@ -243,5 +308,10 @@ async fn experiment_job(
     });
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     check_priority(state, principal, &spec.project, spec.priority).await?;
-    Ok((spec, recipes::run_config(&recipe, &checked.config)))
+    Ok(Prepared {
+        spec,
+        run_config: recipes::run_config(&recipe, &checked.config),
+        warnings,
+        hub_token: hub_token.filter(|_| recipe.hf_token),
+    })
 }

@@ -188,6 +188,12 @@ settings! {
         /// The sender of alert emails (`Name <address>`).
         #[arg(long, env = "GPUPLANE_SMTP_FROM", value_name = "MAILBOX")]
         smtp_from: String,
+
+        /// The Hugging Face Hub (or a mirror) that experiments' model and
+        /// dataset ids are checked against before their jobs queue; empty
+        /// turns the check off.
+        #[arg(long, env = "GPUPLANE_HF_ENDPOINT", value_name = "URL")]
+        hf_endpoint: String,
     }
     optional {
         /// PostgreSQL to keep everything in (`postgres://USER:PASSWORD@HOST/DB`);

@@ -7,6 +7,7 @@ pub mod access;
 pub mod auth;
 pub mod credentials;
 pub mod device_codes;
+pub mod hub_tokens;
 pub mod ratelimit;
 pub mod secrets;
 pub mod session_store;

@@ -113,6 +113,43 @@ pub const TOOLS: &[ToolDef] = &[
         confirm: Confirm::No,
     },
     ToolDef {
+        name: "list_recipes",
+        method: "GET",
+        path: "/recipes",
+        effect: Effect::Reads,
+        description: "The recipe catalog the caller can see: versioned job templates a platform team \
+            publishes, each with its versions (newest first, deprecated ones marked) and `latest`, the \
+            newest version new experiments start from (get one with show_recipe).",
+        defaults: &[],
+        joined: None,
+        confirm: Confirm::No,
+    },
+    ToolDef {
+        name: "show_recipe",
+        method: "GET",
+        path: "/recipes/{name}",
+        effect: Effect::Reads,
+        description: "A recipe's newest version: its config keys (type, default, bounds, description, \
+            whether required, Hugging Face Hub ids), its rules (e.g. a batch size divisible by GPUs), \
+            the job template and the contract an experiment locks.",
+        defaults: &[],
+        joined: None,
+        confirm: Confirm::No,
+    },
+    ToolDef {
+        name: "check_experiment",
+        method: "POST",
+        path: "/recipes/{name}/{version}/check",
+        effect: Effect::Reads,
+        description: "Check an experiment's config against a recipe version exactly as a submit would \
+            (every bad key named at once, drift from a newer version, gated Hugging Face repos) and see \
+            the job it would run and what would keep it waiting; queues nothing. Give `contract` from \
+            show_recipe and `config` as a map of key to value.",
+        defaults: &[],
+        joined: None,
+        confirm: Confirm::No,
+    },
+    ToolDef {
         name: "submit_job",
         method: "POST",
         path: "/jobs",

@@ -306,6 +306,9 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/events  bearer ["read"]
         get    /api/v1/events/stream  bearer ["read"]
         get    /api/v1/health  public
+        get    /api/v1/hf  bearer ["read"]
+        delete /api/v1/hf/token  bearer ["write"]
+        put    /api/v1/hf/token  bearer ["write"]
         get    /api/v1/jobs  bearer ["read"]
         post   /api/v1/jobs  bearer ["write"]
         post   /api/v1/jobs/validate  bearer ["write"]

@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 36, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 37, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 36);
+    assert_eq!(tables.len(), 37);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -248,6 +248,16 @@ sys.exit(3)
     let (status, body) = cluster.post("/recipes", json!({"source": source})).await;
     assert_eq!(status, 201, "{body}");
     let (status, body) = cluster.post("/recipes/sft/1/deprecate", json!(null)).await;
+    assert_eq!(status, 200, "{body}");
+    // A user's Hub token (sealed; unverified: these tests have no Hub).
+    let (status, body) = cluster
+        .call(
+            Method::PUT,
+            "/hf/token",
+            Some(json!({"token": "hf_migrated"})),
+            &cluster.token,
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
 
     // A cleanup an agent has not acknowledged yet: its node is gone for good.

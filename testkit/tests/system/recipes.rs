@@ -198,3 +198,80 @@ async fn from_a_published_recipe_to_a_succeeded_job_through_drift_and_upgrade() 
         lock_before
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gated_model_is_refused_until_a_granted_hub_token_is_linked_and_the_job_gets_it() {
+    use gpuplane_testkit::hub::{HubStandIn, Repo};
+    use std::io::Write;
+    let hub = HubStandIn::start(
+        vec![Repo::gated("model", "meta/gated", &["hf_granted"])],
+        &[("hf_granted", "ada")],
+    )
+    .await;
+    let hub_url = hub.url.clone();
+    let cluster = Cluster::start_with(move |config| config.settings.hf_endpoint = hub_url).await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    std::fs::write(h.join("sft.toml"), fixture("sft.v1.toml")).unwrap();
+    assert!(
+        run(&cluster, h, &["recipe", "publish", "sft.toml"])
+            .status
+            .success()
+    );
+    assert!(
+        run(&cluster, h, &["exp", "init", "exp", "--recipe", "sft"])
+            .status
+            .success()
+    );
+    let exp = h.join("exp");
+    std::fs::write(exp.join("config.yaml"), "base_model: meta/gated\n").unwrap();
+    std::fs::write(
+        exp.join("train.sh"),
+        "test \"$HF_TOKEN\" = hf_granted && echo token-reached-the-job\n",
+    )
+    .unwrap();
+
+    // Offline the id is well-formed; the server refuses it on its key.
+    assert!(gpuctl::gpuctl(h, &["validate", "exp"]).status.success());
+    let refused = run(&cluster, h, &["job", "submit", "--exp", "exp"]);
+    assert_eq!(refused.status.code(), Some(7), "{}", both(&refused));
+    assert!(
+        gpuctl::stderr(&refused).contains("is gated and you have linked no Hub token"),
+        "{}",
+        both(&refused)
+    );
+
+    // `gpuctl hf link` reads the token from stdin, never from its arguments.
+    let mut link = gpuctl::command(h)
+        .args(["hf", "link"])
+        .env("GPUCTL_SERVER", &cluster.server.url)
+        .env("GPUCTL_TOKEN", &cluster.token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    link.stdin.take().unwrap().write_all(b"hf_granted\n").unwrap();
+    let linked = link.wait_with_output().unwrap();
+    assert!(linked.status.success(), "{}", both(&linked));
+    assert!(
+        gpuctl::stdout(&linked).contains("account ada"),
+        "{}",
+        both(&linked)
+    );
+    assert!(!both(&linked).contains("hf_granted"));
+    let status = run(&cluster, h, &["hf", "status"]);
+    assert!(
+        gpuctl::stdout(&status).contains("Hub token linked (account ada)"),
+        "{}",
+        both(&status)
+    );
+
+    let submitted = run(&cluster, h, &["--json", "job", "submit", "--exp", "exp"]);
+    assert!(submitted.status.success(), "{}", both(&submitted));
+    let id = gpuctl::json(&submitted)["id"].as_str().unwrap().to_string();
+    cluster.wait_for(&id, JobStatus::Succeeded).await;
+    assert_eq!(cluster.output(&id, "stdout").await, vec!["token-reached-the-job"]);
+}

@@ -68,6 +68,9 @@ pub(super) fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
     let source = job
         .as_ref()
         .and_then(|job| Some(job.spec.git.as_ref()?.describe()));
+    let recipe = job.as_ref().and_then(|job| job.spec.recipe.clone());
+    // Checked to be http(s) at submit: never a script link.
+    let observability = job.as_ref().and_then(|job| job.spec.observability_url.clone());
     view! {
         <section class="card">
             <dl class="details" data-testid="run-summary">
@@ -87,6 +90,11 @@ pub(super) fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                 }}</dd>
                 {git.map(|git| view! { <dt>"Git commit"</dt><dd data-testid="git-commit">{git}</dd> })}
                 {source.map(|source| view! { <dt>"Submitted from"</dt><dd data-testid="git-source">{source}</dd> })}
+                {recipe.map(|recipe| view! { <dt>"Recipe"</dt><dd data-testid="run-recipe">{format!("{} v{}", recipe.name, recipe.version)}</dd> })}
+                {observability.map(|url| view! {
+                    <dt>"Observability"</dt>
+                    <dd><a href=url.clone() rel="noopener noreferrer" target="_blank" data-testid="observability-link">{url.clone()}</a></dd>
+                })}
                 <dt>"Created"</dt><dd>{format::time(&run.created_at)}</dd>
                 <dt>"Run id"</dt><dd>{run.id.clone()}</dd>
                 {(!run.tags.is_empty()).then(|| view! {

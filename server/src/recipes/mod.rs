@@ -4,10 +4,13 @@
 //! versions, says who sees and publishes them, notices drift, and submits
 //! the rendered job with its run's config in one transaction.
 
+pub mod hub;
+
 use crate::identity::access::{self, Caller, Principal, require_server_admin};
 use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Error};
+use gpuplane_api::error::FieldError;
 use gpuplane_api::job::JobSpec;
 use gpuplane_api::project::Role;
 use gpuplane_api::recipe::{Recipe as RecipeInfo, RecipeSummary, RecipeVersion};
@@ -332,4 +335,49 @@ pub async fn submit(
     crate::runs::details::update_config(&mut tx, &run_id, config).await?;
     tx.commit().await?;
     Ok(job_id)
+}
+
+/// The Hub precheck of a checked config: a refusal per key whose repo the
+/// user cannot read, and a warning per key the Hub did not answer for.
+pub async fn precheck(
+    hub: &hub::Hub,
+    recipe: &Recipe,
+    config: &Map<String, Value>,
+    token: Option<&str>,
+) -> (Vec<FieldError>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut warnings = Vec::new();
+    let whose = if token.is_some() {
+        "your linked Hub token cannot read it"
+    } else {
+        "you have linked no Hub token (`gpuctl hf link`)"
+    };
+    for (key, kind) in recipe.hub_keys() {
+        let Some(Value::String(id)) = config.get(&key) else {
+            continue;
+        };
+        let field = format!("config.{key}");
+        match hub.check(&kind, id, token).await {
+            None | Some(hub::Verdict::Readable) => {}
+            Some(hub::Verdict::Unknown) => errors.push(FieldError {
+                field,
+                message: format!(
+                    "no {kind} `{id}` on the Hub ({}), or it is private and {whose}: check the name",
+                    hub.page(&kind, id)
+                ),
+            }),
+            Some(hub::Verdict::Gated) => errors.push(FieldError {
+                field,
+                message: format!(
+                    "{kind} `{id}` is gated and {whose}: request access on {}, then link a token of an \
+                     account that has it (`gpuctl hf link`, or the console's Hugging Face page)",
+                    hub.page(&kind, id)
+                ),
+            }),
+            Some(hub::Verdict::Unanswered(why)) => {
+                warnings.push(format!("{key} `{id}` was not checked against the Hub: {why}"))
+            }
+        }
+    }
+    (errors, warnings)
 }
