@@ -8,7 +8,7 @@ use crate::api::error::{ApiError, ApiJson, AuthErrors};
 use crate::api::extract::{Authed, Read, Write};
 use crate::api::jobs::{check_priority, would_wait};
 use crate::audit;
-use crate::identity::access::Principal;
+use crate::identity::access::{self, Principal};
 use crate::identity::hub_tokens;
 use crate::recipes::{self, Published};
 use crate::state::AppState;
@@ -20,6 +20,7 @@ use gpuplane_api::Page;
 use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::{Job, JobSpec};
+use gpuplane_api::project::Role;
 use gpuplane_api::recipe::{ExperimentCheck, ExperimentJob, NewRecipe, Recipe, RecipeSummary, RecipeUse};
 use gpuplane_api::spec;
 use gpuplane_recipe::config;
@@ -260,6 +261,14 @@ async fn experiment_job(
             format!("recipe {name} belongs to project {owner}: its jobs run there"),
         ));
     }
+    // Editors of the project only, before anything is asked of the Hub.
+    access::require(&state.db, principal, &request.project, Role::Editor, || {
+        crate::store::Error::field(
+            "project",
+            format!("no project named `{}` that you can submit to", request.project),
+        )
+    })
+    .await?;
     let given: serde_json::Map<String, Value> = request.config.clone().into_iter().collect();
     let checked = config::check(&recipe, &given).map_err(ApiError::Validation)?;
     let hub_token = match &principal.user_id {

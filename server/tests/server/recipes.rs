@@ -475,6 +475,28 @@ async fn the_hub_precheck_refuses_what_the_user_cannot_read_and_a_linked_token_o
     }
     let (_, jobs) = f.get("/jobs", &root).await;
     assert_eq!(jobs["items"], json!([]));
+    // A viewer of the project makes the server ask the Hub nothing.
+    let vi = user_token(f.db(), "vi", Scope::Write, false).await;
+    let (status, body) = f
+        .post(
+            "/projects/default/members",
+            &root,
+            json!({"user": "vi", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let asked = hub.requests();
+    for action in ["check", "jobs"] {
+        let (status, body) = f
+            .post(
+                &format!("/recipes/sft/1/{action}"),
+                &vi,
+                submit("org/other", "org/data"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    }
+    assert_eq!(hub.requests(), asked, "no Hub request for a viewer");
 
     // A token the Hub refuses is not linked; one of an account without access is, and still refused.
     let (status, body) = f
