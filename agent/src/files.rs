@@ -15,11 +15,17 @@
 //! | `reported` | agent | the server acknowledged its end: forget it |
 //! | `spool/` | the job's SDK | metrics it could not send (`GPUCTL_SPOOL_DIR`), and in `spool/quarantine/` what the server refused; the agent reports both and sends what is left when the job ends (`spool.rs`) |
 //!
+//! Beside the attempts, `JOBS_DIR/<job-id>/exp/` holds the experiment folder
+//! shipped with the job (`gpuctl job submit --exp DIR`), written before the
+//! first attempt this host runs of it and shared by the later ones:
+//! `GPUCTL_EXP_DIR`, and the job's working directory.
+//!
 //! The jobs directory and every directory below it are 0700, and every file
 //! the agent or the shim writes is 0600: other users of the host see nothing.
 
 use anyhow::Context;
 use gpuplane_api::agent::{AttemptRef, Dispatch};
+use gpuplane_api::recipe::FolderFile;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -43,6 +49,55 @@ pub fn attempt_dir(jobs_dir: &Path, attempt: &AttemptRef) -> PathBuf {
     jobs_dir
         .join(&attempt.job_id)
         .join(format!("attempt-{}", attempt.attempt))
+}
+
+/// The experiment folder shipped with an attempt's job (see the module doc).
+pub fn experiment_dir(attempt_dir: &Path) -> PathBuf {
+    attempt_dir.parent().unwrap_or(attempt_dir).join("exp")
+}
+
+/// Writes the experiment folder shipped with the attempt's job, checked
+/// again here (no path leaves the folder), unless an earlier attempt on
+/// this host wrote it: what that attempt changed in it stays, as on a
+/// shared filesystem. Built in `exp.partial` and renamed when whole, so an
+/// agent stopped halfway leaves no half folder. Files are 0600 (0700 when
+/// executable), folders 0700.
+pub fn write_experiment(attempt_dir: &Path, files: &[FolderFile]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let target = experiment_dir(attempt_dir);
+    if target.is_dir() {
+        return Ok(());
+    }
+    let checked = gpuplane_api::recipe::check_folder(files).map_err(|problems| {
+        let listed: Vec<String> = problems
+            .iter()
+            .map(|problem| format!("{}: {}", problem.field, problem.message))
+            .collect();
+        anyhow::anyhow!(
+            "the experiment folder shipped with the job is refused: {}",
+            listed.join("; ")
+        )
+    })?;
+    let partial = target.with_extension("partial");
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).with_context(|| format!("cannot remove {}", partial.display()))?;
+    }
+    create_private_dir(&partial)?;
+    for file in checked {
+        let path = partial.join(&file.path);
+        if let Some(parent) = path.parent() {
+            create_private_dir(parent)?;
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if file.executable { 0o700 } else { 0o600 })
+            .open(&path)
+            .and_then(|mut written| written.write_all(&file.bytes))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    std::fs::rename(&partial, &target).with_context(|| format!("cannot write {}", target.display()))
 }
 
 /// Which server and node an attempt belongs to, written before anything
@@ -152,4 +207,60 @@ pub fn alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks that the process exists.
     let result = unsafe { libc::kill(pid as libc::pid_t, 0) };
     result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn file(path: &str, content: &str, executable: bool) -> FolderFile {
+        use base64::Engine as _;
+        FolderFile {
+            path: path.into(),
+            executable,
+            content: base64::engine::general_purpose::STANDARD.encode(content),
+        }
+    }
+
+    #[test]
+    fn a_shipped_folder_is_written_once_privately_and_never_outside() {
+        let jobs = tempfile::tempdir().unwrap();
+        let attempt = jobs.path().join("job_A").join("attempt-1");
+        create_private_dir(&attempt).unwrap();
+        let folder = [
+            file("train.sh", "echo hi\n", true),
+            file("src/model.py", "x = 1\n", false),
+        ];
+        write_experiment(&attempt, &folder).unwrap();
+        let exp = experiment_dir(&attempt);
+        assert_eq!(exp, jobs.path().join("job_A").join("exp"));
+        assert_eq!(
+            std::fs::read_to_string(exp.join("src/model.py")).unwrap(),
+            "x = 1\n"
+        );
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&exp.join("train.sh")), 0o700);
+        assert_eq!(mode(&exp.join("src/model.py")), 0o600);
+        assert_eq!(mode(&exp.join("src")), 0o700);
+
+        // A later attempt keeps what the first one changed.
+        std::fs::write(exp.join("checkpoint"), "step 10").unwrap();
+        let second = jobs.path().join("job_A").join("attempt-2");
+        write_experiment(&second, &folder).unwrap();
+        assert!(exp.join("checkpoint").exists());
+
+        // A hostile folder (a server that should have refused it) writes nothing.
+        let other = jobs.path().join("job_B").join("attempt-1");
+        create_private_dir(&other).unwrap();
+        let error = write_experiment(
+            &other,
+            &[file("ok", "", false), file("../../escaped", "x", false)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("files[1].path"), "{error}");
+        assert!(!jobs.path().join("escaped").exists());
+        assert!(!experiment_dir(&other).exists());
+    }
 }

@@ -276,7 +276,11 @@ impl Manager {
                         None => Ok(()),
                     })
                     // Less its secrets: they reach the shim on a pipe.
-                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch.at_rest()));
+                    .and_then(|()| files::write_json(&dir.join(files::DISPATCH), &dispatch.at_rest()))
+                    .and_then(|()| match dispatch.folder.is_empty() {
+                        true => Ok(()),
+                        false => files::write_experiment(&dir, &dispatch.folder),
+                    });
                 if let Err(error) = written {
                     self.reporter.push(ReportItem::DispatchFailed {
                         job_id: key.job_id,

@@ -9,25 +9,41 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The directory the job runs in: its spec's, else the attempt's own.
+/// The directory the job runs in: its spec's, else the experiment folder
+/// shipped with it, else the attempt's own.
 pub fn working_dir(dispatch: &Dispatch, attempt_dir: &Path) -> PathBuf {
     match &dispatch.spec.working_dir {
         Some(dir) => PathBuf::from(dir),
+        None if shipped(dispatch) => crate::files::experiment_dir(attempt_dir),
         None => attempt_dir.to_path_buf(),
     }
+}
+
+/// Whether an experiment folder was shipped with the job (`GPUCTL_EXP_DIR`
+/// is then the agent's copy, `files::experiment_dir`).
+fn shipped(dispatch: &Dispatch) -> bool {
+    dispatch
+        .spec
+        .recipe
+        .as_ref()
+        .is_some_and(|recipe| recipe.shipped.is_some())
 }
 
 /// The variables the job gets on top of the host's (less the agent's own,
 /// see [`crate::private_variable`]): the spec's and its secrets, then the
 /// server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, the attempt's
 /// own spool folder (`GPUCTL_SPOOL_DIR`), its working directory
-/// (`GPUCTL_WORK_DIR`), and for an evaluation
-/// `GPUCTL_EVAL_OUTPUT`.
+/// (`GPUCTL_WORK_DIR`), the experiment folder shipped with it
+/// (`GPUCTL_EXP_DIR`), and for an evaluation `GPUCTL_EVAL_OUTPUT`.
 pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
     env.extend(dispatch.spec.secret_env.clone());
     env.retain(|(key, _)| {
-        !dispatch.env.contains_key(key) && key != EVAL_OUTPUT && key != SPOOL_DIR && key != WORK_DIR
+        !dispatch.env.contains_key(key)
+            && key != EVAL_OUTPUT
+            && key != SPOOL_DIR
+            && key != WORK_DIR
+            && key != EXP_DIR
     });
     env.extend(dispatch.env.clone());
     env.push((
@@ -38,6 +54,12 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
         WORK_DIR.to_string(),
         working_dir(dispatch, attempt_dir).display().to_string(),
     ));
+    if shipped(dispatch) {
+        env.push((
+            EXP_DIR.to_string(),
+            crate::files::experiment_dir(attempt_dir).display().to_string(),
+        ));
+    }
     if dispatch.spec.kind == JobKind::Evaluate {
         env.push((
             EVAL_OUTPUT.to_string(),
@@ -95,6 +117,7 @@ const SPOOL_DIR: &str = "GPUCTL_SPOOL_DIR";
 /// The job's working directory (`GPUCTL_EXP_DIR` for an experiment's job
 /// whose recipe names none).
 const WORK_DIR: &str = "GPUCTL_WORK_DIR";
+const EXP_DIR: &str = "GPUCTL_EXP_DIR";
 
 /// The name of an attempt's container (docker runner).
 pub fn container_name(dispatch: &Dispatch) -> String {

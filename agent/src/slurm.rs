@@ -584,6 +584,7 @@ mod tests {
             gpus: vec![0, 1],
             env: BTreeMap::new(),
             stop_grace_ms: 10_000,
+            folder: Vec::new(),
         };
         let defaults = Defaults::from_labels(&BTreeMap::from([
             ("slurm.partition".to_string(), "cpu".to_string()),

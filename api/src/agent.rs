@@ -150,6 +150,11 @@ pub struct Dispatch {
     /// Between SIGTERM and SIGKILL when the job reaches `spec.time_limit_s`.
     #[serde(default)]
     pub stop_grace_ms: u64,
+    /// The experiment folder shipped with the job (`spec.recipe.shipped`):
+    /// the agent writes it into the job's folder before the first attempt
+    /// it runs of the job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub folder: Vec<crate::recipe::FolderFile>,
 }
 
 /// The variable that carries an attempt's own token to its job.
@@ -163,6 +168,7 @@ impl Dispatch {
         let mut resting = self.clone();
         resting.spec.secret_env.clear();
         resting.env.remove(JOB_TOKEN_VARIABLE);
+        resting.folder.clear();
         resting
     }
 

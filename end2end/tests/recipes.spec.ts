@@ -13,7 +13,11 @@ const RECIPE = 'e2e-sft';
 const FIXTURE = path.resolve(__dirname, '..', '..', 'recipe', 'tests', 'fixtures', 'sft.v1.toml');
 
 test('an experiment from the Recipes page: each mistake beside its field, then a job that succeeds', async ({ page, request }) => {
-  const source = fs.readFileSync(FIXTURE, 'utf8').replace('name = "sft"', `name = "${RECIPE}"`);
+  // With a key that takes one of a few values: the form offers them in a list.
+  const source = fs.readFileSync(FIXTURE, 'utf8')
+    .replace('name = "sft"', `name = "${RECIPE}"`)
+    .replace('[template.env]\n', '[template.env]\nPRECISION = "${config.precision}"\n')
+    .replace('[[rules]]', '[schema.properties.precision]\ntype = "string"\nenum = ["bf16", "fp16", "fp32"]\ndefault = "bf16"\n\n[[rules]]');
   const published = await request.post(url() + '/api/v1/recipes', { headers: asAdmin(), data: { source } });
   expect([200, 201], await published.text()).toContain(published.status());
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'e2e-exp-'));
@@ -39,6 +43,10 @@ test('an experiment from the Recipes page: each mistake beside its field, then a
   await expect(page.getByTestId('experiment-refused')).toContainText('3 problems shown beside their fields');
   await page.screenshot({ path: 'artifacts/recipes-errors.png', fullPage: true });
 
+  const precision = form.locator('select[name="precision"]');
+  await expect(precision).toHaveValue('bf16');
+  await expect(precision.locator('option')).toHaveText(['bf16', 'fp16', 'fp32']);
+  await precision.selectOption('fp16');
   await form.locator('input[name="learning_rate"]').fill('0.0003');
   await form.locator('input[name="global_batch_size"]').fill('64');
   await form.locator('input[name="warmup_steps"]').fill('10');
@@ -56,6 +64,7 @@ test('an experiment from the Recipes page: each mistake beside its field, then a
   const job = await (await request.get(url() + `/api/v1/jobs/${jobId}`, { headers: asAdmin() })).json();
   expect(job.spec.recipe.name).toBe(RECIPE);
   expect(job.spec.env.LEARNING_RATE).toBe('0.0003');
+  expect(job.spec.env.PRECISION).toBe('fp16');
 });
 
 test('the Hugging Face page links a token without ever showing it back', async ({ page }) => {

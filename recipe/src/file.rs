@@ -223,6 +223,10 @@ impl Recipe {
                     .map(String::from),
                 constraint: constraint(&property),
                 hub: property.get(HUB_MARK).and_then(Value::as_str).map(String::from),
+                choices: match property.get("enum") {
+                    Some(Value::Array(choices)) => choices.clone(),
+                    _ => Vec::new(),
+                },
                 name,
             })
             .collect()

@@ -220,13 +220,27 @@ fn ExperimentForm(recipe: Recipe) -> impl IntoView {
     view! {
         <section class="card" data-testid="experiment-form">
             <h2>"Run an experiment"</h2>
-            <p class="muted">"Checked by the server with the recipe's own rules before anything queues. The job runs in \
-                the experiment folder, a path the agents' hosts can read."</p>
+            <p class="muted">"Checked by the server with the recipe's own rules before anything queues. From here the job \
+                gets the config; to ship an experiment folder with it, submit from a terminal (gpuctl job submit --exp DIR), \
+                or name the folder's path on a filesystem the agents' hosts share."</p>
             <form class="stacked-form" on:submit=move |event: leptos::ev::SubmitEvent| { event.prevent_default(); dispatch(true); }>
                 {fields.iter().map(|(key, value)| {
                     let field = format!("config.{}", key.name);
                     let value = *value;
-                    let input = if key.kind == "boolean" {
+                    let input = if !key.choices.is_empty() {
+                        // The schema's `enum`: only its values, and none while a required key has no default.
+                        let options = key.choices.iter().map(|choice| {
+                            let text = shown(&Some(choice.clone()));
+                            let (current, label) = (text.clone(), text.clone());
+                            view! { <option value=text selected=move || value.get() == current>{label}</option> }
+                        }).collect_view();
+                        view! {
+                            <select name=key.name.clone() on:change=move |event| value.set(event_target_value(&event))>
+                                {key.default.is_none().then(|| view! { <option value="" selected=move || value.get().is_empty()>"—"</option> })}
+                                {options}
+                            </select>
+                        }.into_any()
+                    } else if key.kind == "boolean" {
                         view! {
                             <input type="checkbox" name=key.name.clone() prop:checked=move || value.get() == "true"
                                 on:change=move |event| value.set(if event_target_checked(&event) { "true".into() } else { "false".into() }) />

@@ -10,13 +10,19 @@
 //!   `gpuctl validate DIR` checks offline with the server's own code;
 //! - `train.sh`: for recipes that run the user's code, a scaffold that
 //!   exits 2 until its line is replaced.
+//!
+//! `submit --exp` ships the folder with the job (every file but those
+//! under a name starting with `.`; 4 MiB, 1,000 files at most): the job's
+//! agent writes it into the job's folder, `GPUCTL_EXP_DIR`.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use crate::exit::Failure;
 use gpuplane_api::error::FieldError;
 use gpuplane_api::job::Job;
-use gpuplane_api::recipe::{ExperimentCheck, ExperimentJob, Recipe as RecipeInfo};
+use gpuplane_api::recipe::{
+    ExperimentCheck, ExperimentJob, FolderFile, MAX_FOLDER_BYTES, MAX_FOLDER_FILES, Recipe as RecipeInfo,
+};
 use gpuplane_recipe::{Recipe, changes, config};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -136,26 +142,56 @@ impl Experiment {
             .map_err(|details| refused(&self.dir.join(CONFIG_FILE).display().to_string(), details))
     }
 
-    /// The request the server's `…/check` and `…/jobs` take.
-    pub fn request(
-        &self,
-        name: Option<String>,
-        priority: i64,
-        tags: Vec<String>,
-    ) -> Result<ExperimentJob, CliError> {
-        let absolute = std::fs::canonicalize(&self.dir)
-            .map_err(|error| invalid(format!("{}: {error}", self.dir.display())))?;
-        Ok(ExperimentJob {
+    /// The request the server's `…/check` and `…/jobs` take, without the
+    /// folder's files (`files`).
+    pub fn request(&self, name: Option<String>, priority: i64, tags: Vec<String>) -> ExperimentJob {
+        ExperimentJob {
             contract: self.lock.recipe.contract.clone(),
             config: self.config.clone().into_iter().collect(),
             project: self.project(),
             name,
-            exp_dir: Some(absolute.display().to_string()),
+            exp_dir: None,
+            files: Vec::new(),
             priority,
             tags,
             git: None,
             observability_url: None,
-        })
+        }
+    }
+
+    /// The files the folder ships with its job: all but those under a name
+    /// starting with `.` (`.git`, `.venv`, `.gpuplane`); a link to a file
+    /// ships the file, a link to a folder is left out (said on stderr).
+    /// Refused past 4 MiB or 1,000 files, naming the largest.
+    pub fn files(&self) -> Result<Vec<FolderFile>, CliError> {
+        let mut found = Vec::new();
+        collect_files(&self.dir, "", &mut found)?;
+        let total: u64 = found.iter().map(|(_, _, bytes)| bytes.len() as u64).sum();
+        if total > MAX_FOLDER_BYTES || found.len() > MAX_FOLDER_FILES {
+            found.sort_by_key(|(_, _, bytes)| std::cmp::Reverse(bytes.len()));
+            let largest: Vec<String> = found
+                .iter()
+                .take(3)
+                .map(|(path, _, bytes)| format!("{path} ({} bytes)", bytes.len()))
+                .collect();
+            return Err(invalid(format!(
+                "{} holds {} files, {total} bytes (largest: {}); an experiment folder ships at most \
+                 {MAX_FOLDER_FILES} files and {MAX_FOLDER_BYTES} bytes with its job: keep data and checkpoints \
+                 outside it (name them in config.yaml) or under a name starting with `.`, which is not shipped",
+                self.dir.display(),
+                found.len(),
+                largest.join(", ")
+            )));
+        }
+        use base64::Engine as _;
+        Ok(found
+            .into_iter()
+            .map(|(path, executable, bytes)| FolderFile {
+                path,
+                executable,
+                content: base64::engine::general_purpose::STANDARD.encode(bytes),
+            })
+            .collect())
     }
 
     pub fn api_path(&self, action: &str) -> String {
@@ -164,6 +200,53 @@ impl Experiment {
             self.lock.recipe.name, self.lock.recipe.version
         )
     }
+}
+
+/// The files under `dir` (shown as `prefix…`), sorted, for [`Experiment::files`].
+fn collect_files(dir: &Path, prefix: &str, found: &mut Vec<(String, bool, Vec<u8>)>) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let unreadable =
+        |path: &Path, error: std::io::Error| invalid(format!("cannot read {}: {error}", path.display()));
+    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)
+        .map_err(|error| unreadable(dir, error))?
+        .collect::<Result<_, _>>()
+        .map_err(|error| unreadable(dir, error))?;
+    entries.sort_by_key(|entry| entry.file_name());
+    for entry in entries {
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            return Err(invalid(format!(
+                "{}: the name is not UTF-8; rename it or move it out of the experiment folder",
+                path.display()
+            )));
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let shown = format!("{prefix}{name}");
+        let is_link = entry
+            .file_type()
+            .map_err(|error| unreadable(&path, error))?
+            .is_symlink();
+        let metadata = std::fs::metadata(&path).map_err(|error| unreadable(&path, error))?;
+        if metadata.is_dir() && is_link {
+            eprintln!("note: {shown} is a link to a folder: not shipped with the job");
+        } else if metadata.is_dir() {
+            collect_files(&path, &format!("{shown}/"), found)?;
+        } else if metadata.is_file() {
+            if metadata.len() > MAX_FOLDER_BYTES {
+                return Err(invalid(format!(
+                    "{} is {} bytes; an experiment folder ships at most {MAX_FOLDER_BYTES} bytes with its job: \
+                     keep data and checkpoints outside it or under a name starting with `.`",
+                    path.display(),
+                    metadata.len()
+                )));
+            }
+            let bytes = std::fs::read(&path).map_err(|error| unreadable(&path, error))?;
+            found.push((shown, metadata.permissions().mode() & 0o111 != 0, bytes));
+        }
+    }
+    Ok(())
 }
 
 /// `config.yaml` as a table of scalars (an empty file is an empty config).
@@ -400,8 +483,16 @@ struct Validated {
     recipe: String,
     version: i64,
     valid: bool,
+    /// What `submit --exp` ships with the job.
+    ships: Ships,
     /// From the server, with `--remote`: what would keep it waiting now.
     notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Ships {
+    files: usize,
+    bytes: u64,
 }
 
 /// `gpuctl validate DIR`: offline with the cached recipe; `--remote` also
@@ -415,10 +506,19 @@ pub async fn validate(
 ) -> Result<(), CliError> {
     let experiment = Experiment::read(dir)?;
     experiment.check_offline()?;
+    let files = experiment.files()?;
+    // The server's own check of a shipped folder.
+    let checked = gpuplane_api::recipe::check_folder(&files)
+        .map_err(|details| refused(&dir.display().to_string(), details))?;
+    let ships = Ships {
+        files: checked.len(),
+        bytes: checked.iter().map(|file| file.bytes.len() as u64).sum(),
+    };
     let mut notes = Vec::new();
     if remote {
         let client = Client::new(server, token)?;
-        let request = experiment.request(None, 0, Vec::new())?;
+        let mut request = experiment.request(None, 0, Vec::new());
+        request.files = files;
         let check: ExperimentCheck = client.post(&experiment.api_path("check"), &request).await?;
         for warning in &check.warnings {
             eprintln!("warning: {warning}");
@@ -430,12 +530,13 @@ pub async fn validate(
         recipe: experiment.lock.recipe.name.clone(),
         version: experiment.lock.recipe.version,
         valid: true,
+        ships,
         notes,
     };
     out.emit(&done, |done| {
         let mut text = format!(
-            "{}: the config is valid for recipe {} v{}",
-            done.dir, done.recipe, done.version
+            "{}: the config is valid for recipe {} v{}; submit --exp ships {} files ({} bytes) with the job",
+            done.dir, done.recipe, done.version, done.ships.files, done.ships.bytes
         );
         for note in &done.notes {
             text.push_str(&format!("\nif submitted now it would wait: {note}"));
@@ -467,7 +568,8 @@ pub async fn submit(client: &Client, dir: &Path, options: SubmitOptions) -> Resu
         experiment.lock.experiment.project = Some(project);
     }
     experiment.check_offline()?;
-    let mut request = experiment.request(options.name, options.priority, options.tags)?;
+    let files = experiment.files()?;
+    let mut request = experiment.request(options.name, options.priority, options.tags);
     request.git = crate::commands::jobs::checkout_of(&experiment.dir, options.allow_dirty)?;
     request.observability_url = options.observability_url;
     // The server's own check first, for what it could not check (the Hub).
@@ -475,6 +577,7 @@ pub async fn submit(client: &Client, dir: &Path, options: SubmitOptions) -> Resu
     for warning in &check.warnings {
         eprintln!("warning: {warning}");
     }
+    request.files = files;
     client.post(&experiment.api_path("jobs"), &request).await
 }
 

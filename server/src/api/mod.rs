@@ -81,8 +81,15 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(recipes::get_recipe))
         .routes(routes!(recipes::get_recipe_version))
         .routes(routes!(recipes::deprecate_recipe))
-        .routes(routes!(recipes::check_experiment))
-        .routes(routes!(recipes::submit_experiment))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(recipes::check_experiment))
+                .routes(routes!(recipes::submit_experiment))
+                // A shipped experiment folder, in base64, and the rest.
+                .layer(axum::extract::DefaultBodyLimit::max(
+                    gpuplane_api::recipe::MAX_REQUEST_BYTES,
+                )),
+        )
         .routes(routes!(hub::hub_status))
         .routes(routes!(hub::link_hub_token, hub::unlink_hub_token))
         .routes(routes!(

@@ -21,7 +21,9 @@ use gpuplane_api::audit::AuditAction;
 use gpuplane_api::error::ErrorBody;
 use gpuplane_api::job::{Job, JobSpec};
 use gpuplane_api::project::Role;
-use gpuplane_api::recipe::{ExperimentCheck, ExperimentJob, NewRecipe, Recipe, RecipeSummary, RecipeUse};
+use gpuplane_api::recipe::{
+    ExperimentCheck, ExperimentJob, NewRecipe, Recipe, RecipeSummary, RecipeUse, ShippedFolder,
+};
 use gpuplane_api::spec;
 use gpuplane_recipe::config;
 use serde_json::Value;
@@ -198,7 +200,15 @@ pub async fn submit_experiment(
         spec.secret_env.insert(HUB_TOKEN_VARIABLE.to_string(), token);
         spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     }
-    let job_id = recipes::submit(&state.db, &state.secret, &spec, &run_config, &principal).await?;
+    let job_id = recipes::submit(
+        &state.db,
+        &state.secret,
+        &spec,
+        &run_config,
+        &request.files,
+        &principal,
+    )
+    .await?;
     state.wakes.wake(Wake::Scheduler);
     tracing::info!(job_id, recipe = name, version, "experiment job submitted");
     Ok((
@@ -243,6 +253,13 @@ async fn experiment_job(
             "is the experiment folder's absolute path, without control characters",
         ));
     }
+    if request.exp_dir.is_some() && !request.files.is_empty() {
+        return Err(ApiError::field(
+            "files",
+            "ship the experiment folder's files or name its path on a shared filesystem (`exp_dir`), not both",
+        ));
+    }
+    let folder = gpuplane_api::recipe::check_folder(&request.files).map_err(ApiError::Validation)?;
     let versions = recipes::visible_versions(&state.db, principal, name).await?;
     let Some(locked) = versions.iter().find(|stored| stored.version == version) else {
         return Err(ApiError::NotFound(format!(
@@ -306,6 +323,7 @@ async fn experiment_job(
     spec.priority = request.priority;
     spec.tags.extend(request.tags.iter().cloned());
     spec.git = request.git.clone();
+    // A shipped folder's path is the agent's to choose; it runs there too.
     if spec.working_dir.is_none() {
         spec.working_dir = request.exp_dir.clone();
     }
@@ -314,6 +332,10 @@ async fn experiment_job(
         version: recipe.version,
         contract: locked.contract.clone(),
         exp_dir: request.exp_dir.clone(),
+        shipped: (!folder.is_empty()).then(|| ShippedFolder {
+            files: folder.len(),
+            bytes: folder.iter().map(|file| file.bytes.len() as u64).sum(),
+        }),
     });
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     check_priority(state, principal, &spec.project, spec.priority).await?;

@@ -183,14 +183,15 @@ pub async fn commands_for(
             }
             spec.secret_env = opened;
             let gpus: Vec<u32> = serde_json::from_str(&row.gpus).map_err(anyhow::Error::from)?;
-            commands.push(AgentCommand::Dispatch(Box::new(dispatch(
-                server,
-                &row.job_id,
-                row.n,
-                &row.run_id,
-                spec,
-                gpus,
-            ))));
+            let shipped = spec
+                .recipe
+                .as_ref()
+                .is_some_and(|recipe| recipe.shipped.is_some());
+            let mut sent = dispatch(server, &row.job_id, row.n, &row.run_id, spec, gpus);
+            if shipped {
+                sent.folder = crate::jobs::store::folder(&server.db, &row.job_id).await?;
+            }
+            commands.push(AgentCommand::Dispatch(Box::new(sent)));
         }
     }
     let active_set: HashSet<(&str, i64)> = active.iter().map(|row| (row.job_id.as_str(), row.n)).collect();
@@ -262,6 +263,7 @@ fn dispatch(
         gpus,
         env,
         stop_grace_ms: server.config.cancel_grace.as_millis() as u64,
+        folder: Vec::new(),
     }
 }
 

@@ -17,6 +17,7 @@ use gpuplane_api::job::{
     Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, RetryRequest, signal_name,
 };
 use gpuplane_api::project::Role;
+use gpuplane_api::recipe::FolderFile;
 use std::collections::HashMap;
 
 /// The reason a job carries until the scheduler has looked at it.
@@ -198,6 +199,38 @@ fn jobs_from() -> String {
         primary::COLUMNS,
         primary::JOIN
     )
+}
+
+/// Stores the experiment folder shipped with a job (`spec.recipe.shipped`),
+/// checked by `gpuplane_api::recipe::check_folder`; it goes with each dispatch.
+pub async fn insert_folder(tx: &mut Tx, job_id: &str, files: &[FolderFile]) -> Result<(), Error> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let files = serde_json::to_string(files).map_err(anyhow::Error::from)?;
+    sql!(tx, |conn| {
+        sqlx::query("INSERT INTO experiment_folders (job_id, files) VALUES ($1, $2)")
+            .bind(job_id)
+            .bind(&files)
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
+    Ok(())
+}
+
+/// The experiment folder shipped with a job (empty: none was).
+pub async fn folder(db: &Db, job_id: &str) -> Result<Vec<FolderFile>, Error> {
+    let files: Option<String> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT files FROM experiment_folders WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_optional(pool)
+            .await
+    })?;
+    match files {
+        Some(files) => Ok(serde_json::from_str(&files).map_err(anyhow::Error::from)?),
+        None => Ok(Vec::new()),
+    }
 }
 
 const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,

@@ -13,7 +13,7 @@ use crate::store::{Db, Error};
 use gpuplane_api::error::FieldError;
 use gpuplane_api::job::JobSpec;
 use gpuplane_api::project::Role;
-use gpuplane_api::recipe::{Recipe as RecipeInfo, RecipeSummary, RecipeVersion};
+use gpuplane_api::recipe::{FolderFile, Recipe as RecipeInfo, RecipeSummary, RecipeVersion};
 use gpuplane_recipe::Recipe;
 use serde_json::{Map, Value};
 
@@ -315,12 +315,14 @@ pub fn run_config(recipe: &Recipe, config: &Map<String, Value>) -> std::collecti
     recorded
 }
 
-/// Queues an experiment's job with its run's config, in one transaction.
+/// Queues an experiment's job with its run's config and the folder shipped
+/// with it (checked by `check_folder`), in one transaction.
 pub async fn submit(
     db: &Db,
     secret: &crate::identity::secrets::SecretKey,
     spec: &JobSpec,
     config: &std::collections::BTreeMap<String, Value>,
+    folder: &[FolderFile],
     principal: &Principal,
 ) -> Result<String, Error> {
     crate::jobs::store::check_references(db, spec, principal).await?;
@@ -333,6 +335,7 @@ pub async fn submit(
             .await
     })?;
     crate::runs::details::update_config(&mut tx, &run_id, config).await?;
+    crate::jobs::store::insert_folder(&mut tx, &job_id, folder).await?;
     tx.commit().await?;
     Ok(job_id)
 }

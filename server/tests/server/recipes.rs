@@ -375,6 +375,64 @@ async fn hostile_recipes_and_experiments_are_refused_cleanly() {
             "{what}: {status} {answer}"
         );
     }
+    // A shipped folder whose paths would leave it, or that is too big.
+    let file = |path: &str, content: &[u8]| {
+        use base64::Engine as _;
+        json!({"path": path, "content": base64::engine::general_purpose::STANDARD.encode(content)})
+    };
+    let big = vec![b'x'; (gpuplane_api::recipe::MAX_FOLDER_BYTES / 2 + 1) as usize];
+    for (what, files, field) in [
+        (
+            "a parent path",
+            json!([file("../../.ssh/authorized_keys", b"ssh-ed25519 A")]),
+            "files[0].path",
+        ),
+        (
+            "an absolute path",
+            json!([file("/etc/cron.d/x", b"* * * * * root id")]),
+            "files[0].path",
+        ),
+        (
+            "an inner ..",
+            json!([file("ok.txt", b""), file("src/../../x", b"")]),
+            "files[1].path",
+        ),
+        ("an empty part", json!([file("a//b", b"")]), "files[0].path"),
+        ("a backslash", json!([file("a\\..\\b", b"")]), "files[0].path"),
+        (
+            "a control character",
+            json!([file("a\u{1b}[2J", b"")]),
+            "files[0].path",
+        ),
+        (
+            "a path twice",
+            json!([file("a", b"1"), file("a", b"2")]),
+            "files[1].path",
+        ),
+        (
+            "a file that is a folder too",
+            json!([file("a", b"1"), file("a/b", b"2")]),
+            "files[1].path",
+        ),
+        (
+            "content that is not base64",
+            json!([{"path": "a", "content": "%%%"}]),
+            "files[0].content",
+        ),
+        (
+            "more than 4 MiB",
+            json!([file("a", &big), file("b", &big)]),
+            "files",
+        ),
+    ] {
+        let body = json!({"contract": contract, "config": {"base_model": "o/m"}, "files": files});
+        let (status, answer) = t.f.post("/recipes/sft/1/jobs", &t.editor, body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{what}: {answer}");
+        assert_eq!(answer["error"]["details"][0]["field"], field, "{what}: {answer}");
+    }
+    let both = json!({"contract": contract, "config": {"base_model": "o/m"}, "exp_dir": "/tmp", "files": [file("a", b"")]});
+    let (status, answer) = t.f.post("/recipes/sft/1/jobs", &t.editor, both).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     let (_, jobs) = t.f.get("/jobs", &t.root).await;
     assert_eq!(jobs["items"], json!([]), "no job was written");
 }

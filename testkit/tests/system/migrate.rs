@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 37, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 38, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 37);
+    assert_eq!(tables.len(), 38);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -247,6 +247,14 @@ sys.exit(3)
     .unwrap();
     let (status, body) = cluster.post("/recipes", json!({"source": source})).await;
     assert_eq!(status, 201, "{body}");
+    // An experiment's job with its shipped folder.
+    let experiment = json!({
+        "contract": body["contract"],
+        "config": {"base_model": "org/model"},
+        "files": [{"path": "train.sh", "executable": true, "content": "ZWNobyBoaQo="}],
+    });
+    let (status, job) = cluster.post("/recipes/sft/1/jobs", experiment).await;
+    assert_eq!(status, 201, "{job}");
     let (status, body) = cluster.post("/recipes/sft/1/deprecate", json!(null)).await;
     assert_eq!(status, 200, "{body}");
     // A user's Hub token (sealed; unverified: these tests have no Hub).

@@ -116,23 +116,57 @@ async fn from_a_published_recipe_to_a_succeeded_job_through_drift_and_upgrade() 
         "base_model: org/model\nwarmup_steps: 10\nlearning_rate: 0.0003\nglobal_batch_size: 64\n",
     )
     .unwrap();
+    // The folder ships with the job, dot-names left out; the job runs in
+    // the agent's copy, so what it writes stays out of the user's folder.
     std::fs::write(
         exp.join("train.sh"),
-        "echo \"exp=$GPUCTL_EXP_DIR work=$GPUCTL_WORK_DIR lr=$LEARNING_RATE model=$BASE_MODEL\"\n",
+        "echo \"exp=$GPUCTL_EXP_DIR work=$GPUCTL_WORK_DIR lr=$LEARNING_RATE model=$BASE_MODEL\"\n\
+         grep '^learning_rate' \"$GPUCTL_EXP_DIR/config.yaml\"\n\
+         cat src/model.py; ls -A; test -x src/run.sh && echo executable\n\
+         touch written-by-the-job\n",
     )
     .unwrap();
+    std::fs::create_dir_all(exp.join("src")).unwrap();
+    std::fs::write(exp.join("src/model.py"), "print('model')\n").unwrap();
+    std::fs::write(exp.join("src/run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        exp.join("src/run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(exp.join(".env"), "NOT_SHIPPED=1\n").unwrap();
     let valid = run(&cluster, h, &["validate", "--remote", "exp"]);
     assert!(valid.status.success(), "{}", both(&valid));
+    assert!(
+        gpuctl::stdout(&valid).contains("ships 5 files"),
+        "{}",
+        both(&valid)
+    );
     let submitted = run(&cluster, h, &["--json", "job", "submit", "--exp", "exp"]);
     assert!(submitted.status.success(), "{}", both(&submitted));
     let job = gpuctl::json(&submitted);
     let id = job["id"].as_str().unwrap();
+    assert_eq!(job["spec"]["recipe"]["shipped"]["files"], 5, "{job}");
     cluster.wait_for(id, JobStatus::Succeeded).await;
-    let exp_dir = std::fs::canonicalize(&exp).unwrap().display().to_string();
-    assert_eq!(
-        cluster.output(id, "stdout").await,
-        vec![format!("exp={exp_dir} work={exp_dir} lr=0.0003 model=org/model")]
-    );
+    let said = cluster.output(id, "stdout").await;
+    let shipped = said[0]
+        .strip_prefix("exp=")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap()
+        .to_string();
+    assert!(shipped.ends_with(&format!("/{id}/exp")), "{said:?}");
+    let expected = [
+        &format!("exp={shipped} work={shipped} lr=0.0003 model=org/model"),
+        "learning_rate: 0.0003",
+        "print('model')",
+        "config.yaml",
+        "experiment.toml",
+        "src",
+        "train.sh",
+        "executable",
+    ];
+    assert_eq!(said, expected);
+    assert!(!exp.join("written-by-the-job").exists(), "the job ran in a copy");
     let (_, run_json) = cluster
         .get(&format!("/runs/{}", job["run_id"].as_str().unwrap()))
         .await;

@@ -313,3 +313,69 @@ async fn a_slurm_job_cannot_configure_the_agents_sbatch() {
         "its variables reach the job: {line}"
     );
 }
+
+/// An experiment on a recipe whose jobs go through Slurm: the folder
+/// `gpuctl job submit --exp` ships lands in the login host's jobs folder,
+/// and the batch job runs in it with the config and `GPUCTL_EXP_DIR`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_experiment_ships_its_folder_to_a_slurm_job() {
+    use gpuplane_testkit::gpuctl;
+    let slurm = Slurm::start();
+    let cluster = Cluster::start().await;
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "slurm"]}))
+        .await;
+    let agent = slurm_agent(&cluster, &slurm, Some(2));
+    cluster.wait_for_nodes(1).await;
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let output = gpuctl::command(home.path())
+            .args(args)
+            .env("GPUCTL_SERVER", &cluster.server.url)
+            .env("GPUCTL_TOKEN", &cluster.token)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}{}",
+            gpuctl::stdout(&output),
+            gpuctl::stderr(&output)
+        );
+        output
+    };
+    let recipe = std::fs::read_to_string(format!(
+        "{}/../recipe/tests/fixtures/sft.v1.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+    .replace("[template]\n", "[template]\nrunner = \"slurm\"\n");
+    std::fs::write(home.path().join("sft.toml"), recipe).unwrap();
+    run(&["recipe", "publish", "sft.toml"]);
+    run(&["exp", "init", "exp", "--recipe", "sft"]);
+    let exp = home.path().join("exp");
+    std::fs::write(
+        exp.join("config.yaml"),
+        "base_model: org/model\nglobal_batch_size: 64\n",
+    )
+    .unwrap();
+    std::fs::write(
+        exp.join("train.sh"),
+        "echo \"slurm=${SLURM_JOB_ID:+yes} exp=$GPUCTL_EXP_DIR pwd=$(pwd) model=$BASE_MODEL\"\n\
+         grep '^base_model' config.yaml\n",
+    )
+    .unwrap();
+    let submitted = run(&["--json", "job", "submit", "--exp", "exp"]);
+    let job = gpuctl::json(&submitted);
+    let id = job["id"].as_str().unwrap();
+    cluster.wait_for(id, JobStatus::Succeeded).await;
+    let shipped = agent.jobs_dir.join(id).join("exp").display().to_string();
+    assert_eq!(
+        cluster.output(id, "stdout").await,
+        vec![
+            format!("slurm=yes exp={shipped} pwd={shipped} model=org/model"),
+            "base_model: org/model".to_string(),
+        ],
+        "{}",
+        slurm.logs()
+    );
+}

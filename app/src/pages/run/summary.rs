@@ -90,7 +90,14 @@ pub(super) fn Summary(run: Run, job: Option<Job>) -> impl IntoView {
                 }}</dd>
                 {git.map(|git| view! { <dt>"Git commit"</dt><dd data-testid="git-commit">{git}</dd> })}
                 {source.map(|source| view! { <dt>"Submitted from"</dt><dd data-testid="git-source">{source}</dd> })}
-                {recipe.map(|recipe| view! { <dt>"Recipe"</dt><dd data-testid="run-recipe">{format!("{} v{}", recipe.name, recipe.version)}</dd> })}
+                {recipe.map(|recipe| {
+                    let folder = match (&recipe.shipped, &recipe.exp_dir) {
+                        (Some(shipped), _) => format!("; its folder shipped with the job ({} files, {} bytes)", shipped.files, shipped.bytes),
+                        (None, Some(dir)) => format!("; its folder at {dir}"),
+                        (None, None) => String::new(),
+                    };
+                    view! { <dt>"Recipe"</dt><dd data-testid="run-recipe">{format!("{} v{}{folder}", recipe.name, recipe.version)}</dd> }
+                })}
                 {observability.map(|url| view! {
                     <dt>"Observability"</dt>
                     <dd><a href=url.clone() rel="noopener noreferrer" target="_blank" data-testid="observability-link">{url.clone()}</a></dd>
