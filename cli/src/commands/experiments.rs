@@ -495,6 +495,17 @@ struct Ships {
     bytes: u64,
 }
 
+/// The server's drift refusal with the folder named in its commands.
+fn naming(mut error: CliError, dir: &Path) -> CliError {
+    if error.error.code == gpuplane_api::error::codes::RECIPE_DRIFT {
+        error.error.message = error
+            .error
+            .message
+            .replace(" DIR", &format!(" {}", dir.display()));
+    }
+    error
+}
+
 /// `gpuctl validate DIR`: offline with the cached recipe; `--remote` also
 /// asks the server (drift, the project, what would keep it waiting).
 pub async fn validate(
@@ -519,7 +530,10 @@ pub async fn validate(
         let client = Client::new(server, token)?;
         let mut request = experiment.request(None, 0, Vec::new());
         request.files = files;
-        let check: ExperimentCheck = client.post(&experiment.api_path("check"), &request).await?;
+        let check: ExperimentCheck = client
+            .post(&experiment.api_path("check"), &request)
+            .await
+            .map_err(|error| naming(error, dir))?;
         for warning in &check.warnings {
             eprintln!("warning: {warning}");
         }
@@ -573,12 +587,18 @@ pub async fn submit(client: &Client, dir: &Path, options: SubmitOptions) -> Resu
     request.git = crate::commands::jobs::checkout_of(&experiment.dir, options.allow_dirty)?;
     request.observability_url = options.observability_url;
     // The server's own check first, for what it could not check (the Hub).
-    let check: ExperimentCheck = client.post(&experiment.api_path("check"), &request).await?;
+    let check: ExperimentCheck = client
+        .post(&experiment.api_path("check"), &request)
+        .await
+        .map_err(|error| naming(error, dir))?;
     for warning in &check.warnings {
         eprintln!("warning: {warning}");
     }
     request.files = files;
-    client.post(&experiment.api_path("jobs"), &request).await
+    client
+        .post(&experiment.api_path("jobs"), &request)
+        .await
+        .map_err(|error| naming(error, dir))
 }
 
 #[derive(Serialize)]

@@ -561,6 +561,20 @@ fn render_job(job: &Job) -> String {
     if let Some(dir) = &job.spec.working_dir {
         let _ = writeln!(text, "workdir    {dir}");
     }
+    if let Some(recipe) = &job.spec.recipe {
+        let folder = match (&recipe.shipped, &recipe.exp_dir) {
+            (Some(shipped), _) => format!(
+                "; its experiment folder shipped with the job ({} files, {} bytes)",
+                shipped.files, shipped.bytes
+            ),
+            (None, Some(dir)) => format!("; its experiment folder at {dir}"),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(text, "recipe     {} v{}{folder}", recipe.name, recipe.version);
+    }
+    if let Some(url) = &job.spec.observability_url {
+        let _ = writeln!(text, "reports to {url}");
+    }
     if !job.spec.after.is_empty() {
         let _ = writeln!(text, "after      {}", job.spec.after.join(", "));
     }

@@ -167,6 +167,13 @@ async fn from_a_published_recipe_to_a_succeeded_job_through_drift_and_upgrade() 
     ];
     assert_eq!(said, expected);
     assert!(!exp.join("written-by-the-job").exists(), "the job ran in a copy");
+    let shown = run(&cluster, h, &["job", "show", id]);
+    assert!(
+        gpuctl::stdout(&shown)
+            .contains("recipe     sft v1; its experiment folder shipped with the job (5 files, "),
+        "{}",
+        both(&shown)
+    );
     let (_, run_json) = cluster
         .get(&format!("/runs/{}", job["run_id"].as_str().unwrap()))
         .await;
@@ -179,6 +186,11 @@ async fn from_a_published_recipe_to_a_succeeded_job_through_drift_and_upgrade() 
     let drift = run(&cluster, h, &["job", "submit", "--exp", "exp"]);
     assert_eq!(drift.status.code(), Some(9), "{}", both(&drift));
     assert!(gpuctl::stderr(&drift).contains("v1") && gpuctl::stderr(&drift).contains("v2"));
+    assert!(
+        gpuctl::stderr(&drift).contains("`gpuctl recipe upgrade exp`"),
+        "the folder is named: {}",
+        both(&drift)
+    );
     let status = run(&cluster, h, &["recipe", "status", "exp"]);
     let said = gpuctl::stdout(&status);
     for part in [
@@ -207,6 +219,29 @@ async fn from_a_published_recipe_to_a_succeeded_job_through_drift_and_upgrade() 
         .wait_for(job["id"].as_str().unwrap(), JobStatus::Succeeded)
         .await;
     assert_eq!(done.spec.recipe.unwrap().version, 2);
+    // The runs filter and compare by recipe version.
+    let listed = run(
+        &cluster,
+        h,
+        &[
+            "--json",
+            "run",
+            "list",
+            "--where",
+            "config.recipe.version = 2",
+            "--columns",
+            "config.recipe.version",
+        ],
+    );
+    assert!(listed.status.success(), "{}", both(&listed));
+    let runs = gpuctl::json(&listed);
+    let ids: Vec<&str> = runs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [job["run_id"].as_str().unwrap()], "{runs}");
 
     // A v3 whose schema refuses the user's value stops the upgrade, writing nothing.
     let v3 = fixture("sft.v2.toml")
