@@ -20,6 +20,9 @@ AIOSMTPD_VERSION=1.4.6
 PYARROW_VERSION=26.0.1
 # Requests generated from the OpenAPI document (testkit/fuzz).
 SCHEMATHESIS_VERSION=4.32.5
+# The unmodified MLflow client (the tracking client without its server), the
+# version bench/report.sh runs MLflow's server at (testkit/mlflow).
+MLFLOW_CLIENT_VERSION=3.17.2
 started=$(date +%s)
 current=""
 step() {
@@ -77,11 +80,11 @@ if [ ${#slurm_missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow and Schemathesis (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis and the mlflow client (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
   "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
-  "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION"
+  "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "mlflow-skinny==$MLFLOW_CLIENT_VERSION"
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -110,8 +113,8 @@ cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 step "docs: commands, config keys and paths named in the docs exist"
 python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 
-step "pytest (the Python SDK, MCP through the official client, alerts to real receivers, and Schemathesis, against the real server)"
-.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/alerts testkit/fuzz
+step "pytest (the Python SDK, MCP through the official client, the mlflow client, alerts to real receivers, and Schemathesis, against the real server)"
+.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/mlflow testkit/alerts testkit/fuzz
 
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)

@@ -2,9 +2,10 @@
 //! dispatch (DISPATCH_FAILED) before anything starts: the working_dir, the
 //! program, and for the docker runner the client, the engine and the image.
 
-use gpuplane_api::agent::Dispatch;
+use gpuplane_api::agent::{Dispatch, JOB_TOKEN_VARIABLE};
 use gpuplane_api::evaluation::{self, ResultFile};
 use gpuplane_api::job::{JobKind, Runner};
+use gpuplane_api::mlflow;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,7 +35,9 @@ fn shipped(dispatch: &Dispatch) -> bool {
 /// server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, the attempt's
 /// own spool folder (`GPUCTL_SPOOL_DIR`), its working directory
 /// (`GPUCTL_WORK_DIR`), the experiment folder shipped with it
-/// (`GPUCTL_EXP_DIR`), and for an evaluation `GPUCTL_EVAL_OUTPUT`.
+/// (`GPUCTL_EXP_DIR`), the attempt's token for the mlflow client when the
+/// server set it up (`MLFLOW_TRACKING_TOKEN`), and for an evaluation
+/// `GPUCTL_EVAL_OUTPUT`.
 pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
     env.extend(dispatch.spec.secret_env.clone());
@@ -46,6 +49,14 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
             && key != EXP_DIR
     });
     env.extend(dispatch.env.clone());
+    // The mlflow client's token, for the MLflow server the server named
+    // (this one): the attempt's own, kept once (not at rest) as GPUCTL_TOKEN.
+    if dispatch.env.contains_key(mlflow::RUN_ID)
+        && let Some(token) = dispatch.env.get(JOB_TOKEN_VARIABLE)
+    {
+        env.retain(|(key, _)| key != mlflow::TRACKING_TOKEN);
+        env.push((mlflow::TRACKING_TOKEN.to_string(), token.clone()));
+    }
     env.push((
         SPOOL_DIR.to_string(),
         crate::spool::dir(attempt_dir).display().to_string(),

@@ -60,6 +60,7 @@ pub mod job;
 pub mod log;
 pub mod mcp;
 pub mod metric;
+pub mod mlflow;
 pub mod node;
 pub mod paths;
 pub mod project;

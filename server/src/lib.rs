@@ -21,6 +21,7 @@ pub mod jobs;
 pub mod diagnosis;
 pub mod projects;
 pub mod recipes;
+pub mod mlflow;
 // What the server shares, and which replica leads.
 pub mod state;
 pub mod replicas;
@@ -54,6 +55,7 @@ pub fn app(state: AppState) -> Router {
         .merge(console::router(&state, in_process))
         .merge(manual::router(&state.config.site_root))
         .merge(api::shared::router())
+        .merge(api::mlflow::router())
         .route("/login", axum::routing::post(api::sessions::login))
         .route("/logout", axum::routing::post(api::sessions::logout))
         .route("/auth/oidc/start", axum::routing::get(api::sso::begin))

@@ -80,6 +80,17 @@ impl Access for Ingest {
     }
 }
 
+/// MLflow's tracking API reads: `read` and `write` tokens, and `sdk` ones,
+/// since the mlflow client reads the run it logs into (a job's token sees
+/// only its run).
+pub struct Tracking;
+impl Access for Tracking {
+    const NEEDED: Scope = Scope::Read;
+    fn allows(scope: Scope) -> bool {
+        matches!(scope, Scope::Read | Scope::Write | Scope::Sdk)
+    }
+}
+
 /// Agent protocol: `agent` tokens.
 pub struct Agent;
 impl Access for Agent {

@@ -197,7 +197,7 @@ pub async fn remove_member(
     Ok(StatusCode::NO_CONTENT)
 }
 
-fn valid_project_name(name: &str) -> bool {
+pub fn valid_project_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .chars()

@@ -15,6 +15,7 @@ use gpuplane_api::agent::{
 };
 use gpuplane_api::job::{JobSpec, JobStatus};
 use gpuplane_api::log::LogStream;
+use gpuplane_api::mlflow;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// For each attempt an agent still has: where to resume its output, or to
@@ -254,6 +255,19 @@ fn dispatch(
     ]);
     if let Some(dir) = spec.recipe.as_ref().and_then(|recipe| recipe.exp_dir.clone()) {
         env.insert("GPUCTL_EXP_DIR".to_string(), dir);
+    }
+    // The mlflow client logs into the job's own run (its token is the
+    // attempt's, `MLFLOW_TRACKING_TOKEN`, set by the agent), unless the job
+    // names an MLflow server of its own.
+    let own_mlflow =
+        spec.env.contains_key(mlflow::TRACKING_URI) || spec.secret_env.contains_key(mlflow::TRACKING_URI);
+    if !own_mlflow {
+        env.insert(mlflow::TRACKING_URI.to_string(), server.config.public_url());
+        env.insert(mlflow::RUN_ID.to_string(), run_id.to_string());
+        env.insert(
+            mlflow::EXPERIMENT_ID.to_string(),
+            mlflow::experiment_id(&spec.project),
+        );
     }
     Dispatch {
         job_id: job_id.to_string(),

@@ -11,7 +11,7 @@ use gpuplane_testkit::cluster::{Cluster, sh};
 use gpuplane_testkit::postgres::Postgres;
 use gpuplane_testkit::{WAIT, binary, eventually};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{Value, json};
 use sqlx::{Connection, Row};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 38, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 40, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 38);
+    assert_eq!(tables.len(), 40);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -257,6 +257,23 @@ sys.exit(3)
     assert_eq!(status, 201, "{job}");
     let (status, body) = cluster.post("/recipes/sft/1/deprecate", json!(null)).await;
     assert_eq!(status, 200, "{body}");
+    // A run the mlflow client made, with its status and a tag (MLflow's API).
+    let mlflow = |path: &str, body: Value| {
+        reqwest::Client::new()
+            .post(format!("{}/api/2.0/mlflow/{path}", cluster.server.url))
+            .bearer_auth(&cluster.token)
+            .json(&body)
+            .send()
+    };
+    let created: Value = mlflow("runs/create", json!({"experiment_id": "0", "tags": [{"key": "team", "value": "a"}]}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = created["run"]["info"]["run_id"].as_str().unwrap().to_string();
+    let ended = mlflow("runs/update", json!({"run_id": run_id, "status": "KILLED"})).await.unwrap();
+    assert_eq!(ended.status(), 200);
     // A user's Hub token (sealed; unverified: these tests have no Hub).
     let (status, body) = cluster
         .call(

@@ -1,0 +1,723 @@
+//! MLflow's tracking REST API, under `/api/2.0/mlflow/` and
+//! `/ajax-api/2.0/mlflow/`, for the unmodified `mlflow` client
+//! (`MLFLOW_TRACKING_URI` = this server, `MLFLOW_TRACKING_TOKEN` = any
+//! GPUPlane token: `read` tokens read, `sdk` and `write` tokens log). The
+//! mapping onto projects and runs is `crate::mlflow`'s. Answers and
+//! refusals are MLflow's: `{"error_code": …, "message": …}` with its HTTP
+//! statuses. Not in the OpenAPI document: it is MLflow's API, not ours.
+
+use crate::api::error::ApiError;
+use crate::api::extract::{Authed, Ingest, Tracking, Write};
+use crate::identity::access::require_server_admin;
+use crate::metrics::{self, Axis, Query};
+use crate::mlflow::{self, MlflowRun};
+use crate::runs;
+use crate::state::AppState;
+use crate::store::ids::new_id;
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use gpuplane_api::metric::{Point, Value as MetricValue};
+use gpuplane_api::project::Role;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+
+/// The routes, under both of MLflow's prefixes.
+pub fn router() -> Router<AppState> {
+    let routes = Router::new()
+        .route("/experiments/get", get(get_experiment))
+        .route("/experiments/get-by-name", get(get_experiment_by_name))
+        .route("/experiments/create", post(create_experiment))
+        .route(
+            "/experiments/search",
+            post(search_experiments).get(search_experiments),
+        )
+        .route("/runs/create", post(create_run))
+        .route("/runs/get", get(get_run))
+        .route("/runs/update", post(update_run))
+        .route("/runs/log-metric", post(log_metric))
+        .route("/runs/log-parameter", post(log_param))
+        .route("/runs/set-tag", post(set_tag))
+        .route("/runs/delete-tag", post(delete_tag))
+        .route("/runs/log-batch", post(log_batch))
+        .route("/metrics/get-history", get(get_history));
+    Router::new()
+        .nest("/api/2.0/mlflow", routes.clone())
+        .nest("/ajax-api/2.0/mlflow", routes)
+}
+
+/// An MLflow error answer.
+#[derive(Debug)]
+pub struct MlflowError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl MlflowError {
+    fn invalid(message: impl Into<String>) -> MlflowError {
+        MlflowError {
+            status: StatusCode::BAD_REQUEST,
+            code: "INVALID_PARAMETER_VALUE",
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for MlflowError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error_code": self.code, "message": self.message})),
+        )
+            .into_response()
+    }
+}
+
+/// Our refusals in MLflow's words.
+impl From<ApiError> for MlflowError {
+    fn from(error: ApiError) -> MlflowError {
+        let (status, code) = match &error {
+            ApiError::BadRequest(_) | ApiError::Validation(_) => {
+                (StatusCode::BAD_REQUEST, "INVALID_PARAMETER_VALUE")
+            }
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "INVALID_PARAMETER_VALUE"),
+            ApiError::Unauthorized | ApiError::InvalidToken(_) => {
+                (StatusCode::UNAUTHORIZED, "UNAUTHENTICATED")
+            }
+            ApiError::InsufficientScope(_) | ApiError::Forbidden(_) => {
+                (StatusCode::FORBIDDEN, "PERMISSION_DENIED")
+            }
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "RESOURCE_DOES_NOT_EXIST"),
+            ApiError::Conflict(_) | ApiError::RecipeDrift(_) => (StatusCode::BAD_REQUEST, "INVALID_STATE"),
+            ApiError::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, "REQUEST_LIMIT_EXCEEDED"),
+            ApiError::RequestTimeout(_) | ApiError::Unavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "TEMPORARILY_UNAVAILABLE")
+            }
+            ApiError::InsufficientStorage(_) => (StatusCode::INSUFFICIENT_STORAGE, "INTERNAL_ERROR"),
+            ApiError::Internal(cause) => {
+                tracing::error!(error = format!("{cause:#}"), "MLflow API request failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
+            }
+        };
+        let message = match error {
+            ApiError::Validation(details) => details
+                .iter()
+                .map(|detail| format!("{}: {}", detail.field, detail.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ApiError::Internal(_) => "internal error (logged on the server)".to_string(),
+            other => other.to_string(),
+        };
+        MlflowError {
+            status,
+            code,
+            message,
+        }
+    }
+}
+
+impl From<crate::store::Error> for MlflowError {
+    fn from(error: crate::store::Error) -> MlflowError {
+        MlflowError::from(ApiError::from(error))
+    }
+}
+
+type Answer = Result<Json<Value>, MlflowError>;
+
+/// The caller, or MLflow's 401/403.
+fn caller<A: crate::api::extract::Access>(
+    auth: Result<Authed<A>, ApiError>,
+) -> Result<Authed<A>, MlflowError> {
+    auth.map_err(MlflowError::from)
+}
+
+/// A POST body (JSON; an empty body is `{}`).
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, MlflowError> {
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    serde_json::from_slice(bytes)
+        .map_err(|error| MlflowError::invalid(format!("the request body is not valid: {error}")))
+}
+
+/// A GET's query string, read as its JSON body would be (the mlflow client
+/// sends a GET's fields as query parameters; repeated ones are lists).
+fn query<T: DeserializeOwned>(uri: &Uri) -> Result<T, MlflowError> {
+    let mut fields = serde_json::Map::new();
+    for (key, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+        fields.insert(key.into_owned(), Value::String(value.into_owned()));
+    }
+    serde_json::from_value(Value::Object(fields))
+        .map_err(|error| MlflowError::invalid(format!("the query is not valid: {error}")))
+}
+
+/// int64 fields: protobuf's JSON writes them as strings, some clients as numbers.
+fn int64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
+    match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(number)) => number
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom("not a whole number")),
+        Some(Value::String(text)) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("`{text}` is not a whole number"))),
+        Some(other) => Err(serde::de::Error::custom(format!("{other} is not a whole number"))),
+    }
+}
+
+fn required<'a>(field: &str, value: &'a Option<String>) -> Result<&'a str, MlflowError> {
+    value
+        .as_deref()
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| MlflowError::invalid(format!("Missing value for required parameter '{field}'.")))
+}
+
+#[derive(Debug, Deserialize)]
+struct KeyValue {
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+fn pairs(items: Vec<KeyValue>) -> Vec<(String, String)> {
+    items.into_iter().map(|item| (item.key, item.value)).collect()
+}
+
+fn experiment_json(experiment: &mlflow::Experiment) -> Value {
+    let id = mlflow::experiment_id(&experiment.project);
+    json!({
+        "experiment_id": id,
+        "name": experiment.project,
+        "artifact_location": format!("mlflow-artifacts:/{id}"),
+        "lifecycle_stage": "active",
+        "creation_time": experiment.created_at,
+        "last_update_time": experiment.created_at,
+        "tags": [],
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct ExperimentQuery {
+    experiment_id: Option<String>,
+    experiment_name: Option<String>,
+}
+
+async fn get_experiment(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: ExperimentQuery = query(&uri)?;
+    let id = required("experiment_id", &request.experiment_id)?;
+    let experiment = mlflow::experiment(&state.db, &auth.caller.principal(), mlflow::project_of(id)).await?;
+    Ok(Json(json!({"experiment": experiment_json(&experiment)})))
+}
+
+async fn get_experiment_by_name(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: ExperimentQuery = query(&uri)?;
+    let name = required("experiment_name", &request.experiment_name)?;
+    let experiment = mlflow::experiment(&state.db, &auth.caller.principal(), name).await?;
+    Ok(Json(json!({"experiment": experiment_json(&experiment)})))
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateExperiment {
+    name: Option<String>,
+}
+
+/// An experiment is a project: server admins create them (anyone else is
+/// told to ask one).
+async fn create_experiment(
+    auth: Result<Authed<Write>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: CreateExperiment = body(&bytes)?;
+    let name = required("name", &request.name)?;
+    if !crate::api::projects::valid_project_name(name) {
+        return Err(MlflowError::invalid(format!(
+            "an experiment is a GPUPlane project: `{name}` must be 1-64 characters of lowercase letters, digits, '-' or '_'"
+        )));
+    }
+    if crate::projects::exists(&state.db, name).await? {
+        return Err(MlflowError {
+            status: StatusCode::BAD_REQUEST,
+            code: "RESOURCE_ALREADY_EXISTS",
+            message: format!("Experiment '{name}' already exists."),
+        });
+    }
+    require_server_admin(&auth.caller, "creating an experiment (a project)").map_err(|_| MlflowError {
+        status: StatusCode::FORBIDDEN,
+        code: "PERMISSION_DENIED",
+        message: format!(
+            "an MLflow experiment is a GPUPlane project, and only server admins create projects: ask one to run \
+             `gpuctl project create {name}` and add you to it"
+        ),
+    })?;
+    crate::projects::create(&state.db, name, auth.caller.user_id.as_deref()).await?;
+    crate::audit::by_caller(
+        &state.db,
+        &auth.caller,
+        gpuplane_api::audit::AuditAction::ProjectCreate,
+        name,
+        "through the MLflow API",
+    )
+    .await?;
+    Ok(Json(json!({"experiment_id": mlflow::experiment_id(name)})))
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchExperiments {
+    #[serde(default, deserialize_with = "int64")]
+    max_results: Option<i64>,
+    page_token: Option<String>,
+    filter: Option<String>,
+}
+
+/// The projects the caller sees, by name, a page at a time.
+async fn search_experiments(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: SearchExperiments = if bytes.is_empty() {
+        query(&uri)?
+    } else {
+        body(&bytes)?
+    };
+    if request
+        .filter
+        .as_deref()
+        .is_some_and(|filter| !filter.trim().is_empty())
+    {
+        return Err(MlflowError::invalid(
+            "filters on experiments are not supported yet: search without one (every project you can see)",
+        ));
+    }
+    let all = mlflow::experiments(&state.db, &auth.caller.principal()).await?;
+    let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
+    let listed: Vec<Value> = all.iter().skip(start).take(size).map(experiment_json).collect();
+    let mut answer = json!({"experiments": listed});
+    if start + size < all.len() {
+        answer["next_page_token"] = Value::from((start + size).to_string());
+    }
+    Ok(Json(answer))
+}
+
+/// Where a page starts and how long it is; tokens are offsets.
+fn page(token: Option<&str>, max_results: Option<i64>, default: i64) -> Result<(usize, usize), MlflowError> {
+    let start = match token.filter(|token| !token.is_empty()) {
+        Some(token) => token
+            .parse::<usize>()
+            .map_err(|_| MlflowError::invalid(format!("`{token}` is not a page token of this server")))?,
+        None => 0,
+    };
+    let size = max_results.unwrap_or(default);
+    if size < 1 {
+        return Err(MlflowError::invalid(format!(
+            "Invalid value {size} for parameter 'max_results' supplied: it must be at least 1."
+        )));
+    }
+    Ok((start, size as usize))
+}
+
+/// A run as MLflow answers it: info, data (latest metrics, params, tags), inputs.
+async fn run_json(state: &AppState, found: &MlflowRun) -> Result<Value, MlflowError> {
+    let run = &found.run;
+    let mut metrics = Vec::new();
+    for (key, latest) in &run.latest {
+        let at = Query {
+            key: key.clone(),
+            max_points: usize::MAX,
+            axis: Axis::Step,
+            from: Some(latest.step as f64),
+            to: Some(latest.step as f64),
+        };
+        let last = metrics::query(&state.db, &run.id, &at).await?;
+        let timestamp = last
+            .points
+            .and_then(|points| {
+                points
+                    .last()
+                    .map(|point| (point.wall_time * 1000.0).round() as i64)
+            })
+            .unwrap_or_default();
+        metrics.push(json!({"key": key, "value": latest.value, "timestamp": timestamp, "step": latest.step}));
+    }
+    let params: Vec<Value> = run
+        .config
+        .iter()
+        .map(|(key, value)| {
+            let value = value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string());
+            json!({"key": key, "value": value})
+        })
+        .collect();
+    let tags: Vec<Value> = found
+        .tags
+        .iter()
+        .map(|(key, value)| json!({"key": key, "value": value}))
+        .collect();
+    let experiment_id = mlflow::experiment_id(&run.project);
+    let mut info = json!({
+        "run_id": run.id,
+        "run_uuid": run.id,
+        "run_name": run.name,
+        "experiment_id": experiment_id,
+        "user_id": found.user.clone().unwrap_or_default(),
+        "status": found.status,
+        "start_time": found.start_time,
+        "artifact_uri": format!("mlflow-artifacts:/{experiment_id}/{}/artifacts", run.id),
+        "lifecycle_stage": "active",
+    });
+    if let Some(end) = found.end_time {
+        info["end_time"] = Value::from(end);
+    }
+    Ok(json!({
+        "info": info,
+        "data": {"metrics": metrics, "params": params, "tags": tags},
+        "inputs": {},
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+struct CreateRun {
+    experiment_id: Option<String>,
+    #[serde(default, deserialize_with = "int64")]
+    start_time: Option<i64>,
+    #[serde(default)]
+    tags: Vec<KeyValue>,
+    run_name: Option<String>,
+}
+
+async fn create_run(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: CreateRun = body(&bytes)?;
+    let experiment = request
+        .experiment_id
+        .as_deref()
+        .unwrap_or(mlflow::DEFAULT_EXPERIMENT);
+    let run_id = mlflow::create_run(
+        &state.db,
+        &auth.caller,
+        mlflow::project_of(experiment),
+        request.run_name.as_deref(),
+        request.start_time,
+        &pairs(request.tags),
+    )
+    .await?;
+    let found = mlflow::get(&state.db, &run_id).await?;
+    Ok(Json(json!({"run": run_json(&state, &found).await?})))
+}
+
+#[derive(Debug, Deserialize)]
+struct RunQuery {
+    run_id: Option<String>,
+    run_uuid: Option<String>,
+}
+
+impl RunQuery {
+    fn id(&self) -> Result<&str, MlflowError> {
+        match (&self.run_id, &self.run_uuid) {
+            (Some(id), _) | (None, Some(id)) if !id.is_empty() => Ok(id),
+            _ => Err(MlflowError::invalid(
+                "Missing value for required parameter 'run_id'.",
+            )),
+        }
+    }
+}
+
+async fn get_run(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: RunQuery = query(&uri)?;
+    let run_id = request.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Viewer).await?;
+    let found = mlflow::get(&state.db, run_id).await?;
+    Ok(Json(json!({"run": run_json(&state, &found).await?})))
+}
+
+#[derive(Debug, Deserialize)]
+struct UpdateRun {
+    #[serde(flatten)]
+    run: RunQuery,
+    status: Option<String>,
+    #[serde(default, deserialize_with = "int64")]
+    end_time: Option<i64>,
+    run_name: Option<String>,
+}
+
+async fn update_run(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: UpdateRun = body(&bytes)?;
+    let run_id = request.run.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    mlflow::update_run(
+        &state.db,
+        run_id,
+        request.status.as_deref(),
+        request.end_time,
+        request.run_name.as_deref(),
+    )
+    .await?;
+    let found = mlflow::get(&state.db, run_id).await?;
+    Ok(Json(json!({"run_info": run_json(&state, &found).await?["info"]})))
+}
+
+#[derive(Debug, Deserialize)]
+struct Metric {
+    key: String,
+    value: MetricValue,
+    #[serde(default, deserialize_with = "int64")]
+    timestamp: Option<i64>,
+    #[serde(default, deserialize_with = "int64")]
+    step: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct LogMetric {
+    #[serde(flatten)]
+    run: RunQuery,
+    #[serde(flatten)]
+    metric: Metric,
+}
+
+async fn log_metric(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: LogMetric = body(&bytes)?;
+    let run_id = request.run.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    store_metrics(&state, run_id, &[request.metric]).await?;
+    Ok(Json(json!({})))
+}
+
+/// Checks the points as any batch of ours, then stores them (an MLflow
+/// metric without a step is at step 0, as MLflow keeps it).
+async fn store_metrics(state: &AppState, run_id: &str, metrics: &[Metric]) -> Result<(), MlflowError> {
+    let prepared = prepare_metrics(metrics)?;
+    if let Some(prepared) = prepared {
+        let result = state.metric_writer.store((run_id.to_string(), prepared)).await?;
+        if !result.duplicate {
+            state.wakes.wake(crate::wake::Wake::Events);
+        }
+    }
+    Ok(())
+}
+
+fn prepare_metrics(metrics: &[Metric]) -> Result<Option<metrics::PreparedBatch>, MlflowError> {
+    if metrics.is_empty() {
+        return Ok(None);
+    }
+    let now = crate::store::time::now_ms();
+    let points: Vec<Point> = metrics
+        .iter()
+        .map(|metric| Point {
+            key: metric.key.clone(),
+            step: metric.step.unwrap_or(0),
+            wall_time: metric.timestamp.unwrap_or(now) as f64 / 1000.0,
+            value: metric.value,
+        })
+        .collect();
+    Ok(Some(metrics::prepare(new_id("mlflow"), &points, Vec::new())?))
+}
+
+#[derive(Debug, Deserialize)]
+struct LogParam {
+    #[serde(flatten)]
+    run: RunQuery,
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+async fn log_param(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: LogParam = body(&bytes)?;
+    let run_id = request.run.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    mlflow::log_params(&state.db, run_id, &[(request.key, request.value)]).await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Debug, Deserialize)]
+struct SetTag {
+    #[serde(flatten)]
+    run: RunQuery,
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+async fn set_tag(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: SetTag = body(&bytes)?;
+    let run_id = request.run.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    mlflow::set_tags(&state.db, run_id, &[(request.key, request.value)]).await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Debug, Deserialize)]
+struct DeleteTag {
+    #[serde(flatten)]
+    run: RunQuery,
+    key: String,
+}
+
+async fn delete_tag(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: DeleteTag = body(&bytes)?;
+    let run_id = request.run.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    mlflow::delete_tag(&state.db, run_id, &request.key).await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Debug, Deserialize)]
+struct LogBatch {
+    #[serde(flatten)]
+    run: RunQuery,
+    #[serde(default)]
+    metrics: Vec<Metric>,
+    #[serde(default)]
+    params: Vec<KeyValue>,
+    #[serde(default)]
+    tags: Vec<KeyValue>,
+}
+
+/// Metrics, params and tags at once, within MLflow's limits; a batch over
+/// a limit, or with a changed param, writes nothing.
+async fn log_batch(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: LogBatch = body(&bytes)?;
+    let run_id = request.run.id()?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    for (what, count, limit) in [
+        ("metrics", request.metrics.len(), mlflow::MAX_BATCH_METRICS),
+        ("params", request.params.len(), mlflow::MAX_BATCH_PARAMS),
+        ("tags", request.tags.len(), mlflow::MAX_BATCH_TAGS),
+    ] {
+        if count > limit {
+            return Err(MlflowError::invalid(format!(
+                "A batch logging request can contain at most {limit} {what}. Got {count} {what}. Please split up \
+                 {what} across multiple requests and try again."
+            )));
+        }
+    }
+    let prepared = prepare_metrics(&request.metrics)?;
+    mlflow::log_params(&state.db, run_id, &pairs(request.params)).await?;
+    if let Some(prepared) = prepared {
+        let result = state.metric_writer.store((run_id.to_string(), prepared)).await?;
+        if !result.duplicate {
+            state.wakes.wake(crate::wake::Wake::Events);
+        }
+    }
+    mlflow::set_tags(&state.db, run_id, &pairs(request.tags)).await?;
+    Ok(Json(json!({})))
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryQuery {
+    #[serde(flatten)]
+    run: RunQuery,
+    metric_key: Option<String>,
+    #[serde(default, deserialize_with = "int64")]
+    max_results: Option<i64>,
+    page_token: Option<String>,
+}
+
+/// Every point of one metric, in step order (a page at a time when the
+/// client asks for pages).
+async fn get_history(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: HistoryQuery = query(&uri)?;
+    let run_id = request.run.id()?;
+    let key = required("metric_key", &request.metric_key)?;
+    runs::check(&state.db, &auth.caller, run_id, Role::Viewer).await?;
+    let all = Query {
+        key: key.to_string(),
+        max_points: usize::MAX,
+        axis: Axis::Step,
+        from: None,
+        to: None,
+    };
+    let points = metrics::query(&state.db, run_id, &all)
+        .await?
+        .points
+        .unwrap_or_default();
+    let (start, size) = page(request.page_token.as_deref(), request.max_results, i64::MAX)?;
+    let listed: Vec<Value> = points
+        .iter()
+        .skip(start)
+        .take(size)
+        .map(|point| {
+            json!({
+                "key": key,
+                "value": point.value,
+                "timestamp": (point.wall_time * 1000.0).round() as i64,
+                "step": point.step,
+            })
+        })
+        .collect();
+    let mut answer = json!({"metrics": listed});
+    if start.saturating_add(size) < points.len() {
+        answer["next_page_token"] = Value::from((start + size).to_string());
+    }
+    Ok(Json(answer))
+}

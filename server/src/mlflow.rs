@@ -1,0 +1,400 @@
+//! MLflow's tracking model over ours, for the MLflow REST API
+//! (`api/mlflow.rs`): an MLflow experiment is a project (its id is the
+//! project's name; MLflow's default experiment `0` is `default`), an MLflow
+//! run is a run, its params are the run's config (strings, as MLflow keeps
+//! them, and never changed once set), its metric points are ours. Its tags
+//! (key → value, `mlflow.runName` and the client's `mlflow.*` included)
+//! and the status the client reports are kept beside the run
+//! (`mlflow_run_tags`, `mlflow_runs`); the user's own tags are also the
+//! run's tags, as `KEY:VALUE`.
+
+use crate::identity::access::{self, Caller, Principal, Visible};
+use crate::runs;
+use crate::store::sql;
+use crate::store::time::now_ms;
+use crate::store::{Db, Error, Tx};
+use gpuplane_api::experiment::RunChanges;
+use gpuplane_api::metric::{NewRun, Run};
+pub use gpuplane_api::mlflow::{DEFAULT_EXPERIMENT, experiment_id, project_of};
+use gpuplane_api::project::Role;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// MLflow's tag for a run's name.
+pub const RUN_NAME_TAG: &str = "mlflow.runName";
+
+/// MLflow's limits on one `log-batch` (over one, nothing is written).
+pub const MAX_BATCH_METRICS: usize = 1000;
+pub const MAX_BATCH_PARAMS: usize = 100;
+pub const MAX_BATCH_TAGS: usize = 100;
+/// MLflow's longest param value and tag value.
+pub const MAX_PARAM_VALUE: usize = 6000;
+pub const MAX_TAG_VALUE: usize = 8000;
+/// MLflow's longest param, metric and tag key.
+pub const MAX_KEY: usize = 250;
+
+/// A project as an MLflow experiment sees it.
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub project: String,
+    pub created_at: i64,
+}
+
+/// A project the principal can see (a viewer is enough), else "not found".
+pub async fn experiment(db: &Db, principal: &Principal, project: &str) -> Result<Experiment, Error> {
+    let not_found = || Error::NotFound(format!("no experiment {project} that you can see"));
+    let created_at: Option<i64> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT created_at FROM projects WHERE name = $1")
+            .bind(project)
+            .fetch_optional(pool)
+            .await
+    })?;
+    let created_at = created_at.ok_or_else(not_found)?;
+    access::require(db, principal, project, Role::Viewer, not_found).await?;
+    Ok(Experiment {
+        project: project.to_string(),
+        created_at,
+    })
+}
+
+/// The projects the principal sees, by name.
+pub async fn experiments(db: &Db, principal: &Principal) -> Result<Vec<Experiment>, Error> {
+    let rows: Vec<(String, i64)> = sql!(db, |pool| {
+        sqlx::query_as("SELECT name, created_at FROM projects ORDER BY name")
+            .fetch_all(pool)
+            .await
+    })?;
+    let visible = access::visible_projects(db, principal).await?;
+    Ok(rows
+        .into_iter()
+        .filter(|(name, _)| match &visible {
+            Visible::All => true,
+            only => only.contains(name),
+        })
+        .map(|(project, created_at)| Experiment { project, created_at })
+        .collect())
+}
+
+/// What MLflow keeps of a run beside ours.
+#[derive(Debug, Clone)]
+pub struct MlflowRun {
+    pub run: Run,
+    /// `RUNNING`, `FINISHED`, `FAILED`, `KILLED` (or `SCHEDULED`).
+    pub status: String,
+    pub start_time: i64,
+    pub end_time: Option<i64>,
+    pub user: Option<String>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// MLflow's status of one of our runs: what the client reported, else
+/// the job's (a queued job's run is `SCHEDULED`) or the SDK run's.
+fn status_of(run: &Run, reported: Option<String>) -> String {
+    if let Some(status) = reported {
+        return status;
+    }
+    match run.status.as_str() {
+        "QUEUED" | "DISPATCHING" => "SCHEDULED",
+        "RUNNING" => "RUNNING",
+        "SUCCEEDED" | "FINISHED" => "FINISHED",
+        "CANCELLED" => "KILLED",
+        _ => "FAILED",
+    }
+    .to_string()
+}
+
+pub async fn get(db: &Db, run_id: &str) -> Result<MlflowRun, Error> {
+    let run = runs::get(db, run_id).await?;
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        created_at: i64,
+        finished_at: Option<i64>,
+        user: Option<String>,
+        status: Option<String>,
+        ended_at: Option<i64>,
+    }
+    let row: Row = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT coalesce(m.started_at, r.created_at) AS created_at, r.finished_at, u.name AS user, m.status, m.ended_at
+             FROM runs r LEFT JOIN users u ON u.id = r.created_by LEFT JOIN mlflow_runs m ON m.run_id = r.id
+             WHERE r.id = $1",
+        )
+        .bind(run_id)
+        .fetch_one(pool)
+        .await
+    })?;
+    let tags: Vec<(String, String)> = sql!(db, |pool| {
+        sqlx::query_as("SELECT key, value FROM mlflow_run_tags WHERE run_id = $1 ORDER BY key")
+            .bind(run_id)
+            .fetch_all(pool)
+            .await
+    })?;
+    let mut tags: BTreeMap<String, String> = tags.into_iter().collect();
+    tags.entry(RUN_NAME_TAG.to_string())
+        .or_insert_with(|| run.name.clone());
+    Ok(MlflowRun {
+        status: status_of(&run, row.status),
+        start_time: row.created_at,
+        end_time: row.ended_at.or(row.finished_at),
+        user: row.user,
+        tags,
+        run,
+    })
+}
+
+/// `runs/create`: a run in the experiment's project (editors), named
+/// `name` (else `mlflow.runName`, else after its time), with its tags.
+pub async fn create_run(
+    db: &Db,
+    caller: &Caller,
+    project: &str,
+    name: Option<&str>,
+    start_time: Option<i64>,
+    tags: &[(String, String)],
+) -> Result<String, Error> {
+    if caller.run_id.is_some() {
+        return Err(Error::Forbidden(
+            "a job's token writes only to its job's run (MLFLOW_RUN_ID)".into(),
+        ));
+    }
+    check_tags(tags)?;
+    // An experiment the caller cannot see is MLflow's "does not exist".
+    experiment(db, &caller.principal(), project).await?;
+    let tagged = tags
+        .iter()
+        .find(|(key, _)| key == RUN_NAME_TAG)
+        .map(|(_, v)| v.as_str());
+    let name = name
+        .filter(|n| !n.trim().is_empty())
+        .or(tagged)
+        .map(str::to_string);
+    let name = name.unwrap_or_else(|| format!("run-{}", now_ms()));
+    let new = NewRun {
+        project: project.to_string(),
+        name,
+        config: BTreeMap::new(),
+        tags: Vec::new(),
+        notes: String::new(),
+    };
+    let run_id = runs::create(db, &caller.principal(), &new).await?;
+    let mut tx = crate::store::write(db).await?;
+    sql!(tx, |conn| {
+        sqlx::query("INSERT INTO mlflow_runs (run_id, status, started_at) VALUES ($1, 'RUNNING', $2)")
+            .bind(&run_id)
+            .bind(start_time.unwrap_or_else(now_ms))
+            .execute(conn)
+            .await
+            .map(|_| ())
+    })?;
+    put_tags(&mut tx, &run_id, tags).await?;
+    tx.commit().await?;
+    Ok(run_id)
+}
+
+fn check_key(field: &str, key: &str) -> Result<(), Error> {
+    if key.is_empty() || key.len() > MAX_KEY || key.chars().any(char::is_control) {
+        return Err(Error::field(
+            field,
+            format!(
+                "`{}` is not a key: 1 to {MAX_KEY} characters, none a control character",
+                key.escape_debug()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn check_tags(tags: &[(String, String)]) -> Result<(), Error> {
+    for (key, value) in tags {
+        check_key("tags.key", key)?;
+        if value.len() > MAX_TAG_VALUE {
+            return Err(Error::field(
+                "tags.value",
+                format!(
+                    "the value of tag {key} has {} characters; at most {MAX_TAG_VALUE}",
+                    value.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Sets tags (a later value replaces an earlier); `mlflow.runName` renames
+/// the run; the user's own tags (not `mlflow.*`) become run tags `KEY:VALUE` (those our tags can hold).
+async fn put_tags(tx: &mut Tx, run_id: &str, tags: &[(String, String)]) -> Result<(), Error> {
+    let mut shown = Vec::new();
+    for (key, value) in tags {
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO mlflow_run_tags (run_id, key, value) VALUES ($1, $2, $3)
+                 ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value",
+            )
+            .bind(run_id)
+            .bind(key)
+            .bind(value)
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
+        if key == RUN_NAME_TAG && !value.trim().is_empty() {
+            let rename = RunChanges {
+                name: Some(value.clone()),
+                ..RunChanges::default()
+            };
+            runs::details::change(tx, run_id, &rename).await?;
+        } else if !key.starts_with("mlflow.") {
+            let tag = if value.is_empty() {
+                key.clone()
+            } else {
+                format!("{key}:{value}")
+            };
+            if gpuplane_api::experiment::check_tags("tags", std::slice::from_ref(&tag)).is_empty() {
+                shown.push(tag);
+            }
+        }
+    }
+    if !shown.is_empty() {
+        let add = RunChanges {
+            add_tags: shown,
+            ..RunChanges::default()
+        };
+        runs::details::change(tx, run_id, &add).await?;
+    }
+    Ok(())
+}
+
+/// `runs/set-tag`, and the tags of `runs/log-batch`.
+pub async fn set_tags(db: &Db, run_id: &str, tags: &[(String, String)]) -> Result<(), Error> {
+    check_tags(tags)?;
+    let mut tx = crate::store::write(db).await?;
+    put_tags(&mut tx, run_id, tags).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// `runs/delete-tag`.
+pub async fn delete_tag(db: &Db, run_id: &str, key: &str) -> Result<(), Error> {
+    let removed = sql!(db, |pool| {
+        sqlx::query("DELETE FROM mlflow_run_tags WHERE run_id = $1 AND key = $2")
+            .bind(run_id)
+            .bind(key)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected())
+    })?;
+    if removed == 0 {
+        return Err(Error::NotFound(format!("no tag {key} on run {run_id}")));
+    }
+    Ok(())
+}
+
+/// Params become the run's config. MLflow never changes a param: the same
+/// value again is accepted, another one refused (nothing of the batch is
+/// written).
+pub async fn log_params(db: &Db, run_id: &str, params: &[(String, String)]) -> Result<(), Error> {
+    let mut config = BTreeMap::new();
+    for (key, value) in params {
+        check_key("params.key", key)?;
+        if value.len() > MAX_PARAM_VALUE {
+            return Err(Error::field(
+                "params.value",
+                format!(
+                    "the value of param {key} has {} characters; at most {MAX_PARAM_VALUE}",
+                    value.len()
+                ),
+            ));
+        }
+        if let Some(Value::String(earlier)) = config.get(key)
+            && earlier != value
+        {
+            return Err(changed_param(run_id, key, earlier, value));
+        }
+        config.insert(key.clone(), Value::String(value.clone()));
+    }
+    let existing = runs::details::configs(db, &[run_id])
+        .await?
+        .remove(run_id)
+        .unwrap_or_default();
+    for (key, value) in &config {
+        if let Some(earlier) = existing.get(key)
+            && earlier != value
+        {
+            let shown = earlier
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| earlier.to_string());
+            return Err(changed_param(
+                run_id,
+                key,
+                &shown,
+                value.as_str().unwrap_or_default(),
+            ));
+        }
+    }
+    let mut tx = crate::store::write(db).await?;
+    runs::details::update_config(&mut tx, run_id, &config).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+fn changed_param(run_id: &str, key: &str, earlier: &str, value: &str) -> Error {
+    Error::field(
+        "params",
+        format!(
+            "Changing param values is not allowed. Param with key='{key}' was already logged with \
+             value='{earlier}' for run ID='{run_id}'. Attempted logging new value '{value}'."
+        ),
+    )
+}
+
+/// `runs/update`: the status and end time the client reports, and a new name.
+pub async fn update_run(
+    db: &Db,
+    run_id: &str,
+    status: Option<&str>,
+    end_time: Option<i64>,
+    name: Option<&str>,
+) -> Result<(), Error> {
+    if let Some(status) = status
+        && !["RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"].contains(&status)
+    {
+        return Err(Error::field(
+            "status",
+            format!("`{status}` is not a run status: RUNNING, SCHEDULED, FINISHED, FAILED or KILLED"),
+        ));
+    }
+    let job: Option<Option<String>> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT job_id FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(pool)
+            .await
+    })?;
+    let of_job = job.flatten().is_some();
+    let mut tx = crate::store::write(db).await?;
+    // A job's run follows its job: the script's own end is not the job's.
+    if let Some(status) = status
+        && !of_job
+    {
+        let ended = (status != "RUNNING" && status != "SCHEDULED").then(|| end_time.unwrap_or_else(now_ms));
+        sql!(tx, |conn| {
+            sqlx::query(
+                "INSERT INTO mlflow_runs (run_id, status, started_at, ended_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, ended_at = excluded.ended_at",
+            )
+            .bind(run_id)
+            .bind(status)
+            .bind(now_ms())
+            .bind(ended)
+            .execute(conn)
+            .await
+            .map(|_| ())
+        })?;
+        runs::set_finished(&mut tx, run_id, ended.is_some()).await?;
+    }
+    if let Some(name) = name.filter(|name| !name.trim().is_empty()) {
+        put_tags(&mut tx, run_id, &[(RUN_NAME_TAG.to_string(), name.to_string())]).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -1,0 +1,313 @@
+"""The unmodified `mlflow` client (mlflow-skinny from PyPI, the version the
+benchmarks pin) against a real gpuplane-server: `MLFLOW_TRACKING_URI` is
+the server, `MLFLOW_TRACKING_TOKEN` a GPUPlane token. Each script runs in
+its own Python process, as a training script would."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from gpuplane_testkit import Server, free_port  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data_dir = str(tmp_path_factory.mktemp("server"))
+    server = Server(data_dir, free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+def script(server, code, token=None):
+    """Runs `code` with the mlflow client pointed at the server; its last
+    stdout line, as JSON."""
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": server.url,
+        "MLFLOW_TRACKING_TOKEN": token or server.token,
+        # No retries: a refusal is the answer.
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+    }
+    prelude = "import json, math, mlflow\nfrom mlflow.exceptions import MlflowException\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def raw(server, method, path, body=None, token=None):
+    """An MLflow REST call by hand: (status, answer)."""
+    headers = {"Content-Type": "application/json"}
+    if token != "":
+        headers["Authorization"] = f"Bearer {token or server.token}"
+    request = urllib.request.Request(
+        f"{server.url}/api/2.0/mlflow{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(), headers=headers,
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def test_a_training_script_logs_params_metrics_and_tags_into_a_run(server):
+    answer = script(server, """
+        mlflow.set_experiment("default")
+        with mlflow.start_run(run_name="mlflow-sft") as run:
+            mlflow.log_params({"lr": "0.001", "optimizer": "adam"})
+            mlflow.log_param("lr", "0.001")  # the same value again is fine
+            for step in range(5):
+                mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+            mlflow.log_metric("loss", float("nan"), step=5)
+            mlflow.log_metric("grad_norm", float("inf"), step=0)
+            mlflow.log_metric("grad_norm", float("-inf"), step=1)
+            mlflow.log_metrics({"acc": 0.5, "f1": 0.25}, step=1)
+            mlflow.set_tag("team", "vision")
+            run_id = run.info.run_id
+        client = mlflow.MlflowClient()
+        try:
+            client.log_param(run_id, "lr", "0.01")
+            changed = None
+        except MlflowException as error:
+            changed = [error.error_code, str(error)]
+        got = client.get_run(run_id)
+        history = client.get_metric_history(run_id, "loss")
+        grads = client.get_metric_history(run_id, "grad_norm")
+        shown = lambda v: "nan" if math.isnan(v) else v
+        print(json.dumps({
+            "run_id": run_id,
+            "status": got.info.status,
+            "name": got.info.run_name,
+            "experiment_id": got.info.experiment_id,
+            "ended": got.info.end_time is not None,
+            "params": got.data.params,
+            "tags": {k: v for k, v in got.data.tags.items()},
+            "latest": {k: shown(v) for k, v in got.data.metrics.items()},
+            "loss": [[m.step, shown(m.value)] for m in history],
+            "grads": [[m.step, str(m.value)] for m in grads],
+            "changed": changed,
+        }))
+    """)
+    assert answer["status"] == "FINISHED"
+    assert answer["name"] == "mlflow-sft"
+    assert answer["experiment_id"] == "0"
+    assert answer["ended"]
+    assert answer["params"] == {"lr": "0.001", "optimizer": "adam"}
+    assert answer["tags"]["team"] == "vision"
+    assert answer["tags"]["mlflow.runName"] == "mlflow-sft"
+    assert answer["loss"] == [[0, 1.0], [1, 0.5], [2, 1 / 3], [3, 0.25], [4, 0.2], [5, "nan"]]
+    assert answer["grads"] == [[0, "inf"], [1, "-inf"]]
+    assert answer["latest"]["acc"] == 0.5 and answer["latest"]["loss"] == "nan"
+    assert answer["changed"][0] == "INVALID_PARAMETER_VALUE"
+    assert "Changing param values is not allowed" in answer["changed"][1]
+
+    # The same run through GPUPlane's own API: config, tags, points, status.
+    run = server.get(f"/runs/{answer['run_id']}")
+    assert run["project"] == "default" and run["name"] == "mlflow-sft"
+    assert run["config"] == {"lr": "0.001", "optimizer": "adam"}
+    assert "team:vision" in run["tags"]
+    assert run["status"] == "FINISHED"
+    assert run["latest"]["loss"]["non_finite"] is True
+    assert run["latest"]["loss"]["count"] == 6
+
+
+def test_log_batch_keeps_mlflows_limits_and_a_refused_batch_writes_nothing(server):
+    run_id = script(server, """
+        run = mlflow.MlflowClient().create_run("0", run_name="batch-limits")
+        print(json.dumps(run.info.run_id))
+    """)
+    metric = lambda step: {"key": "loss", "value": 1.0, "timestamp": 1, "step": step}
+    for body in (
+        {"run_id": run_id, "metrics": [metric(step) for step in range(1001)]},
+        {"run_id": run_id, "params": [{"key": f"p{n}", "value": "1"} for n in range(101)]},
+        {"run_id": run_id, "tags": [{"key": f"t{n}", "value": "1"} for n in range(101)]},
+    ):
+        status, answer = raw(server, "POST", "/runs/log-batch", body)
+        assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), answer
+        assert "A batch logging request can contain at most" in answer["message"]
+    # A changed param refuses the whole batch: its metrics are not written.
+    status, _ = raw(server, "POST", "/runs/log-parameter", {"run_id": run_id, "key": "lr", "value": "1"})
+    assert status == 200
+    status, answer = raw(server, "POST", "/runs/log-batch", {
+        "run_id": run_id, "metrics": [metric(0)], "params": [{"key": "lr", "value": "2"}],
+    })
+    assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), answer
+    status, answer = raw(server, "GET", f"/metrics/get-history?run_id={run_id}&metric_key=loss")
+    assert (status, answer.get("metrics", [])) == (200, [])
+    # 1,000 metrics is within the limit, and the client splits more itself.
+    history = script(server, f"""
+        from mlflow.entities import Metric
+        client = mlflow.MlflowClient()
+        client.log_batch("{run_id}", metrics=[Metric("loss", float(s), 1700000000000 + s, s) for s in range(2500)])
+        print(json.dumps([[m.step, m.value, m.timestamp] for m in client.get_metric_history("{run_id}", "loss")]))
+    """)
+    assert history == [[s, float(s), 1700000000000 + s] for s in range(2500)]
+
+
+def test_experiments_are_projects_and_only_server_admins_create_them(server):
+    answer = script(server, """
+        created = mlflow.create_experiment("mlflow-team")
+        found = mlflow.get_experiment_by_name("mlflow-team")
+        names = sorted(e.name for e in mlflow.search_experiments())
+        try:
+            mlflow.create_experiment("mlflow-team")
+            again = None
+        except MlflowException as error:
+            again = error.error_code
+        try:
+            mlflow.create_experiment("My Experiment")
+            bad = None
+        except MlflowException as error:
+            bad = error.error_code
+        missing = mlflow.get_experiment_by_name("no-such-project")
+        print(json.dumps([created, found.experiment_id, names, again, bad, missing is None]))
+    """)
+    assert answer == ["mlflow-team", "mlflow-team", ["default", "mlflow-team"],
+                      "RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE", True]
+    assert any(p["name"] == "mlflow-team" for p in server.get("/projects")["items"])
+
+
+def test_tokens_and_projects_bound_what_the_client_may_do(server):
+    server.admin("create-user", "mlflow-viewer", "--password-stdin", input="viewer-password-123\n")
+    server.post("/projects/default/members", {"user": "mlflow-viewer", "role": "viewer"})
+    viewer = server.admin("create-token", "--user", "mlflow-viewer", "--scope", "write")
+    read = server.admin("create-token", "--user", "sdk-user", "--scope", "read")
+    sdk = server.admin("create-token", "--user", "sdk-user", "--scope", "sdk")
+    run_id = script(server, """
+        run = mlflow.MlflowClient().create_run("0", run_name="guarded")
+        print(json.dumps(run.info.run_id))
+    """, token=sdk)
+    attempt = """
+        client = mlflow.MlflowClient()
+        out = {}
+        for name, call in [("get", lambda: client.get_run("%s")),
+                           ("log", lambda: client.log_metric("%s", "loss", 1.0)),
+                           ("create", lambda: client.create_run("0"))]:
+            try:
+                call()
+                out[name] = "ok"
+            except MlflowException as error:
+                out[name] = error.error_code
+        print(json.dumps(out))
+    """ % (run_id, run_id)
+    assert script(server, attempt, token=read) == {"get": "ok", "log": "PERMISSION_DENIED", "create": "PERMISSION_DENIED"}
+    assert script(server, attempt, token=viewer) == {"get": "ok", "log": "PERMISSION_DENIED", "create": "PERMISSION_DENIED"}
+    # A token limited to another project does not see the run at all.
+    server.post("/projects", {"name": "elsewhere"})
+    elsewhere = server.post("/tokens", {"name": "elsewhere-only", "scope": "write", "project": "elsewhere"})["secret"]
+    assert script(server, attempt, token=elsewhere) == {
+        "get": "RESOURCE_DOES_NOT_EXIST", "log": "RESOURCE_DOES_NOT_EXIST", "create": "RESOURCE_DOES_NOT_EXIST"}
+    # An editor of another project sees nothing of this one.
+    server.admin("create-user", "elsewhere-editor", "--password-stdin", input="editor-password-123\n")
+    server.post("/projects/elsewhere/members", {"user": "elsewhere-editor", "role": "editor"})
+    editor = server.admin("create-token", "--user", "elsewhere-editor", "--scope", "write")
+    guarded = script(server, """
+        experiment = mlflow.create_experiment("guarded")
+        print(json.dumps(mlflow.MlflowClient().create_run(experiment).info.run_id))
+    """)
+    attempt = attempt.replace(run_id, guarded).replace('create_run("0")', 'create_run("guarded")')
+    assert script(server, attempt, token=editor) == {
+        "get": "RESOURCE_DOES_NOT_EXIST", "log": "RESOURCE_DOES_NOT_EXIST", "create": "RESOURCE_DOES_NOT_EXIST"}
+    # No token, or a made-up one: MLflow's 401.
+    for token in ("", "not-a-token"):
+        status, answer = raw(server, "GET", f"/runs/get?run_id={run_id}", token=token)
+        assert (status, answer["error_code"]) == (401, "UNAUTHENTICATED")
+
+
+def test_hostile_and_malformed_requests_get_mlflows_errors(server):
+    run_id = script(server, """
+        print(json.dumps(mlflow.MlflowClient().create_run("0", run_name="hostile").info.run_id))
+    """)
+    for path, body, status, code in [
+        ("/runs/log-metric", b"{not json", 400, "INVALID_PARAMETER_VALUE"),
+        ("/runs/log-metric", {"run_id": run_id, "key": "loss", "value": "lots", "timestamp": 1}, 400, "INVALID_PARAMETER_VALUE"),
+        ("/runs/log-metric", {"run_id": run_id, "key": "x\u0000y", "value": 1, "timestamp": 1}, 400, "INVALID_PARAMETER_VALUE"),
+        ("/runs/log-parameter", {"run_id": run_id, "key": "k", "value": "v" * 6001}, 400, "INVALID_PARAMETER_VALUE"),
+        ("/runs/set-tag", {"run_id": run_id, "key": "", "value": "v"}, 400, "INVALID_PARAMETER_VALUE"),
+        ("/runs/update", {"run_id": run_id, "status": "EXPLODED"}, 400, "INVALID_PARAMETER_VALUE"),
+        ("/runs/log-metric", {"run_id": "run_nope", "key": "loss", "value": 1, "timestamp": 1}, 404, "RESOURCE_DOES_NOT_EXIST"),
+        ("/runs/create", {"experiment_id": "no-such-project"}, 404, "RESOURCE_DOES_NOT_EXIST"),
+    ]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(f"{server.url}/api/2.0/mlflow{path}", method="POST", data=data,
+                                         headers={"Authorization": f"Bearer {server.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                got = (response.status, json.loads(response.read()))
+        except urllib.error.HTTPError as error:
+            got = (error.code, json.loads(error.read()))
+        assert (got[0], got[1].get("error_code")) == (status, code), (path, body, got)
+        assert isinstance(got[1]["message"], str) and got[1]["message"]
+    run = server.get(f"/runs/{run_id}")
+    assert run["config"] == {} and run["latest"] == {}
+    # The MLflow UI's prefix answers the same.
+    status, answer = raw(server, "GET", f"/runs/get?run_id={run_id}")
+    request = urllib.request.Request(f"{server.url}/ajax-api/2.0/mlflow/runs/get?run_id={run_id}",
+                                     headers={"Authorization": f"Bearer {server.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.loads(response.read())["run"]["info"]["run_id"] == answer["run"]["info"]["run_id"] == run_id
+
+
+def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_path):
+    server.start_agent(tmp_path / "jobs", gpus=1)
+    code = textwrap.dedent("""
+        import os, mlflow
+        given = os.environ["MLFLOW_RUN_ID"]
+        with mlflow.start_run() as run:
+            assert run.info.run_id == given, run.info.run_id
+            mlflow.log_param("lr", "0.1")
+            for step in range(3):
+                mlflow.log_metric("train/loss", 1.0 / (step + 1), step=step)
+            mlflow.log_metric("train/loss", float("nan"), step=3)
+        print("logged into", run.info.run_id, "of experiment", run.info.experiment_id)
+        # Its token reaches its own run only.
+        from mlflow.exceptions import MlflowException
+        client = mlflow.MlflowClient()
+        for name, call in [("other", lambda: client.log_metric(os.environ["OTHER_RUN"], "loss", 1.0)),
+                           ("create", lambda: client.create_run("0"))]:
+            try:
+                call()
+                print(name, "ok")
+            except MlflowException as error:
+                print(name, error.error_code)
+    """)
+    other = script(server, """
+        print(json.dumps(mlflow.MlflowClient().create_run("0", run_name="not-the-jobs").info.run_id))
+    """)
+    job = server.post("/jobs", {"name": "mlflow-in-a-job", "command": [sys.executable, "-c", code],
+                                "env": {"OTHER_RUN": other}})
+    deadline = time.monotonic() + 60
+    while server.get(f"/jobs/{job['id']}")["status"] not in ("SUCCEEDED", "FAILED"):
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.2)
+    done = server.get(f"/jobs/{job['id']}")
+    output = "\n".join(
+        line["text"] for stream in ("stdout", "stderr")
+        for line in server.get(f"/jobs/{job['id']}/logs?stream={stream}")["lines"])
+    assert done["status"] == "SUCCEEDED", output
+    run = server.get(f"/runs/{job['run_id']}")
+    assert run["config"] == {"lr": "0.1"}
+    assert run["latest"]["train/loss"]["count"] == 4 and run["latest"]["train/loss"]["non_finite"]
+    # The job's run follows its job, whatever the script said at its end.
+    assert run["status"] == "SUCCEEDED"
+    events = server.get(f"/events?run_id={job['run_id']}&kind=LOSS_NAN")["items"]
+    assert len(events) == 1, events
+    # Its token is limited to its run: it could not have made another.
+    assert "logged into " + job["run_id"] + " of experiment 0" in output
+    assert "other RESOURCE_DOES_NOT_EXIST" in output and "create PERMISSION_DENIED" in output, output
+    assert server.get(f"/runs/{other}")["latest"] == {}
