@@ -441,6 +441,18 @@ struct RunQuery {
     run_uuid: Option<String>,
 }
 
+/// The run a request names, if the caller has `role` in its project.
+async fn checked(
+    state: &AppState,
+    caller: &crate::identity::access::Caller,
+    run: &RunQuery,
+    role: Role,
+) -> Result<String, MlflowError> {
+    let run_id = run.id()?;
+    runs::check(&state.db, caller, run_id, role).await?;
+    Ok(run_id.to_string())
+}
+
 impl RunQuery {
     fn id(&self) -> Result<&str, MlflowError> {
         match (&self.run_id, &self.run_uuid) {
@@ -482,8 +494,7 @@ async fn update_run(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: UpdateRun = body(&bytes)?;
-    let run_id = request.run.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
     mlflow::update_run(
         &state.db,
         run_id,
@@ -521,8 +532,7 @@ async fn log_metric(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: LogMetric = body(&bytes)?;
-    let run_id = request.run.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
     store_metrics(&state, run_id, &[request.metric]).await?;
     Ok(Json(json!({})))
 }
@@ -557,35 +567,16 @@ fn prepare_metrics(metrics: &[Metric]) -> Result<Option<metrics::PreparedBatch>,
     Ok(Some(metrics::prepare(new_id("mlflow"), &points, Vec::new())?))
 }
 
-#[derive(Debug, Deserialize)]
-struct LogParam {
-    #[serde(flatten)]
-    run: RunQuery,
-    key: String,
-    #[serde(default)]
-    value: String,
-}
-
 async fn log_param(
     auth: Result<Authed<Ingest>, ApiError>,
     State(state): State<AppState>,
     bytes: Bytes,
 ) -> Answer {
     let auth = caller(auth)?;
-    let request: LogParam = body(&bytes)?;
-    let run_id = request.run.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    let request: RunKeyValue = body(&bytes)?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
     mlflow::log_params(&state.db, run_id, &[(request.key, request.value)]).await?;
     Ok(Json(json!({})))
-}
-
-#[derive(Debug, Deserialize)]
-struct SetTag {
-    #[serde(flatten)]
-    run: RunQuery,
-    key: String,
-    #[serde(default)]
-    value: String,
 }
 
 async fn set_tag(
@@ -594,18 +585,20 @@ async fn set_tag(
     bytes: Bytes,
 ) -> Answer {
     let auth = caller(auth)?;
-    let request: SetTag = body(&bytes)?;
-    let run_id = request.run.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    let request: RunKeyValue = body(&bytes)?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
     mlflow::set_tags(&state.db, run_id, &[(request.key, request.value)]).await?;
     Ok(Json(json!({})))
 }
 
+/// `log-parameter`, `set-tag`, `delete-tag` (no value).
 #[derive(Debug, Deserialize)]
-struct DeleteTag {
+struct RunKeyValue {
     #[serde(flatten)]
     run: RunQuery,
     key: String,
+    #[serde(default)]
+    value: String,
 }
 
 async fn delete_tag(
@@ -614,9 +607,8 @@ async fn delete_tag(
     bytes: Bytes,
 ) -> Answer {
     let auth = caller(auth)?;
-    let request: DeleteTag = body(&bytes)?;
-    let run_id = request.run.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    let request: RunKeyValue = body(&bytes)?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
     mlflow::delete_tag(&state.db, run_id, &request.key).await?;
     Ok(Json(json!({})))
 }
@@ -642,8 +634,7 @@ async fn log_batch(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: LogBatch = body(&bytes)?;
-    let run_id = request.run.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Editor).await?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
     for (what, count, limit) in [
         ("metrics", request.metrics.len(), mlflow::MAX_BATCH_METRICS),
         ("params", request.params.len(), mlflow::MAX_BATCH_PARAMS),

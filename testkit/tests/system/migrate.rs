@@ -265,14 +265,19 @@ sys.exit(3)
             .json(&body)
             .send()
     };
-    let created: Value = mlflow("runs/create", json!({"experiment_id": "0", "tags": [{"key": "team", "value": "a"}]}))
-        .await
-        .unwrap()
-        .json()
+    let created: Value = mlflow(
+        "runs/create",
+        json!({"experiment_id": "0", "tags": [{"key": "team", "value": "a"}]}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let run_id = created["run"]["info"]["run_id"].as_str().unwrap().to_string();
+    let ended = mlflow("runs/update", json!({"run_id": run_id, "status": "KILLED"}))
         .await
         .unwrap();
-    let run_id = created["run"]["info"]["run_id"].as_str().unwrap().to_string();
-    let ended = mlflow("runs/update", json!({"run_id": run_id, "status": "KILLED"})).await.unwrap();
     assert_eq!(ended.status(), 200);
     // A user's Hub token (sealed; unverified: these tests have no Hub).
     let (status, body) = cluster
