@@ -311,3 +311,75 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
     assert "logged into " + job["run_id"] + " of experiment 0" in output
     assert "other RESOURCE_DOES_NOT_EXIST" in output and "create PERMISSION_DENIED" in output, output
     assert server.get(f"/runs/{other}")["latest"] == {}
+
+
+def test_search_runs_filters_orders_and_pages_with_mlflows_grammar(server):
+    answer = script(server, """
+        from mlflow.entities import ViewType
+        client = mlflow.MlflowClient()
+        experiment = mlflow.create_experiment("search-team")
+        made = {}
+        for name, loss, optimizer, team, status in [
+            ("run-a", 0.9, "adam", "vision", "FINISHED"),
+            ("run-b", 0.3, "sgd", "vision", "FAILED"),
+            ("run-c", 0.1, "adam", "speech", "FINISHED"),
+            ("run-d", None, "adam", "visual", "KILLED"),
+        ]:
+            run = client.create_run(experiment, run_name=name, tags={"team": team})
+            client.log_param(run.info.run_id, "optimizer", optimizer)
+            if loss is not None:
+                client.log_metric(run.info.run_id, "loss", loss, step=1)
+            client.set_terminated(run.info.run_id, status)
+            made[run.info.run_id] = name
+        names = lambda runs: [made[run.info.run_id] for run in runs]
+        search = lambda **kwargs: names(client.search_runs([experiment], **kwargs))
+        out = {
+            "all": search(),
+            "low loss": search(filter_string="metrics.loss < 0.5"),
+            "adam in vis*": search(filter_string="params.optimizer = 'adam' and tags.team LIKE 'vis%'"),
+            "failed": search(filter_string="attributes.status = 'FAILED'"),
+            "ilike": search(filter_string="attributes.run_name ILIKE 'RUN-_'"),
+            "by loss desc": search(order_by=["metrics.loss DESC"]),
+            "by loss": search(order_by=["metrics.loss"]),
+            "by name": search(order_by=["attributes.run_name DESC"]),
+        }
+        ids = [id for id, name in made.items() if name in ("run-a", "run-c")]
+        out["in"] = sorted(search(filter_string="attributes.run_id IN ('%s', '%s')" % tuple(ids)))
+        first = client.search_runs([experiment], max_results=3, order_by=["attributes.run_name"])
+        second = client.search_runs([experiment], max_results=3, order_by=["attributes.run_name"], page_token=first.token)
+        out["pages"] = [names(first), names(second), second.token]
+        deleted = [id for id, name in made.items() if name == "run-b"][0]
+        client.delete_run(deleted)
+        out["after delete"] = search()
+        out["deleted only"] = search(run_view_type=ViewType.DELETED_ONLY)
+        out["stage"] = client.get_run(deleted).info.lifecycle_stage
+        client.restore_run(deleted)
+        out["restored"] = sorted(search())
+        try:
+            client.search_runs([experiment], filter_string="metrics.loss < 'low'")
+        except MlflowException as error:
+            out["bad filter"] = [error.error_code, str(error)]
+        print(json.dumps(out))
+    """)
+    assert answer["all"] == ["run-d", "run-c", "run-b", "run-a"]  # newest first
+    assert answer["low loss"] == ["run-c", "run-b"]
+    assert answer["adam in vis*"] == ["run-d", "run-a"]
+    assert answer["failed"] == ["run-b"]
+    assert answer["ilike"] == ["run-d", "run-c", "run-b", "run-a"]
+    assert answer["by loss desc"] == ["run-a", "run-b", "run-c", "run-d"]  # no loss: last
+    assert answer["by loss"] == ["run-c", "run-b", "run-a", "run-d"]
+    assert answer["by name"] == ["run-d", "run-c", "run-b", "run-a"]
+    assert answer["in"] == ["run-a", "run-c"]
+    assert answer["pages"] == [["run-a", "run-b", "run-c"], ["run-d"], None]
+    assert answer["after delete"] == ["run-d", "run-c", "run-a"]
+    assert answer["deleted only"] == ["run-b"]
+    assert answer["stage"] == "deleted"
+    assert answer["restored"] == ["run-a", "run-b", "run-c", "run-d"]
+    assert answer["bad filter"][0] == "INVALID_PARAMETER_VALUE"
+    assert "compares with a number" in answer["bad filter"][1]
+    # A token limited to another project finds nothing there.
+    limited = server.post("/tokens", {"name": "search-limited", "scope": "read", "project": "default"})["secret"]
+    found = script(server, """
+        print(json.dumps(len(mlflow.MlflowClient().search_runs(["search-team"]))))
+    """, token=limited)
+    assert found == 0

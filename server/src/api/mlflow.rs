@@ -45,6 +45,9 @@ pub fn router() -> Router<AppState> {
         .route("/runs/set-tag", post(set_tag))
         .route("/runs/delete-tag", post(delete_tag))
         .route("/runs/log-batch", post(log_batch))
+        .route("/runs/search", post(search_runs))
+        .route("/runs/delete", post(delete_run))
+        .route("/runs/restore", post(restore_run))
         .route("/metrics/get-history", get(get_history));
     Router::new()
         .nest("/api/2.0/mlflow", routes.clone())
@@ -340,10 +343,13 @@ fn page(token: Option<&str>, max_results: Option<i64>, default: i64) -> Result<(
     Ok((start, size as usize))
 }
 
-/// A run as MLflow answers it: info, data (latest metrics, params, tags), inputs.
+/// A run as MLflow answers it: info, data (latest metrics, params, tags),
+/// inputs. The latest points' times are read for one run (`get`); a
+/// search's runs answer 0 for them.
 async fn run_json(state: &AppState, found: &MlflowRun) -> Result<Value, MlflowError> {
-    let run = &found.run;
+    let mut json = run_entity(found);
     let mut metrics = Vec::new();
+    let run = &found.run;
     for (key, latest) in &run.latest {
         let at = Query {
             key: key.clone(),
@@ -363,6 +369,17 @@ async fn run_json(state: &AppState, found: &MlflowRun) -> Result<Value, MlflowEr
             .unwrap_or_default();
         metrics.push(json!({"key": key, "value": latest.value, "timestamp": timestamp, "step": latest.step}));
     }
+    json["data"]["metrics"] = Value::Array(metrics);
+    Ok(json)
+}
+
+fn run_entity(found: &MlflowRun) -> Value {
+    let run = &found.run;
+    let metrics: Vec<Value> = run
+        .latest
+        .iter()
+        .map(|(key, latest)| json!({"key": key, "value": latest.value, "timestamp": 0, "step": latest.step}))
+        .collect();
     let params: Vec<Value> = run
         .config
         .iter()
@@ -388,17 +405,119 @@ async fn run_json(state: &AppState, found: &MlflowRun) -> Result<Value, MlflowEr
         "user_id": found.user.clone().unwrap_or_default(),
         "status": found.status,
         "start_time": found.start_time,
-        "artifact_uri": format!("mlflow-artifacts:/{experiment_id}/{}/artifacts", run.id),
-        "lifecycle_stage": "active",
+        "artifact_uri": mlflow::artifact_uri(run),
+        "lifecycle_stage": found.lifecycle_stage(),
     });
     if let Some(end) = found.end_time {
         info["end_time"] = Value::from(end);
     }
-    Ok(json!({
+    json!({
         "info": info,
         "data": {"metrics": metrics, "params": params, "tags": tags},
         "inputs": {},
-    }))
+    })
+}
+
+#[derive(Debug, Deserialize)]
+struct SearchRuns {
+    #[serde(default)]
+    experiment_ids: Vec<String>,
+    #[serde(default)]
+    filter: String,
+    run_view_type: Option<String>,
+    #[serde(default, deserialize_with = "int64")]
+    max_results: Option<i64>,
+    #[serde(default)]
+    order_by: Vec<String>,
+    page_token: Option<String>,
+}
+
+/// The most runs one search answer holds, as MLflow's server.
+const MAX_SEARCH_RESULTS: i64 = 50_000;
+
+/// Runs of the experiments asked for, filtered and ordered with MLflow's
+/// grammar, a page at a time.
+async fn search_runs(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: SearchRuns = body(&bytes)?;
+    let filter = mlflow::search::parse_filter(&request.filter)
+        .map_err(|problem| MlflowError::invalid(format!("Invalid filter '{}': {problem}", request.filter)))?;
+    let orders = request
+        .order_by
+        .iter()
+        .map(|order| mlflow::search::parse_order(order))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|problem| MlflowError::invalid(format!("Invalid order_by clause: {problem}")))?;
+    let view = match request.run_view_type.as_deref() {
+        None | Some("ACTIVE_ONLY") => mlflow::View::Active,
+        Some("DELETED_ONLY") => mlflow::View::Deleted,
+        Some("ALL") => mlflow::View::All,
+        Some(other) => {
+            return Err(MlflowError::invalid(format!(
+                "`{other}` is not a run_view_type: ACTIVE_ONLY, DELETED_ONLY or ALL"
+            )));
+        }
+    };
+    if request.max_results.is_some_and(|max| max > MAX_SEARCH_RESULTS) {
+        return Err(MlflowError::invalid(format!(
+            "Invalid value for request parameter max_results. It must be at most {MAX_SEARCH_RESULTS}"
+        )));
+    }
+    let projects: Vec<String> = request
+        .experiment_ids
+        .iter()
+        .map(|id| mlflow::project_of(id).to_string())
+        .collect();
+    let found = mlflow::search(
+        &state.db,
+        &auth.caller.principal(),
+        &projects,
+        view,
+        &filter,
+        &orders,
+    )
+    .await?;
+    let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
+    let listed: Vec<Value> = found.iter().skip(start).take(size).map(run_entity).collect();
+    let mut answer = json!({"runs": listed});
+    if start.saturating_add(size) < found.len() {
+        answer["next_page_token"] = Value::from((start + size).to_string());
+    }
+    Ok(Json(answer))
+}
+
+async fn delete_run(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    set_deleted(auth, state, bytes, true).await
+}
+
+async fn restore_run(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    set_deleted(auth, state, bytes, false).await
+}
+
+/// MLflow's deleted runs are archived runs (with their job), restorable.
+async fn set_deleted(
+    auth: Result<Authed<Ingest>, ApiError>,
+    state: AppState,
+    bytes: Bytes,
+    deleted: bool,
+) -> Answer {
+    let auth = caller(auth)?;
+    let request: RunQuery = body(&bytes)?;
+    let run_id = &checked(&state, &auth.caller, &request, Role::Editor).await?;
+    mlflow::set_deleted(&state.db, &auth.caller, run_id, deleted).await?;
+    Ok(Json(json!({})))
 }
 
 #[derive(Debug, Deserialize)]

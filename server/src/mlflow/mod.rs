@@ -8,6 +8,8 @@
 //! (`mlflow_run_tags`, `mlflow_runs`); the user's own tags are also the
 //! run's tags, as `KEY:VALUE`.
 
+pub mod search;
+
 use crate::identity::access::{self, Caller, Principal, Visible};
 use crate::runs;
 use crate::store::sql;
@@ -18,7 +20,7 @@ use gpuplane_api::metric::{NewRun, Run};
 pub use gpuplane_api::mlflow::{DEFAULT_EXPERIMENT, experiment_id, project_of};
 use gpuplane_api::project::Role;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// MLflow's tag for a run's name.
 pub const RUN_NAME_TAG: &str = "mlflow.runName";
@@ -87,6 +89,26 @@ pub struct MlflowRun {
     pub tags: BTreeMap<String, String>,
 }
 
+impl MlflowRun {
+    /// MLflow's `lifecycle_stage`: a deleted MLflow run is an archived run.
+    pub fn lifecycle_stage(&self) -> &'static str {
+        if self.run.archived_at.is_some() {
+            "deleted"
+        } else {
+            "active"
+        }
+    }
+}
+
+/// Where MLflow would keep a run's artifacts.
+pub fn artifact_uri(run: &Run) -> String {
+    format!(
+        "mlflow-artifacts:/{}/{}/artifacts",
+        experiment_id(&run.project),
+        run.id
+    )
+}
+
 /// MLflow's status of one of our runs: what the client reported, else
 /// the job's (a queued job's run is `SCHEDULED`) or the SDK run's.
 fn status_of(run: &Run, reported: Option<String>) -> String {
@@ -105,41 +127,127 @@ fn status_of(run: &Run, reported: Option<String>) -> String {
 
 pub async fn get(db: &Db, run_id: &str) -> Result<MlflowRun, Error> {
     let run = runs::get(db, run_id).await?;
+    let mut found = with_details(db, vec![run]).await?;
+    Ok(found.remove(0))
+}
+
+/// Runs with what MLflow keeps beside them, read for all of them at once.
+async fn with_details(db: &Db, runs: Vec<Run>) -> Result<Vec<MlflowRun>, Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
-        created_at: i64,
+        id: String,
+        started_at: i64,
         finished_at: Option<i64>,
         user: Option<String>,
         status: Option<String>,
         ended_at: Option<i64>,
     }
-    let row: Row = sql!(db, |pool| {
-        sqlx::query_as(
-            "SELECT coalesce(m.started_at, r.created_at) AS created_at, r.finished_at, u.name AS user, m.status, m.ended_at
+    let ids = serde_json::to_string(&runs.iter().map(|run| run.id.as_str()).collect::<Vec<_>>())
+        .map_err(anyhow::Error::from)?;
+    let listed = db.dialect().json_values("$1");
+    let rows: Vec<Row> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT r.id, coalesce(m.started_at, r.created_at) AS started_at, r.finished_at, u.name AS user,
+                    m.status, m.ended_at
              FROM runs r LEFT JOIN users u ON u.id = r.created_by LEFT JOIN mlflow_runs m ON m.run_id = r.id
-             WHERE r.id = $1",
-        )
-        .bind(run_id)
-        .fetch_one(pool)
+             WHERE r.id IN (SELECT value FROM {listed})"
+        ))
+        .bind(&ids)
+        .fetch_all(pool)
         .await
     })?;
-    let tags: Vec<(String, String)> = sql!(db, |pool| {
-        sqlx::query_as("SELECT key, value FROM mlflow_run_tags WHERE run_id = $1 ORDER BY key")
-            .bind(run_id)
-            .fetch_all(pool)
-            .await
+    let tags: Vec<(String, String, String)> = sql!(db, |pool| {
+        sqlx::query_as(&format!(
+            "SELECT run_id, key, value FROM mlflow_run_tags WHERE run_id IN (SELECT value FROM {listed})"
+        ))
+        .bind(&ids)
+        .fetch_all(pool)
+        .await
     })?;
-    let mut tags: BTreeMap<String, String> = tags.into_iter().collect();
-    tags.entry(RUN_NAME_TAG.to_string())
-        .or_insert_with(|| run.name.clone());
-    Ok(MlflowRun {
-        status: status_of(&run, row.status),
-        start_time: row.created_at,
-        end_time: row.ended_at.or(row.finished_at),
-        user: row.user,
-        tags,
-        run,
-    })
+    let mut rows: HashMap<String, Row> = rows.into_iter().map(|row| (row.id.clone(), row)).collect();
+    let mut tags_of: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    for (run_id, key, value) in tags {
+        tags_of.entry(run_id).or_default().insert(key, value);
+    }
+    let mut found = Vec::with_capacity(runs.len());
+    for run in runs {
+        let Some(row) = rows.remove(&run.id) else {
+            continue; // Deleted since the list was read.
+        };
+        let mut tags = tags_of.remove(&run.id).unwrap_or_default();
+        tags.entry(RUN_NAME_TAG.to_string())
+            .or_insert_with(|| run.name.clone());
+        found.push(MlflowRun {
+            status: status_of(&run, row.status),
+            start_time: row.started_at,
+            end_time: row.ended_at.or(row.finished_at),
+            user: row.user,
+            tags,
+            run,
+        });
+    }
+    Ok(found)
+}
+
+/// Which runs a search looks at (MLflow's `run_view_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Active,
+    Deleted,
+    All,
+}
+
+/// `runs/search`: the runs of these projects the principal may see that
+/// pass the filter, in the order asked, then newest first.
+pub async fn search(
+    db: &Db,
+    principal: &Principal,
+    projects: &[String],
+    view: View,
+    filter: &[search::Clause],
+    orders: &[search::Order],
+) -> Result<Vec<MlflowRun>, Error> {
+    let visible = access::visible_projects(db, principal).await?;
+    let projects: Vec<String> = projects.iter().filter(|p| visible.contains(p)).cloned().collect();
+    let scope = Visible::Only(projects);
+    let mut found = Vec::new();
+    for archived in [false, true] {
+        if (archived && view == View::Active) || (!archived && view == View::Deleted) {
+            continue;
+        }
+        let filters = runs::details::Filters {
+            tag: None,
+            text: None,
+            config: Vec::new(),
+            archived,
+        };
+        let mut before = None;
+        loop {
+            let page = runs::list(
+                db,
+                &scope,
+                None,
+                &filters,
+                &gpuplane_api::experiment::RunSort::newest(),
+                1000,
+                before,
+            )
+            .await?;
+            let runs = with_details(db, page.items).await?;
+            found.extend(runs.into_iter().filter(|run| search::matches(run, filter)));
+            match page.next_before {
+                Some(next) => before = Some(next),
+                None => break,
+            }
+        }
+    }
+    search::sort(&mut found, orders);
+    Ok(found)
+}
+
+/// `runs/delete` and `runs/restore`: MLflow's deleted runs are archived ones.
+pub async fn set_deleted(db: &Db, caller: &Caller, run_id: &str, deleted: bool) -> Result<(), Error> {
+    runs::lifecycle::set_archived(db, run_id, deleted, caller.user_id.as_deref()).await
 }
 
 /// `runs/create`: a run in the experiment's project (editors), named
