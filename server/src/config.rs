@@ -219,6 +219,13 @@ impl ServerConfig {
             bail!("alert_retry_initial_s and alert_max_attempts must be at least 1");
         }
         smtp::check(s.smtp_url.as_deref(), &s.smtp_from)?;
+        if let Some(store) = &s.artifact_store
+            && store.contains("://")
+        {
+            bail!(
+                "artifact_store must be a folder for now (object storage such as s3:// is not supported yet), got `{store}`"
+            );
+        }
         if let Some(url) = &s.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -262,6 +269,21 @@ impl ServerConfig {
             settings: s,
             data_dir,
         })
+    }
+
+    /// The folder MLflow artifacts are kept in (`artifact_store`; a relative
+    /// one is in the data dir).
+    pub fn artifact_root(&self) -> PathBuf {
+        match self
+            .settings
+            .artifact_store
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            Some(store) => self.data_dir.join(store),
+            None => self.data_dir.join("artifacts"),
+        }
     }
 
     /// The URL jobs and users reach the server at.

@@ -93,9 +93,14 @@ pub struct BodyTimedOut(Duration);
 
 /// Middleware: the request's body fails with [`BodyTimedOut`] unless it has
 /// all arrived within `timeout` of the request head. The agent's log upload
-/// relays a whole file at the agent's pace and is left alone.
+/// relays a whole file at the agent's pace and is left alone, and so is an
+/// MLflow artifact upload (gigabytes, after its token was checked), which
+/// fails instead when no data comes for as long (`mlflow::artifacts::store`).
 pub async fn limit_body_time(timeout: Duration, request: Request, next: Next) -> Response {
-    if request.uri().path().starts_with("/api/v1/agent/log-fetch/") {
+    let path = request.uri().path();
+    if path.starts_with("/api/v1/agent/log-fetch/")
+        || path.starts_with("/api/2.0/mlflow-artifacts/artifacts/")
+    {
         return next.run(request).await;
     }
     let request = request.map(|body| {

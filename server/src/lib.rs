@@ -56,6 +56,7 @@ pub fn app(state: AppState) -> Router {
         .merge(manual::router(&state.config.site_root))
         .merge(api::shared::router())
         .merge(api::mlflow::router())
+        .merge(api::mlflow_artifacts::router())
         .route("/login", axum::routing::post(api::sessions::login))
         .route("/logout", axum::routing::post(api::sessions::logout))
         .route("/auth/oidc/start", axum::routing::get(api::sso::begin))

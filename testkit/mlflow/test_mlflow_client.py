@@ -39,6 +39,9 @@ def script(server, code, token=None):
         "MLFLOW_TRACKING_TOKEN": token or server.token,
         # No retries: a refusal is the answer.
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        # No telemetry to MLflow's servers.
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "DO_NOT_TRACK": "true",
     }
     prelude = "import json, math, mlflow\nfrom mlflow.exceptions import MlflowException\n"
     done = subprocess.run(
@@ -255,6 +258,9 @@ def test_hostile_and_malformed_requests_get_mlflows_errors(server):
         assert isinstance(got[1]["message"], str) and got[1]["message"]
     run = server.get(f"/runs/{run_id}")
     assert run["config"] == {} and run["latest"] == {}
+    # A part of MLflow's API not answered says so in MLflow's shape.
+    status, answer = raw(server, "POST", "/registered-models/create", {"name": "m"})
+    assert (status, answer["error_code"]) == (404, "ENDPOINT_NOT_FOUND"), answer
     # The MLflow UI's prefix answers the same.
     status, answer = raw(server, "GET", f"/runs/get?run_id={run_id}")
     request = urllib.request.Request(f"{server.url}/ajax-api/2.0/mlflow/runs/get?run_id={run_id}",
@@ -383,3 +389,103 @@ def test_search_runs_filters_orders_and_pages_with_mlflows_grammar(server):
         print(json.dumps(len(mlflow.MlflowClient().search_runs(["search-team"]))))
     """, token=limited)
     assert found == 0
+
+
+def peak_memory_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_artifacts_go_up_and_down_byte_for_byte_streamed(server, tmp_path):
+    big = tmp_path / "weights.bin"
+    with open(big, "wb") as out:
+        block = os.urandom(1 << 20)
+        for n in range(256):
+            out.write(block[n:] + block[:n])
+    folder = tmp_path / "model"
+    (folder / "tokenizer").mkdir(parents=True)
+    (folder / "config.json").write_text('{"layers": 2}')
+    (folder / "tokenizer" / "vocab.txt").write_text("a\nb\n")
+    before = peak_memory_kib(server.process.pid)
+    answer = script(server, f"""
+        import hashlib, os, tempfile
+        client = mlflow.MlflowClient()
+        run = client.create_run("0", run_name="with-artifacts")
+        run_id = run.info.run_id
+        client.log_artifact(run_id, "{big}")
+        client.log_artifacts(run_id, "{folder}", artifact_path="model")
+        listed = [[f.path, f.is_dir, f.file_size] for f in client.list_artifacts(run_id)]
+        nested = [[f.path, f.is_dir, f.file_size] for f in client.list_artifacts(run_id, "model/tokenizer")]
+        out = tempfile.mkdtemp()
+        got = client.download_artifacts(run_id, "weights.bin", out)
+        digest = lambda path: hashlib.sha256(open(path, "rb").read()).hexdigest()
+        tree = client.download_artifacts(run_id, "model", out)
+        print(json.dumps({{
+            "run_id": run_id, "uri": run.info.artifact_uri, "listed": listed, "nested": nested,
+            "same": digest(got) == digest("{big}"),
+            "config": open(os.path.join(tree, "config.json")).read(),
+            "vocab": open(os.path.join(tree, "tokenizer", "vocab.txt")).read(),
+        }}))
+    """)
+    assert answer["uri"] == f"mlflow-artifacts:/0/{answer['run_id']}/artifacts"
+    assert answer["listed"] == [["model", True, None], ["weights.bin", False, 256 << 20]]
+    assert answer["nested"] == [["model/tokenizer/vocab.txt", False, 4]]
+    assert answer["same"]
+    assert answer["config"] == '{"layers": 2}' and answer["vocab"] == "a\nb\n"
+    # 256 MiB went up and came down; the server never held it.
+    grown_mib = (peak_memory_kib(server.process.pid) - before) / 1024
+    assert grown_mib < 64, f"the server's peak memory grew by {grown_mib:.0f} MiB"
+
+
+def test_artifact_paths_cannot_leave_their_run_and_follow_its_project(server):
+    owner = script(server, """
+        client = mlflow.MlflowClient()
+        run = client.create_run("0", run_name="artifact-owner")
+        other = client.create_run(mlflow.create_experiment("artifact-other"), run_name="elsewhere")
+        print(json.dumps([run.info.run_id, other.info.run_id]))
+    """)
+    run_id, other_id = owner
+    base = f"{server.url}/api/2.0/mlflow-artifacts/artifacts"
+
+    def put(path, token=None, data=b"x"):
+        request = urllib.request.Request(f"{base}/{path}", method="PUT", data=data,
+                                         headers={"Authorization": f"Bearer {token or server.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    assert put(f"0/{run_id}/artifacts/ok.txt")[0] == 200
+    for path, status in [
+        (f"0/{run_id}/artifacts/../../{other_id}/artifacts/x", 400),
+        (f"0/{run_id}/artifacts/%2e%2e/%2e%2e/{other_id}/artifacts/x", 400),
+        (f"0/{run_id}/artifacts/a%5c..%5cb", 400),
+        (f"0/{run_id}/artifacts/a%1b", 400),
+        (f"0/{run_id}/elsewhere/x", 400),
+        (f"artifact-other/{run_id}/artifacts/x", 404),  # the run is not in that experiment
+        (f"0/run_nope/artifacts/x", 404),
+    ]:
+        got = put(path)
+        assert got[0] == status, (path, got)
+        assert got[1].get("error_code"), (path, got)
+    # Tokens and roles as for the run: read 403, another project's view 404.
+    read = server.admin("create-token", "--user", "sdk-user", "--scope", "read")
+    assert put(f"0/{run_id}/artifacts/x", token=read)[1]["error_code"] == "PERMISSION_DENIED"
+    limited = server.post("/tokens", {"name": "artifact-limited", "scope": "write", "project": "artifact-other"})["secret"]
+    assert put(f"0/{run_id}/artifacts/x", token=limited)[0] == 404
+    status, answer = raw(server, "GET", "", token=limited)  # a listing needs a path
+    request = urllib.request.Request(f"{base}?path=0/{run_id}/artifacts",
+                                     headers={"Authorization": f"Bearer {limited}"})
+    try:
+        urllib.request.urlopen(request, timeout=10)
+        raise AssertionError("listed another project's artifacts")
+    except urllib.error.HTTPError as error:
+        assert error.code == 404
+    # Nothing was written outside the run's folder.
+    root = Path(server.data_dir) / "artifacts"
+    written = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert [p for p in written if run_id in p or other_id in p] == [f"0/{run_id}/artifacts/ok.txt"]

@@ -48,7 +48,9 @@ pub fn router() -> Router<AppState> {
         .route("/runs/search", post(search_runs))
         .route("/runs/delete", post(delete_run))
         .route("/runs/restore", post(restore_run))
-        .route("/metrics/get-history", get(get_history));
+        .route("/metrics/get-history", get(get_history))
+        .route("/logged-models/search", post(search_logged_models))
+        .fallback(endpoint_not_found);
     Router::new()
         .nest("/api/2.0/mlflow", routes.clone())
         .nest("/ajax-api/2.0/mlflow", routes)
@@ -776,6 +778,25 @@ async fn log_batch(
     }
     mlflow::set_tags(&state.db, run_id, &pairs(request.tags)).await?;
     Ok(Json(json!({})))
+}
+
+/// MLflow 3's logged models: GPUPlane keeps none (the client asks before
+/// it downloads a run's artifacts).
+async fn search_logged_models(auth: Result<Authed<Tracking>, ApiError>) -> Answer {
+    caller(auth)?;
+    Ok(Json(json!({"models": []})))
+}
+
+/// A part of MLflow's API GPUPlane does not answer, said in MLflow's shape.
+async fn endpoint_not_found(uri: Uri) -> MlflowError {
+    MlflowError {
+        status: StatusCode::NOT_FOUND,
+        code: "ENDPOINT_NOT_FOUND",
+        message: format!(
+            "GPUPlane does not answer {} of MLflow's API (see the manual's \"From MLflow code\" page)",
+            uri.path()
+        ),
+    }
 }
 
 #[derive(Debug, Deserialize)]

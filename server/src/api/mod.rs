@@ -20,6 +20,7 @@ mod lifecycle;
 mod logs;
 mod metrics;
 pub mod mlflow;
+pub mod mlflow_artifacts;
 mod nodes;
 pub mod origin;
 pub mod projects;

@@ -209,6 +209,10 @@ settings! {
         #[arg(long, env = "GPUPLANE_SITE_ROOT", value_name = "DIR")]
         site_root: PathBuf,
 
+        /// Where MLflow artifacts are kept: a folder (default: artifacts/ in the data dir).
+        #[arg(long, env = "GPUPLANE_ARTIFACT_STORE", value_name = "DIR")]
+        artifact_store: String,
+
         /// A notice shown on the console's dashboard and by `gpuctl status` (planned maintenance).
         #[arg(long, env = "GPUPLANE_MAINTENANCE_MESSAGE", value_name = "TEXT")]
         maintenance_message: String,

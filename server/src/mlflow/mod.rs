@@ -8,6 +8,7 @@
 //! (`mlflow_run_tags`, `mlflow_runs`); the user's own tags are also the
 //! run's tags, as `KEY:VALUE`.
 
+pub mod artifacts;
 pub mod search;
 
 use crate::identity::access::{self, Caller, Principal, Visible};
