@@ -218,6 +218,10 @@ pub async fn apply_retention(state: &AppState) -> Result<(), store::Error> {
             tracing::info!(runs, "deleted archived runs past archived_run_retention_days");
         }
     }
+    let folders = mlflow::artifacts::sweep(&state.db, &state.config.artifact_root()).await?;
+    if folders > 0 {
+        tracing::info!(folders, "removed the MLflow artifacts of deleted runs");
+    }
     Ok(())
 }
 

@@ -438,6 +438,12 @@ def test_artifacts_go_up_and_down_byte_for_byte_streamed(server, tmp_path):
     # 256 MiB went up and came down; the server never held it.
     grown_mib = (peak_memory_kib(server.process.pid) - before) / 1024
     assert grown_mib < 64, f"the server's peak memory grew by {grown_mib:.0f} MiB"
+    # Deleting the run deletes its artifacts.
+    folder = Path(server.data_dir) / "artifacts" / "0" / answer["run_id"]
+    assert (folder / "artifacts" / "weights.bin").stat().st_size == 256 << 20
+    assert raw(server, "POST", "/runs/update", {"run_id": answer["run_id"], "status": "FINISHED"})[0] == 200
+    server.call("DELETE", f"/runs/{answer['run_id']}")
+    assert not folder.exists()
 
 
 def test_artifact_paths_cannot_leave_their_run_and_follow_its_project(server):

@@ -68,7 +68,8 @@ pub async fn unarchive_run(
 }
 
 /// Deletes a run and its job with their metrics, texts, config, output,
-/// events, checkpoint records, evaluations and share links (project admins).
+/// events, checkpoint records, evaluations, share links and MLflow
+/// artifacts (project admins).
 /// A job still queued or running, or one a queued job waits for, is refused
 /// (409).
 #[utoipa::path(delete, path = "/runs/{run_id}", tag = "runs",
@@ -81,9 +82,15 @@ pub async fn delete_run(
     State(state): State<AppState>,
     Path(run_id): Path<String>,
 ) -> Result<Json<DeletedRun>, ApiError> {
-    runs::check(&state.db, &auth.caller, &run_id, Role::Admin).await?;
+    let project = runs::check(&state.db, &auth.caller, &run_id, Role::Admin).await?;
     let label = runs::label(&state.db, &run_id).await?;
     let deleted = lifecycle::delete(&state.db, &run_id).await?;
+    // Its MLflow artifacts too (a failure here is swept up later).
+    if let Err(error) =
+        crate::mlflow::artifacts::remove_run(&state.config.artifact_root(), &project, &run_id).await
+    {
+        tracing::warn!(%error, run_id, "the deleted run's artifacts stay until the next sweep");
+    }
     let detail = format!(
         "{label}: {} points, {} log lines, {} events",
         deleted.metric_points, deleted.log_lines, deleted.events

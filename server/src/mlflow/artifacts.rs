@@ -207,6 +207,53 @@ pub async fn open(file: &Path) -> Result<(tokio::fs::File, u64), Error> {
     Ok((opened, metadata.len()))
 }
 
+/// Removes a deleted run's artifacts (`gpuctl run delete`).
+pub async fn remove_run(root: &Path, project: &str, run_id: &str) -> Result<(), Error> {
+    let folder = root.join(super::experiment_id(project)).join(run_id);
+    match tokio::fs::remove_dir_all(&folder).await {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(anyhow::anyhow!("cannot remove {}: {error}", folder.display()).into()),
+    }
+}
+
+/// Removes the artifacts of runs that no longer exist (deleted by the
+/// retention settings, or while a removal failed); the folders removed.
+pub async fn sweep(db: &crate::store::Db, root: &Path) -> Result<usize, Error> {
+    let Ok(mut experiments) = tokio::fs::read_dir(root).await else {
+        return Ok(0);
+    };
+    let mut folders = Vec::new();
+    while let Ok(Some(experiment)) = experiments.next_entry().await {
+        let Ok(mut runs) = tokio::fs::read_dir(experiment.path()).await else {
+            continue;
+        };
+        while let Ok(Some(run)) = runs.next_entry().await {
+            folders.push((run.file_name().to_string_lossy().into_owned(), run.path()));
+        }
+    }
+    let mut removed = 0;
+    for batch in folders.chunks(500) {
+        let ids: Vec<&str> = batch.iter().map(|(id, _)| id.as_str()).collect();
+        let ids = serde_json::to_string(&ids).map_err(anyhow::Error::from)?;
+        let listed = db.dialect().json_values("$1");
+        let existing: Vec<String> = crate::store::sql!(db, |pool| {
+            sqlx::query_scalar(&format!(
+                "SELECT id FROM runs WHERE id IN (SELECT value FROM {listed})"
+            ))
+            .bind(&ids)
+            .fetch_all(pool)
+            .await
+        })?;
+        for (id, folder) in batch {
+            if !existing.contains(id) && tokio::fs::remove_dir_all(folder).await.is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

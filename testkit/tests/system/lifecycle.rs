@@ -216,9 +216,25 @@ sys.exit(3)
             .map(|_| ())
     })
     .unwrap();
+    // MLflow artifacts of the run retention deletes, and of the job's run that stays.
+    let artifacts = cluster.server.state.config.artifact_root().join("0");
+    for run_id in [&sdk_run, &running.run_id] {
+        std::fs::create_dir_all(artifacts.join(run_id).join("artifacts")).unwrap();
+        std::fs::write(artifacts.join(run_id).join("artifacts/model.pt"), "weights").unwrap();
+    }
     gpuplane_server::apply_retention(&cluster.server.state)
         .await
         .unwrap();
+    assert!(
+        !artifacts.join(&sdk_run).exists(),
+        "a deleted run's artifacts go with it"
+    );
+    assert!(
+        artifacts
+            .join(&running.run_id)
+            .join("artifacts/model.pt")
+            .exists()
+    );
     assert!(cluster.logs(&running.id, "").await.lines.is_empty());
     assert_eq!(
         cluster.job(&running.id).await.status,
