@@ -9,7 +9,9 @@ Figures, each for GPUPlane and its peer from a Python client: metric ingest
 one metric (100,000 and 1,000,000) read back; the same metrics downsampled
 to 2,000 points (GPUPlane's buckets, MLflow's get-history-bulk-interval);
 bytes on disk a point; parsing a 1,000,000-scalar event file written by
-tensorboardX.
+tensorboardX. The unmodified mlflow client runs the same ingest, history,
+downsampling and a run search against GPUPlane (`mlflow_client.*`) and
+against MLflow's own server (`mlflow.*`).
 
   --json   one figure a line: {"id", "what", "value", "unit"}
   --smoke  toy sizes (seconds), so the script never rots
@@ -41,6 +43,11 @@ SCALARS = 10_000 if SMOKE else 1_000_000
 CLIENTS = 4
 PER_REQUEST = 1_000
 READS = 3 if SMOKE else 9
+# Runs a search looks through.
+SEARCH_RUNS = 50 if SMOKE else 1_000
+# The mlflow client sends nothing to MLflow's telemetry.
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+os.environ["DO_NOT_TRACK"] = "true"
 
 results = []
 
@@ -157,6 +164,7 @@ def gpuplane():
         large = new_run("large")
         gpuplane_send(base, token, large, gpuplane_bodies(LARGE, 10_000))
         history_with_the_sdk(f"http://127.0.0.1:{port}", token, small, large)
+        with_the_mlflow_client("mlflow_client", "the unmodified mlflow client → GPUPlane", f"http://127.0.0.1:{port}", token)
 
         def objects():
             series = http("GET", f"{base}/runs/{small}/metrics?key=train/loss&max_points={SMALL}", token)
@@ -218,9 +226,56 @@ def mlflow_client(barrier, uri, run_id, points, first=0):
         client.log_batch(run_id, metrics=metrics)
 
 
-def mlflow():
+def with_the_mlflow_client(prefix, label, uri, token=None):
+    """Ingest, history, downsampling and a run search through the mlflow
+    client against the server at `uri` (GPUPlane or MLflow's own); the
+    points it stored."""
     from mlflow.tracking import MlflowClient
+    from mlflow.entities import Metric, Param
 
+    if token:
+        os.environ["MLFLOW_TRACKING_TOKEN"] = token
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("bench")
+    new_run = lambda: client.create_run(experiment).info.run_id
+    small = new_run()
+    batches = mlflow_metrics(SMALL)
+    started = time.perf_counter()
+    for metrics in batches:
+        client.log_batch(small, metrics=metrics)
+    emit(f"{prefix}.ingest.1", f"{label}, 1 client, log_batch of {PER_REQUEST:,}", SMALL / (time.perf_counter() - started), "points/s")
+    runs = [(uri, new_run(), SMALL) for _ in range(CLIENTS)]
+    seconds = in_processes(mlflow_client, runs)
+    emit(f"{prefix}.ingest.4", f"{label}, {CLIENTS} clients at once (processes), log_batch of {PER_REQUEST:,}, a run each", CLIENTS * SMALL / seconds, "points/s")
+    # The large metric is not timed: sent by 4 processes, a quarter of the steps each.
+    large = new_run()
+    in_processes(mlflow_client, [(uri, large, LARGE // CLIENTS, c * LARGE // CLIENTS) for c in range(CLIENTS)])
+    for size, run_id, name in ((SMALL, small, "small"), (LARGE, large, "large")):
+        def history():
+            assert len(client.get_metric_history(run_id, "train_loss")) == size
+
+        emit(f"{prefix}.history.{name}", f"{label}, get_metric_history of {size:,} points", median_seconds(history, 1 if size == LARGE else READS) * 1000, "ms")
+
+        def sampled():
+            answer = http("GET", f"{uri}/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?run_ids={run_id}&metric_key=train_loss&max_results=2000", token)
+            assert 0 < len(answer["metrics"]) <= 2000 + 2, len(answer["metrics"])
+
+        emit(f"{prefix}.downsample.{name}", f"{label}, get-history-bulk-interval of {size:,} points to 2,000", median_seconds(sampled) * 1000, "ms")
+    # A search over runs with a param and a metric each.
+    searched = client.create_experiment("bench-search")
+    for n in range(SEARCH_RUNS):
+        run_id = client.create_run(searched).info.run_id
+        client.log_batch(run_id, metrics=[Metric("train_loss", loss(n), int(1.7e12), 0)], params=[Param("lr", str(n % 10 / 10))])
+
+    def search():
+        found = client.search_runs([searched], filter_string="metrics.train_loss < 10 and params.lr = '0.1'", max_results=1000)
+        assert len(found) == SEARCH_RUNS // 10, len(found)
+
+    emit(f"{prefix}.search", f"{label}, search_runs of {SEARCH_RUNS:,} runs by a metric and a param", median_seconds(search) * 1000, "ms")
+    return SMALL * (1 + CLIENTS) + LARGE
+
+
+def mlflow():
     data = tempfile.mkdtemp(prefix="bench-mlflow-")
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -231,33 +286,7 @@ def mlflow():
     )
     try:
         wait_http(f"{uri}/health", timeout=180)
-        client = MlflowClient(tracking_uri=uri)
-        experiment = client.create_experiment("bench")
-        new_run = lambda: client.create_run(experiment).info.run_id
-        small = new_run()
-        batches = mlflow_metrics(SMALL)
-        started = time.perf_counter()
-        for metrics in batches:
-            client.log_batch(small, metrics=metrics)
-        emit("mlflow.ingest.1", f"MLflow 3 server (SQLite), 1 client, log_batch of {PER_REQUEST:,}", SMALL / (time.perf_counter() - started), "points/s")
-        runs = [(uri, new_run(), SMALL) for _ in range(CLIENTS)]
-        seconds = in_processes(mlflow_client, runs)
-        emit("mlflow.ingest.4", f"MLflow 3, {CLIENTS} clients at once (processes), log_batch of {PER_REQUEST:,}, a run each", CLIENTS * SMALL / seconds, "points/s")
-        # The large metric is not timed: sent by 4 processes, a quarter of the steps each.
-        large = new_run()
-        in_processes(mlflow_client, [(uri, large, LARGE // CLIENTS, c * LARGE // CLIENTS) for c in range(CLIENTS)])
-        stored = SMALL * (1 + CLIENTS) + LARGE
-        for size, run_id, name in ((SMALL, small, "small"), (LARGE, large, "large")):
-            def history():
-                assert len(client.get_metric_history(run_id, "train_loss")) == size
-
-            emit(f"mlflow.history.{name}", f"MLflow 3, get_metric_history of {size:,} points", median_seconds(history, 1 if size == LARGE else READS) * 1000, "ms")
-
-            def sampled():
-                answer = http("GET", f"{uri}/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?run_ids={run_id}&metric_key=train_loss&max_results=2000")
-                assert 0 < len(answer["metrics"]) <= 2000 + 2, len(answer["metrics"])
-
-            emit(f"mlflow.downsample.{name}", f"MLflow 3, get-history-bulk-interval of {size:,} points to 2,000", median_seconds(sampled) * 1000, "ms")
+        stored = with_the_mlflow_client("mlflow", "MLflow 3 server (SQLite)", uri)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait()

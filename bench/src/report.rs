@@ -97,6 +97,26 @@ const SECTIONS: &[(&str, &[Row])] = &[
         ],
     ),
     (
+        "The unmodified mlflow client, to GPUPlane and to MLflow's server",
+        &[
+            row("mlflow_client.ingest.1", &["mlflow.ingest.1"], "≥ 50× MLflow"),
+            row("mlflow_client.ingest.4", &["mlflow.ingest.4"], "≥ 50× MLflow"),
+            row(
+                "mlflow_client.history.small",
+                &["mlflow.history.small"],
+                "≥ 50× MLflow",
+            ),
+            row(
+                "mlflow_client.history.large",
+                &["mlflow.history.large"],
+                "≥ 50× MLflow",
+            ),
+            row("mlflow_client.downsample.small", &["mlflow.downsample.small"], ""),
+            row("mlflow_client.downsample.large", &["mlflow.downsample.large"], ""),
+            row("mlflow_client.search", &["mlflow.search"], ""),
+        ],
+    ),
+    (
         "TensorBoard event files",
         &[row(
             "tfevents.gpuplane",

@@ -495,3 +495,41 @@ def test_artifact_paths_cannot_leave_their_run_and_follow_its_project(server):
     root = Path(server.data_dir) / "artifacts"
     written = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
     assert [p for p in written if run_id in p or other_id in p] == [f"0/{run_id}/artifacts/ok.txt"]
+
+
+def test_the_ui_bulk_interval_history_samples_each_run(server):
+    runs = script(server, """
+        from mlflow.entities import Metric
+        client = mlflow.MlflowClient()
+        made = []
+        for size in (5000, 30):
+            run_id = client.create_run("0", run_name=f"bulk-{size}").info.run_id
+            client.log_batch(run_id, metrics=[Metric("loss", 1.0 / (s + 1), 1700000000000 + s, s) for s in range(size)])
+            made.append(run_id)
+        print(json.dumps(made))
+    """)
+    big, small = runs
+
+    def bulk(query):
+        request = urllib.request.Request(f"{server.url}/ajax-api/2.0/mlflow/metrics/get-history-bulk-interval?{query}",
+                                         headers={"Authorization": f"Bearer {server.token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read())
+
+    status, answer = bulk(f"run_ids={big}&run_ids={small}&metric_key=loss&max_results=100")
+    assert status == 200
+    of_big = [m for m in answer["metrics"] if m["run_id"] == big]
+    of_small = [m for m in answer["metrics"] if m["run_id"] == small]
+    assert 50 <= len(of_big) <= 100 and of_big[-1]["step"] == 4999
+    assert [m["step"] for m in of_big] == sorted(m["step"] for m in of_big)
+    assert [m["step"] for m in of_small] == list(range(30))  # all of them: they fit
+    assert of_small[3]["value"] == 0.25 and of_small[3]["timestamp"] == 1700000000003
+    status, answer = bulk(f"run_ids={small}&metric_key=loss&start_step=10&end_step=12")
+    assert [m["step"] for m in answer["metrics"]] == [10, 11, 12]
+    for query in (f"run_ids={small}&metric_key=loss&max_results=2501", f"run_ids={small}&metric_key=loss&start_step=3",
+                  "metric_key=loss", f"run_ids={small}&metric_key=loss&start_step=5&end_step=1"):
+        status, answer = bulk(query)
+        assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), (query, answer)

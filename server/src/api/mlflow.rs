@@ -49,6 +49,10 @@ pub fn router() -> Router<AppState> {
         .route("/runs/delete", post(delete_run))
         .route("/runs/restore", post(restore_run))
         .route("/metrics/get-history", get(get_history))
+        .route(
+            "/metrics/get-history-bulk-interval",
+            get(get_history_bulk_interval),
+        )
         .route("/logged-models/search", post(search_logged_models))
         .fallback(endpoint_not_found);
     Router::new()
@@ -778,6 +782,84 @@ async fn log_batch(
     }
     mlflow::set_tags(&state.db, run_id, &pairs(request.tags)).await?;
     Ok(Json(json!({})))
+}
+
+/// The most runs and points a run one bulk-interval request reads, as MLflow's.
+const MAX_BULK_RUNS: usize = 100;
+const MAX_BULK_POINTS: i64 = 2500;
+
+/// The MLflow UI's charts: one metric of up to 100 runs, each sampled to
+/// `max_results` points over `start_step..=end_step` (our downsampling:
+/// each bucket's last point; all points when they fit).
+async fn get_history_bulk_interval(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Answer {
+    let auth = caller(auth)?;
+    let mut run_ids = Vec::new();
+    let (mut key, mut start, mut end, mut max_results) = (None, None, None, None);
+    let whole = |name: &str, text: &str| {
+        text.parse::<i64>()
+            .map_err(|_| MlflowError::invalid(format!("`{text}` for {name} is not a whole number")))
+    };
+    for (name, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "run_ids" => run_ids.push(value.into_owned()),
+            "metric_key" => key = Some(value.into_owned()),
+            "start_step" => start = Some(whole("start_step", &value)?),
+            "end_step" => end = Some(whole("end_step", &value)?),
+            "max_results" => max_results = Some(whole("max_results", &value)?),
+            _ => {}
+        }
+    }
+    let key = required("metric_key", &key)?;
+    if run_ids.is_empty() || run_ids.len() > MAX_BULK_RUNS {
+        return Err(MlflowError::invalid(format!(
+            "GetMetricHistoryBulkInterval request must specify 1 to {MAX_BULK_RUNS} run_ids. Received {} run_ids.",
+            run_ids.len()
+        )));
+    }
+    let max_results = max_results.unwrap_or(MAX_BULK_POINTS);
+    if !(1..=MAX_BULK_POINTS).contains(&max_results) {
+        return Err(MlflowError::invalid(format!(
+            "max_results must be between 1 and {MAX_BULK_POINTS}."
+        )));
+    }
+    let (from, to) = match (start, end) {
+        (Some(start), Some(end)) if start > end => {
+            return Err(MlflowError::invalid(format!(
+                "end_step must be greater than start_step. Found start_step={start} and end_step={end}."
+            )));
+        }
+        (Some(start), Some(end)) => (Some(start as f64), Some(end as f64)),
+        (None, None) => (None, None),
+        _ => {
+            return Err(MlflowError::invalid(
+                "If either start step or end step are specified, both must be specified.",
+            ));
+        }
+    };
+    let mut listed = Vec::new();
+    for run_id in &run_ids {
+        runs::check(&state.db, &auth.caller, run_id, Role::Viewer).await?;
+        let sampled = Query {
+            key: key.to_string(),
+            max_points: max_results as usize,
+            axis: Axis::Step,
+            from,
+            to,
+        };
+        let series = metrics::query(&state.db, run_id, &sampled).await?;
+        let point = |step: i64, wall_time: f64, value: &MetricValue| json!({"key": key, "value": value, "timestamp": (wall_time * 1000.0).round() as i64, "step": step, "run_id": run_id});
+        if let Some(points) = &series.points {
+            listed.extend(points.iter().map(|p| point(p.step, p.wall_time, &p.value)));
+        }
+        if let Some(buckets) = &series.buckets {
+            listed.extend(buckets.iter().map(|b| point(b.step_to, b.time_to, &b.last)));
+        }
+    }
+    Ok(Json(json!({"metrics": listed})))
 }
 
 /// MLflow 3's logged models: GPUPlane keeps none (the client asks before
