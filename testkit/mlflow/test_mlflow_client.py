@@ -411,7 +411,7 @@ def test_artifacts_go_up_and_down_byte_for_byte_streamed(server, tmp_path):
     (folder / "tokenizer" / "vocab.txt").write_text("a\nb\n")
     before = peak_memory_kib(server.process.pid)
     answer = script(server, f"""
-        import hashlib, os, tempfile
+        import hashlib, os
         client = mlflow.MlflowClient()
         run = client.create_run("0", run_name="with-artifacts")
         run_id = run.info.run_id
@@ -419,7 +419,8 @@ def test_artifacts_go_up_and_down_byte_for_byte_streamed(server, tmp_path):
         client.log_artifacts(run_id, "{folder}", artifact_path="model")
         listed = [[f.path, f.is_dir, f.file_size] for f in client.list_artifacts(run_id)]
         nested = [[f.path, f.is_dir, f.file_size] for f in client.list_artifacts(run_id, "model/tokenizer")]
-        out = tempfile.mkdtemp()
+        out = "{tmp_path / 'downloaded'}"
+        os.makedirs(out)
         got = client.download_artifacts(run_id, "weights.bin", out)
         digest = lambda path: hashlib.sha256(open(path, "rb").read()).hexdigest()
         tree = client.download_artifacts(run_id, "model", out)
