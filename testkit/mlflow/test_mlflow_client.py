@@ -284,7 +284,12 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
         # Its token reaches its own run only.
         from mlflow.exceptions import MlflowException
         client = mlflow.MlflowClient()
+        found = [run.info.run_id for run in client.search_runs(["0"])]
+        print("search finds", "only its own run" if found == [given] else found)
+        projects = [e.name for e in client.search_experiments()]
+        print("experiments seen:", ",".join(projects))
         for name, call in [("other", lambda: client.log_metric(os.environ["OTHER_RUN"], "loss", 1.0)),
+                           ("read", lambda: client.get_run(os.environ["OTHER_RUN"])),
                            ("create", lambda: client.create_run("0"))]:
             try:
                 call()
@@ -316,6 +321,8 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
     # Its token is limited to its run: it could not have made another.
     assert "logged into " + job["run_id"] + " of experiment 0" in output
     assert "other RESOURCE_DOES_NOT_EXIST" in output and "create PERMISSION_DENIED" in output, output
+    assert "read RESOURCE_DOES_NOT_EXIST" in output and "search finds only its own run" in output, output
+    assert "experiments seen: default\n" in output + "\n", output
     assert server.get(f"/runs/{other}")["latest"] == {}
 
 

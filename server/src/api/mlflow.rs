@@ -229,7 +229,7 @@ async fn get_experiment(
     let auth = caller(auth)?;
     let request: ExperimentQuery = query(&uri)?;
     let id = required("experiment_id", &request.experiment_id)?;
-    let experiment = mlflow::experiment(&state.db, &auth.caller.principal(), mlflow::project_of(id)).await?;
+    let experiment = mlflow::experiment(&state.db, &auth.caller, mlflow::project_of(id)).await?;
     Ok(Json(json!({"experiment": experiment_json(&experiment)})))
 }
 
@@ -241,7 +241,7 @@ async fn get_experiment_by_name(
     let auth = caller(auth)?;
     let request: ExperimentQuery = query(&uri)?;
     let name = required("experiment_name", &request.experiment_name)?;
-    let experiment = mlflow::experiment(&state.db, &auth.caller.principal(), name).await?;
+    let experiment = mlflow::experiment(&state.db, &auth.caller, name).await?;
     Ok(Json(json!({"experiment": experiment_json(&experiment)})))
 }
 
@@ -322,7 +322,7 @@ async fn search_experiments(
             "filters on experiments are not supported yet: search without one (every project you can see)",
         ));
     }
-    let all = mlflow::experiments(&state.db, &auth.caller.principal()).await?;
+    let all = mlflow::experiments(&state.db, &auth.caller).await?;
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
     let listed: Vec<Value> = all.iter().skip(start).take(size).map(experiment_json).collect();
     let mut answer = json!({"experiments": listed});
@@ -478,15 +478,7 @@ async fn search_runs(
         .iter()
         .map(|id| mlflow::project_of(id).to_string())
         .collect();
-    let found = mlflow::search(
-        &state.db,
-        &auth.caller.principal(),
-        &projects,
-        view,
-        &filter,
-        &orders,
-    )
-    .await?;
+    let found = mlflow::search(&state.db, &auth.caller, &projects, view, &filter, &orders).await?;
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
     let listed: Vec<Value> = found.iter().skip(start).take(size).map(run_entity).collect();
     let mut answer = json!({"runs": listed});

@@ -11,7 +11,7 @@
 pub mod artifacts;
 pub mod search;
 
-use crate::identity::access::{self, Caller, Principal, Visible};
+use crate::identity::access::{self, Caller, Visible};
 use crate::runs;
 use crate::store::sql;
 use crate::store::time::now_ms;
@@ -43,8 +43,17 @@ pub struct Experiment {
     pub created_at: i64,
 }
 
-/// A project the principal can see (a viewer is enough), else "not found".
-pub async fn experiment(db: &Db, principal: &Principal, project: &str) -> Result<Experiment, Error> {
+/// The one project a job's token may see, its run's (none: not a job's token).
+async fn job_project(db: &Db, caller: &Caller) -> Result<Option<String>, Error> {
+    match &caller.run_id {
+        Some(run_id) => Ok(Some(runs::check(db, caller, run_id, Role::Viewer).await?)),
+        None => Ok(None),
+    }
+}
+
+/// A project the caller can see (a viewer is enough; a job's token, its
+/// run's only), else "not found".
+pub async fn experiment(db: &Db, caller: &Caller, project: &str) -> Result<Experiment, Error> {
     let not_found = || Error::NotFound(format!("no experiment {project} that you can see"));
     let created_at: Option<i64> = sql!(db, |pool| {
         sqlx::query_scalar("SELECT created_at FROM projects WHERE name = $1")
@@ -53,27 +62,28 @@ pub async fn experiment(db: &Db, principal: &Principal, project: &str) -> Result
             .await
     })?;
     let created_at = created_at.ok_or_else(not_found)?;
-    access::require(db, principal, project, Role::Viewer, not_found).await?;
+    if job_project(db, caller).await?.is_some_and(|only| only != project) {
+        return Err(not_found());
+    }
+    access::require(db, &caller.principal(), project, Role::Viewer, not_found).await?;
     Ok(Experiment {
         project: project.to_string(),
         created_at,
     })
 }
 
-/// The projects the principal sees, by name.
-pub async fn experiments(db: &Db, principal: &Principal) -> Result<Vec<Experiment>, Error> {
+/// The projects the caller sees, by name (a job's token, its run's only).
+pub async fn experiments(db: &Db, caller: &Caller) -> Result<Vec<Experiment>, Error> {
     let rows: Vec<(String, i64)> = sql!(db, |pool| {
         sqlx::query_as("SELECT name, created_at FROM projects ORDER BY name")
             .fetch_all(pool)
             .await
     })?;
-    let visible = access::visible_projects(db, principal).await?;
+    let visible = access::visible_projects(db, &caller.principal()).await?;
+    let job = job_project(db, caller).await?;
     Ok(rows
         .into_iter()
-        .filter(|(name, _)| match &visible {
-            Visible::All => true,
-            only => only.contains(name),
-        })
+        .filter(|(name, _)| visible.contains(name) && job.as_ref().is_none_or(|only| only == name))
         .map(|(project, created_at)| Experiment { project, created_at })
         .collect())
 }
@@ -198,17 +208,18 @@ pub enum View {
     All,
 }
 
-/// `runs/search`: the runs of these projects the principal may see that
-/// pass the filter, in the order asked, then newest first.
+/// `runs/search`: the runs of these projects the caller may see that
+/// pass the filter, in the order asked, then newest first (a job's token
+/// sees its own run only).
 pub async fn search(
     db: &Db,
-    principal: &Principal,
+    caller: &Caller,
     projects: &[String],
     view: View,
     filter: &[search::Clause],
     orders: &[search::Order],
 ) -> Result<Vec<MlflowRun>, Error> {
-    let visible = access::visible_projects(db, principal).await?;
+    let visible = access::visible_projects(db, &caller.principal()).await?;
     let projects: Vec<String> = projects.iter().filter(|p| visible.contains(p)).cloned().collect();
     let scope = Visible::Only(projects);
     let mut found = Vec::new();
@@ -234,7 +245,11 @@ pub async fn search(
                 before,
             )
             .await?;
-            let runs = with_details(db, page.items).await?;
+            let mut items = page.items;
+            if let Some(only) = &caller.run_id {
+                items.retain(|run| run.id == *only);
+            }
+            let runs = with_details(db, items).await?;
             found.extend(runs.into_iter().filter(|run| search::matches(run, filter)));
             match page.next_before {
                 Some(next) => before = Some(next),
@@ -268,7 +283,7 @@ pub async fn create_run(
     }
     check_tags(tags)?;
     // An experiment the caller cannot see is MLflow's "does not exist".
-    experiment(db, &caller.principal(), project).await?;
+    experiment(db, caller, project).await?;
     let tagged = tags
         .iter()
         .find(|(key, _)| key == RUN_NAME_TAG)
