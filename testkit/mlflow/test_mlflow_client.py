@@ -258,6 +258,13 @@ def test_hostile_and_malformed_requests_get_mlflows_errors(server):
         assert isinstance(got[1]["message"], str) and got[1]["message"]
     run = server.get(f"/runs/{run_id}")
     assert run["config"] == {} and run["latest"] == {}
+    # The largest page a client can ask for is a large page, or MLflow's limit on runs.
+    status, answer = raw(server, "POST", "/experiments/search", {"max_results": 2**63 - 1, "page_token": "1"})
+    assert status == 200 and "next_page_token" not in answer, answer
+    status, answer = raw(server, "POST", "/runs/search", {"experiment_ids": ["0"], "max_results": 50_001})
+    assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), answer
+    status, answer = raw(server, "GET", f"/metrics/get-history?run_id={run_id}&metric_key=loss&max_results={2**63 - 1}")
+    assert status == 200, answer
     # A part of MLflow's API not answered says so in MLflow's shape.
     status, answer = raw(server, "POST", "/registered-models/create", {"name": "m"})
     assert (status, answer["error_code"]) == (404, "ENDPOINT_NOT_FOUND"), answer

@@ -326,7 +326,7 @@ async fn search_experiments(
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
     let listed: Vec<Value> = all.iter().skip(start).take(size).map(experiment_json).collect();
     let mut answer = json!({"experiments": listed});
-    if start + size < all.len() {
+    if start.saturating_add(size) < all.len() {
         answer["next_page_token"] = Value::from((start + size).to_string());
     }
     Ok(Json(answer))
