@@ -493,9 +493,13 @@ def test_artifact_paths_cannot_leave_their_run_and_follow_its_project(server):
         got = put(path)
         assert got[0] == status, (path, got)
         assert got[1].get("error_code"), (path, got)
-    # Tokens and roles as for the run: read 403, another project's view 404.
+    # Tokens and roles as for the run: read 403, a viewer 403, another project's view 404.
     read = server.admin("create-token", "--user", "sdk-user", "--scope", "read")
     assert put(f"0/{run_id}/artifacts/x", token=read)[1]["error_code"] == "PERMISSION_DENIED"
+    server.admin("create-user", "artifact-viewer", "--password-stdin", input="viewer-password-123\n")
+    server.post("/projects/default/members", {"user": "artifact-viewer", "role": "viewer"})
+    viewer = server.admin("create-token", "--user", "artifact-viewer", "--scope", "write")
+    assert put(f"0/{run_id}/artifacts/x", token=viewer)[1]["error_code"] == "PERMISSION_DENIED"
     limited = server.post("/tokens", {"name": "artifact-limited", "scope": "write", "project": "artifact-other"})["secret"]
     assert put(f"0/{run_id}/artifacts/x", token=limited)[0] == 404
     status, answer = raw(server, "GET", "", token=limited)  # a listing needs a path

@@ -324,12 +324,17 @@ async fn search_experiments(
     }
     let all = mlflow::experiments(&state.db, &auth.caller).await?;
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
-    let listed: Vec<Value> = all.iter().skip(start).take(size).map(experiment_json).collect();
-    let mut answer = json!({"experiments": listed});
+    Ok(Json(paged("experiments", &all, start, size, experiment_json)))
+}
+
+/// One page of `all` under `field`, with the next page's token when there is more.
+fn paged<T>(field: &str, all: &[T], start: usize, size: usize, to_json: impl Fn(&T) -> Value) -> Value {
+    let listed: Vec<Value> = all.iter().skip(start).take(size).map(to_json).collect();
+    let mut answer = json!({ field: listed });
     if start.saturating_add(size) < all.len() {
         answer["next_page_token"] = Value::from((start + size).to_string());
     }
-    Ok(Json(answer))
+    answer
 }
 
 /// Where a page starts and how long it is; tokens are offsets.
@@ -480,12 +485,7 @@ async fn search_runs(
         .collect();
     let found = mlflow::search(&state.db, &auth.caller, &projects, view, &filter, &orders).await?;
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
-    let listed: Vec<Value> = found.iter().skip(start).take(size).map(run_entity).collect();
-    let mut answer = json!({"runs": listed});
-    if start.saturating_add(size) < found.len() {
-        answer["next_page_token"] = Value::from((start + size).to_string());
-    }
-    Ok(Json(answer))
+    Ok(Json(paged("runs", &found, start, size, run_entity)))
 }
 
 async fn delete_run(
@@ -650,14 +650,16 @@ async fn log_metric(
     let auth = caller(auth)?;
     let request: LogMetric = body(&bytes)?;
     let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
-    store_metrics(&state, run_id, &[request.metric]).await?;
+    store_metrics(&state, run_id, prepare_metrics(&[request.metric])?).await?;
     Ok(Json(json!({})))
 }
 
-/// Checks the points as any batch of ours, then stores them (an MLflow
-/// metric without a step is at step 0, as MLflow keeps it).
-async fn store_metrics(state: &AppState, run_id: &str, metrics: &[Metric]) -> Result<(), MlflowError> {
-    let prepared = prepare_metrics(metrics)?;
+/// Stores points checked by [`prepare_metrics`] as any batch of ours.
+async fn store_metrics(
+    state: &AppState,
+    run_id: &str,
+    prepared: Option<metrics::PreparedBatch>,
+) -> Result<(), MlflowError> {
     if let Some(prepared) = prepared {
         let result = state.metric_writer.store((run_id.to_string(), prepared)).await?;
         if !result.duplicate {
@@ -667,6 +669,8 @@ async fn store_metrics(state: &AppState, run_id: &str, metrics: &[Metric]) -> Re
     Ok(())
 }
 
+/// Checks points as any batch of ours (an MLflow metric without a step
+/// is at step 0, as MLflow keeps it); none for no points.
 fn prepare_metrics(metrics: &[Metric]) -> Result<Option<metrics::PreparedBatch>, MlflowError> {
     if metrics.is_empty() {
         return Ok(None);
@@ -766,12 +770,7 @@ async fn log_batch(
     }
     let prepared = prepare_metrics(&request.metrics)?;
     mlflow::log_params(&state.db, run_id, &pairs(request.params)).await?;
-    if let Some(prepared) = prepared {
-        let result = state.metric_writer.store((run_id.to_string(), prepared)).await?;
-        if !result.duplicate {
-            state.wakes.wake(crate::wake::Wake::Events);
-        }
-    }
+    store_metrics(&state, run_id, prepared).await?;
     mlflow::set_tags(&state.db, run_id, &pairs(request.tags)).await?;
     Ok(Json(json!({})))
 }
@@ -907,22 +906,13 @@ async fn get_history(
         .points
         .unwrap_or_default();
     let (start, size) = page(request.page_token.as_deref(), request.max_results, i64::MAX)?;
-    let listed: Vec<Value> = points
-        .iter()
-        .skip(start)
-        .take(size)
-        .map(|point| {
-            json!({
-                "key": key,
-                "value": point.value,
-                "timestamp": (point.wall_time * 1000.0).round() as i64,
-                "step": point.step,
-            })
+    let metric = |point: &gpuplane_api::metric::SeriesPoint| {
+        json!({
+            "key": key,
+            "value": point.value,
+            "timestamp": (point.wall_time * 1000.0).round() as i64,
+            "step": point.step,
         })
-        .collect();
-    let mut answer = json!({"metrics": listed});
-    if start.saturating_add(size) < points.len() {
-        answer["next_page_token"] = Value::from((start + size).to_string());
-    }
-    Ok(Json(answer))
+    };
+    Ok(Json(paged("metrics", &points, start, size, metric)))
 }
