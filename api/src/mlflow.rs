@@ -1,6 +1,7 @@
-//! Names of MLflow's tracking API as GPUPlane answers it: an MLflow
-//! experiment is a project, whose experiment id is its name, except the
-//! `default` project, which is MLflow's default experiment `0`.
+//! Names of MLflow's tracking API as GPUPlane answers it. Each project is
+//! an MLflow experiment, whose id is the project's name (the `default`
+//! project is MLflow's default experiment `0`); experiments the mlflow
+//! client creates by name live inside a project, with ids `PROJECT.N`.
 
 /// The id MLflow clients use for their default experiment.
 pub const DEFAULT_EXPERIMENT: &str = "0";
@@ -13,7 +14,68 @@ pub const TRACKING_TOKEN: &str = "MLFLOW_TRACKING_TOKEN";
 pub const RUN_ID: &str = "MLFLOW_RUN_ID";
 pub const EXPERIMENT_ID: &str = "MLFLOW_EXPERIMENT_ID";
 
-/// The project of an MLflow experiment id.
+/// The tag that places a new experiment in a project
+/// (`create_experiment(NAME, tags={"gpuplane.project": "vision"})`).
+pub const PROJECT_TAG: &str = "gpuplane.project";
+
+/// An MLflow experiment id, parsed: a project's own experiment, or one
+/// named inside a project (project names hold no `.`, so the two never
+/// meet).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ExperimentId {
+    Project(String),
+    Named { project: String, number: i64 },
+}
+
+impl ExperimentId {
+    pub fn parse(id: &str) -> ExperimentId {
+        if let Some((project, number)) = id.rsplit_once('.')
+            && let Ok(number) = number.parse::<i64>()
+        {
+            return ExperimentId::Named {
+                project: project_of(project).to_string(),
+                number,
+            };
+        }
+        ExperimentId::Project(project_of(id).to_string())
+    }
+
+    /// The experiment of a run: its named one, else its project's own.
+    pub fn of_run(project: &str, named: Option<i64>) -> ExperimentId {
+        match named {
+            Some(number) => ExperimentId::Named {
+                project: project.to_string(),
+                number,
+            },
+            None => ExperimentId::Project(project.to_string()),
+        }
+    }
+
+    pub fn project(&self) -> &str {
+        match self {
+            ExperimentId::Project(project) | ExperimentId::Named { project, .. } => project,
+        }
+    }
+
+    /// The named experiment's number; none for a project's own.
+    pub fn number(&self) -> Option<i64> {
+        match self {
+            ExperimentId::Project(_) => None,
+            ExperimentId::Named { number, .. } => Some(*number),
+        }
+    }
+}
+
+impl std::fmt::Display for ExperimentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExperimentId::Project(project) => f.write_str(&experiment_id(project)),
+            ExperimentId::Named { project, number } => write!(f, "{}.{number}", experiment_id(project)),
+        }
+    }
+}
+
+/// The project of a project's own MLflow experiment id.
 pub fn project_of(experiment_id: &str) -> &str {
     match experiment_id {
         DEFAULT_EXPERIMENT => "default",
@@ -26,5 +88,36 @@ pub fn experiment_id(project: &str) -> String {
     match project {
         "default" => DEFAULT_EXPERIMENT.to_string(),
         name => name.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn experiment_ids_read_back() {
+        for (id, parsed) in [
+            ("0", ExperimentId::Project("default".into())),
+            ("vision", ExperimentId::Project("vision".into())),
+            (
+                "vision.12",
+                ExperimentId::Named {
+                    project: "vision".into(),
+                    number: 12,
+                },
+            ),
+            (
+                "0.3",
+                ExperimentId::Named {
+                    project: "default".into(),
+                    number: 3,
+                },
+            ),
+            ("a.b", ExperimentId::Project("a.b".into())),
+        ] {
+            assert_eq!(ExperimentId::parse(id), parsed, "{id}");
+            assert_eq!(parsed.to_string(), id);
+        }
     }
 }

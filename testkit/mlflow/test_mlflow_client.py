@@ -162,27 +162,124 @@ def test_log_batch_keeps_mlflows_limits_and_a_refused_batch_writes_nothing(serve
     assert history == [[s, float(s), 1700000000000 + s] for s in range(2500)]
 
 
-def test_experiments_are_projects_and_only_server_admins_create_them(server):
+def test_experiments_live_in_projects_and_are_renamed_tagged_deleted_and_restored(server):
+    server.post("/projects", {"name": "vision-team"})
     answer = script(server, """
-        created = mlflow.create_experiment("mlflow-team")
-        found = mlflow.get_experiment_by_name("mlflow-team")
-        names = sorted(e.name for e in mlflow.search_experiments())
-        try:
-            mlflow.create_experiment("mlflow-team")
-            again = None
-        except MlflowException as error:
-            again = error.error_code
-        try:
-            mlflow.create_experiment("My Experiment")
-            bad = None
-        except MlflowException as error:
-            bad = error.error_code
-        missing = mlflow.get_experiment_by_name("no-such-project")
-        print(json.dumps([created, found.experiment_id, names, again, bad, missing is None]))
+        client = mlflow.MlflowClient()
+        # set_experiment creates a named experiment in the home project (default).
+        sweep = mlflow.set_experiment("My Sweep (lr)")
+        # A project is an experiment of its own, found by its name.
+        project = mlflow.get_experiment_by_name("vision-team")
+        # The gpuplane.project tag places a new experiment in another project.
+        placed = client.create_experiment("ablations", tags={"gpuplane.project": "vision-team", "owner": "ana"})
+        errors = {}
+        def attempt(name, call):
+            try:
+                call()
+                errors[name] = "ok"
+            except MlflowException as error:
+                errors[name] = error.error_code
+        attempt("again", lambda: client.create_experiment("My Sweep (lr)"))
+        attempt("project name", lambda: client.create_experiment("vision-team"))
+        attempt("empty", lambda: client.create_experiment("   "))
+        attempt("rename project", lambda: client.rename_experiment(project.experiment_id, "x"))
+        attempt("delete project", lambda: client.delete_experiment(project.experiment_id))
+        attempt("unknown", lambda: client.get_experiment("default.999"))
+        with mlflow.start_run(run_name="in-sweep") as run:
+            mlflow.log_metric("loss", 0.5)
+        client.set_experiment_tag(sweep.experiment_id, "dataset", "imagenet")
+        client.set_experiment_tag(sweep.experiment_id, "dataset", "birds")
+        client.rename_experiment(sweep.experiment_id, "Sweep B")
+        renamed = client.get_experiment(sweep.experiment_id)
+        in_sweep = [r.info.run_id for r in client.search_runs([sweep.experiment_id])]
+        in_default = [r.info.run_id for r in client.search_runs(["0"])]
+        filtered = [e.name for e in client.search_experiments(filter_string="name LIKE 'Sweep%' AND tags.dataset = 'birds'")]
+        by_name = [e.name for e in client.search_experiments(order_by=["name DESC"], filter_string="name != 'default'")]
+        client.delete_experiment(sweep.experiment_id)
+        deleted = client.get_experiment(sweep.experiment_id).lifecycle_stage
+        run_after_delete = client.get_run(run.info.run_id).info.lifecycle_stage
+        attempt("run in deleted", lambda: client.create_run(sweep.experiment_id))
+        active = [e.name for e in client.search_experiments()]
+        gone = [e.name for e in client.search_experiments(view_type=mlflow.entities.ViewType.DELETED_ONLY)]
+        client.restore_experiment(sweep.experiment_id)
+        restored = client.get_experiment(sweep.experiment_id).lifecycle_stage
+        run_after_restore = client.get_run(run.info.run_id).info.lifecycle_stage
+        print(json.dumps({
+            "sweep": sweep.experiment_id, "project": project.experiment_id, "placed": placed,
+            "errors": errors, "renamed": [renamed.name, renamed.tags], "run_experiment": run.info.experiment_id,
+            "in_sweep": in_sweep == [run.info.run_id], "in_default": run.info.run_id in in_default,
+            "filtered": filtered, "by_name": by_name, "deleted": [deleted, run_after_delete],
+            "active": active, "gone": gone, "restored": [restored, run_after_restore],
+        }))
     """)
-    assert answer == ["mlflow-team", "mlflow-team", ["default", "mlflow-team"],
-                      "RESOURCE_ALREADY_EXISTS", "INVALID_PARAMETER_VALUE", True]
-    assert any(p["name"] == "mlflow-team" for p in server.get("/projects")["items"])
+    assert answer["sweep"].startswith("0.") and answer["run_experiment"] == answer["sweep"]
+    assert answer["project"] == "vision-team" and answer["placed"].startswith("vision-team.")
+    assert answer["errors"] == {
+        "again": "RESOURCE_ALREADY_EXISTS", "project name": "RESOURCE_ALREADY_EXISTS", "empty": "INVALID_PARAMETER_VALUE",
+        "rename project": "INVALID_PARAMETER_VALUE", "delete project": "INVALID_PARAMETER_VALUE",
+        "unknown": "RESOURCE_DOES_NOT_EXIST", "run in deleted": "INVALID_PARAMETER_VALUE",
+    }
+    assert answer["renamed"] == ["Sweep B", {"dataset": "birds"}]
+    assert answer["in_sweep"] and not answer["in_default"]
+    assert answer["filtered"] == ["Sweep B"]
+    assert answer["by_name"] == sorted(answer["by_name"], reverse=True) and "ablations" in answer["by_name"]
+    assert answer["deleted"] == ["deleted", "deleted"] and answer["restored"] == ["active", "active"]
+    assert "Sweep B" not in answer["active"] and answer["gone"] == ["Sweep B"]
+
+
+def test_experiment_changes_need_an_editor_of_their_project(server):
+    server.post("/projects", {"name": "exp-guarded"})
+    sweep = script(server, """
+        print(json.dumps(mlflow.MlflowClient().create_experiment("guarded sweep", tags={"gpuplane.project": "exp-guarded"})))
+    """)
+    server.admin("create-user", "exp-viewer", "--password-stdin", input="viewer-password-123\n")
+    server.post("/projects/exp-guarded/members", {"user": "exp-viewer", "role": "viewer"})
+    server.admin("create-user", "exp-outsider", "--password-stdin", input="outsider-password-123\n")
+    server.post("/projects/default/members", {"user": "exp-outsider", "role": "editor"})
+    viewer = server.admin("create-token", "--user", "exp-viewer", "--scope", "write")
+    outsider = server.admin("create-token", "--user", "exp-outsider", "--scope", "write")
+    limited = server.post("/tokens", {"name": "default-only", "scope": "sdk", "project": "default"})["secret"]
+    attempt = """
+        client = mlflow.MlflowClient()
+        out = {}
+        for name, call in [("get", lambda: client.get_experiment("%s")),
+                           ("rename", lambda: client.rename_experiment("%s", "mine now")),
+                           ("tag", lambda: client.set_experiment_tag("%s", "k", "v")),
+                           ("delete", lambda: client.delete_experiment("%s")),
+                           ("create there", lambda: client.create_experiment("sneaky", tags={"gpuplane.project": "exp-guarded"}))]:
+            try:
+                call()
+                out[name] = "ok"
+            except MlflowException as error:
+                out[name] = error.error_code
+        print(json.dumps(out))
+    """ % ((sweep,) * 4)
+    # A viewer reads it and changes nothing; another project's editor and a
+    # token limited to another project do not see it at all.
+    assert script(server, attempt, token=viewer) == {
+        "get": "ok", "rename": "PERMISSION_DENIED", "tag": "PERMISSION_DENIED", "delete": "PERMISSION_DENIED",
+        "create there": "PERMISSION_DENIED"}
+    hidden = {"get": "RESOURCE_DOES_NOT_EXIST", "rename": "RESOURCE_DOES_NOT_EXIST", "tag": "RESOURCE_DOES_NOT_EXIST",
+              "delete": "RESOURCE_DOES_NOT_EXIST", "create there": "RESOURCE_DOES_NOT_EXIST"}
+    assert script(server, attempt, token=outsider) == hidden
+    assert script(server, attempt, token=limited) == hidden
+    # A project-limited token creates its experiments in its project.
+    placed = script(server, """
+        print(json.dumps(mlflow.set_experiment("limited sweep").experiment_id))
+    """, token=limited)
+    assert placed.startswith("0.")
+    # Hostile names are kept as text, never as paths or markup.
+    hostile = script(server, """
+        client = mlflow.MlflowClient()
+        name = "<script>alert(1)</script> ../../etc/passwd '; DROP TABLE runs; --"
+        eid = client.create_experiment(name)
+        print(json.dumps([eid, client.get_experiment(eid).name == name, client.get_experiment_by_name(name).experiment_id]))
+    """)
+    assert hostile[1] is True and hostile[2] == hostile[0]
+    status, answer = raw(server, "POST", "/experiments/create", {"name": "bell\u0007"})
+    assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE")
+    status, answer = raw(server, "POST", "/experiments/update", {"experiment_id": sweep, "new_name": "x" * 501})
+    assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE")
 
 
 def test_tokens_and_projects_bound_what_the_client_may_do(server):
@@ -219,9 +316,9 @@ def test_tokens_and_projects_bound_what_the_client_may_do(server):
     server.admin("create-user", "elsewhere-editor", "--password-stdin", input="editor-password-123\n")
     server.post("/projects/elsewhere/members", {"user": "elsewhere-editor", "role": "editor"})
     editor = server.admin("create-token", "--user", "elsewhere-editor", "--scope", "write")
+    server.post("/projects", {"name": "guarded"})
     guarded = script(server, """
-        experiment = mlflow.create_experiment("guarded")
-        print(json.dumps(mlflow.MlflowClient().create_run(experiment).info.run_id))
+        print(json.dumps(mlflow.MlflowClient().create_run("guarded").info.run_id))
     """)
     attempt = attempt.replace(run_id, guarded).replace('create_run("0")', 'create_run("guarded")')
     assert script(server, attempt, token=editor) == {
@@ -293,8 +390,8 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
         client = mlflow.MlflowClient()
         found = [run.info.run_id for run in client.search_runs(["0"])]
         print("search finds", "only its own run" if found == [given] else found)
-        projects = [e.name for e in client.search_experiments()]
-        print("experiments seen:", ",".join(projects))
+        projects = sorted({e.experiment_id.split(".")[0] for e in client.search_experiments()})
+        print("experiments seen in projects:", ",".join(projects))
         for name, call in [("other", lambda: client.log_metric(os.environ["OTHER_RUN"], "loss", 1.0)),
                            ("read", lambda: client.get_run(os.environ["OTHER_RUN"])),
                            ("create", lambda: client.create_run("0"))]:
@@ -329,7 +426,7 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
     assert "logged into " + job["run_id"] + " of experiment 0" in output
     assert "other RESOURCE_DOES_NOT_EXIST" in output and "create PERMISSION_DENIED" in output, output
     assert "read RESOURCE_DOES_NOT_EXIST" in output and "search finds only its own run" in output, output
-    assert "experiments seen: default\n" in output + "\n", output
+    assert "experiments seen in projects: 0\n" in output + "\n", output
     assert server.get(f"/runs/{other}")["latest"] == {}
 
 
@@ -462,10 +559,11 @@ def test_artifacts_go_up_and_down_byte_for_byte_streamed(server, tmp_path):
 
 
 def test_artifact_paths_cannot_leave_their_run_and_follow_its_project(server):
+    server.post("/projects", {"name": "artifact-other"})
     owner = script(server, """
         client = mlflow.MlflowClient()
         run = client.create_run("0", run_name="artifact-owner")
-        other = client.create_run(mlflow.create_experiment("artifact-other"), run_name="elsewhere")
+        other = client.create_run("artifact-other", run_name="elsewhere")
         print(json.dumps([run.info.run_id, other.info.run_id]))
     """)
     run_id, other_id = owner

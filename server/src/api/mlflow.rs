@@ -7,10 +7,11 @@
 //! statuses. Not in the OpenAPI document: it is MLflow's API, not ours.
 
 use crate::api::error::ApiError;
-use crate::api::extract::{Authed, Ingest, Tracking, Write};
-use crate::identity::access::require_server_admin;
+use crate::api::extract::{Authed, Ingest, Tracking};
 use crate::metrics::{self, Axis, Query};
-use crate::mlflow::{self, MlflowRun};
+use crate::mlflow::experiments::{self, Experiment};
+use crate::mlflow::search::Kind;
+use crate::mlflow::{self, ExperimentId, MlflowRun};
 use crate::runs;
 use crate::state::AppState;
 use crate::store::ids::new_id;
@@ -33,6 +34,11 @@ pub fn router() -> Router<AppState> {
         .route("/experiments/get", get(get_experiment))
         .route("/experiments/get-by-name", get(get_experiment_by_name))
         .route("/experiments/create", post(create_experiment))
+        .route("/experiments/update", post(rename_experiment))
+        .route("/experiments/delete", post(delete_experiment))
+        .route("/experiments/restore", post(restore_experiment))
+        .route("/experiments/set-experiment-tag", post(set_experiment_tag))
+        .route("/experiments/delete-experiment-tag", post(delete_experiment_tag))
         .route(
             "/experiments/search",
             post(search_experiments).get(search_experiments),
@@ -202,16 +208,21 @@ fn pairs(items: Vec<KeyValue>) -> Vec<(String, String)> {
     items.into_iter().map(|item| (item.key, item.value)).collect()
 }
 
-fn experiment_json(experiment: &mlflow::Experiment) -> Value {
-    let id = mlflow::experiment_id(&experiment.project);
+fn experiment_json(experiment: &Experiment) -> Value {
+    let tags: Vec<Value> = experiment
+        .tags
+        .iter()
+        .map(|(key, value)| json!({"key": key, "value": value}))
+        .collect();
     json!({
-        "experiment_id": id,
-        "name": experiment.project,
-        "artifact_location": format!("mlflow-artifacts:/{id}"),
-        "lifecycle_stage": "active",
+        "experiment_id": experiment.id.to_string(),
+        "name": experiment.name,
+        // Artifacts are kept by project (a run's artifact URI names its project's experiment).
+        "artifact_location": format!("mlflow-artifacts:/{}", mlflow::experiment_id(experiment.id.project())),
+        "lifecycle_stage": experiment.lifecycle_stage(),
         "creation_time": experiment.created_at,
-        "last_update_time": experiment.created_at,
-        "tags": [],
+        "last_update_time": experiment.updated_at,
+        "tags": tags,
     })
 }
 
@@ -228,8 +239,8 @@ async fn get_experiment(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: ExperimentQuery = query(&uri)?;
-    let id = required("experiment_id", &request.experiment_id)?;
-    let experiment = mlflow::experiment(&state.db, &auth.caller, mlflow::project_of(id)).await?;
+    let id = ExperimentId::parse(required("experiment_id", &request.experiment_id)?);
+    let experiment = experiments::get(&state.db, &auth.caller, &id).await?;
     Ok(Json(json!({"experiment": experiment_json(&experiment)})))
 }
 
@@ -241,55 +252,112 @@ async fn get_experiment_by_name(
     let auth = caller(auth)?;
     let request: ExperimentQuery = query(&uri)?;
     let name = required("experiment_name", &request.experiment_name)?;
-    let experiment = mlflow::experiment(&state.db, &auth.caller, name).await?;
+    let experiment = experiments::by_name(&state.db, &auth.caller, name).await?;
     Ok(Json(json!({"experiment": experiment_json(&experiment)})))
 }
 
 #[derive(Debug, Deserialize)]
 struct CreateExperiment {
     name: Option<String>,
+    #[serde(default)]
+    tags: Vec<KeyValue>,
 }
 
-/// An experiment is a project: server admins create them (anyone else is
-/// told to ask one).
+/// A named experiment in the caller's home project
+/// ([`experiments::home_project`]), for the project's editors.
 async fn create_experiment(
-    auth: Result<Authed<Write>, ApiError>,
+    auth: Result<Authed<Ingest>, ApiError>,
     State(state): State<AppState>,
     bytes: Bytes,
 ) -> Answer {
     let auth = caller(auth)?;
     let request: CreateExperiment = body(&bytes)?;
     let name = required("name", &request.name)?;
-    if !crate::api::projects::valid_project_name(name) {
-        return Err(MlflowError::invalid(format!(
-            "an experiment is a GPUPlane project: `{name}` must be 1-64 characters of lowercase letters, digits, '-' or '_'"
-        )));
-    }
-    if crate::projects::exists(&state.db, name).await? {
-        return Err(MlflowError {
-            status: StatusCode::BAD_REQUEST,
-            code: "RESOURCE_ALREADY_EXISTS",
-            message: format!("Experiment '{name}' already exists."),
-        });
-    }
-    require_server_admin(&auth.caller, "creating an experiment (a project)").map_err(|_| MlflowError {
-        status: StatusCode::FORBIDDEN,
-        code: "PERMISSION_DENIED",
-        message: format!(
-            "an MLflow experiment is a GPUPlane project, and only server admins create projects: ask one to run \
-             `gpuctl project create {name}` and add you to it"
-        ),
-    })?;
-    crate::projects::create(&state.db, name, auth.caller.user_id.as_deref()).await?;
-    crate::audit::by_caller(
-        &state.db,
-        &auth.caller,
-        gpuplane_api::audit::AuditAction::ProjectCreate,
-        name,
-        "through the MLflow API",
-    )
-    .await?;
-    Ok(Json(json!({"experiment_id": mlflow::experiment_id(name)})))
+    let tags = pairs(request.tags).into_iter().collect();
+    let id = experiments::create(&state.db, &auth.caller, name, &tags)
+        .await
+        .map_err(|error| match error {
+            crate::store::Error::Conflict(message) => MlflowError {
+                status: StatusCode::BAD_REQUEST,
+                code: "RESOURCE_ALREADY_EXISTS",
+                message,
+            },
+            other => MlflowError::from(other),
+        })?;
+    Ok(Json(json!({"experiment_id": id.to_string()})))
+}
+
+#[derive(Debug, Deserialize)]
+struct ExperimentChange {
+    experiment_id: Option<String>,
+    new_name: Option<String>,
+    key: Option<String>,
+    #[serde(default)]
+    value: String,
+}
+
+/// The caller, what it asks to change, and of which experiment.
+fn experiment_change(
+    auth: Result<Authed<Ingest>, ApiError>,
+    bytes: &Bytes,
+) -> Result<(Authed<Ingest>, ExperimentChange, ExperimentId), MlflowError> {
+    let auth = caller(auth)?;
+    let request: ExperimentChange = body(bytes)?;
+    let id = ExperimentId::parse(required("experiment_id", &request.experiment_id)?);
+    Ok((auth, request, id))
+}
+
+async fn rename_experiment(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let (auth, request, id) = experiment_change(auth, &bytes)?;
+    let new_name = required("new_name", &request.new_name)?;
+    experiments::rename(&state.db, &auth.caller, &id, new_name).await?;
+    Ok(Json(json!({})))
+}
+
+async fn delete_experiment(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let (auth, _, id) = experiment_change(auth, &bytes)?;
+    experiments::set_deleted(&state.db, &auth.caller, &id, true).await?;
+    Ok(Json(json!({})))
+}
+
+async fn restore_experiment(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let (auth, _, id) = experiment_change(auth, &bytes)?;
+    experiments::set_deleted(&state.db, &auth.caller, &id, false).await?;
+    Ok(Json(json!({})))
+}
+
+async fn set_experiment_tag(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let (auth, request, id) = experiment_change(auth, &bytes)?;
+    let key = required("key", &request.key)?;
+    experiments::set_tag(&state.db, &auth.caller, &id, key, &request.value).await?;
+    Ok(Json(json!({})))
+}
+
+async fn delete_experiment_tag(
+    auth: Result<Authed<Ingest>, ApiError>,
+    State(state): State<AppState>,
+    bytes: Bytes,
+) -> Answer {
+    let (auth, request, id) = experiment_change(auth, &bytes)?;
+    let key = required("key", &request.key)?;
+    experiments::delete_tag(&state.db, &auth.caller, &id, key).await?;
+    Ok(Json(json!({})))
 }
 
 #[derive(Debug, Deserialize)]
@@ -297,10 +365,15 @@ struct SearchExperiments {
     #[serde(default, deserialize_with = "int64")]
     max_results: Option<i64>,
     page_token: Option<String>,
-    filter: Option<String>,
+    #[serde(default)]
+    filter: String,
+    #[serde(default, deserialize_with = "one_or_many")]
+    order_by: Vec<String>,
+    view_type: Option<String>,
 }
 
-/// The projects the caller sees, by name, a page at a time.
+/// The experiments the caller sees, filtered and ordered with MLflow's
+/// grammar, a page at a time.
 async fn search_experiments(
     auth: Result<Authed<Tracking>, ApiError>,
     State(state): State<AppState>,
@@ -313,18 +386,33 @@ async fn search_experiments(
     } else {
         body(&bytes)?
     };
-    if request
-        .filter
-        .as_deref()
-        .is_some_and(|filter| !filter.trim().is_empty())
-    {
-        return Err(MlflowError::invalid(
-            "filters on experiments are not supported yet: search without one (every project you can see)",
-        ));
-    }
-    let all = mlflow::experiments(&state.db, &auth.caller).await?;
+    let filter = mlflow::search::parse_experiment_filter(&request.filter)
+        .map_err(|problem| MlflowError::invalid(format!("Invalid filter '{}': {problem}", request.filter)))?;
+    let orders = request
+        .order_by
+        .iter()
+        .map(|order| mlflow::search::parse_order(Kind::Experiments, order))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|problem| MlflowError::invalid(format!("Invalid order_by clause: {problem}")))?;
+    let view = mlflow::View::parse(request.view_type.as_deref())?;
+    let mut found: Vec<Experiment> = experiments::visible(&state.db, &auth.caller)
+        .await?
+        .into_iter()
+        .filter(|experiment| view.shows(experiment.deleted) && mlflow::search::matches(experiment, &filter))
+        .collect();
+    mlflow::search::sort(&mut found, &orders);
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
-    Ok(Json(paged("experiments", &all, start, size, experiment_json)))
+    Ok(Json(paged("experiments", &found, start, size, experiment_json)))
+}
+
+/// A field a GET may repeat (`order_by=a&order_by=b` arrives as one string
+/// from [`query`]; a POST body has a list).
+fn one_or_many<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    Ok(match Option::<Value>::deserialize(deserializer)? {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(one)) => vec![one],
+        Some(other) => serde_json::from_value(other).map_err(serde::de::Error::custom)?,
+    })
 }
 
 /// One page of `all` under `field`, with the next page's token when there is more.
@@ -407,7 +495,7 @@ fn run_entity(found: &MlflowRun) -> Value {
         .iter()
         .map(|(key, value)| json!({"key": key, "value": value}))
         .collect();
-    let experiment_id = mlflow::experiment_id(&run.project);
+    let experiment_id = found.experiment.to_string();
     let mut info = json!({
         "run_id": run.id,
         "run_uuid": run.id,
@@ -460,30 +548,21 @@ async fn search_runs(
     let orders = request
         .order_by
         .iter()
-        .map(|order| mlflow::search::parse_order(order))
+        .map(|order| mlflow::search::parse_order(Kind::Runs, order))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|problem| MlflowError::invalid(format!("Invalid order_by clause: {problem}")))?;
-    let view = match request.run_view_type.as_deref() {
-        None | Some("ACTIVE_ONLY") => mlflow::View::Active,
-        Some("DELETED_ONLY") => mlflow::View::Deleted,
-        Some("ALL") => mlflow::View::All,
-        Some(other) => {
-            return Err(MlflowError::invalid(format!(
-                "`{other}` is not a run_view_type: ACTIVE_ONLY, DELETED_ONLY or ALL"
-            )));
-        }
-    };
+    let view = mlflow::View::parse(request.run_view_type.as_deref())?;
     if request.max_results.is_some_and(|max| max > MAX_SEARCH_RESULTS) {
         return Err(MlflowError::invalid(format!(
             "Invalid value for request parameter max_results. It must be at most {MAX_SEARCH_RESULTS}"
         )));
     }
-    let projects: Vec<String> = request
+    let asked: Vec<ExperimentId> = request
         .experiment_ids
         .iter()
-        .map(|id| mlflow::project_of(id).to_string())
+        .map(|id| ExperimentId::parse(id))
         .collect();
-    let found = mlflow::search(&state.db, &auth.caller, &projects, view, &filter, &orders).await?;
+    let found = mlflow::search(&state.db, &auth.caller, &asked, view, &filter, &orders).await?;
     let (start, size) = page(request.page_token.as_deref(), request.max_results, 1000)?;
     Ok(Json(paged("runs", &found, start, size, run_entity)))
 }
@@ -535,14 +614,17 @@ async fn create_run(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: CreateRun = body(&bytes)?;
-    let experiment = request
-        .experiment_id
-        .as_deref()
-        .unwrap_or(mlflow::DEFAULT_EXPERIMENT);
+    let experiment = ExperimentId::parse(
+        request
+            .experiment_id
+            .as_deref()
+            .filter(|id| !id.is_empty())
+            .unwrap_or(mlflow::DEFAULT_EXPERIMENT),
+    );
     let run_id = mlflow::create_run(
         &state.db,
         &auth.caller,
-        mlflow::project_of(experiment),
+        &experiment,
         request.run_name.as_deref(),
         request.start_time,
         &pairs(request.tags),

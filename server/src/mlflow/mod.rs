@@ -9,6 +9,7 @@
 //! run's tags, as `KEY:VALUE`.
 
 pub mod artifacts;
+pub mod experiments;
 pub mod search;
 
 use crate::identity::access::{self, Caller, Visible};
@@ -18,8 +19,7 @@ use crate::store::time::now_ms;
 use crate::store::{Db, Error, Tx};
 use gpuplane_api::experiment::RunChanges;
 use gpuplane_api::metric::{NewRun, Run};
-pub use gpuplane_api::mlflow::{DEFAULT_EXPERIMENT, experiment_id, project_of};
-use gpuplane_api::project::Role;
+pub use gpuplane_api::mlflow::{DEFAULT_EXPERIMENT, ExperimentId, experiment_id};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
@@ -36,62 +36,12 @@ pub const MAX_TAG_VALUE: usize = 8000;
 /// MLflow's longest param, metric and tag key.
 pub const MAX_KEY: usize = 250;
 
-/// A project as an MLflow experiment sees it.
-#[derive(Debug, Clone)]
-pub struct Experiment {
-    pub project: String,
-    pub created_at: i64,
-}
-
-/// The one project a job's token may see, its run's (none: not a job's token).
-async fn job_project(db: &Db, caller: &Caller) -> Result<Option<String>, Error> {
-    match &caller.run_id {
-        Some(run_id) => Ok(Some(runs::check(db, caller, run_id, Role::Viewer).await?)),
-        None => Ok(None),
-    }
-}
-
-/// A project the caller can see (a viewer is enough; a job's token, its
-/// run's only), else "not found".
-pub async fn experiment(db: &Db, caller: &Caller, project: &str) -> Result<Experiment, Error> {
-    let not_found = || Error::NotFound(format!("no experiment {project} that you can see"));
-    let created_at: Option<i64> = sql!(db, |pool| {
-        sqlx::query_scalar("SELECT created_at FROM projects WHERE name = $1")
-            .bind(project)
-            .fetch_optional(pool)
-            .await
-    })?;
-    let created_at = created_at.ok_or_else(not_found)?;
-    if job_project(db, caller).await?.is_some_and(|only| only != project) {
-        return Err(not_found());
-    }
-    access::require(db, &caller.principal(), project, Role::Viewer, not_found).await?;
-    Ok(Experiment {
-        project: project.to_string(),
-        created_at,
-    })
-}
-
-/// The projects the caller sees, by name (a job's token, its run's only).
-pub async fn experiments(db: &Db, caller: &Caller) -> Result<Vec<Experiment>, Error> {
-    let rows: Vec<(String, i64)> = sql!(db, |pool| {
-        sqlx::query_as("SELECT name, created_at FROM projects ORDER BY name")
-            .fetch_all(pool)
-            .await
-    })?;
-    let visible = access::visible_projects(db, &caller.principal()).await?;
-    let job = job_project(db, caller).await?;
-    Ok(rows
-        .into_iter()
-        .filter(|(name, _)| visible.contains(name) && job.as_ref().is_none_or(|only| only == name))
-        .map(|(project, created_at)| Experiment { project, created_at })
-        .collect())
-}
-
 /// What MLflow keeps of a run beside ours.
 #[derive(Debug, Clone)]
 pub struct MlflowRun {
     pub run: Run,
+    /// Its named experiment, else its project's own.
+    pub experiment: ExperimentId,
     /// `RUNNING`, `FINISHED`, `FAILED`, `KILLED` (or `SCHEDULED`).
     pub status: String,
     pub start_time: i64,
@@ -152,6 +102,7 @@ async fn with_details(db: &Db, runs: Vec<Run>) -> Result<Vec<MlflowRun>, Error> 
         user: Option<String>,
         status: Option<String>,
         ended_at: Option<i64>,
+        experiment: Option<i64>,
     }
     let ids = serde_json::to_string(&runs.iter().map(|run| run.id.as_str()).collect::<Vec<_>>())
         .map_err(anyhow::Error::from)?;
@@ -159,7 +110,7 @@ async fn with_details(db: &Db, runs: Vec<Run>) -> Result<Vec<MlflowRun>, Error> 
     let rows: Vec<Row> = sql!(db, |pool| {
         sqlx::query_as(&format!(
             "SELECT r.id, coalesce(m.started_at, r.created_at) AS started_at, r.finished_at, u.name AS user,
-                    m.status, m.ended_at
+                    m.status, m.ended_at, m.experiment
              FROM runs r LEFT JOIN users u ON u.id = r.created_by LEFT JOIN mlflow_runs m ON m.run_id = r.id
              WHERE r.id IN (SELECT value FROM {listed})"
         ))
@@ -189,6 +140,7 @@ async fn with_details(db: &Db, runs: Vec<Run>) -> Result<Vec<MlflowRun>, Error> 
         tags.entry(RUN_NAME_TAG.to_string())
             .or_insert_with(|| run.name.clone());
         found.push(MlflowRun {
+            experiment: ExperimentId::of_run(&run.project, row.experiment),
             status: status_of(&run, row.status),
             start_time: row.started_at,
             end_time: row.ended_at.or(row.finished_at),
@@ -200,7 +152,7 @@ async fn with_details(db: &Db, runs: Vec<Run>) -> Result<Vec<MlflowRun>, Error> 
     Ok(found)
 }
 
-/// Which runs a search looks at (MLflow's `run_view_type`).
+/// Which runs or experiments a search looks at (MLflow's `view_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum View {
     Active,
@@ -208,23 +160,52 @@ pub enum View {
     All,
 }
 
-/// `runs/search`: the runs of these projects the caller may see that
+impl View {
+    /// MLflow's names: `ACTIVE_ONLY` (the default), `DELETED_ONLY`, `ALL`.
+    pub fn parse(name: Option<&str>) -> Result<View, Error> {
+        match name {
+            None | Some("ACTIVE_ONLY") | Some("") => Ok(View::Active),
+            Some("DELETED_ONLY") => Ok(View::Deleted),
+            Some("ALL") => Ok(View::All),
+            Some(other) => Err(Error::field(
+                "view_type",
+                format!("`{other}` is not a view type: ACTIVE_ONLY, DELETED_ONLY or ALL"),
+            )),
+        }
+    }
+
+    pub fn shows(self, deleted: bool) -> bool {
+        match self {
+            View::Active => !deleted,
+            View::Deleted => deleted,
+            View::All => true,
+        }
+    }
+}
+
+/// `runs/search`: the runs of these experiments the caller may see that
 /// pass the filter, in the order asked, then newest first (a job's token
 /// sees its own run only).
 pub async fn search(
     db: &Db,
     caller: &Caller,
-    projects: &[String],
+    experiments: &[ExperimentId],
     view: View,
     filter: &[search::Clause],
     orders: &[search::Order],
 ) -> Result<Vec<MlflowRun>, Error> {
     let visible = access::visible_projects(db, &caller.principal()).await?;
-    let projects: Vec<String> = projects.iter().filter(|p| visible.contains(p)).cloned().collect();
+    let mut projects: Vec<String> = experiments
+        .iter()
+        .map(|id| id.project().to_string())
+        .filter(|project| visible.contains(project))
+        .collect();
+    projects.sort();
+    projects.dedup();
     let scope = Visible::Only(projects);
     let mut found = Vec::new();
     for archived in [false, true] {
-        if (archived && view == View::Active) || (!archived && view == View::Deleted) {
+        if !view.shows(archived) {
             continue;
         }
         let filters = runs::details::Filters {
@@ -250,7 +231,10 @@ pub async fn search(
                 items.retain(|run| run.id == *only);
             }
             let runs = with_details(db, items).await?;
-            found.extend(runs.into_iter().filter(|run| search::matches(run, filter)));
+            found.extend(
+                runs.into_iter()
+                    .filter(|run| experiments.contains(&run.experiment) && search::matches(run, filter)),
+            );
             match page.next_before {
                 Some(next) => before = Some(next),
                 None => break,
@@ -266,12 +250,13 @@ pub async fn set_deleted(db: &Db, caller: &Caller, run_id: &str, deleted: bool) 
     runs::lifecycle::set_archived(db, run_id, deleted, caller.user_id.as_deref()).await
 }
 
-/// `runs/create`: a run in the experiment's project (editors), named
-/// `name` (else `mlflow.runName`, else after its time), with its tags.
+/// `runs/create`: a run in the experiment (its project's editors; not in
+/// a deleted one), named `name` (else `mlflow.runName`, else after its
+/// time), with its tags.
 pub async fn create_run(
     db: &Db,
     caller: &Caller,
-    project: &str,
+    experiment: &ExperimentId,
     name: Option<&str>,
     start_time: Option<i64>,
     tags: &[(String, String)],
@@ -283,7 +268,8 @@ pub async fn create_run(
     }
     check_tags(tags)?;
     // An experiment the caller cannot see is MLflow's "does not exist".
-    experiment(db, caller, project).await?;
+    experiments::require_active(&experiments::get(db, caller, experiment).await?)?;
+    let project = experiment.project();
     let tagged = tags
         .iter()
         .find(|(key, _)| key == RUN_NAME_TAG)
@@ -303,12 +289,15 @@ pub async fn create_run(
     let run_id = runs::create(db, &caller.principal(), &new).await?;
     let mut tx = crate::store::write(db).await?;
     sql!(tx, |conn| {
-        sqlx::query("INSERT INTO mlflow_runs (run_id, status, started_at) VALUES ($1, 'RUNNING', $2)")
-            .bind(&run_id)
-            .bind(start_time.unwrap_or_else(now_ms))
-            .execute(conn)
-            .await
-            .map(|_| ())
+        sqlx::query(
+            "INSERT INTO mlflow_runs (run_id, status, started_at, experiment) VALUES ($1, 'RUNNING', $2, $3)",
+        )
+        .bind(&run_id)
+        .bind(start_time.unwrap_or_else(now_ms))
+        .bind(experiment.number())
+        .execute(conn)
+        .await
+        .map(|_| ())
     })?;
     put_tags(&mut tx, &run_id, tags).await?;
     tx.commit().await?;

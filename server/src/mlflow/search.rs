@@ -1,10 +1,26 @@
-//! MLflow's run search: its filter grammar (`metrics.loss < 0.5 AND
-//! params.optimizer = 'adam' AND tags."team" LIKE 'vis%' AND
-//! attributes.status = 'FINISHED'`) and its `order_by` (`metrics.loss
-//! DESC`, `attributes.start_time`), judged on runs already read.
+//! MLflow's run and experiment search: its filter grammar (`metrics.loss
+//! < 0.5 AND params.optimizer = 'adam' AND tags."team" LIKE 'vis%' AND
+//! attributes.status = 'FINISHED'`; for experiments `name LIKE 'sweep%'
+//! AND tags.team = 'vision'`) and its `order_by` (`metrics.loss DESC`,
+//! `attributes.start_time`, `name`), judged on what was already read.
 
 use super::MlflowRun;
+use super::experiments::Experiment;
 use std::cmp::Ordering;
+
+/// What is searched: the entities and attributes a filter may name differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Runs,
+    Experiments,
+}
+
+/// A thing a filter judges and an order sorts.
+pub trait Searched {
+    fn value(&self, field: &Field) -> Option<Found>;
+    /// The order after the orders asked for (MLflow's own).
+    fn tie_break(&self, other: &Self) -> Ordering;
+}
 
 /// One comparison of a filter; a filter is all of them (`AND`).
 #[derive(Debug, Clone, PartialEq)]
@@ -15,7 +31,7 @@ pub struct Clause {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-enum Field {
+pub enum Field {
     Metric(String),
     Param(String),
     Tag(String),
@@ -23,7 +39,7 @@ enum Field {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Attribute {
+pub enum Attribute {
     RunId,
     RunName,
     Status,
@@ -31,24 +47,35 @@ enum Attribute {
     ArtifactUri,
     StartTime,
     EndTime,
+    ExperimentId,
+    Name,
+    CreationTime,
+    LastUpdateTime,
 }
 
 impl Attribute {
-    fn parse(name: &str) -> Option<Attribute> {
-        Some(match name {
-            "run_id" => Attribute::RunId,
-            "run_name" => Attribute::RunName,
-            "status" => Attribute::Status,
-            "user_id" => Attribute::UserId,
-            "artifact_uri" => Attribute::ArtifactUri,
-            "start_time" | "created" => Attribute::StartTime,
-            "end_time" => Attribute::EndTime,
+    fn parse(kind: Kind, name: &str) -> Option<Attribute> {
+        Some(match (kind, name) {
+            (Kind::Runs, "run_id") => Attribute::RunId,
+            (Kind::Runs, "run_name") => Attribute::RunName,
+            (Kind::Runs, "status") => Attribute::Status,
+            (Kind::Runs, "user_id") => Attribute::UserId,
+            (Kind::Runs, "artifact_uri") => Attribute::ArtifactUri,
+            (Kind::Runs, "start_time" | "created") => Attribute::StartTime,
+            (Kind::Runs, "end_time") => Attribute::EndTime,
+            (Kind::Experiments, "experiment_id") => Attribute::ExperimentId,
+            (Kind::Experiments, "name") => Attribute::Name,
+            (Kind::Experiments, "creation_time") => Attribute::CreationTime,
+            (Kind::Experiments, "last_update_time") => Attribute::LastUpdateTime,
             _ => return None,
         })
     }
 
     fn is_number(self) -> bool {
-        matches!(self, Attribute::StartTime | Attribute::EndTime)
+        matches!(
+            self,
+            Attribute::StartTime | Attribute::EndTime | Attribute::CreationTime | Attribute::LastUpdateTime
+        )
     }
 }
 
@@ -157,38 +184,64 @@ fn tokens(text: &str) -> Result<Vec<Token>, String> {
     Ok(found)
 }
 
-fn field(identifier: &str) -> Result<Field, String> {
-    let (entity, key) = identifier.split_once('.').ok_or_else(|| {
-        format!("`{identifier}` names no entity: metrics.KEY, params.KEY, tags.KEY or attributes.NAME")
-    })?;
+fn field(kind: Kind, identifier: &str) -> Result<Field, String> {
+    let attribute = |key: &str| {
+        Attribute::parse(kind, key)
+            .map(Field::Attribute)
+            .ok_or_else(|| match kind {
+                Kind::Runs => format!(
+                    "`{key}` is not an attribute one can search by: run_id, run_name, status, user_id, \
+                 artifact_uri, start_time, end_time"
+                ),
+                Kind::Experiments => format!(
+                    "`{key}` is not an attribute one can search experiments by: name, experiment_id, \
+                 creation_time, last_update_time"
+                ),
+            })
+    };
+    let Some((entity, key)) = identifier.split_once('.') else {
+        // Experiments' attributes go without their entity: `name LIKE 'a%'`.
+        return match kind {
+            Kind::Experiments => attribute(identifier),
+            Kind::Runs => Err(format!(
+                "`{identifier}` names no entity: metrics.KEY, params.KEY, tags.KEY or attributes.NAME"
+            )),
+        };
+    };
     if key.is_empty() {
         return Err(format!("`{identifier}` names no key"));
     }
-    match entity.to_ascii_lowercase().as_str() {
-        "metric" | "metrics" => Ok(Field::Metric(key.to_string())),
-        "param" | "params" | "parameter" | "parameters" => Ok(Field::Param(key.to_string())),
-        "tag" | "tags" => Ok(Field::Tag(key.to_string())),
-        "attribute" | "attributes" | "attr" | "run" => {
-            Attribute::parse(key).map(Field::Attribute).ok_or_else(|| {
-                format!(
-                    "`{key}` is not an attribute one can search by: run_id, run_name, status, user_id, \
-                     artifact_uri, start_time, end_time"
-                )
-            })
-        }
-        other => Err(format!(
+    match (kind, entity.to_ascii_lowercase().as_str()) {
+        (Kind::Runs, "metric" | "metrics") => Ok(Field::Metric(key.to_string())),
+        (Kind::Runs, "param" | "params" | "parameter" | "parameters") => Ok(Field::Param(key.to_string())),
+        (_, "tag" | "tags") => Ok(Field::Tag(key.to_string())),
+        (Kind::Runs, "attribute" | "attributes" | "attr" | "run") => attribute(key),
+        (Kind::Experiments, "attribute" | "attributes" | "attr" | "experiment") => attribute(key),
+        (Kind::Runs, other) => Err(format!(
             "`{other}` is not an entity: metrics, params, tags or attributes"
+        )),
+        (Kind::Experiments, other) => Err(format!(
+            "`{other}` is not an entity of experiments: tags or attributes"
         )),
     }
 }
 
-/// A filter string, every comparison in it; an empty one is no filter.
+/// A run filter, every comparison in it; an empty one is no filter.
 pub fn parse_filter(text: &str) -> Result<Vec<Clause>, String> {
+    parse(Kind::Runs, text)
+}
+
+/// An experiment filter (`name`, `creation_time`, `last_update_time`, `tags.KEY`).
+pub fn parse_experiment_filter(text: &str) -> Result<Vec<Clause>, String> {
+    parse(Kind::Experiments, text)
+}
+
+fn parse(kind: Kind, text: &str) -> Result<Vec<Clause>, String> {
     let tokens = tokens(text)?;
     let mut clauses = Vec::new();
     let mut rest = tokens.as_slice();
     while !rest.is_empty() {
-        let (clause, after) = comparison(rest)?;
+        let (clause, after) = comparison(kind, rest)?;
         clauses.push(clause);
         rest = match after {
             [] => after,
@@ -210,7 +263,7 @@ fn shown(token: &Token) -> String {
     }
 }
 
-fn comparison(tokens: &[Token]) -> Result<(Clause, &[Token]), String> {
+fn comparison(kind: Kind, tokens: &[Token]) -> Result<(Clause, &[Token]), String> {
     let Some(Token::Word(identifier)) = tokens.first() else {
         return Err(match tokens.first() {
             Some(token) => format!(
@@ -220,7 +273,7 @@ fn comparison(tokens: &[Token]) -> Result<(Clause, &[Token]), String> {
             None => "the filter ends too early".into(),
         });
     };
-    let field = field(identifier)?;
+    let field = field(kind, identifier)?;
     let word = |n: usize| match tokens.get(n) {
         Some(Token::Word(word)) => Some(word.to_ascii_uppercase()),
         _ => None,
@@ -324,13 +377,48 @@ fn check(clause: &Clause, identifier: &str) -> Result<(), String> {
     }
 }
 
-/// A field's value in a run: a number or text, or nothing.
-enum Found {
+/// A field's value in a run or experiment: a number or text, or nothing.
+pub enum Found {
     Number(f64),
     Text(String),
 }
 
-fn value(run: &MlflowRun, field: &Field) -> Option<Found> {
+impl Searched for MlflowRun {
+    fn value(&self, field: &Field) -> Option<Found> {
+        run_value(self, field)
+    }
+
+    /// Newest first, then by id.
+    fn tie_break(&self, other: &MlflowRun) -> Ordering {
+        other
+            .start_time
+            .cmp(&self.start_time)
+            .then_with(|| self.run.id.cmp(&other.run.id))
+    }
+}
+
+impl Searched for Experiment {
+    fn value(&self, field: &Field) -> Option<Found> {
+        match field {
+            Field::Tag(key) => self.tags.get(key).map(|value| Found::Text(value.clone())),
+            Field::Attribute(Attribute::Name) => Some(Found::Text(self.name.clone())),
+            Field::Attribute(Attribute::ExperimentId) => Some(Found::Text(self.id.to_string())),
+            Field::Attribute(Attribute::CreationTime) => Some(Found::Number(self.created_at as f64)),
+            Field::Attribute(Attribute::LastUpdateTime) => Some(Found::Number(self.updated_at as f64)),
+            _ => None,
+        }
+    }
+
+    /// Newest first, then by id (MLflow's `creation_time DESC, experiment_id`).
+    fn tie_break(&self, other: &Experiment) -> Ordering {
+        other
+            .created_at
+            .cmp(&self.created_at)
+            .then_with(|| self.id.to_string().cmp(&other.id.to_string()))
+    }
+}
+
+fn run_value(run: &MlflowRun, field: &Field) -> Option<Found> {
     match field {
         Field::Metric(key) => run
             .run
@@ -354,14 +442,18 @@ fn value(run: &MlflowRun, field: &Field) -> Option<Found> {
             Attribute::ArtifactUri => Some(Found::Text(super::artifact_uri(&run.run))),
             Attribute::StartTime => Some(Found::Number(run.start_time as f64)),
             Attribute::EndTime => run.end_time.map(|end| Found::Number(end as f64)),
+            Attribute::ExperimentId
+            | Attribute::Name
+            | Attribute::CreationTime
+            | Attribute::LastUpdateTime => None,
         },
     }
 }
 
-/// Whether a run passes every clause (a run without the field fails it).
-pub fn matches(run: &MlflowRun, clauses: &[Clause]) -> bool {
+/// Whether a run or experiment passes every clause (one without the field fails it).
+pub fn matches(searched: &impl Searched, clauses: &[Clause]) -> bool {
     clauses.iter().all(|clause| {
-        let Some(found) = value(run, &clause.field) else {
+        let Some(found) = searched.value(&clause.field) else {
             return false;
         };
         match (found, &clause.value) {
@@ -422,8 +514,9 @@ pub struct Order {
     descending: bool,
 }
 
-/// `metrics.loss`, `metrics.loss DESC`, `attributes.start_time ASC`.
-pub fn parse_order(text: &str) -> Result<Order, String> {
+/// `metrics.loss`, `metrics.loss DESC`, `attributes.start_time ASC` (for
+/// experiments: `name`, `creation_time DESC`…).
+pub fn parse_order(kind: Kind, text: &str) -> Result<Order, String> {
     let words = tokens(text)?;
     let (identifier, direction) = match words.as_slice() {
         [Token::Word(identifier)] => (identifier, None),
@@ -437,18 +530,21 @@ pub fn parse_order(text: &str) -> Result<Order, String> {
         Some("DESC") => true,
         Some(other) => return Err(format!("`{other}` is neither ASC nor DESC")),
     };
-    Ok(Order {
-        field: field(identifier)?,
-        descending,
-    })
+    let field = field(kind, identifier)?;
+    if kind == Kind::Experiments && !matches!(field, Field::Attribute(_)) {
+        return Err(format!(
+            "experiments are ordered by attributes only, not `{identifier}`"
+        ));
+    }
+    Ok(Order { field, descending })
 }
 
-/// Sorts runs by the orders given, then newest first, then by id, as
-/// MLflow does; runs without a value sort last either way.
-pub fn sort(runs: &mut [MlflowRun], orders: &[Order]) {
-    runs.sort_by(|a, b| {
+/// Sorts by the orders given, then as MLflow does ([`Searched::tie_break`]);
+/// those without a value sort last either way.
+pub fn sort<T: Searched>(found: &mut [T], orders: &[Order]) {
+    found.sort_by(|a, b| {
         for order in orders {
-            let ordering = match (value(a, &order.field), value(b, &order.field)) {
+            let ordering = match (a.value(&order.field), b.value(&order.field)) {
                 (None, None) => Ordering::Equal,
                 (None, Some(_)) => Ordering::Greater,
                 (Some(_), None) => Ordering::Less,
@@ -470,9 +566,7 @@ pub fn sort(runs: &mut [MlflowRun], orders: &[Order]) {
                 return ordering;
             }
         }
-        b.start_time
-            .cmp(&a.start_time)
-            .then_with(|| a.run.id.cmp(&b.run.id))
+        a.tie_break(b)
     });
 }
 
@@ -527,13 +621,39 @@ mod tests {
     #[test]
     fn orders_parse() {
         assert_eq!(
-            parse_order("metrics.loss DESC").unwrap(),
+            parse_order(Kind::Runs, "metrics.loss DESC").unwrap(),
             Order {
                 field: Field::Metric("loss".into()),
                 descending: true
             }
         );
-        assert!(!parse_order("attributes.start_time").unwrap().descending);
-        assert!(parse_order("metrics.loss SIDEWAYS").is_err());
+        assert!(
+            !parse_order(Kind::Runs, "attributes.start_time")
+                .unwrap()
+                .descending
+        );
+        assert!(parse_order(Kind::Runs, "metrics.loss SIDEWAYS").is_err());
+        assert!(parse_order(Kind::Experiments, "name DESC").unwrap().descending);
+        assert!(parse_order(Kind::Experiments, "tags.team").is_err());
+        assert!(parse_order(Kind::Runs, "name").is_err());
+    }
+
+    #[test]
+    fn experiment_filters_take_bare_attributes_and_tags() {
+        let clauses = parse_experiment_filter(
+            "name LIKE 'sweep%' AND tags.team = 'vision' AND attribute.creation_time > 5",
+        )
+        .unwrap();
+        assert_eq!(clauses[0].field, Field::Attribute(Attribute::Name));
+        assert_eq!(clauses[1].field, Field::Tag("team".into()));
+        assert_eq!(clauses[2].value, Literal::Number(5.0));
+        for (filter, said) in [
+            ("metrics.loss < 1", "not an entity of experiments"),
+            ("status = 'x'", "not an attribute one can search experiments by"),
+            ("creation_time = 'today'", "compares with a number"),
+        ] {
+            let error = parse_experiment_filter(filter).unwrap_err();
+            assert!(error.contains(said), "{filter}: {error}");
+        }
     }
 }
