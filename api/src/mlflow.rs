@@ -1,7 +1,8 @@
 //! Names of MLflow's tracking API as GPUPlane answers it. Each project is
 //! an MLflow experiment, whose id is the project's name (the `default`
 //! project is MLflow's default experiment `0`); experiments the mlflow
-//! client creates by name live inside a project, with ids `PROJECT.N`.
+//! client creates by name live inside a project, with ids `PROJECT:N`
+//! (not `.`: the mlflow client takes an id with a dot for a catalog's table).
 
 /// The id MLflow clients use for their default experiment.
 pub const DEFAULT_EXPERIMENT: &str = "0";
@@ -19,7 +20,7 @@ pub const EXPERIMENT_ID: &str = "MLFLOW_EXPERIMENT_ID";
 pub const PROJECT_TAG: &str = "gpuplane.project";
 
 /// An MLflow experiment id, parsed: a project's own experiment, or one
-/// named inside a project (project names hold no `.`, so the two never
+/// named inside a project (project names hold no `:`, so the two never
 /// meet).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ExperimentId {
@@ -29,7 +30,7 @@ pub enum ExperimentId {
 
 impl ExperimentId {
     pub fn parse(id: &str) -> ExperimentId {
-        if let Some((project, number)) = id.rsplit_once('.')
+        if let Some((project, number)) = id.rsplit_once(':')
             && let Ok(number) = number.parse::<i64>()
         {
             return ExperimentId::Named {
@@ -70,7 +71,7 @@ impl std::fmt::Display for ExperimentId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ExperimentId::Project(project) => f.write_str(&experiment_id(project)),
-            ExperimentId::Named { project, number } => write!(f, "{}.{number}", experiment_id(project)),
+            ExperimentId::Named { project, number } => write!(f, "{}:{number}", experiment_id(project)),
         }
     }
 }
@@ -101,20 +102,20 @@ mod tests {
             ("0", ExperimentId::Project("default".into())),
             ("vision", ExperimentId::Project("vision".into())),
             (
-                "vision.12",
+                "vision:12",
                 ExperimentId::Named {
                     project: "vision".into(),
                     number: 12,
                 },
             ),
             (
-                "0.3",
+                "0:3",
                 ExperimentId::Named {
                     project: "default".into(),
                     number: 3,
                 },
             ),
-            ("a.b", ExperimentId::Project("a.b".into())),
+            ("a:b", ExperimentId::Project("a:b".into())),
         ] {
             assert_eq!(ExperimentId::parse(id), parsed, "{id}");
             assert_eq!(parsed.to_string(), id);

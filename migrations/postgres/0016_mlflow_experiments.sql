@@ -1,6 +1,6 @@
 -- MLflow experiments named inside a project (`mlflow.set_experiment("my
 -- sweep")`), beside each project's own experiment (whose id is the
--- project's name). Their MLflow id is `PROJECT.ID`. A deleted one is kept,
+-- project's name). Their MLflow id is `PROJECT:ID`. A deleted one is kept,
 -- restorable, with its runs archived. Tags of either kind of experiment
 -- sit in mlflow_experiment_tags (experiment 0: the project's own).
 CREATE TABLE mlflow_experiments (
@@ -23,4 +23,6 @@ CREATE TABLE mlflow_experiment_tags (
 
 -- The named experiment a run belongs to (none: its project's own).
 ALTER TABLE mlflow_runs ADD COLUMN experiment BIGINT REFERENCES mlflow_experiments (id) ON DELETE SET NULL;
+-- Who the client says runs it (MLflow's `user_id`; the run's creator is ours).
+ALTER TABLE mlflow_runs ADD COLUMN user_id TEXT;
 CREATE INDEX mlflow_runs_by_experiment ON mlflow_runs (experiment) WHERE experiment IS NOT NULL;

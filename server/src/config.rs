@@ -131,6 +131,8 @@ pub const CONFIG_FILE: &str = "gpuplane.toml";
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub data_dir: PathBuf,
+    /// Where MLflow artifacts are kept.
+    pub artifact_location: ArtifactLocation,
     /// Connections, and how long a request's head and body may take.
     pub http_limits: crate::http::Limits,
     pub settings: SettingValues,
@@ -219,13 +221,12 @@ impl ServerConfig {
             bail!("alert_retry_initial_s and alert_max_attempts must be at least 1");
         }
         smtp::check(s.smtp_url.as_deref(), &s.smtp_from)?;
-        if let Some(store) = &s.artifact_store
-            && store.contains("://")
-        {
-            bail!(
-                "artifact_store must be a folder for now (object storage such as s3:// is not supported yet), got `{store}`"
-            );
-        }
+        let artifact_location = ArtifactLocation::parse(
+            s.artifact_store.as_deref(),
+            s.artifact_store_endpoint.as_deref(),
+            &data_dir,
+        )
+        .map_err(|problem| anyhow::anyhow!(problem))?;
         if let Some(url) = &s.public_url
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
@@ -266,24 +267,10 @@ impl ServerConfig {
             default_project_role: new_user_role("default_project_role", &s.default_project_role)?,
             device_token_lifetime: Duration::from_secs(s.device_token_days * 24 * 3600),
             trusted_proxies: s.trusted_proxies.clone().unwrap_or_default(),
+            artifact_location,
             settings: s,
             data_dir,
         })
-    }
-
-    /// The folder MLflow artifacts are kept in (`artifact_store`; a relative
-    /// one is in the data dir).
-    pub fn artifact_root(&self) -> PathBuf {
-        match self
-            .settings
-            .artifact_store
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            Some(store) => self.data_dir.join(store),
-            None => self.data_dir.join("artifacts"),
-        }
     }
 
     /// The URL jobs and users reach the server at.
@@ -408,6 +395,67 @@ pub fn prepare_data_dir(dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("data directory {} is not writable", dir.display()))?;
     let _ = std::fs::remove_file(probe);
     Ok(())
+}
+
+/// Where MLflow artifacts are kept (`artifact_store`, `artifact_store_endpoint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArtifactLocation {
+    Folder(PathBuf),
+    S3 {
+        bucket: String,
+        prefix: String,
+        /// An S3-compatible server's URL (`artifact_store_endpoint`); none: AWS's.
+        endpoint: Option<String>,
+    },
+}
+
+impl ArtifactLocation {
+    /// `s3://bucket[/prefix]`, else a folder (a relative one in the data dir).
+    pub fn parse(
+        setting: Option<&str>,
+        endpoint: Option<&str>,
+        data_dir: &Path,
+    ) -> Result<ArtifactLocation, String> {
+        let setting = setting.map(str::trim).filter(|s| !s.is_empty());
+        let endpoint = endpoint.map(str::trim).filter(|s| !s.is_empty());
+        match setting {
+            None => Ok(ArtifactLocation::Folder(data_dir.join("artifacts"))),
+            Some(url) if url.starts_with("s3://") => {
+                let rest = &url["s3://".len()..];
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(format!(
+                        "artifact_store `{url}` names no bucket: s3://BUCKET[/PREFIX]"
+                    ));
+                }
+                if let Some(endpoint) = endpoint
+                    && !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+                {
+                    return Err(format!(
+                        "artifact_store_endpoint must start with http:// or https://, got `{endpoint}`"
+                    ));
+                }
+                Ok(ArtifactLocation::S3 {
+                    bucket: bucket.to_string(),
+                    prefix: prefix.trim_matches('/').to_string(),
+                    endpoint: endpoint.map(str::to_string),
+                })
+            }
+            Some(url) if url.contains("://") => Err(format!(
+                "artifact_store must be a folder or s3://BUCKET[/PREFIX] (S3 or an S3-compatible server), got `{url}`"
+            )),
+            Some(folder) => Ok(ArtifactLocation::Folder(data_dir.join(folder))),
+        }
+    }
+}
+
+impl std::fmt::Display for ArtifactLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArtifactLocation::Folder(folder) => write!(f, "{}", folder.display()),
+            ArtifactLocation::S3 { bucket, prefix, .. } => write!(f, "s3://{bucket}/{prefix}"),
+        }
+    }
 }
 
 #[cfg(test)]

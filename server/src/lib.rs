@@ -218,7 +218,7 @@ pub async fn apply_retention(state: &AppState) -> Result<(), store::Error> {
             tracing::info!(runs, "deleted archived runs past archived_run_retention_days");
         }
     }
-    let folders = mlflow::artifacts::sweep(&state.db, &state.config.artifact_root()).await?;
+    let folders = state.artifacts.sweep(&state.db).await?;
     if folders > 0 {
         tracing::info!(folders, "removed the MLflow artifacts of deleted runs");
     }
@@ -275,7 +275,9 @@ async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener,
     config.settings.bind = listener.local_addr()?;
     let db = store::open_configured(&config.data_dir, config.settings.database_url.as_deref()).await?;
     let secret = identity::secrets::SecretKey::load_or_create(&config.data_dir)?;
-    Ok((listener, AppState::new(db, config, secret)))
+    let artifacts = mlflow::artifacts::ArtifactStore::open(&config.artifact_location)
+        .with_context(|| format!("cannot open the artifact store {}", config.artifact_location))?;
+    Ok((listener, AppState::new(db, config, secret, artifacts)))
 }
 
 /// What `gpuplane-server` does with its command line.

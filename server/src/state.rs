@@ -62,6 +62,8 @@ pub struct Shared {
     pub streams: Arc<crate::identity::streams::StreamCounts>,
     /// The Hugging Face Hub that experiments' ids are checked against.
     pub hub: Arc<crate::recipes::hub::Hub>,
+    /// MLflow artifacts: a folder or S3-compatible object storage.
+    pub artifacts: Arc<crate::mlflow::artifacts::ArtifactStore>,
     /// What each project keeps, and when it was measured (`GET /projects/usage`).
     pub usage: Arc<tokio::sync::Mutex<Option<MeasuredUsage>>>,
     /// Added to the time scheduling windows are judged at (ms). Always 0 in
@@ -76,7 +78,12 @@ pub struct Shared {
 }
 
 impl AppState {
-    pub fn new(db: Db, config: ServerConfig, secret: SecretKey) -> Self {
+    pub fn new(
+        db: Db,
+        config: ServerConfig,
+        secret: SecretKey,
+        artifacts: crate::mlflow::artifacts::ArtifactStore,
+    ) -> Self {
         let leptos = LeptosOptions::builder()
             .output_name("gpuplane")
             .site_root(config.site_root.to_string_lossy().to_string())
@@ -104,6 +111,7 @@ impl AppState {
             metric_writer: crate::metrics::group::start(db.clone(), config.settings.loss_pattern.clone()),
             db,
             hub: Arc::new(crate::recipes::hub::Hub::new(&config.settings.hf_endpoint)),
+            artifacts: Arc::new(artifacts),
             config: Arc::new(config),
             leptos,
             secret,

@@ -184,7 +184,7 @@ def test_experiments_live_in_projects_and_are_renamed_tagged_deleted_and_restore
         attempt("empty", lambda: client.create_experiment("   "))
         attempt("rename project", lambda: client.rename_experiment(project.experiment_id, "x"))
         attempt("delete project", lambda: client.delete_experiment(project.experiment_id))
-        attempt("unknown", lambda: client.get_experiment("default.999"))
+        attempt("unknown", lambda: client.get_experiment("default:999"))
         with mlflow.start_run(run_name="in-sweep") as run:
             mlflow.log_metric("loss", 0.5)
         client.set_experiment_tag(sweep.experiment_id, "dataset", "imagenet")
@@ -212,8 +212,8 @@ def test_experiments_live_in_projects_and_are_renamed_tagged_deleted_and_restore
             "active": active, "gone": gone, "restored": [restored, run_after_restore],
         }))
     """)
-    assert answer["sweep"].startswith("0.") and answer["run_experiment"] == answer["sweep"]
-    assert answer["project"] == "vision-team" and answer["placed"].startswith("vision-team.")
+    assert answer["sweep"].startswith("0:") and answer["run_experiment"] == answer["sweep"]
+    assert answer["project"] == "vision-team" and answer["placed"].startswith("vision-team:")
     assert answer["errors"] == {
         "again": "RESOURCE_ALREADY_EXISTS", "project name": "RESOURCE_ALREADY_EXISTS", "empty": "INVALID_PARAMETER_VALUE",
         "rename project": "INVALID_PARAMETER_VALUE", "delete project": "INVALID_PARAMETER_VALUE",
@@ -267,7 +267,7 @@ def test_experiment_changes_need_an_editor_of_their_project(server):
     placed = script(server, """
         print(json.dumps(mlflow.set_experiment("limited sweep").experiment_id))
     """, token=limited)
-    assert placed.startswith("0.")
+    assert placed.startswith("0:")
     # Hostile names are kept as text, never as paths or markup.
     hostile = script(server, """
         client = mlflow.MlflowClient()
@@ -371,6 +371,62 @@ def test_hostile_and_malformed_requests_get_mlflows_errors(server):
                                      headers={"Authorization": f"Bearer {server.token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         assert json.loads(response.read())["run"]["info"]["run_id"] == answer["run"]["info"]["run_id"] == run_id
+    # A POST there with a bearer token needs no Origin (no cookie is ever read).
+    request = urllib.request.Request(f"{server.url}/ajax-api/2.0/mlflow/runs/search", method="POST",
+                                     data=json.dumps({"experiment_ids": ["0"], "max_results": 1}).encode(),
+                                     headers={"Authorization": f"Bearer {server.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert len(json.loads(response.read())["runs"]) == 1
+    # MLflow 3's API is not here, and says so in MLflow's shape, not as a page.
+    request = urllib.request.Request(f"{server.url}/api/3.0/mlflow/traces/search", method="POST", data=b"{}",
+                                     headers={"Authorization": f"Bearer {server.token}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert (refused.value.code, json.loads(refused.value.read())["error_code"]) == (404, "ENDPOINT_NOT_FOUND")
+
+
+def test_mlflows_own_wording_and_run_states(server):
+    answer = script(server, """
+        from mlflow.entities import ViewType
+        client = mlflow.MlflowClient()
+        run = client.create_run("0", tags={"mlflow.user": "ana"})
+        default = client.get_experiment("0")
+        named = client.get_experiment_by_name("Default").experiment_id
+        client.log_param(run.info.run_id, "p", "1")
+        client.delete_run(run.info.run_id)
+        errors = {}
+        for name, call in [("param", lambda: client.log_param(run.info.run_id, "q", "1")),
+                           ("metric", lambda: client.log_metric(run.info.run_id, "m", 1.0)),
+                           ("tag", lambda: client.set_tag(run.info.run_id, "t", "1")),
+                           ("missing run", lambda: client.get_run("run_nope"))]:
+            try:
+                call()
+                errors[name] = "ok"
+            except MlflowException as error:
+                errors[name] = [error.error_code, error.message]
+        client.restore_run(run.info.run_id)
+        client.log_param(run.info.run_id, "q", "1")
+        print(json.dumps({"run_id": run.info.run_id, "user": run.info.user_id, "default": [default.name, named],
+                          "errors": errors, "params": client.get_run(run.info.run_id).data.params}))
+    """)
+    assert answer["user"] == "ana"
+    assert answer["default"] == ["Default", "0"]
+    deleted = f"The run {answer['run_id']} must be in the 'active' state"
+    for name in ("param", "metric", "tag"):
+        assert answer["errors"][name][0] == "INVALID_PARAMETER_VALUE" and deleted in answer["errors"][name][1], answer
+    assert answer["errors"]["missing run"][0] == "RESOURCE_DOES_NOT_EXIST"
+    assert "Run with id=run_nope not found" in answer["errors"]["missing run"][1]
+    assert answer["params"] == {"p": "1", "q": "1"}
+    # A field of the wrong kind is named, with the value given, as MLflow does.
+    for path, body, said in [
+        ("/experiments/create", {"name": 123}, "Invalid value 123 for parameter 'name' supplied"),
+        ("/experiments/create", {"name": "x", "artifact_location": 9.0}, "Invalid value 9.0 for parameter 'artifact_location' supplied"),
+        ("/runs/log-batch", {"run_id": "r", "metrics": "foo"}, "Invalid value \"foo\" for parameter 'metrics' supplied"),
+        ("/runs/search", {"experiment_ids": ["0"], "max_results": 123456789}, "Invalid value 123456789 for parameter 'max_results' supplied"),
+    ]:
+        status, answer = raw(server, "POST", path, body)
+        assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE"), answer
+        assert said in answer["message"], answer
 
 
 def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_path):
@@ -380,6 +436,9 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
         given = os.environ["MLFLOW_RUN_ID"]
         with mlflow.start_run() as run:
             assert run.info.run_id == given, run.info.run_id
+            os.makedirs("ckpt", exist_ok=True)
+            with open("ckpt/step_3.pt", "wb") as out:
+                out.write(b"w" * 10)
             mlflow.log_param("lr", "0.1")
             for step in range(3):
                 mlflow.log_metric("train/loss", 1.0 / (step + 1), step=step)
@@ -390,7 +449,7 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
         client = mlflow.MlflowClient()
         found = [run.info.run_id for run in client.search_runs(["0"])]
         print("search finds", "only its own run" if found == [given] else found)
-        projects = sorted({e.experiment_id.split(".")[0] for e in client.search_experiments()})
+        projects = sorted({e.experiment_id.split(":")[0] for e in client.search_experiments()})
         print("experiments seen in projects:", ",".join(projects))
         for name, call in [("other", lambda: client.log_metric(os.environ["OTHER_RUN"], "loss", 1.0)),
                            ("read", lambda: client.get_run(os.environ["OTHER_RUN"])),
@@ -404,8 +463,10 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
     other = script(server, """
         print(json.dumps(mlflow.MlflowClient().create_run("0", run_name="not-the-jobs").info.run_id))
     """)
+    work = tmp_path / "work"
+    work.mkdir()
     job = server.post("/jobs", {"name": "mlflow-in-a-job", "command": [sys.executable, "-c", code],
-                                "env": {"OTHER_RUN": other}})
+                                "env": {"OTHER_RUN": other}, "working_dir": str(work), "watch_dirs": ["ckpt"]})
     deadline = time.monotonic() + 60
     while server.get(f"/jobs/{job['id']}")["status"] not in ("SUCCEEDED", "FAILED"):
         assert time.monotonic() < deadline, "the job did not end"
@@ -428,6 +489,28 @@ def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_pa
     assert "read RESOURCE_DOES_NOT_EXIST" in output and "search finds only its own run" in output, output
     assert "experiments seen in projects: 0\n" in output + "\n", output
     assert server.get(f"/runs/{other}")["latest"] == {}
+    # The checkpoint it wrote is listed among the run's artifacts; its bytes
+    # stay on the host, and a download says where.
+    deadline = time.monotonic() + 30
+    while not server.get(f"/runs/{job['run_id']}/checkpoints")["items"]:
+        assert time.monotonic() < deadline, "the checkpoint was not recorded"
+        time.sleep(0.2)
+    listed = script(server, f"""
+        client = mlflow.MlflowClient()
+        root = [[f.path, f.is_dir] for f in client.list_artifacts("{job['run_id']}")]
+        inside = [[f.path, f.is_dir, f.file_size] for f in client.list_artifacts("{job['run_id']}", "checkpoints")]
+        print(json.dumps([root, inside]))
+    """)
+    assert listed[0] == [["checkpoints", True]]
+    assert listed[1] == [["checkpoints/step_3.pt", False, 10]]
+    request = urllib.request.Request(
+        f"{server.url}/api/2.0/mlflow-artifacts/artifacts/0/{job['run_id']}/artifacts/checkpoints/step_3.pt",
+        headers={"Authorization": f"Bearer {server.token}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    answer = json.loads(refused.value.read())
+    assert (refused.value.code, answer["error_code"]) == (404, "RESOURCE_DOES_NOT_EXIST")
+    assert "is recorded, not uploaded" in answer["message"] and str(work / "ckpt" / "step_3.pt") in answer["message"]
 
 
 def test_search_runs_filters_orders_and_pages_with_mlflows_grammar(server):

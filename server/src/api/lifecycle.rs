@@ -82,13 +82,11 @@ pub async fn delete_run(
     State(state): State<AppState>,
     Path(run_id): Path<String>,
 ) -> Result<Json<DeletedRun>, ApiError> {
-    let project = runs::check(&state.db, &auth.caller, &run_id, Role::Admin).await?;
+    runs::check(&state.db, &auth.caller, &run_id, Role::Admin).await?;
     let label = runs::label(&state.db, &run_id).await?;
     let deleted = lifecycle::delete(&state.db, &run_id).await?;
     // Its MLflow artifacts too (a failure here is swept up later).
-    if let Err(error) =
-        crate::mlflow::artifacts::remove_run(&state.config.artifact_root(), &project, &run_id).await
-    {
+    if let Err(error) = state.artifacts.remove_run(&run_id).await {
         tracing::warn!(%error, run_id, "the deleted run's artifacts stay until the next sweep");
     }
     let detail = format!(

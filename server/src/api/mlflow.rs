@@ -61,9 +61,14 @@ pub fn router() -> Router<AppState> {
         )
         .route("/logged-models/search", post(search_logged_models))
         .fallback(endpoint_not_found);
+    // MLflow 3's API (traces, datasets, the gateway…) is not kept here: its
+    // paths answer MLflow's JSON "endpoint not found", not the console's page.
+    let newer = Router::new().fallback(endpoint_not_found);
     Router::new()
         .nest("/api/2.0/mlflow", routes.clone())
         .nest("/ajax-api/2.0/mlflow", routes)
+        .nest("/api/3.0/mlflow", newer.clone())
+        .nest("/ajax-api/3.0/mlflow", newer)
 }
 
 /// An MLflow error answer.
@@ -159,8 +164,9 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, MlflowError> {
     } else {
         bytes
     };
-    serde_json::from_slice(bytes)
-        .map_err(|error| MlflowError::invalid(format!("the request body is not valid: {error}")))
+    let fields: Value = serde_json::from_slice(bytes)
+        .map_err(|error| MlflowError::invalid(format!("Malformed request body: {error}")))?;
+    from_fields(fields)
 }
 
 /// A GET's query string, read as its JSON body would be (the mlflow client
@@ -170,8 +176,28 @@ fn query<T: DeserializeOwned>(uri: &Uri) -> Result<T, MlflowError> {
     for (key, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
         fields.insert(key.into_owned(), Value::String(value.into_owned()));
     }
-    serde_json::from_value(Value::Object(fields))
-        .map_err(|error| MlflowError::invalid(format!("the query is not valid: {error}")))
+    from_fields(Value::Object(fields))
+}
+
+/// A request's fields, read into `T`; a field of the wrong kind is refused
+/// in MLflow's words, naming it and the value given.
+fn from_fields<T: DeserializeOwned>(fields: Value) -> Result<T, MlflowError> {
+    serde_path_to_error::deserialize(&fields).map_err(|error| {
+        let field = match error.path().iter().next() {
+            Some(serde_path_to_error::Segment::Map { key }) => Some(key.clone()),
+            _ => None,
+        };
+        match field {
+            Some(field) => {
+                let given = fields.get(&field).map(Value::to_string).unwrap_or_default();
+                MlflowError::invalid(format!(
+                    "Invalid value {given} for parameter '{field}' supplied: {}",
+                    error.inner()
+                ))
+            }
+            None => MlflowError::invalid(format!("the request is not valid: {}", error.inner())),
+        }
+    })
 }
 
 /// int64 fields: protobuf's JSON writes them as strings, some clients as numbers.
@@ -217,8 +243,7 @@ fn experiment_json(experiment: &Experiment) -> Value {
     json!({
         "experiment_id": experiment.id.to_string(),
         "name": experiment.name,
-        // Artifacts are kept by project (a run's artifact URI names its project's experiment).
-        "artifact_location": format!("mlflow-artifacts:/{}", mlflow::experiment_id(experiment.id.project())),
+        "artifact_location": format!("mlflow-artifacts:/{}", experiment.id),
         "lifecycle_stage": experiment.lifecycle_stage(),
         "creation_time": experiment.created_at,
         "last_update_time": experiment.updated_at,
@@ -261,6 +286,9 @@ struct CreateExperiment {
     name: Option<String>,
     #[serde(default)]
     tags: Vec<KeyValue>,
+    /// Read to check it is text; artifacts are kept where the store says.
+    #[allow(dead_code)]
+    artifact_location: Option<String>,
 }
 
 /// A named experiment in the caller's home project
@@ -504,7 +532,7 @@ fn run_entity(found: &MlflowRun) -> Value {
         "user_id": found.user.clone().unwrap_or_default(),
         "status": found.status,
         "start_time": found.start_time,
-        "artifact_uri": mlflow::artifact_uri(run),
+        "artifact_uri": found.artifact_uri(),
         "lifecycle_stage": found.lifecycle_stage(),
     });
     if let Some(end) = found.end_time {
@@ -552,9 +580,9 @@ async fn search_runs(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|problem| MlflowError::invalid(format!("Invalid order_by clause: {problem}")))?;
     let view = mlflow::View::parse(request.run_view_type.as_deref())?;
-    if request.max_results.is_some_and(|max| max > MAX_SEARCH_RESULTS) {
+    if let Some(max) = request.max_results.filter(|max| *max > MAX_SEARCH_RESULTS) {
         return Err(MlflowError::invalid(format!(
-            "Invalid value for request parameter max_results. It must be at most {MAX_SEARCH_RESULTS}"
+            "Invalid value {max} for parameter 'max_results' supplied. It must be at most {MAX_SEARCH_RESULTS}"
         )));
     }
     let asked: Vec<ExperimentId> = request
@@ -605,6 +633,8 @@ struct CreateRun {
     #[serde(default)]
     tags: Vec<KeyValue>,
     run_name: Option<String>,
+    /// Who the client says runs it (`mlflow.user`), shown as MLflow's `user_id`.
+    user_id: Option<String>,
 }
 
 async fn create_run(
@@ -627,6 +657,7 @@ async fn create_run(
         &experiment,
         request.run_name.as_deref(),
         request.start_time,
+        request.user_id.as_deref(),
         &pairs(request.tags),
     )
     .await?;
@@ -640,7 +671,8 @@ struct RunQuery {
     run_uuid: Option<String>,
 }
 
-/// The run a request names, if the caller has `role` in its project.
+/// The run a request names, if the caller has `role` in its project
+/// (else MLflow's "not found", for a run the caller may not see too).
 async fn checked(
     state: &AppState,
     caller: &crate::identity::access::Caller,
@@ -648,8 +680,32 @@ async fn checked(
     role: Role,
 ) -> Result<String, MlflowError> {
     let run_id = run.id()?;
-    runs::check(&state.db, caller, run_id, role).await?;
+    runs::check(&state.db, caller, run_id, role)
+        .await
+        .map_err(|error| match error {
+            crate::store::Error::NotFound(_) => MlflowError {
+                status: StatusCode::NOT_FOUND,
+                code: "RESOURCE_DOES_NOT_EXIST",
+                message: format!("Run with id={run_id} not found"),
+            },
+            other => MlflowError::from(other),
+        })?;
     Ok(run_id.to_string())
+}
+
+/// [`checked`] for logging: an editor's, into a run that is not deleted.
+async fn writable(
+    state: &AppState,
+    caller: &crate::identity::access::Caller,
+    run: &RunQuery,
+) -> Result<String, MlflowError> {
+    let run_id = checked(state, caller, run, Role::Editor).await?;
+    if mlflow::is_deleted(&state.db, &run_id).await? {
+        return Err(MlflowError::invalid(format!(
+            "The run {run_id} must be in the 'active' state. Current state is deleted."
+        )));
+    }
+    Ok(run_id)
 }
 
 impl RunQuery {
@@ -670,8 +726,7 @@ async fn get_run(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: RunQuery = query(&uri)?;
-    let run_id = request.id()?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Viewer).await?;
+    let run_id = &checked(&state, &auth.caller, &request, Role::Viewer).await?;
     let found = mlflow::get(&state.db, run_id).await?;
     Ok(Json(json!({"run": run_json(&state, &found).await?})))
 }
@@ -693,7 +748,7 @@ async fn update_run(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: UpdateRun = body(&bytes)?;
-    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
+    let run_id = &writable(&state, &auth.caller, &request.run).await?;
     mlflow::update_run(
         &state.db,
         run_id,
@@ -731,7 +786,7 @@ async fn log_metric(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: LogMetric = body(&bytes)?;
-    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
+    let run_id = &writable(&state, &auth.caller, &request.run).await?;
     store_metrics(&state, run_id, prepare_metrics(&[request.metric])?).await?;
     Ok(Json(json!({})))
 }
@@ -777,7 +832,7 @@ async fn log_param(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: RunKeyValue = body(&bytes)?;
-    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
+    let run_id = &writable(&state, &auth.caller, &request.run).await?;
     mlflow::log_params(&state.db, run_id, &[(request.key, request.value)]).await?;
     Ok(Json(json!({})))
 }
@@ -789,7 +844,7 @@ async fn set_tag(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: RunKeyValue = body(&bytes)?;
-    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
+    let run_id = &writable(&state, &auth.caller, &request.run).await?;
     mlflow::set_tags(&state.db, run_id, &[(request.key, request.value)]).await?;
     Ok(Json(json!({})))
 }
@@ -811,7 +866,7 @@ async fn delete_tag(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: RunKeyValue = body(&bytes)?;
-    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
+    let run_id = &writable(&state, &auth.caller, &request.run).await?;
     mlflow::delete_tag(&state.db, run_id, &request.key).await?;
     Ok(Json(json!({})))
 }
@@ -837,7 +892,7 @@ async fn log_batch(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: LogBatch = body(&bytes)?;
-    let run_id = &checked(&state, &auth.caller, &request.run, Role::Editor).await?;
+    let run_id = &writable(&state, &auth.caller, &request.run).await?;
     for (what, count, limit) in [
         ("metrics", request.metrics.len(), mlflow::MAX_BATCH_METRICS),
         ("params", request.params.len(), mlflow::MAX_BATCH_PARAMS),
@@ -887,9 +942,14 @@ async fn get_history_bulk_interval(
         }
     }
     let key = required("metric_key", &key)?;
-    if run_ids.is_empty() || run_ids.len() > MAX_BULK_RUNS {
+    if run_ids.is_empty() {
+        return Err(MlflowError::invalid(
+            "Missing value for required parameter 'run_ids'.",
+        ));
+    }
+    if run_ids.len() > MAX_BULK_RUNS {
         return Err(MlflowError::invalid(format!(
-            "GetMetricHistoryBulkInterval request must specify 1 to {MAX_BULK_RUNS} run_ids. Received {} run_ids.",
+            "GetMetricHistoryBulkInterval request must specify at most {MAX_BULK_RUNS} run_ids. Received {} run_ids.",
             run_ids.len()
         )));
     }
@@ -973,9 +1033,8 @@ async fn get_history(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: HistoryQuery = query(&uri)?;
-    let run_id = request.run.id()?;
     let key = required("metric_key", &request.metric_key)?;
-    runs::check(&state.db, &auth.caller, run_id, Role::Viewer).await?;
+    let run_id = &checked(&state, &auth.caller, &request.run, Role::Viewer).await?;
     let all = Query {
         key: key.to_string(),
         max_points: usize::MAX,

@@ -3,7 +3,8 @@
 //! …?path=PATH`) a run's artifacts, for the mlflow client's `log_artifact`,
 //! `log_artifacts`, `list_artifacts` and `download_artifacts`. `sdk` and
 //! `write` tokens of the run's project's editors upload; `read` tokens too
-//! list and download. The store is `crate::mlflow::artifacts`.
+//! list and download. The store is `crate::mlflow::artifacts`; a run's
+//! recorded checkpoints are listed under `checkpoints/`.
 
 use crate::api::error::ApiError;
 use crate::api::extract::{Authed, Ingest, Tracking};
@@ -20,10 +21,6 @@ use axum::routing::get;
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
-
-/// The size of the chunks a download is sent in.
-const CHUNK: usize = 256 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -43,10 +40,19 @@ async fn upload_artifact(
     body: Body,
 ) -> Result<Json<Value>, MlflowError> {
     let auth = auth?;
-    let root = state.config.artifact_root();
-    let target = artifacts::locate(&state.db, &root, &auth.caller, &path, Role::Editor).await?;
+    let at = artifacts::locate(&state.db, &auth.caller, &path, Role::Editor).await?;
+    if at.in_checkpoints() {
+        return Err(ApiError::field(
+            "path",
+            "checkpoints/ lists the run's recorded checkpoints: upload artifacts elsewhere",
+        )
+        .into());
+    }
     let idle = state.config.http_limits.body_timeout;
-    let bytes = artifacts::store(&target, body.into_data_stream(), idle).await?;
+    let bytes = state
+        .artifacts
+        .store(&at.in_store, body.into_data_stream(), idle)
+        .await?;
     tracing::info!(path, bytes, "artifact stored");
     Ok(Json(json!({})))
 }
@@ -57,23 +63,11 @@ async fn download_artifact(
     Path(path): Path<String>,
 ) -> Result<Response, MlflowError> {
     let auth = auth?;
-    let root = state.config.artifact_root();
-    let file = artifacts::locate(&state.db, &root, &auth.caller, &path, Role::Viewer).await?;
-    let (opened, size) = artifacts::open(&file).await?;
-    // A chunk at a time, until the end of the file (or a read error, which
-    // breaks the response off).
-    let chunks = futures_util::stream::unfold(Some(opened), |opened| async move {
-        let mut file = opened?;
-        let mut buffer = vec![0u8; CHUNK];
-        match file.read(&mut buffer).await {
-            Ok(0) => None,
-            Ok(read) => {
-                buffer.truncate(read);
-                Some((Ok::<_, std::io::Error>(buffer), Some(file)))
-            }
-            Err(error) => Some((Err(error), None)),
-        }
-    });
+    let at = artifacts::locate(&state.db, &auth.caller, &path, Role::Viewer).await?;
+    if let Some(elsewhere) = artifacts::checkpoint_elsewhere(&state.db, &at).await? {
+        return Err(ApiError::NotFound(elsewhere).into());
+    }
+    let (chunks, size) = state.artifacts.open_file(&at.in_store).await?;
     Ok((
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
@@ -90,7 +84,8 @@ struct ListQuery {
 }
 
 /// The entries of a folder of a run's artifacts, by name (MLflow's
-/// answer: names, not paths; sizes as strings).
+/// answer: names, not paths; sizes as strings), the run's recorded
+/// checkpoints under `checkpoints/`.
 async fn list_artifacts(
     auth: Result<Authed<Tracking>, ApiError>,
     State(state): State<AppState>,
@@ -103,9 +98,9 @@ async fn list_artifacts(
             "names no run's artifacts: EXPERIMENT/RUN/artifacts",
         ))
     })?;
-    let root = state.config.artifact_root();
-    let at = artifacts::locate(&state.db, &root, &auth.caller, &path, Role::Viewer).await?;
-    let files: Vec<Value> = artifacts::list(&at)
+    let at = artifacts::locate(&state.db, &auth.caller, &path, Role::Viewer).await?;
+    let listed = state.artifacts.list(&at.in_store).await?;
+    let files: Vec<Value> = artifacts::with_checkpoints(&state.db, &at, listed)
         .await?
         .into_iter()
         .map(|entry| {

@@ -61,7 +61,8 @@ fn resolve_client(peer: IpAddr, forwarded_for: &str, trusted: &[IpAddr]) -> IpAd
 
 /// Refuses state-changing requests from other origins. Browsers send
 /// `Origin` (or at least `Referer`) with every POST; it must name this
-/// server. Bearer-token API routes and the OAuth endpoints, which never use
+/// server. Bearer-token API routes (ours under `/api/`, MLflow's under
+/// `/api/` and `/ajax-api/`) and the OAuth endpoints, which never use
 /// cookies, are exempt. Also puts the client's [`ClientAddress`] in the
 /// request's extensions (for rate limits), so every request pays for one
 /// middleware, not two.
@@ -70,7 +71,7 @@ pub async fn check_origin(State(state): State<AppState>, mut request: Request, n
     request.extensions_mut().insert(client);
     let safe = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     let path = request.uri().path();
-    let exempt = path.starts_with("/api/") || path.starts_with("/oauth/");
+    let exempt = path.starts_with("/api/") || path.starts_with("/ajax-api/") || path.starts_with("/oauth/");
     if safe || exempt || same_origin(request.headers(), &state.config.public_url()) {
         return next.run(request).await;
     }

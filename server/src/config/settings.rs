@@ -209,9 +209,14 @@ settings! {
         #[arg(long, env = "GPUPLANE_SITE_ROOT", value_name = "DIR")]
         site_root: PathBuf,
 
-        /// Where MLflow artifacts are kept: a folder (default: artifacts/ in the data dir).
-        #[arg(long, env = "GPUPLANE_ARTIFACT_STORE", value_name = "DIR")]
+        /// Where MLflow artifacts are kept: a folder (default: artifacts/ in the data dir), or
+        /// s3://BUCKET[/PREFIX] (credentials and region from the AWS_* variables).
+        #[arg(long, env = "GPUPLANE_ARTIFACT_STORE", value_name = "DIR|s3://BUCKET/PREFIX")]
         artifact_store: String,
+
+        /// The URL of an S3-compatible server (MinIO, Ceph, …) for an s3:// artifact_store.
+        #[arg(long, env = "GPUPLANE_ARTIFACT_STORE_ENDPOINT", value_name = "URL")]
+        artifact_store_endpoint: String,
 
         /// A notice shown on the console's dashboard and by `gpuctl status` (planned maintenance).
         #[arg(long, env = "GPUPLANE_MAINTENANCE_MESSAGE", value_name = "TEXT")]

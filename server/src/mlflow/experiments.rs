@@ -1,6 +1,6 @@
 //! MLflow experiments: each project's own (id: the project's name), and
 //! those the mlflow client creates by name inside a project (id
-//! `PROJECT.N`, table `mlflow_experiments`). A project's own experiment
+//! `PROJECT:N`, table `mlflow_experiments`). A project's own experiment
 //! is the project: it cannot be renamed or deleted through MLflow. A named
 //! one can, by the project's editors; deleting it archives its runs and
 //! restoring it brings them back, as MLflow's server does.
@@ -13,6 +13,9 @@ use crate::store::{Db, Error};
 use gpuplane_api::mlflow::{ExperimentId, PROJECT_TAG};
 use gpuplane_api::project::Role;
 use std::collections::{BTreeMap, HashMap};
+
+/// The name of MLflow's default experiment (our `default` project's).
+pub const DEFAULT_NAME: &str = "Default";
 
 /// MLflow's longest experiment name.
 pub const MAX_NAME: usize = 500;
@@ -101,7 +104,12 @@ async fn of_projects(db: &Db, projects: &[String]) -> Result<Vec<Experiment>, Er
                 .remove(&(row.project.clone(), row.id.unwrap_or(0)))
                 .unwrap_or_default(),
             id: ExperimentId::of_run(&row.project, row.id),
-            name: row.name,
+            // MLflow calls its default experiment `Default`.
+            name: if row.id.is_none() && row.name == "default" {
+                DEFAULT_NAME.to_string()
+            } else {
+                row.name
+            },
             created_at: row.created_at,
             updated_at: row.updated_at,
             deleted: row.deleted_at.is_some(),
@@ -145,7 +153,10 @@ pub async fn by_name(db: &Db, caller: &Caller, name: &str) -> Result<Experiment,
     let mut found: Vec<Experiment> = visible(db, caller)
         .await?
         .into_iter()
-        .filter(|experiment| experiment.name == name)
+        .filter(|experiment| {
+            experiment.name == name
+                || matches!(&experiment.id, ExperimentId::Project(project) if project == name)
+        })
         .collect();
     found.sort_by_key(|experiment| (experiment.id.number().is_some(), experiment.id.project() != home));
     found

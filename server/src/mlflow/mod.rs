@@ -61,13 +61,25 @@ impl MlflowRun {
     }
 }
 
-/// Where MLflow would keep a run's artifacts.
-pub fn artifact_uri(run: &Run) -> String {
-    format!(
-        "mlflow-artifacts:/{}/{}/artifacts",
-        experiment_id(&run.project),
-        run.id
-    )
+impl MlflowRun {
+    /// Where MLflow keeps the run's artifacts: under its experiment's.
+    pub fn artifact_uri(&self) -> String {
+        format!("mlflow-artifacts:/{}/{}/artifacts", self.experiment, self.run.id)
+    }
+}
+
+/// The experiment a run is in (none such: "not found").
+pub async fn experiment_of(db: &Db, run_id: &str) -> Result<ExperimentId, Error> {
+    let found: Option<(String, Option<i64>)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT r.project, m.experiment FROM runs r LEFT JOIN mlflow_runs m ON m.run_id = r.id WHERE r.id = $1",
+        )
+        .bind(run_id)
+        .fetch_optional(pool)
+        .await
+    })?;
+    let (project, named) = found.ok_or_else(|| Error::NotFound(format!("Run with id={run_id} not found")))?;
+    Ok(ExperimentId::of_run(&project, named))
 }
 
 /// MLflow's status of one of our runs: what the client reported, else
@@ -109,7 +121,7 @@ async fn with_details(db: &Db, runs: Vec<Run>) -> Result<Vec<MlflowRun>, Error> 
     let listed = db.dialect().json_values("$1");
     let rows: Vec<Row> = sql!(db, |pool| {
         sqlx::query_as(&format!(
-            "SELECT r.id, coalesce(m.started_at, r.created_at) AS started_at, r.finished_at, u.name AS user,
+            "SELECT r.id, coalesce(m.started_at, r.created_at) AS started_at, r.finished_at, coalesce(m.user_id, u.name) AS user,
                     m.status, m.ended_at, m.experiment
              FROM runs r LEFT JOIN users u ON u.id = r.created_by LEFT JOIN mlflow_runs m ON m.run_id = r.id
              WHERE r.id IN (SELECT value FROM {listed})"
@@ -245,6 +257,17 @@ pub async fn search(
     Ok(found)
 }
 
+/// Whether a run is deleted (archived): MLflow logs into none such.
+pub async fn is_deleted(db: &Db, run_id: &str) -> Result<bool, Error> {
+    let archived: Option<Option<i64>> = sql!(db, |pool| {
+        sqlx::query_scalar("SELECT archived_at FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_optional(pool)
+            .await
+    })?;
+    Ok(archived.flatten().is_some())
+}
+
 /// `runs/delete` and `runs/restore`: MLflow's deleted runs are archived ones.
 pub async fn set_deleted(db: &Db, caller: &Caller, run_id: &str, deleted: bool) -> Result<(), Error> {
     runs::lifecycle::set_archived(db, run_id, deleted, caller.user_id.as_deref()).await
@@ -259,6 +282,7 @@ pub async fn create_run(
     experiment: &ExperimentId,
     name: Option<&str>,
     start_time: Option<i64>,
+    user_id: Option<&str>,
     tags: &[(String, String)],
 ) -> Result<String, Error> {
     if caller.run_id.is_some() {
@@ -290,11 +314,12 @@ pub async fn create_run(
     let mut tx = crate::store::write(db).await?;
     sql!(tx, |conn| {
         sqlx::query(
-            "INSERT INTO mlflow_runs (run_id, status, started_at, experiment) VALUES ($1, 'RUNNING', $2, $3)",
+            "INSERT INTO mlflow_runs (run_id, status, started_at, experiment, user_id) VALUES ($1, 'RUNNING', $2, $3, $4)",
         )
         .bind(&run_id)
         .bind(start_time.unwrap_or_else(now_ms))
         .bind(experiment.number())
+        .bind(user_id.filter(|user| !user.is_empty()))
         .execute(conn)
         .await
         .map(|_| ())
@@ -397,7 +422,9 @@ pub async fn delete_tag(db: &Db, run_id: &str, key: &str) -> Result<(), Error> {
             .map(|done| done.rows_affected())
     })?;
     if removed == 0 {
-        return Err(Error::NotFound(format!("no tag {key} on run {run_id}")));
+        return Err(Error::NotFound(format!(
+            "No tag with name: {key} in run with id {run_id}"
+        )));
     }
     Ok(())
 }

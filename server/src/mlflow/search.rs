@@ -439,7 +439,7 @@ fn run_value(run: &MlflowRun, field: &Field) -> Option<Found> {
             Attribute::RunName => Some(Found::Text(run.run.name.clone())),
             Attribute::Status => Some(Found::Text(run.status.clone())),
             Attribute::UserId => Some(Found::Text(run.user.clone().unwrap_or_default())),
-            Attribute::ArtifactUri => Some(Found::Text(super::artifact_uri(&run.run))),
+            Attribute::ArtifactUri => Some(Found::Text(run.artifact_uri())),
             Attribute::StartTime => Some(Found::Number(run.start_time as f64)),
             Attribute::EndTime => run.end_time.map(|end| Found::Number(end as f64)),
             Attribute::ExperimentId
