@@ -23,6 +23,8 @@ SCHEMATHESIS_VERSION=4.32.5
 # The unmodified MLflow client (the tracking client without its server), the
 # version bench/report.sh runs MLflow's server at (testkit/mlflow).
 MLFLOW_CLIENT_VERSION=3.17.2
+# An S3-compatible server for the artifact store's tests (moto's, with boto3).
+MOTO_VERSION=5.2.6
 started=$(date +%s)
 current=""
 step() {
@@ -80,11 +82,12 @@ if [ ${#slurm_missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis and the mlflow client (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis, the mlflow client and moto's S3 server (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
   "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
-  "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "mlflow-skinny==$MLFLOW_CLIENT_VERSION"
+  "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "mlflow-skinny==$MLFLOW_CLIENT_VERSION" \
+  "moto[server]==$MOTO_VERSION"
 
 step "cargo fmt --check"
 cargo fmt --all --check
