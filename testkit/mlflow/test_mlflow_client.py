@@ -429,6 +429,58 @@ def test_mlflows_own_wording_and_run_states(server):
         assert said in answer["message"], answer
 
 
+def test_the_mlflow_uis_own_routes(server):
+    run_id = script(server, """
+        client = mlflow.MlflowClient()
+        run = client.create_run("0", run_name="ui-routes")
+        for step in range(3):
+            client.log_metric(run.info.run_id, "loss", 1.0 / (step + 1), timestamp=1000 + step, step=step)
+        print(json.dumps(run.info.run_id))
+    """)
+    auth = {"Authorization": f"Bearer {server.token}"}
+
+    def call(method, path, data=None):
+        request = urllib.request.Request(f"{server.url}{path}", method=method, data=data, headers=auth)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    # Upload and download by run and path, and the listing by path from the root.
+    assert call("POST", f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run_id}&path=notes/a.txt", b"hello")[0] == 200
+    assert call("GET", f"/get-artifact?run_uuid={run_id}&path=notes/a.txt") == (200, b"hello")
+    status, listed = call("GET", f"/ajax-api/2.0/mlflow/artifacts/list?run_uuid={run_id}&path=notes")
+    assert status == 200 and json.loads(listed)["files"] == [{"path": "notes/a.txt", "is_dir": False, "file_size": 5}]
+    status, answer = call("GET", f"/api/2.0/mlflow/artifacts/list?run_id={run_id}&path=../x")
+    assert (status, json.loads(answer)["error_code"]) == (400, "INVALID_PARAMETER_VALUE")
+    assert "Invalid path" in json.loads(answer)["message"]
+    # A run that does not exist and one of a project the token cannot see look the same.
+    server.post("/projects", {"name": "ui-other"})
+    other = server.post("/tokens", {"name": "ui-other-only", "scope": "write", "project": "ui-other"})["secret"]
+    auth = {"Authorization": f"Bearer {other}"}
+    hidden = call("GET", f"/get-artifact?run_uuid={run_id}&path=notes/a.txt")
+    missing = call("GET", "/get-artifact?run_uuid=run_nope&path=notes/a.txt")
+    assert hidden[0] == missing[0] == 404
+    assert call("POST", f"/ajax-api/2.0/mlflow/upload-artifact?run_uuid={run_id}&path=x.txt", b"no")[0] == 404
+    auth = {"Authorization": f"Bearer {server.token}"}
+    # The older UI's history of a metric across runs, in time order.
+    status, answer = call("GET", f"/ajax-api/2.0/mlflow/metrics/get-history-bulk?run_id={run_id}&metric_key=loss&max_results=2")
+    assert status == 200
+    assert [(m["step"], m["timestamp"], m["run_id"]) for m in json.loads(answer)["metrics"]] == [(0, 1000, run_id), (1, 1001, run_id)]
+    status, answer = call("GET", "/ajax-api/2.0/mlflow/metrics/get-history-bulk?metric_key=loss")
+    assert status == 400 and "at least one run_id" in json.loads(answer)["message"]
+    # MLflow's required fields: a metric's timestamp, a run id of the right kind.
+    for path, body, said in [
+        ("/runs/log-metric", {"run_id": run_id, "key": "k", "value": 1.0}, "Missing value for required parameter 'timestamp'"),
+        ("/runs/log-batch", {"run_id": run_id, "metrics": [{"key": "k", "value": 1.0}]},
+         "Missing value for required parameter 'metrics[0].timestamp'"),
+        ("/runs/log-parameter", {"run_id": 31, "key": "k", "value": 41}, "Invalid value 31 for parameter 'run_id' supplied"),
+    ]:
+        status, answer = raw(server, "POST", path, body)
+        assert (status, answer["error_code"]) == (400, "INVALID_PARAMETER_VALUE") and said in answer["message"], answer
+
+
 def test_inside_a_job_mlflow_start_run_logs_into_the_jobs_own_run(server, tmp_path):
     server.start_agent(tmp_path / "jobs", gpus=1)
     code = textwrap.dedent("""

@@ -59,6 +59,8 @@ pub fn router() -> Router<AppState> {
             "/metrics/get-history-bulk-interval",
             get(get_history_bulk_interval),
         )
+        .route("/metrics/get-history-bulk", get(get_history_bulk))
+        .route("/artifacts/list", get(list_run_artifacts))
         .route("/logged-models/search", post(search_logged_models))
         .fallback(endpoint_not_found);
     // MLflow 3's API (traces, datasets, the gateway…) is not kept here: its
@@ -166,6 +168,18 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, MlflowError> {
     };
     let fields: Value = serde_json::from_slice(bytes)
         .map_err(|error| MlflowError::invalid(format!("Malformed request body: {error}")))?;
+    // The run comes first, as MLflow checks it (it sits in a flattened part,
+    // where a wrong kind would lose its name).
+    for field in ["run_id", "run_uuid"] {
+        if let Some(given) = fields
+            .get(field)
+            .filter(|value| !value.is_string() && !value.is_null())
+        {
+            return Err(MlflowError::invalid(format!(
+                "Invalid value {given} for parameter '{field}' supplied: it must be a string"
+            )));
+        }
+    }
     from_fields(fields)
 }
 
@@ -786,6 +800,11 @@ async fn log_metric(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: LogMetric = body(&bytes)?;
+    if request.metric.timestamp.is_none() {
+        return Err(MlflowError::invalid(
+            "Missing value for required parameter 'timestamp'.",
+        ));
+    }
     let run_id = &writable(&state, &auth.caller, &request.run).await?;
     store_metrics(&state, run_id, prepare_metrics(&[request.metric])?).await?;
     Ok(Json(json!({})))
@@ -905,6 +924,15 @@ async fn log_batch(
             )));
         }
     }
+    if let Some(at) = request
+        .metrics
+        .iter()
+        .position(|metric| metric.timestamp.is_none())
+    {
+        return Err(MlflowError::invalid(format!(
+            "Missing value for required parameter 'metrics[{at}].timestamp'."
+        )));
+    }
     let prepared = prepare_metrics(&request.metrics)?;
     mlflow::log_params(&state.db, run_id, &pairs(request.params)).await?;
     store_metrics(&state, run_id, prepared).await?;
@@ -919,6 +947,88 @@ const MAX_BULK_POINTS: i64 = 2500;
 /// The MLflow UI's charts: one metric of up to 100 runs, each sampled to
 /// `max_results` points over `start_step..=end_step` (our downsampling:
 /// each bucket's last point; all points when they fit).
+/// The most points `get-history-bulk` answers, and the most runs it takes, as MLflow.
+const MAX_BULK_HISTORY: usize = 25_000;
+
+/// The older MLflow UI's history of one metric of several runs: every
+/// point (up to `max_results` in all), run by run, in time order.
+async fn get_history_bulk(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Answer {
+    let auth = caller(auth)?;
+    let mut run_ids = Vec::new();
+    let (mut key, mut max_results) = (None, MAX_BULK_HISTORY);
+    for (name, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "run_id" => run_ids.push(value.into_owned()),
+            "metric_key" => key = Some(value.into_owned()),
+            "max_results" => {
+                max_results = value.parse::<usize>().map_err(|_| {
+                    MlflowError::invalid(format!(
+                        "Invalid value {value} for parameter 'max_results' supplied"
+                    ))
+                })?
+            }
+            _ => {}
+        }
+    }
+    if run_ids.is_empty() {
+        return Err(MlflowError::invalid(
+            "GetMetricHistoryBulk request must specify at least one run_id.",
+        ));
+    }
+    if run_ids.len() > MAX_BULK_RUNS {
+        return Err(MlflowError::invalid(format!(
+            "GetMetricHistoryBulk request cannot specify more than {MAX_BULK_RUNS} run_ids. Received {} run_ids.",
+            run_ids.len()
+        )));
+    }
+    let key =
+        key.ok_or_else(|| MlflowError::invalid("GetMetricHistoryBulk request must specify a metric_key."))?;
+    let max_results = max_results.min(MAX_BULK_HISTORY);
+    run_ids.sort();
+    run_ids.dedup();
+    let mut listed = Vec::new();
+    for run_id in &run_ids {
+        let asked = RunQuery {
+            run_id: Some(run_id.clone()),
+            run_uuid: None,
+        };
+        checked(&state, &auth.caller, &asked, Role::Viewer).await?;
+        let all = Query {
+            key: key.clone(),
+            max_points: usize::MAX,
+            axis: Axis::Step,
+            from: None,
+            to: None,
+        };
+        let mut points = metrics::query(&state.db, run_id, &all)
+            .await?
+            .points
+            .unwrap_or_default();
+        points.truncate(max_results);
+        points.sort_by(|a, b| {
+            a.wall_time
+                .total_cmp(&b.wall_time)
+                .then(a.step.cmp(&b.step))
+                .then(a.value.0.total_cmp(&b.value.0))
+        });
+        listed.extend(points.iter().map(|point| {
+            json!({
+                "key": key,
+                "value": point.value,
+                "timestamp": (point.wall_time * 1000.0).round() as i64,
+                "step": point.step,
+                "run_id": run_id,
+            })
+        }));
+    }
+    listed.truncate(max_results);
+    Ok(Json(json!({ "metrics": listed })))
+}
+
 async fn get_history_bulk_interval(
     auth: Result<Authed<Tracking>, ApiError>,
     State(state): State<AppState>,
@@ -1056,4 +1166,66 @@ async fn get_history(
         })
     };
     Ok(Json(paged("metrics", &points, start, size, metric)))
+}
+
+#[derive(Debug, Deserialize)]
+struct RunListQuery {
+    run_id: Option<String>,
+    run_uuid: Option<String>,
+    path: Option<String>,
+}
+
+/// MLflow's own (not proxied) listing, `/api/2.0/mlflow/artifacts/list`,
+/// which the MLflow UI uses: a run's artifacts at a path below its root,
+/// each named by its path from the root.
+async fn list_run_artifacts(
+    auth: Result<Authed<Tracking>, ApiError>,
+    State(state): State<AppState>,
+    uri: Uri,
+) -> Result<Json<Value>, MlflowError> {
+    let auth = caller(auth)?;
+    let query: RunListQuery = query(&uri)?;
+    let run_id = query
+        .run_id
+        .or(query.run_uuid)
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| {
+            MlflowError::from(ApiError::field(
+                "run_id",
+                "Missing value for required parameter 'run_id'.",
+            ))
+        })?;
+    let inside = query.path.unwrap_or_default();
+    let inside = inside.trim_matches('/');
+    runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
+    let root = format!(
+        "{}/{run_id}/artifacts",
+        mlflow::experiment_of(&state.db, &run_id).await?
+    );
+    let path = if inside.is_empty() {
+        root.clone()
+    } else {
+        format!("{root}/{inside}")
+    };
+    let at = mlflow::artifacts::locate(&state.db, &auth.caller, &path, Role::Viewer).await?;
+    let listed = state.artifacts.list(&at.in_store).await?;
+    let files: Vec<Value> = mlflow::artifacts::with_checkpoints(&state.db, &at, listed)
+        .await?
+        .into_iter()
+        .map(|entry| {
+            let path = if at.inside.is_empty() {
+                entry.name
+            } else {
+                format!("{}/{}", at.inside.join("/"), entry.name)
+            };
+            let mut file = json!({"path": path, "is_dir": entry.is_dir});
+            if let Some(size) = entry.size {
+                file["file_size"] = Value::from(size);
+            }
+            file
+        })
+        .collect();
+    Ok(Json(
+        json!({"root_uri": format!("mlflow-artifacts:/{root}"), "files": files}),
+    ))
 }

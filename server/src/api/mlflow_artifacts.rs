@@ -17,7 +17,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use gpuplane_api::project::Role;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -29,6 +29,60 @@ pub fn router() -> Router<AppState> {
             "/api/2.0/mlflow-artifacts/artifacts/{*path}",
             get(download_artifact).put(upload_artifact),
         )
+        // The MLflow UI's own download and upload, by run and path.
+        .route("/get-artifact", get(download_run_artifact))
+        .route("/ajax-api/2.0/mlflow/upload-artifact", post(upload_run_artifact))
+}
+
+#[derive(Debug, Deserialize)]
+struct RunPath {
+    run_id: Option<String>,
+    run_uuid: Option<String>,
+    path: Option<String>,
+}
+
+impl RunPath {
+    /// The artifact path the proxied API names for this run and path.
+    async fn artifact_path(&self, state: &AppState) -> Result<String, MlflowError> {
+        let run_id = self
+            .run_id
+            .as_deref()
+            .or(self.run_uuid.as_deref())
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| {
+                MlflowError::from(ApiError::field(
+                    "run_id",
+                    "Missing value for required parameter 'run_id'.",
+                ))
+            })?;
+        let path = self.path.as_deref().unwrap_or_default().trim_matches('/');
+        // A run that does not exist is refused below, as one the caller cannot see.
+        let experiment = match crate::mlflow::experiment_of(&state.db, run_id).await {
+            Ok(experiment) => experiment.to_string(),
+            Err(crate::store::Error::NotFound(_)) => crate::mlflow::DEFAULT_EXPERIMENT.to_string(),
+            Err(error) => return Err(ApiError::from(error).into()),
+        };
+        Ok(format!("{experiment}/{run_id}/artifacts/{path}"))
+    }
+}
+
+async fn download_run_artifact(
+    auth: Result<Authed<Tracking>, ApiError>,
+    state: State<AppState>,
+    Query(query): Query<RunPath>,
+) -> Result<Response, MlflowError> {
+    let path = query.artifact_path(&state).await?;
+    download_artifact(auth, state, Path(path)).await
+}
+
+async fn upload_run_artifact(
+    auth: Result<Authed<Ingest>, ApiError>,
+    state: State<AppState>,
+    Query(query): Query<RunPath>,
+    body: Body,
+) -> Result<Json<Value>, MlflowError> {
+    let path = query.artifact_path(&state).await?;
+    upload_artifact(auth, state, Path(path), body).await
 }
 
 /// Streams the body into the store; an upload that stalls for the

@@ -29,7 +29,7 @@ pub const MAX_PATH: usize = 1024;
 /// every part plain (no empty, `.` or `..` part, no backslash or control
 /// character).
 pub fn split(path: &str) -> Result<(&str, &str, Vec<&str>), Error> {
-    let bad = |why: &str| Error::field("path", format!("`{}` {why}", path.escape_debug()));
+    let bad = |why: &str| Error::field("path", format!("Invalid path: `{}` {why}", path.escape_debug()));
     if path.is_empty() || path.len() > MAX_PATH {
         return Err(bad(&format!("is not an artifact path of 1 to {MAX_PATH} bytes")));
     }
