@@ -168,9 +168,9 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, MlflowError> {
     };
     let fields: Value = serde_json::from_slice(bytes)
         .map_err(|error| MlflowError::invalid(format!("Malformed request body: {error}")))?;
-    // The run comes first, as MLflow checks it (it sits in a flattened part,
-    // where a wrong kind would lose its name).
-    for field in ["run_id", "run_uuid"] {
+    // The run and the key come first, as MLflow checks them (they sit in
+    // flattened parts, where a wrong kind would lose its name).
+    for field in ["run_id", "run_uuid", "key"] {
         if let Some(given) = fields
             .get(field)
             .filter(|value| !value.is_string() && !value.is_null())
@@ -852,7 +852,8 @@ async fn log_param(
     let auth = caller(auth)?;
     let request: RunKeyValue = body(&bytes)?;
     let run_id = &writable(&state, &auth.caller, &request.run).await?;
-    mlflow::log_params(&state.db, run_id, &[(request.key, request.value)]).await?;
+    let key = required("key", &request.key)?.to_string();
+    mlflow::log_params(&state.db, run_id, &[(key, request.value)]).await?;
     Ok(Json(json!({})))
 }
 
@@ -864,7 +865,8 @@ async fn set_tag(
     let auth = caller(auth)?;
     let request: RunKeyValue = body(&bytes)?;
     let run_id = &writable(&state, &auth.caller, &request.run).await?;
-    mlflow::set_tags(&state.db, run_id, &[(request.key, request.value)]).await?;
+    let key = required("key", &request.key)?.to_string();
+    mlflow::set_tags(&state.db, run_id, &[(key, request.value)]).await?;
     Ok(Json(json!({})))
 }
 
@@ -873,7 +875,7 @@ async fn set_tag(
 struct RunKeyValue {
     #[serde(flatten)]
     run: RunQuery,
-    key: String,
+    key: Option<String>,
     #[serde(default)]
     value: String,
 }
@@ -886,7 +888,7 @@ async fn delete_tag(
     let auth = caller(auth)?;
     let request: RunKeyValue = body(&bytes)?;
     let run_id = &writable(&state, &auth.caller, &request.run).await?;
-    mlflow::delete_tag(&state.db, run_id, &request.key).await?;
+    mlflow::delete_tag(&state.db, run_id, required("key", &request.key)?).await?;
     Ok(Json(json!({})))
 }
 

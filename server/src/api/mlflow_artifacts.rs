@@ -79,9 +79,14 @@ async fn upload_run_artifact(
     auth: Result<Authed<Ingest>, ApiError>,
     state: State<AppState>,
     Query(query): Query<RunPath>,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, MlflowError> {
     let path = query.artifact_path(&state).await?;
+    let length = headers.get(header::CONTENT_LENGTH).and_then(|value| value.to_str().ok());
+    if length.is_none_or(|length| length == "0") {
+        return Err(ApiError::BadRequest("Request must specify data.".into()).into());
+    }
     upload_artifact(auth, state, Path(path), body).await
 }
 
