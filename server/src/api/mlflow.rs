@@ -168,8 +168,9 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, MlflowError> {
     };
     let fields: Value = serde_json::from_slice(bytes)
         .map_err(|error| MlflowError::invalid(format!("Malformed request body: {error}")))?;
-    // The run and the key come first, as MLflow checks them (they sit in
-    // flattened parts, where a wrong kind would lose its name).
+    // The run, the key and a metric's time and step are checked first, as
+    // MLflow does (they sit in flattened parts, where a wrong kind would
+    // lose its name).
     for field in ["run_id", "run_uuid", "key"] {
         if let Some(given) = fields
             .get(field)
@@ -177,6 +178,19 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, MlflowError> {
         {
             return Err(MlflowError::invalid(format!(
                 "Invalid value {given} for parameter '{field}' supplied: it must be a string"
+            )));
+        }
+    }
+    for field in ["timestamp", "step"] {
+        let whole = |value: &Value| match value {
+            Value::Null => true,
+            Value::Number(number) => number.is_i64(),
+            Value::String(text) => text.parse::<i64>().is_ok(),
+            _ => false,
+        };
+        if let Some(given) = fields.get(field).filter(|value| !whole(value)) {
+            return Err(MlflowError::invalid(format!(
+                "Invalid value {given} for parameter '{field}' supplied: it must be a whole number"
             )));
         }
     }

@@ -50,12 +50,12 @@ impl RunPath {
             .or(self.run_uuid.as_deref())
             .filter(|id| !id.is_empty())
             .ok_or_else(|| {
-                MlflowError::from(ApiError::field(
-                    "run_id",
-                    "Missing value for required parameter 'run_id'.",
-                ))
+                MlflowError::from(ApiError::BadRequest("Request must specify run_uuid.".into()))
             })?;
         let path = self.path.as_deref().unwrap_or_default().trim_matches('/');
+        if path.is_empty() {
+            return Err(ApiError::BadRequest("Request must specify path.".into()).into());
+        }
         // A run that does not exist is refused below, as one the caller cannot see.
         let experiment = match crate::mlflow::experiment_of(&state.db, run_id).await {
             Ok(experiment) => experiment.to_string(),
@@ -83,7 +83,9 @@ async fn upload_run_artifact(
     body: Body,
 ) -> Result<Json<Value>, MlflowError> {
     let path = query.artifact_path(&state).await?;
-    let length = headers.get(header::CONTENT_LENGTH).and_then(|value| value.to_str().ok());
+    let length = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok());
     if length.is_none_or(|length| length == "0") {
         return Err(ApiError::BadRequest("Request must specify data.".into()).into());
     }

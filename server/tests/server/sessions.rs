@@ -255,7 +255,10 @@ async fn the_database_holds_no_session_id_in_clear() {
     let dir = console.0.stop().await;
     let mut bytes = Vec::new();
     for entry in std::fs::read_dir(dir.path()).unwrap() {
-        bytes.extend(std::fs::read(entry.unwrap().path()).unwrap());
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            bytes.extend(std::fs::read(path).unwrap());
+        }
     }
     assert!(
         !bytes.windows(id.len()).any(|w| w == id.as_bytes()),

@@ -217,7 +217,12 @@ sys.exit(3)
     })
     .unwrap();
     // MLflow artifacts of the run retention deletes, and of the job's run that stays.
-    let artifacts = cluster.server.state.config.artifact_root().join("0");
+    let gpuplane_server::config::ArtifactLocation::Folder(root) =
+        &cluster.server.state.config.artifact_location
+    else {
+        panic!("the test server keeps its artifacts in a folder");
+    };
+    let artifacts = root.join("0");
     for run_id in [&sdk_run, &running.run_id] {
         std::fs::create_dir_all(artifacts.join(run_id).join("artifacts")).unwrap();
         std::fs::write(artifacts.join(run_id).join("artifacts/model.pt"), "weights").unwrap();

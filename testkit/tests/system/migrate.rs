@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 40, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 42, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 40);
+    assert_eq!(tables.len(), 42);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -76,7 +76,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut pg)
     .await
     .unwrap();
-    assert_eq!(identities.len(), 9, "{identities:?}");
+    assert_eq!(identities.len(), 10, "{identities:?}");
     for (table, column) in identities {
         let (next, max): (i64, i64) = sqlx::query_as(&format!(
             "SELECT nextval(pg_get_serial_sequence('{table}', '{column}')), (SELECT max({column}) FROM {table})"
@@ -257,7 +257,8 @@ sys.exit(3)
     assert_eq!(status, 201, "{job}");
     let (status, body) = cluster.post("/recipes/sft/1/deprecate", json!(null)).await;
     assert_eq!(status, 200, "{body}");
-    // A run the mlflow client made, with its status and a tag (MLflow's API).
+    // A run the mlflow client made in an experiment of its own, with its
+    // status and tags (MLflow's API).
     let mlflow = |path: &str, body: Value| {
         reqwest::Client::new()
             .post(format!("{}/api/2.0/mlflow/{path}", cluster.server.url))
@@ -265,9 +266,18 @@ sys.exit(3)
             .json(&body)
             .send()
     };
+    let experiment: Value = mlflow(
+        "experiments/create",
+        json!({"name": "My Sweep", "tags": [{"key": "dataset", "value": "birds"}]}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
     let created: Value = mlflow(
         "runs/create",
-        json!({"experiment_id": "0", "tags": [{"key": "team", "value": "a"}]}),
+        json!({"experiment_id": experiment["experiment_id"], "tags": [{"key": "team", "value": "a"}]}),
     )
     .await
     .unwrap()
