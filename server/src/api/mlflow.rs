@@ -791,12 +791,27 @@ async fn update_run(
 
 #[derive(Debug, Deserialize)]
 struct Metric {
+    /// Missing: empty, refused in MLflow's words ([`Metric::missing`]).
+    #[serde(default)]
     key: String,
     value: MetricValue,
     #[serde(default, deserialize_with = "int64")]
     timestamp: Option<i64>,
     #[serde(default, deserialize_with = "int64")]
     step: Option<i64>,
+}
+
+impl Metric {
+    /// The first required field it lacks (MLflow requires a key and a time).
+    fn missing(&self) -> Option<&'static str> {
+        if self.key.is_empty() {
+            Some("key")
+        } else if self.timestamp.is_none() {
+            Some("timestamp")
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -814,10 +829,10 @@ async fn log_metric(
 ) -> Answer {
     let auth = caller(auth)?;
     let request: LogMetric = body(&bytes)?;
-    if request.metric.timestamp.is_none() {
-        return Err(MlflowError::invalid(
-            "Missing value for required parameter 'timestamp'.",
-        ));
+    if let Some(field) = request.metric.missing() {
+        return Err(MlflowError::invalid(format!(
+            "Missing value for required parameter '{field}'."
+        )));
     }
     let run_id = &writable(&state, &auth.caller, &request.run).await?;
     store_metrics(&state, run_id, prepare_metrics(&[request.metric])?).await?;
@@ -940,14 +955,12 @@ async fn log_batch(
             )));
         }
     }
-    if let Some(at) = request
-        .metrics
-        .iter()
-        .position(|metric| metric.timestamp.is_none())
-    {
-        return Err(MlflowError::invalid(format!(
-            "Missing value for required parameter 'metrics[{at}].timestamp'."
-        )));
+    for (at, metric) in request.metrics.iter().enumerate() {
+        if let Some(field) = metric.missing() {
+            return Err(MlflowError::invalid(format!(
+                "Missing value for required parameter 'metrics[{at}].{field}'."
+            )));
+        }
     }
     let prepared = prepare_metrics(&request.metrics)?;
     mlflow::log_params(&state.db, run_id, &pairs(request.params)).await?;

@@ -83,6 +83,7 @@ async fn upload_run_artifact(
     body: Body,
 ) -> Result<Json<Value>, MlflowError> {
     let path = query.artifact_path(&state).await?;
+    artifacts::split(&path)?;
     let length = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok());

@@ -13,6 +13,7 @@ mod experiments;
 mod job_spec_reference;
 mod leaders;
 mod metrics;
+mod mlflow;
 mod nodes;
 mod recipes;
 mod schema;
