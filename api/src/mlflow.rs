@@ -92,9 +92,50 @@ pub fn experiment_id(project: &str) -> String {
     }
 }
 
+/// Where a link the mlflow client prints leads in the console: its run
+/// page for `#/experiments/EXPERIMENT/runs/RUN` (MLflow UI's address of a
+/// run, after the server's), the runs of the experiment's project for
+/// `#/experiments/EXPERIMENT`; none for anything else.
+pub fn console_path(fragment: &str) -> Option<String> {
+    let plain = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_:".contains(c))
+    };
+    let rest = fragment.strip_prefix('#').unwrap_or(fragment);
+    let parts: Vec<&str> = rest.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["experiments", experiment, "runs", run, ..] if plain(experiment) && plain(run) => {
+            Some(format!("/runs/{run}"))
+        }
+        ["experiments", experiment] if plain(experiment) => Some(format!(
+            "/runs?project={}",
+            ExperimentId::parse(experiment).project()
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_clients_links_lead_to_console_pages() {
+        for (fragment, path) in [
+            ("#/experiments/0/runs/run_01ABC", Some("/runs/run_01ABC")),
+            ("#/experiments/vision:3/runs/run_1/artifacts", Some("/runs/run_1")),
+            ("#/experiments/0", Some("/runs?project=default")),
+            ("#/experiments/vision:3", Some("/runs?project=vision")),
+            ("#/experiments/0/runs/<script>", None),
+            ("#/experiments//runs/x", None),
+            ("#section", None),
+            ("", None),
+        ] {
+            assert_eq!(console_path(fragment).as_deref(), path, "{fragment}");
+        }
+    }
 
     #[test]
     fn experiment_ids_read_back() {

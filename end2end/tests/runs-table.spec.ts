@@ -107,3 +107,16 @@ test('the runs table sorts, filters, keeps a selection in its URL and compares',
   await expect(page.getByTestId('scatter').locator('circle')).toHaveCount(3);
   await expect(page.getByTestId('scatter')).toContainText('config.lr (log scale)');
 });
+
+test('the links the mlflow client prints open the run page', async ({ page, request }) => {
+  const created = await request.post(url() + '/api/v1/runs', {
+    headers: asAdmin(), data: { project: 'default', name: 'from-mlflow' } });
+  expect(created.status(), await created.text()).toBe(201);
+  const run = await created.json();
+  await signIn(page, '/runs');
+  // What the client prints after a run: SERVER/#/experiments/EXPERIMENT/runs/RUN.
+  await page.goto(url() + `/#/experiments/0/runs/${run.id}`);
+  await expect(page).toHaveURL((at) => at.pathname === `/runs/${run.id}`);
+  await page.goto(url() + '/#/experiments/0');
+  await expect(page).toHaveURL((at) => at.pathname === '/runs' && at.searchParams.get('project') === 'default');
+});

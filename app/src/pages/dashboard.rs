@@ -20,6 +20,21 @@ use leptos_meta::Title;
 
 #[component]
 pub fn Dashboard() -> impl IntoView {
+    // The links the mlflow client prints (`/#/experiments/0/runs/RUN`, the
+    // MLflow UI's) open the run's page here (the fragment is the browser's alone).
+    let location = leptos_router::hooks::use_location();
+    let navigate = leptos_router::hooks::use_navigate();
+    Effect::new(move |_| {
+        if let Some(target) = gpuplane_api::mlflow::console_path(&location.hash.get()) {
+            navigate(
+                &target,
+                leptos_router::NavigateOptions {
+                    replace: true,
+                    ..Default::default()
+                },
+            );
+        }
+    });
     // Bumped by every new event, so the page follows the cluster.
     let tick = RwSignal::new(0u64);
     live::follow(

@@ -59,9 +59,7 @@ impl MlflowRun {
             "active"
         }
     }
-}
 
-impl MlflowRun {
     /// Where MLflow keeps the run's artifacts: under its experiment's.
     pub fn artifact_uri(&self) -> String {
         format!("mlflow-artifacts:/{}/{}/artifacts", self.experiment, self.run.id)
