@@ -239,15 +239,20 @@ impl ArtifactStore {
     /// Removes a deleted run's artifacts (`gpuctl run delete`), in
     /// whichever experiment's folder they are.
     pub async fn remove_run(&self, run_id: &str) -> Result<(), Error> {
-        let experiments = self
+        for experiment in self.experiment_folders().await? {
+            self.remove(&experiment.clone().join(run_id)).await?;
+        }
+        Ok(())
+    }
+
+    /// The store's top folders, one an experiment.
+    async fn experiment_folders(&self) -> Result<Vec<ObjectPath>, Error> {
+        let listed = self
             .store
             .list_with_delimiter(None)
             .await
             .map_err(|error| read(&ObjectPath::default(), error))?;
-        for experiment in experiments.common_prefixes {
-            self.remove(&experiment.clone().join(run_id)).await?;
-        }
-        Ok(())
+        Ok(listed.common_prefixes)
     }
 
     async fn remove(&self, folder: &ObjectPath) -> Result<(), Error> {
@@ -269,12 +274,7 @@ impl ArtifactStore {
     /// artifacts were removed.
     pub async fn sweep(&self, db: &crate::store::Db) -> Result<usize, Error> {
         let mut folders = Vec::new();
-        let experiments = self
-            .store
-            .list_with_delimiter(None)
-            .await
-            .map_err(|error| read(&ObjectPath::default(), error))?;
-        for experiment in experiments.common_prefixes {
+        for experiment in self.experiment_folders().await? {
             let runs = self
                 .store
                 .list_with_delimiter(Some(&experiment))
