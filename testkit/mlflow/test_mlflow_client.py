@@ -48,7 +48,8 @@ def script(server, code, token=None):
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         env=env, capture_output=True, text=True, timeout=120,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    server_log = "".join(server.log[-20:])
+    assert done.returncode == 0, f"{done.stderr[-3000:]}\nthe server's log, last lines:\n{server_log}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

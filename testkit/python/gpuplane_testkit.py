@@ -36,6 +36,9 @@ class Server:
         self.process = None
         self.agent = None
         self.log = []
+        # Every panic the server printed: a test may pass while a connection
+        # task died, so stop() fails then.
+        self.panics = []
         self.admin("create-user", "sdk-user", "--admin", "--password-stdin", input="sdk-password-123\n")
         self.token = self.admin("create-token", "--user", "sdk-user", "--scope", "write")
 
@@ -63,6 +66,8 @@ class Server:
         for line in self.process.stderr:
             self.log.append(line)
             del self.log[:-200]
+            if "panicked at" in line:
+                self.panics.append(line)
 
     def stop(self):
         if self.agent and self.agent.poll() is None:
@@ -71,6 +76,7 @@ class Server:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=20)
+        assert not self.panics, f"the server panicked: {self.panics}"
 
     def get(self, path):
         return self.call("GET", path)
