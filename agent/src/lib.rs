@@ -17,7 +17,6 @@ pub mod slurm;
 pub mod spool;
 pub mod tail;
 pub mod telemetry;
-pub mod tfevents;
 pub mod watch;
 
 use anyhow::Context;

@@ -9,10 +9,10 @@
 
 use crate::files;
 use crate::reporter::Reporter;
-use crate::tfevents::{EventFile, is_event_file};
 use gpuplane_api::agent::ReportItem;
 use gpuplane_api::event::EventKind;
 use gpuplane_api::metric::{Point, Value};
+use gpuplane_tfevents::{EventFile, is_event_file};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -41,7 +41,7 @@ fn tfevents(path: &std::path::Path) -> anyhow::Result<()> {
     let mut scalars = 0;
     for _ in 0..5 {
         let started = std::time::Instant::now();
-        let mut file = gpuplane_agent::tfevents::EventFile::new(path, 0);
+        let mut file = gpuplane_tfevents::EventFile::new(path, 0);
         let mut count = 0;
         loop {
             let found = file.read()?;

@@ -87,7 +87,7 @@ fn training_run(steps: i64) -> Vec<Point> {
 /// Every scalar of an event file, read with the agent's reader.
 fn tfevents_points(path: &Path) -> anyhow::Result<Vec<Point>> {
     let size = std::fs::metadata(path)?.len();
-    let mut file = gpuplane_agent::tfevents::EventFile::new(path, 0);
+    let mut file = gpuplane_tfevents::EventFile::new(path, 0);
     let mut points = Vec::new();
     loop {
         let found = file.read()?;

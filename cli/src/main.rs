@@ -91,6 +91,9 @@ enum Command {
     /// (`$GPUCTL_SPOOL_DIR`, else ~/.gpuctl/spool), like `gpuplane.sync()`;
     /// `--list` shows it and what the server refused (the quarantine).
     Sync(commands::sync::SyncArgs),
+    /// Bring runs from elsewhere: a tree of TensorBoard event files.
+    #[command(subcommand)]
+    Import(commands::import::ImportCommand),
     /// Serve MCP over stdio for an AI assistant that starts a local process:
     /// its tools are the server's (/mcp), used with this CLI's token.
     Mcp,
@@ -205,6 +208,9 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
             commands::admin::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Sync(args) => commands::sync::run(&Client::new(cli.server, cli.token)?, &args, out).await,
+        Command::Import(command) => {
+            commands::import::run(&Client::new(cli.server, cli.token)?, &command, out).await
+        }
         Command::Mcp => commands::mcp::run(Client::new(cli.server, cli.token)?).await,
     }
 }

@@ -1,5 +1,5 @@
 //! The event file reader against files written here record by record,
-//! and against event files that tensorboardX and TensorFlow wrote (`agent/tests/fixtures`).
+//! and against event files that tensorboardX and TensorFlow wrote (`tests/fixtures`).
 
 use super::*;
 

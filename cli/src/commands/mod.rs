@@ -7,6 +7,7 @@ pub mod evals;
 pub mod events;
 pub mod experiments;
 pub mod hub;
+pub mod import;
 pub mod jobs;
 pub mod logs;
 pub mod mcp;

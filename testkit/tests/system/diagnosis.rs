@@ -123,7 +123,7 @@ async fn a_segfault_a_missing_working_dir_and_a_nan_loss_get_their_own_explanati
     let work = cluster.workdir("nan");
     let script = format!(
         "mkdir -p tb && cp {}/tests/fixtures/tb-simple/events.out.tfevents.simple tb/ && echo 'loss is nan, stopping' >&2 && exit 3",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../agent")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../tfevents")
     );
     let nan = fails(
         &cluster,

@@ -10,6 +10,7 @@ mod evaluations;
 mod faults;
 mod gpuctl;
 mod hostile;
+mod imports;
 mod jobs;
 mod lifecycle;
 mod recipes;

@@ -163,7 +163,7 @@ fn scalar_events(tag: &str, n: usize) -> Vec<u8> {
 }
 
 fn masked_crc(bytes: &[u8]) -> u32 {
-    gpuplane_agent::tfevents::masked_crc(bytes)
+    gpuplane_tfevents::masked_crc(bytes)
 }
 
 /// A length-delimited protobuf field.

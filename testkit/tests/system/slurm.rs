@@ -119,7 +119,7 @@ async fn jobs_run_as_sbatch_jobs_with_their_argv_gpus_exit_codes_logs_and_sdk_me
     // TensorBoard files a Slurm job writes into its watch dir become metrics.
     let fixture = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../agent/tests/fixtures/tb-simple/events.out.tfevents.simple"
+        "/../tfevents/tests/fixtures/tb-simple/events.out.tfevents.simple"
     );
     let tensorboard = cluster
         .submit(json!({

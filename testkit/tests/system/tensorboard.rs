@@ -11,7 +11,7 @@ use serde_json::json;
 fn fixture(name: &str) -> String {
     format!(
         "{}/tests/fixtures/{name}",
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../agent")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../tfevents")
     )
 }
 
