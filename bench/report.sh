@@ -7,13 +7,9 @@
 #                                in a temporary directory (the test command
 #                                runs it, so no benchmark rots)
 # Installs the peers (MLflow 3, TensorBoard, tensorboardX; pinned) from PyPI
-# into target/bench-venv first, then runs `gpuplane-bench report`.
+# into target/bench-venv first (bench/peers-venv.sh), then runs `gpuplane-bench report`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-MLFLOW_VERSION=3.17.2
-TENSORBOARD_VERSION=2.21.0
-TENSORBOARDX_VERSION=2.6.5
 
 target="${CARGO_TARGET_DIR:-target}"
 if [ "${1:-}" = "--smoke" ]; then
@@ -26,8 +22,6 @@ else
   bench="$target/release/gpuplane-bench"
   args=(--repeat "${REPEAT:-3}" --out bench/report)
 fi
+bash bench/peers-venv.sh
 venv="$target/bench-venv"
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check "mlflow==$MLFLOW_VERSION" \
-  "tensorboard==$TENSORBOARD_VERSION" "tensorboardX==$TENSORBOARDX_VERSION"
 "$bench" report "${args[@]}" --peers "$venv/bin/python"

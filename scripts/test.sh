@@ -21,7 +21,7 @@ PYARROW_VERSION=26.0.1
 # Requests generated from the OpenAPI document (testkit/fuzz).
 SCHEMATHESIS_VERSION=4.32.5
 # The unmodified MLflow client (the tracking client without its server), the
-# version bench/report.sh runs MLflow's server at (testkit/mlflow).
+# version bench/peers-venv.sh runs MLflow's server at (testkit/mlflow).
 MLFLOW_CLIENT_VERSION=3.17.2
 # An S3-compatible server for the artifact store's tests (moto's, with boto3).
 MOTO_VERSION=5.2.6
@@ -88,6 +88,9 @@ step "install: Python virtualenv with the SDK, pytest, the official MCP client, 
   "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
   "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "mlflow-skinny==$MLFLOW_CLIENT_VERSION" \
   "moto[server]==$MOTO_VERSION"
+
+step "install: the peers, pinned, into target/bench-venv (MLflow 3 with its server, TensorBoard, tensorboardX): the benchmarks measure them, gpuctl import mlflow's test copies from that MLflow server"
+bash bench/peers-venv.sh
 
 step "cargo fmt --check"
 cargo fmt --all --check

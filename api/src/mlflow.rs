@@ -19,6 +19,9 @@ pub const EXPERIMENT_ID: &str = "MLFLOW_EXPERIMENT_ID";
 /// (`create_experiment(NAME, tags={"gpuplane.project": "vision"})`).
 pub const PROJECT_TAG: &str = "gpuplane.project";
 
+/// MLflow's longest experiment name, in characters.
+pub const MAX_EXPERIMENT_NAME_LEN: usize = 500;
+
 /// An MLflow experiment id, parsed: a project's own experiment, or one
 /// named inside a project (project names hold no `:`, so the two never
 /// meet).

@@ -152,6 +152,12 @@ impl Client {
         request.send().await.map_err(|error| self.unreachable(&error))
     }
 
+    /// The token requests carry, for a caller that talks to another of the
+    /// server's APIs (`gpuctl import mlflow`: its MLflow API).
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     pub fn has_token(&self) -> bool {
         self.token.is_some()
     }
@@ -216,7 +222,7 @@ impl Client {
 }
 
 /// The innermost cause, e.g. "Connection refused (os error 111)".
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+pub fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = error;
     while let Some(next) = cause.source() {
         cause = next;

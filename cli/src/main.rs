@@ -91,7 +91,8 @@ enum Command {
     /// (`$GPUCTL_SPOOL_DIR`, else ~/.gpuctl/spool), like `gpuplane.sync()`;
     /// `--list` shows it and what the server refused (the quarantine).
     Sync(commands::sync::SyncArgs),
-    /// Bring runs from elsewhere: a tree of TensorBoard event files.
+    /// Bring runs from elsewhere: a tree of TensorBoard event files, or the
+    /// experiments of an MLflow tracking server.
     #[command(subcommand)]
     Import(commands::import::ImportCommand),
     /// Serve MCP over stdio for an AI assistant that starts a local process:

@@ -10,15 +10,12 @@ use crate::runs;
 use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Error};
-use gpuplane_api::mlflow::{ExperimentId, PROJECT_TAG};
+use gpuplane_api::mlflow::{ExperimentId, MAX_EXPERIMENT_NAME_LEN, PROJECT_TAG};
 use gpuplane_api::project::Role;
 use std::collections::{BTreeMap, HashMap};
 
 /// The name of MLflow's default experiment (our `default` project's).
 pub const DEFAULT_NAME: &str = "Default";
-
-/// MLflow's longest experiment name.
-pub const MAX_NAME: usize = 500;
 
 /// An experiment as the MLflow API shows it.
 #[derive(Debug, Clone)]
@@ -175,11 +172,14 @@ pub fn home_project(caller: &Caller, tags: &BTreeMap<String, String>) -> String 
 }
 
 fn check_name(name: &str) -> Result<(), Error> {
-    if name.trim().is_empty() || name.len() > MAX_NAME || name.chars().any(char::is_control) {
+    if name.trim().is_empty()
+        || name.chars().count() > MAX_EXPERIMENT_NAME_LEN
+        || name.chars().any(char::is_control)
+    {
         return Err(Error::field(
             "name",
             format!(
-                "`{}` is not an experiment name: 1 to {MAX_NAME} characters, not all spaces, none a control character",
+                "`{}` is not an experiment name: 1 to {MAX_EXPERIMENT_NAME_LEN} characters, not all spaces, none a control character",
                 name.escape_debug()
             ),
         ));

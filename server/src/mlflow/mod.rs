@@ -390,14 +390,7 @@ async fn put_tags(tx: &mut Tx, run_id: &str, tags: &[(String, String)]) -> Resul
             }
         }
     }
-    if !shown.is_empty() {
-        let add = RunChanges {
-            add_tags: shown,
-            ..RunChanges::default()
-        };
-        runs::details::change(tx, run_id, &add).await?;
-    }
-    Ok(())
+    runs::details::add_tags_that_fit(tx, run_id, shown).await
 }
 
 /// `runs/set-tag`, and the tags of `runs/log-batch`.

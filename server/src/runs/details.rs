@@ -93,6 +93,41 @@ where
     }
 }
 
+/// Adds as many of `tags` as the run has room for (`MAX_TAGS` in all), in
+/// order; the rest are left out. MLflow's tags are shown as run tags this
+/// way, where they fit: MLflow keeps any number.
+pub async fn add_tags_that_fit(conn: &mut Tx, run_id: &str, tags: Vec<String>) -> Result<(), Error> {
+    if tags.is_empty() {
+        return Ok(());
+    }
+    let mut kept = tags_of(conn, run_id).await?;
+    let mut added = Vec::new();
+    for tag in tags {
+        if kept.len() >= experiment::MAX_TAGS {
+            break;
+        }
+        if kept.insert(tag.clone()) {
+            added.push(tag);
+        }
+    }
+    let add = RunChanges {
+        add_tags: added,
+        ..RunChanges::default()
+    };
+    change(conn, run_id, &add).await
+}
+
+/// A run's tags as they are.
+async fn tags_of(conn: &mut Tx, run_id: &str) -> Result<BTreeSet<String>, Error> {
+    let current: String = sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT tags FROM runs WHERE id = $1")
+            .bind(run_id)
+            .fetch_one(conn)
+            .await
+    })?;
+    Ok(serde_json::from_str(&current).unwrap_or_default())
+}
+
 /// Changes tags, notes and the name; answers nothing when nothing was asked.
 pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result<(), Error> {
     let mut errors = Vec::new();
@@ -109,15 +144,9 @@ pub async fn change(conn: &mut Tx, run_id: &str, changes: &RunChanges) -> Result
     if !errors.is_empty() {
         return Err(Error::Invalid(errors));
     }
-    let current: String = sql!(conn, |conn| {
-        sqlx::query_scalar("SELECT tags FROM runs WHERE id = $1")
-            .bind(run_id)
-            .fetch_one(conn)
-            .await
-    })?;
     let mut tags: BTreeSet<String> = match &changes.tags {
         Some(replaced) => replaced.iter().cloned().collect(),
-        None => serde_json::from_str(&current).unwrap_or_default(),
+        None => tags_of(conn, run_id).await?,
     };
     tags.extend(changes.add_tags.iter().cloned());
     for tag in &changes.remove_tags {

@@ -174,3 +174,41 @@ async fn named_experiments_keep_their_tags_runs_and_lifecycle() {
     .await;
     assert_eq!(default["experiment"]["experiment_id"], json!("0"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_keeps_any_number_of_mlflow_tags_and_shows_those_that_fit() {
+    let f = TestServer::start().await;
+    let admin = f.user("mlflow-tagger", Scope::Write, true).await;
+    let (status, created) = mlflow(&f, &admin, "POST", "runs/create", json!({"experiment_id": "0"})).await;
+    assert_eq!(status, StatusCode::OK, "{created}");
+    let run_id = created["run"]["info"]["run_id"].as_str().unwrap().to_string();
+    // MLflow sets no limit on a run's tags: 120, in two batches of its 100.
+    for chunk in [0..100, 100..120] {
+        let tags: Vec<Value> = chunk
+            .map(|i| json!({"key": format!("t{i}"), "value": "v"}))
+            .collect();
+        let (status, answer) = mlflow(
+            &f,
+            &admin,
+            "POST",
+            "runs/log-batch",
+            json!({"run_id": run_id, "tags": tags}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
+    let (_, got) = mlflow(&f, &admin, "GET", "runs/get", json!({"run_id": run_id})).await;
+    let kept = got["run"]["data"]["tags"].as_array().unwrap();
+    assert_eq!(
+        kept.iter()
+            .filter(|tag| tag["key"].as_str().unwrap().starts_with('t'))
+            .count(),
+        120
+    );
+    let (_, run) = f.get(&format!("/runs/{run_id}"), &admin).await;
+    assert_eq!(
+        run["tags"].as_array().unwrap().len(),
+        gpuplane_api::experiment::MAX_TAGS,
+        "as many as a run shows: {run}"
+    );
+}

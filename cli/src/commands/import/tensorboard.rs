@@ -12,25 +12,14 @@
 //! the server add nothing twice. Import finished training: a job still
 //! writing its files is watched by the agent (`watch_dirs`) instead.
 
-use crate::Output;
+use super::{ImportReport, ImportedRun, Progress, encode, short_id, unreadable};
 use crate::client::{CliError, Client};
 use crate::exit::Failure;
 use gpuplane_api::Page;
 use gpuplane_api::metric::{Batch, IngestResult, NewRun, Point, Run, Value};
-use gpuplane_tfevents::{EventFile, is_event_file, masked_crc};
-use serde::Serialize;
+use gpuplane_tfevents::{EventFile, is_event_file};
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-
-#[derive(Debug, clap::Subcommand)]
-pub enum ImportCommand {
-    /// A tree of TensorBoard event files (a --logdir): one run per folder
-    /// holding event files, named by its path; scalars become metrics and
-    /// hparams the config. A second import of the same tree adds nothing,
-    /// and an import cut off goes on where it stopped.
-    Tensorboard(TensorboardArgs),
-}
 
 #[derive(Debug, clap::Args)]
 pub struct TensorboardArgs {
@@ -48,43 +37,10 @@ pub const SOURCE_KEY: &str = "import.source";
 /// Points sent in one request.
 const BATCH_POINTS: usize = 20_000;
 
-/// What one `gpuctl import` did.
-#[derive(Debug, Serialize)]
-pub struct ImportReport {
-    pub project: String,
-    pub runs: Vec<ImportedRun>,
-    /// Points the server stored in this import (0 when it had them all).
-    pub points_added: u64,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ImportedRun {
-    /// The run's name: the folder's path under the imported folder.
-    pub name: String,
-    pub run_id: String,
-    /// `imported`; `resumed` (an earlier import was cut off); `skipped`
-    /// (imported before).
-    pub outcome: &'static str,
-    pub points_added: u64,
-    /// Event files whose reading stopped at a corrupt record (every point
-    /// before it imported): the file, the offset and why.
-    pub corrupt: Vec<String>,
-}
-
-pub async fn run(client: &Client, command: &ImportCommand, out: &Output) -> Result<(), CliError> {
-    match command {
-        ImportCommand::Tensorboard(args) => {
-            let report = tensorboard(client, args, out).await?;
-            out.emit(&report, show_report);
-            Ok(())
-        }
-    }
-}
-
-async fn tensorboard(
+pub async fn import(
     client: &Client,
     args: &TensorboardArgs,
-    out: &Output,
+    progress: &Progress,
 ) -> Result<ImportReport, CliError> {
     let root = std::fs::canonicalize(&args.dir).map_err(|error| unreadable(&args.dir, &error))?;
     if !root.is_dir() {
@@ -107,11 +63,11 @@ async fn tensorboard(
     }
     let host = host_name();
     let imported = imported_runs(client, &args.project).await?;
-    let progress = Progress::new(!out.json && std::io::stderr().is_terminal());
     let mut report = ImportReport {
         project: args.project.clone(),
         runs: Vec::new(),
         points_added: 0,
+        artifacts_added: 0,
     };
     for (index, (folder, files)) in folders.iter().enumerate() {
         let name = run_name(&root, folder);
@@ -119,13 +75,9 @@ async fn tensorboard(
         progress.show(&format!("[{}/{}] {name}", index + 1, folders.len()));
         let (run_id, outcome) = match imported.get(&source) {
             Some(run) if run.status == "FINISHED" => {
-                report.runs.push(ImportedRun {
-                    name,
-                    run_id: run.id.clone(),
-                    outcome: "skipped",
-                    points_added: 0,
-                    corrupt: Vec::new(),
-                });
+                report
+                    .runs
+                    .push(ImportedRun::new(None, name, run.id.clone(), "skipped"));
                 continue;
             }
             Some(run) => (run.id.clone(), "resumed"),
@@ -134,13 +86,7 @@ async fn tensorboard(
                 "imported",
             ),
         };
-        let mut run = ImportedRun {
-            name,
-            run_id,
-            outcome,
-            points_added: 0,
-            corrupt: Vec::new(),
-        };
+        let mut run = ImportedRun::new(None, name, run_id, outcome);
         let mut hparams = BTreeMap::new();
         for file in files {
             send_file(
@@ -148,7 +94,7 @@ async fn tensorboard(
                 &mut run,
                 file,
                 &mut hparams,
-                &progress,
+                progress,
                 index,
                 folders.len(),
             )
@@ -168,7 +114,6 @@ async fn tensorboard(
         report.points_added += run.points_added;
         report.runs.push(run);
     }
-    progress.done();
     Ok(report)
 }
 
@@ -188,11 +133,7 @@ async fn send_file(
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned();
-    let file_id = format!(
-        "{:08x}{:04x}",
-        masked_crc(file_name.as_bytes()),
-        file_name.len() & 0xffff
-    );
+    let file_id = short_id(&file_name);
     let mut events = EventFile::new(path, 0);
     loop {
         let start = events.offset;
@@ -229,7 +170,7 @@ async fn send_file(
         }
     }
     if let Some(corrupt) = &events.corrupt {
-        run.corrupt.push(format!(
+        run.warnings.push(format!(
             "{}: stopped at byte {}: {}",
             path.display(),
             corrupt.offset,
@@ -277,12 +218,7 @@ fn run_name(root: &Path, folder: &Path) -> String {
     } else {
         relative.to_string_lossy()
     };
-    let name: String = name
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .take(gpuplane_api::experiment::MAX_RUN_NAME_LEN)
-        .collect();
-    name
+    super::one_line(&name, gpuplane_api::experiment::MAX_RUN_NAME_LEN)
 }
 
 /// The runs of `project` made by an import, by their source.
@@ -326,63 +262,8 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-fn encode(text: &str) -> String {
-    form_urlencoded::byte_serialize(text.as_bytes()).collect()
-}
-
-fn unreadable(path: &Path, error: &std::io::Error) -> CliError {
-    CliError::new(Failure::Other, "io_error", format!("{}: {error}", path.display()))
-}
-
 /// A refusal while sending `path`'s points, naming the file.
 fn in_file(mut error: CliError, path: &Path) -> CliError {
     error.error.message = format!("{}: {}", path.display(), error.error.message);
     error
-}
-
-/// One line on stderr, rewritten in place, while a terminal watches.
-struct Progress {
-    shown: bool,
-}
-
-impl Progress {
-    fn new(shown: bool) -> Progress {
-        Progress { shown }
-    }
-
-    fn show(&self, line: &str) {
-        if self.shown {
-            let line = gpuplane_api::terminal::visible(line);
-            eprint!("\r\x1b[2K{line}");
-        }
-    }
-
-    fn done(&self) {
-        if self.shown {
-            eprint!("\r\x1b[2K");
-        }
-    }
-}
-
-fn show_report(report: &ImportReport) -> String {
-    let count = |outcome: &str| report.runs.iter().filter(|run| run.outcome == outcome).count();
-    let mut text = format!(
-        "{} run(s) into project {}: {} imported, {} resumed, {} already imported; {} point(s) added",
-        report.runs.len(),
-        report.project,
-        count("imported"),
-        count("resumed"),
-        count("skipped"),
-        report.points_added
-    );
-    for run in &report.runs {
-        text.push_str(&format!(
-            "\n  {}  {}  {}  {} point(s)",
-            run.run_id, run.outcome, run.name, run.points_added
-        ));
-        for corrupt in &run.corrupt {
-            text.push_str(&format!("\n    warning: {corrupt}"));
-        }
-    }
-    text
 }
