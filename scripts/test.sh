@@ -25,6 +25,8 @@ SCHEMATHESIS_VERSION=4.32.5
 MLFLOW_CLIENT_VERSION=3.17.2
 # An S3-compatible server for the artifact store's tests (moto's, with boto3).
 MOTO_VERSION=5.2.6
+# The real W&B client, logging offline inside jobs (testkit/wandb).
+WANDB_VERSION=0.31.0
 started=$(date +%s)
 current=""
 step() {
@@ -82,12 +84,12 @@ if [ ${#slurm_missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis, the mlflow client and moto's S3 server (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis, the mlflow client, moto's S3 server and the wandb client (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
   "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
   "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "mlflow-skinny==$MLFLOW_CLIENT_VERSION" \
-  "moto[server]==$MOTO_VERSION"
+  "moto[server]==$MOTO_VERSION" "wandb==$WANDB_VERSION"
 
 step "install: the peers, pinned, into target/bench-venv (MLflow 3 with its server, TensorBoard, tensorboardX): the benchmarks measure them, gpuctl import mlflow's test copies from that MLflow server"
 bash bench/peers-venv.sh
@@ -119,8 +121,8 @@ cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 step "docs: commands, config keys and paths named in the docs exist"
 python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 
-step "pytest (the Python SDK, MCP through the official client, the mlflow client, alerts to real receivers, and Schemathesis, against the real server)"
-.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/mlflow testkit/alerts testkit/fuzz
+step "pytest (the Python SDK, MCP through the official client, the mlflow and wandb clients, alerts to real receivers, and Schemathesis, against the real server)"
+.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/mlflow testkit/wandb testkit/alerts testkit/fuzz
 
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)

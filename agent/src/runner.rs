@@ -36,7 +36,8 @@ fn shipped(dispatch: &Dispatch) -> bool {
 /// own spool folder (`GPUCTL_SPOOL_DIR`), its working directory
 /// (`GPUCTL_WORK_DIR`), the experiment folder shipped with it
 /// (`GPUCTL_EXP_DIR`), the attempt's token for the mlflow client when the
-/// server set it up (`MLFLOW_TRACKING_TOKEN`), and for an evaluation
+/// server set it up (`MLFLOW_TRACKING_TOKEN`), `WANDB_MODE=offline` and
+/// `WANDB_DIR` when the spec asks for W&B offline, and for an evaluation
 /// `GPUCTL_EVAL_OUTPUT`.
 pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
@@ -71,6 +72,12 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
             crate::files::experiment_dir(attempt_dir).display().to_string(),
         ));
     }
+    if let Some(dir) = wandb_dir(dispatch, attempt_dir) {
+        // The spec asked for W&B offline: these win over the job's own.
+        env.retain(|(key, _)| key != WANDB_MODE && key != WANDB_DIR);
+        env.push((WANDB_MODE.to_string(), "offline".to_string()));
+        env.push((WANDB_DIR.to_string(), dir.display().to_string()));
+    }
     if dispatch.spec.kind == JobKind::Evaluate {
         env.push((
             EVAL_OUTPUT.to_string(),
@@ -78,6 +85,12 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
         ));
     }
     env
+}
+
+/// The folder a `wandb = "offline"` job's `wandb` package writes its runs
+/// under (`WANDB_DIR`), in the attempt's folder; the agent watches it.
+pub fn wandb_dir(dispatch: &Dispatch, attempt_dir: &Path) -> Option<PathBuf> {
+    dispatch.spec.wandb.map(|_| attempt_dir.join("wandb"))
 }
 
 /// Where an evaluation writes its result.
@@ -124,6 +137,8 @@ pub fn read_eval_result(attempt_dir: &Path) -> ResultFile {
 }
 
 const EVAL_OUTPUT: &str = "GPUCTL_EVAL_OUTPUT";
+const WANDB_MODE: &str = "WANDB_MODE";
+const WANDB_DIR: &str = "WANDB_DIR";
 const SPOOL_DIR: &str = "GPUCTL_SPOOL_DIR";
 /// The job's working directory (`GPUCTL_EXP_DIR` for an experiment's job
 /// whose recipe names none).

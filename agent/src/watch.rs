@@ -1,5 +1,7 @@
 //! Watching an attempt's `watch_dirs`: TensorBoard event files become
-//! metric points, checkpoint files become checkpoint records.
+//! metric points, checkpoint files become checkpoint records. A job with
+//! `wandb = "offline"` also has its W&B folder watched: the run files the
+//! `wandb` package writes there become points and config the same way.
 //!
 //! Each event file has at most one batch in flight. Its state (`offset`,
 //! and the end of the batch being sent) is written to `watch.json` in the
@@ -12,7 +14,8 @@ use crate::reporter::Reporter;
 use gpuplane_api::agent::ReportItem;
 use gpuplane_api::event::EventKind;
 use gpuplane_api::metric::{Point, Value};
-use gpuplane_tfevents::{EventFile, is_event_file};
+use gpuplane_tfevents::wandb::{WandbFile, is_wandb_file};
+use gpuplane_tfevents::{Corruption, EventFile, Found, is_event_file};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -31,8 +34,61 @@ struct FileProgress {
     pending_end: Option<u64>,
 }
 
+/// A file's reader: TensorBoard's or W&B's, which read into the same [`Found`].
+enum Reader {
+    Events(EventFile),
+    Wandb(WandbFile),
+}
+
+impl Reader {
+    fn open(path: &Path, offset: u64) -> Reader {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if is_wandb_file(&name) {
+            Reader::Wandb(WandbFile::new(path, offset))
+        } else {
+            Reader::Events(EventFile::new(path, offset))
+        }
+    }
+
+    fn offset(&self) -> u64 {
+        match self {
+            Reader::Events(file) => file.offset,
+            Reader::Wandb(file) => file.offset,
+        }
+    }
+
+    fn set_offset(&mut self, offset: u64) {
+        match self {
+            Reader::Events(file) => file.offset = offset,
+            Reader::Wandb(file) => file.offset = offset,
+        }
+    }
+
+    fn corrupt(&self) -> Option<&Corruption> {
+        match self {
+            Reader::Events(file) => file.corrupt.as_ref(),
+            Reader::Wandb(file) => file.corrupt.as_ref(),
+        }
+    }
+
+    fn read_until(&mut self, limit: u64) -> std::io::Result<Found> {
+        match self {
+            Reader::Events(file) => file.read_until(limit),
+            Reader::Wandb(file) => file.read_until(limit),
+        }
+    }
+
+    /// Batch ids' prefix, by format.
+    fn prefix(&self) -> &'static str {
+        match self {
+            Reader::Events(_) => "tb",
+            Reader::Wandb(_) => "wandb",
+        }
+    }
+}
+
 struct Tracked {
-    reader: EventFile,
+    reader: Reader,
     /// `(end offset, reporter sequence number)` of the batch in flight.
     in_flight: Option<(u64, u64)>,
     corruption_reported: bool,
@@ -86,7 +142,7 @@ impl Watcher {
         };
         for (path, progress) in saved {
             let mut tracked = Tracked {
-                reader: EventFile::new(&path, progress.offset),
+                reader: Reader::open(&path, progress.offset),
                 in_flight: None,
                 corruption_reported: false,
             };
@@ -110,7 +166,7 @@ impl Watcher {
         let (events, checkpoints) = scan(&self.dirs);
         for path in events {
             self.files.entry(path.clone()).or_insert_with(|| Tracked {
-                reader: EventFile::new(&path, 0),
+                reader: Reader::open(&path, 0),
                 in_flight: None,
                 corruption_reported: false,
             });
@@ -140,19 +196,19 @@ impl Watcher {
                 return false;
             }
             // Acknowledged: it counts as read; go on with what follows.
-            tracked.reader.offset = end;
+            tracked.reader.set_offset(end);
             tracked.in_flight = None;
             changed = true;
         }
-        let start = tracked.reader.offset;
+        let start = tracked.reader.offset();
         let limit = tracked.in_flight.map_or(u64::MAX, |(end, _)| end);
         let mut found = match tracked.reader.read_until(limit) {
             Ok(found) => found,
             Err(_) => return false, // deleted or unreadable: try again next scan
         };
         // read_until advanced the reader; it only counts as done once acknowledged.
-        tracked.reader.offset = start;
-        if let Some(corruption) = tracked.reader.corrupt.clone()
+        tracked.reader.set_offset(start);
+        if let Some(corruption) = tracked.reader.corrupt().cloned()
             && !tracked.corruption_reported
         {
             tracked.corruption_reported = true;
@@ -182,7 +238,7 @@ impl Watcher {
         }
         if found.scalars.is_empty() {
             // Records without scalars (the file version, images, …): just move on.
-            tracked.reader.offset = found.end;
+            tracked.reader.set_offset(found.end);
             tracked.in_flight = None;
             return true;
         }
@@ -197,7 +253,12 @@ impl Watcher {
                 value: Value(s.value),
             })
             .collect();
-        let batch_id = format!("tb:{}:{start}-{}", path_id(path), found.end);
+        let batch_id = format!(
+            "{}:{}:{start}-{}",
+            tracked.reader.prefix(),
+            path_id(path),
+            found.end
+        );
         // Saved before queueing, so a restart resends exactly this range.
         tracked.in_flight = Some((found.end, u64::MAX));
         self.save();
@@ -219,7 +280,7 @@ impl Watcher {
             .iter()
             .map(|(path, tracked)| {
                 let progress = FileProgress {
-                    offset: tracked.reader.offset,
+                    offset: tracked.reader.offset(),
                     pending_end: tracked.in_flight.map(|(end, _)| end),
                 };
                 (path, progress)
@@ -269,7 +330,8 @@ fn path_id(path: &Path) -> String {
     format!("{:016x}", hasher.finish())
 }
 
-/// Event files and checkpoints `(path, size, mtime ms)` under the dirs.
+/// Event files (TensorBoard's and W&B's) and checkpoints `(path, size,
+/// mtime ms)` under the dirs.
 fn scan(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<(PathBuf, u64, i64)>) {
     let mut events = Vec::new();
     let mut checkpoints = Vec::new();
@@ -280,7 +342,11 @@ fn scan(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<(PathBuf, u64, i64)>) {
         };
         for entry in entries.flatten() {
             let path = entry.path();
+            // Not followed: a link a job planted could name another's files.
             let Ok(metadata) = entry.metadata() else { continue };
+            if metadata.is_symlink() {
+                continue;
+            }
             if metadata.is_dir() {
                 if depth < MAX_DEPTH {
                     stack.push((path, depth + 1));
@@ -288,7 +354,7 @@ fn scan(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<(PathBuf, u64, i64)>) {
                 continue;
             }
             let name = entry.file_name().to_string_lossy().to_string();
-            if is_event_file(&name) {
+            if is_event_file(&name) || is_wandb_file(&name) {
                 events.push(path);
             } else if path
                 .extension()

@@ -215,6 +215,11 @@ pub struct JobSpec {
     /// TensorBoard and checkpoint directories to watch (relative to working_dir).
     #[serde(default)]
     pub watch_dirs: Vec<String>,
+    /// `offline`: the job runs with `WANDB_MODE=offline` (and `WANDB_DIR`
+    /// in its attempt's folder), and the agent reads the runs the `wandb`
+    /// package writes there into the job's run as they grow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wandb: Option<WandbMode>,
     /// Run a command that would wait for keyboard input (a REPL, `-i`, `--pdb`)
     /// anyway. Jobs get no input: such commands are refused unless this is set.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -312,6 +317,7 @@ impl std::fmt::Debug for JobSpec {
             time_limit_s,
             after,
             watch_dirs,
+            wandb,
             allow_interactive,
             git,
             tags,
@@ -338,6 +344,7 @@ impl std::fmt::Debug for JobSpec {
             .field("time_limit_s", time_limit_s)
             .field("after", after)
             .field("watch_dirs", watch_dirs)
+            .field("wandb", wandb)
             .field("allow_interactive", allow_interactive)
             .field("git", git)
             .field("tags", tags)
@@ -381,6 +388,7 @@ impl JobSpec {
             time_limit_s: None,
             after: Vec::new(),
             watch_dirs: Vec::new(),
+            wandb: None,
             allow_interactive: false,
             git: None,
             tags: Vec::new(),
@@ -389,6 +397,14 @@ impl JobSpec {
             observability_url: None,
         }
     }
+}
+
+/// How a job's `wandb` package logs: `offline`, into files the agent reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum WandbMode {
+    Offline,
 }
 
 /// One try at running a job.

@@ -1,4 +1,5 @@
-//! TensorBoard event files, read incrementally: TFRecord framing with masked
+//! TensorBoard event files (and, in [`wandb`], W&B's offline run files),
+//! read incrementally: TFRecord framing with masked
 //! CRC32C checks, `Event` protos decoded by hand (only the fields scalars
 //! need), and scalars in both forms — `simple_value` (tensorboardX,
 //! PyTorch) and a scalar `TensorProto` under the `scalars` plugin (TF2,
@@ -82,13 +83,9 @@ impl EventFile {
         if self.corrupt.is_some() {
             return Ok(found);
         }
-        let mut file = std::fs::File::open(&self.path)?;
-        let length = file.metadata()?.len().min(limit);
-        if length <= self.offset {
+        let Some(mut rest) = unread(&self.path, self.offset, limit)? else {
             return Ok(found);
-        }
-        file.seek(SeekFrom::Start(self.offset))?;
-        let mut rest = file.take((length - self.offset).min(MAX_READ));
+        };
         // `buffer` holds the bytes from `self.offset` on that are not parsed
         // yet (at most the start of a record) and then the next piece.
         let mut buffer = Vec::new();
@@ -530,13 +527,39 @@ fn length_is_intact(record: &[u8]) -> bool {
     masked_crc(&record[..8]) == crc
 }
 
+/// The bytes of `path` from `offset` on, up to `limit` and at most 64 MiB;
+/// None when there are none.
+pub(crate) fn unread(
+    path: &Path,
+    offset: u64,
+    limit: u64,
+) -> std::io::Result<Option<std::io::Take<std::fs::File>>> {
+    let mut file = open_not_following(path)?;
+    let length = file.metadata()?.len().min(limit);
+    if length <= offset {
+        return Ok(None);
+    }
+    file.seek(SeekFrom::Start(offset))?;
+    Ok(Some(file.take((length - offset).min(MAX_READ))))
+}
+
+/// Opens `path` for reading unless it is a symbolic link: a job writes the
+/// files read here, and must not make its reader open another's.
+pub(crate) fn open_not_following(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// TFRecord's masked CRC32C.
 pub fn masked_crc(bytes: &[u8]) -> u32 {
     let crc = crc32c::crc32c(bytes);
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
-enum Wire<'a> {
+pub(crate) enum Wire<'a> {
     Varint(u64),
     Fixed64(u64),
     Bytes(&'a [u8]),
@@ -544,12 +567,12 @@ enum Wire<'a> {
 }
 
 /// The fields of one protobuf message; stops at the first malformed one.
-struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     bytes: &'a [u8],
 }
 
 impl<'a> Fields<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Fields { bytes }
     }
 }
@@ -605,6 +628,8 @@ fn varint(bytes: &[u8]) -> Option<(u64, usize)> {
 pub fn is_event_file(name: &str) -> bool {
     name.contains("tfevents")
 }
+
+pub mod wandb;
 
 #[cfg(test)]
 mod tests;

@@ -361,12 +361,16 @@ impl Attempt {
             ),
         ];
         let working_dir = runner::working_dir(&self.dispatch, &self.dir);
+        let mut watched = self.dispatch.spec.watch_dirs.clone();
+        if let Some(dir) = runner::wandb_dir(&self.dispatch, &self.dir) {
+            watched.push(dir.display().to_string());
+        }
         let mut watcher = Watcher::new(
             &self.dispatch.job_id,
             self.dispatch.attempt,
             &self.dir,
             &working_dir,
-            &self.dispatch.spec.watch_dirs,
+            &watched,
         );
         let mut spool = JobSpool::new(&self.dispatch, &self.dir, &self.manager.host);
         let mut kill_at: Option<Instant> = None;

@@ -182,6 +182,10 @@ fn JobView(job: Job) -> impl IntoView {
                     <dt>"Secret environment"</dt>
                     <dd data-testid="secret-env">{job.secret_env.iter().map(|name| format!("{name} (set)")).collect::<Vec<_>>().join(" ")}</dd>
                 })}
+                {spec.wandb.is_some().then(|| view! {
+                    <dt>"W&B"</dt>
+                    <dd data-testid="wandb">"offline: the agent reads its runs into this job's run"</dd>
+                })}
                 {(!spec.node_selector.is_empty()).then(|| view! {
                     <dt>"Node selector"</dt>
                     <dd>{spec.node_selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ")}</dd>

@@ -124,6 +124,10 @@ pub struct SubmitArgs {
     /// TensorBoard / checkpoint directory to watch (repeatable).
     #[arg(long = "watch")]
     watch: Vec<String>,
+    /// `offline`: the job's `wandb` package logs offline and the agent reads
+    /// its files into the job's run (history, config, summary).
+    #[arg(long, value_parser = parse_wandb)]
+    wandb: Option<gpuplane_api::job::WandbMode>,
     /// A tag for the job's run, e.g. `baseline` (repeatable).
     #[arg(long = "tag")]
     tag: Vec<String>,
@@ -316,6 +320,9 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     spec.secret_env.extend(args.secret_env);
     spec.node_selector.extend(args.selector);
     spec.watch_dirs.extend(args.watch);
+    if let Some(mode) = args.wandb {
+        spec.wandb = Some(mode);
+    }
     spec.tags.extend(args.tag);
     if let Some(runner) = args.runner {
         spec.runner = runner;
@@ -653,4 +660,14 @@ fn shell_words(words: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// `offline`, for `--wandb`.
+fn parse_wandb(text: &str) -> Result<gpuplane_api::job::WandbMode, String> {
+    match text {
+        "offline" => Ok(gpuplane_api::job::WandbMode::Offline),
+        other => Err(format!(
+            "`{other}`: the one mode is offline (W&B's servers are not reached from jobs)"
+        )),
+    }
 }
