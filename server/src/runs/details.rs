@@ -110,6 +110,9 @@ pub async fn add_tags_that_fit(conn: &mut Tx, run_id: &str, tags: Vec<String>) -
             added.push(tag);
         }
     }
+    if added.is_empty() {
+        return Ok(());
+    }
     let add = RunChanges {
         add_tags: added,
         ..RunChanges::default()
