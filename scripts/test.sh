@@ -127,7 +127,7 @@ step "pytest (the Python SDK, MCP through the official client, the mlflow and wa
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)
 
-step "benchmarks: the report in smoke mode (every benchmark and the peers at toy sizes; installs MLflow and TensorBoard into target/bench-venv)"
+step "benchmarks: the report in smoke mode (every benchmark and the peers, installed above into target/bench-venv, at toy sizes)"
 bash bench/report.sh --smoke
 
 # Last: the packaged server embeds the console, which rebuilds the server crate.
