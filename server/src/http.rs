@@ -69,16 +69,25 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, mut stop:
                 .serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             tokio::select! {
-                _ = connection.as_mut() => return,
+                ended = connection.as_mut() => return log_end(ended),
                 () = turned_true(&mut closing) => connection.as_mut().graceful_shutdown(),
             }
-            let _ = connection.await;
+            log_end(connection.await);
         });
         while connections.try_join_next().is_some() {}
     }
     drop(listener);
     let _ = closing.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// Says why a connection ended early (a client gone mid-request, a head
+/// that did not arrive in time, bytes that are not HTTP), at debug level:
+/// `GPUPLANE_LOG=gpuplane_server::http=debug`.
+fn log_end(ended: Result<(), hyper::Error>) {
+    if let Err(error) = ended {
+        tracing::debug!(%error, "connection ended");
+    }
 }
 
 /// Resolves once the flag is true (or its sender is gone).

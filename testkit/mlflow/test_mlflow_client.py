@@ -30,15 +30,17 @@ def server(tmp_path_factory):
     server.stop()
 
 
-def script(server, code, token=None):
+def script(server, code, token=None, retries=0):
     """Runs `code` with the mlflow client pointed at the server; its last
-    stdout line, as JSON."""
+    stdout line, as JSON. `retries`: how often the client tries a request
+    again after a dropped connection or a 5xx (never after a refusal)."""
     env = {
         **os.environ,
         "MLFLOW_TRACKING_URI": server.url,
         "MLFLOW_TRACKING_TOKEN": token or server.token,
-        # No retries: a refusal is the answer.
-        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        # No retries by default: a refusal is the answer.
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0",
         # No telemetry to MLflow's servers.
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "DO_NOT_TRACK": "true",
