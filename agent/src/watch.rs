@@ -13,7 +13,7 @@ use crate::files;
 use crate::reporter::Reporter;
 use gpuplane_api::agent::ReportItem;
 use gpuplane_api::event::EventKind;
-use gpuplane_api::metric::{Point, Value};
+use gpuplane_api::metric::{Point, Value, key_is_valid};
 use gpuplane_tfevents::wandb::{WandbFile, is_wandb_file};
 use gpuplane_tfevents::{Corruption, EventFile, Found, is_event_file};
 use serde::{Deserialize, Serialize};
@@ -92,6 +92,8 @@ struct Tracked {
     /// `(end offset, reporter sequence number)` of the batch in flight.
     in_flight: Option<(u64, u64)>,
     corruption_reported: bool,
+    /// Whether points under tags that cannot be metric keys were reported.
+    bad_keys_reported: bool,
 }
 
 pub struct Watcher {
@@ -145,6 +147,7 @@ impl Watcher {
                 reader: Reader::open(&path, progress.offset),
                 in_flight: None,
                 corruption_reported: false,
+                bad_keys_reported: false,
             };
             // Not acknowledged before the restart: resend exactly that batch.
             tracked.in_flight = progress.pending_end.map(|end| (end, u64::MAX));
@@ -169,6 +172,7 @@ impl Watcher {
                 reader: Reader::open(&path, 0),
                 in_flight: None,
                 corruption_reported: false,
+                bad_keys_reported: false,
             });
         }
         let mut changed = false;
@@ -236,14 +240,11 @@ impl Watcher {
                 config: std::mem::take(&mut found.hparams),
             });
         }
-        if found.scalars.is_empty() {
-            // Records without scalars (the file version, images, …): just move on.
-            tracked.reader.set_offset(found.end);
-            tracked.in_flight = None;
-            return true;
-        }
         let tags = &found.tags;
-        let points = found
+        // A tag no metric key may be (a control character, over 256 bytes)
+        // would have the server refuse the whole batch: it is left out, and
+        // said once per file.
+        let (points, left_out): (Vec<Point>, Vec<Point>) = found
             .scalars
             .iter()
             .map(|s| Point {
@@ -252,7 +253,30 @@ impl Watcher {
                 wall_time: s.wall_time,
                 value: Value(s.value),
             })
-            .collect();
+            .partition(|point| key_is_valid(&point.key));
+        if let Some(first) = left_out.first()
+            && !tracked.bad_keys_reported
+        {
+            tracked.bad_keys_reported = true;
+            reporter.push(ReportItem::Notice {
+                job_id: job_id.clone(),
+                attempt,
+                kind: EventKind::ReportDropped,
+                message: format!(
+                    "{}: {} point(s) under tags that cannot be metric keys (1-256 bytes, no control characters) were left out, {:?} the first",
+                    path.display(),
+                    left_out.len(),
+                    first.key
+                ),
+                severity: None,
+            });
+        }
+        if points.is_empty() {
+            // Records without scalars (the file version, images, …): just move on.
+            tracked.reader.set_offset(found.end);
+            tracked.in_flight = None;
+            return true;
+        }
         let batch_id = format!(
             "{}:{}:{start}-{}",
             tracked.reader.prefix(),

@@ -89,6 +89,15 @@ impl utoipa::PartialSchema for Value {
 impl utoipa::ToSchema for Value {}
 
 /// One point as clients send it.
+/// The longest metric key, in bytes.
+pub const MAX_KEY_LEN: usize = 256;
+
+/// Whether `key` can name a metric: 1-[`MAX_KEY_LEN`] bytes, no control
+/// characters. The server refuses a batch with any other.
+pub fn key_is_valid(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN && !key.chars().any(char::is_control)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]

@@ -21,7 +21,8 @@ TRAIN = textwrap.dedent("""
     assert os.environ["WANDB_MODE"] == "offline", os.environ.get("WANDB_MODE")
     run = wandb.init(project="demo", config={"lr": 0.1, "model": {"layers": 4}})
     for step in range(40):
-        run.log({"train/loss": math.nan if step == 13 else 1.0 / (step + 1), "eval": {"acc": step / 40}})
+        run.log({"train/loss": math.nan if step == 13 else 1.0 / (step + 1), "eval": {"acc": step / 40},
+                 "evil\\x1b]0;owned\\x07": step})
         if step == 20:
             # Halfway, the points so far are already on the run page.
             open("halfway", "w").close()
@@ -86,6 +87,11 @@ def test_a_wandb_script_logs_offline_into_the_jobs_run_as_it_runs(server, tmp_pa
     assert not [key for key in run["config"] if key.startswith("_")], run["config"]
     events = server.get(f"/events?run_id={job['run_id']}&kind=LOSS_NAN")["items"]
     assert len(events) == 1, "a NaN from W&B is diagnosed as any other"
+    # A key no metric may have (a terminal escape) is left out, said once,
+    # and the rows it was in arrive without it.
+    assert not [key for key in run["latest"] if "\x1b" in key], run["latest"]
+    dropped = server.get(f"/events?job_id={job['id']}&kind=REPORT_DROPPED")["items"]
+    assert len(dropped) == 1 and "cannot be metric keys" in dropped[0]["message"], dropped
     # Nothing landed in the working directory: WANDB_DIR is the attempt's.
     assert not (work / "wandb").exists()
 

@@ -9,7 +9,7 @@ use gpuplane_api::metric::Text;
 
 /// The most points one batch may carry.
 pub const MAX_BATCH_POINTS: usize = 100_000;
-pub const MAX_KEY_LEN: usize = 256;
+pub use gpuplane_api::metric::{MAX_KEY_LEN, key_is_valid};
 
 /// The most errors reported for a batch's points (and then for its texts).
 pub(super) const MAX_POINT_ERRORS: usize = 20;
@@ -54,10 +54,6 @@ pub(super) fn check_key_and_time(
         errors.push(key_error(list, at));
     }
     check_time(list, at, wall_time, errors);
-}
-
-pub(super) fn key_is_valid(key: &str) -> bool {
-    !key.is_empty() && key.len() <= MAX_KEY_LEN && !key.chars().any(char::is_control)
 }
 
 pub(super) fn key_error(list: &str, at: usize) -> FieldError {

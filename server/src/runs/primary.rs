@@ -70,7 +70,7 @@ impl Columns {
 /// Refuses keys the metric store would refuse.
 fn check(request: &SetPrimaryMetric) -> Result<(), Error> {
     let key = &request.key;
-    if key.is_empty() || key.len() > metrics::MAX_KEY_LEN || key.chars().any(char::is_control) {
+    if !gpuplane_api::metric::key_is_valid(key) {
         return Err(Error::field(
             "key",
             format!(
