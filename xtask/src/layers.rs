@@ -8,7 +8,8 @@
 //! each other without a circle. The server's handlers (`api/`) run no SQL
 //! themselves: their queries belong to the domain modules. There is no
 //! list of exceptions: a path that runs back up fails the check, and the
-//! fix is to move code.
+//! fix is to move code. And no Rust file of the server, the console or the
+//! agent, tests included, is longer than a reader can hold (750 lines).
 
 use anyhow::Context;
 use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
@@ -21,6 +22,10 @@ pub const CRATES: [(&str, &str); 2] = [("server/src", "lib.rs"), ("bench/src", "
 
 /// The folder of the server's HTTP handlers, which run no SQL themselves.
 pub const HANDLERS: &str = "api/";
+
+/// The folders whose Rust files stay short, and how short.
+pub const SHORT_FILES: [&str; 3] = ["server", "app", "agent"];
+pub const MAX_LINES: usize = 750;
 
 /// A module's path from the crate root: `["jobs", "dispatch"]`; the root is `[]`.
 type ModulePath = Vec<String>;
@@ -356,6 +361,18 @@ fn circles(graph: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<Vec<String
     found
 }
 
+/// The files longer than `max_lines`, with their length.
+pub fn long_files(sources: &BTreeMap<String, String>, max_lines: usize) -> Vec<String> {
+    sources
+        .iter()
+        .map(|(file, text)| (file, text.lines().count()))
+        .filter(|(_, lines)| *lines > max_lines)
+        .map(|(file, lines)| {
+            format!("{file}: {lines} lines, more than {max_lines}; split it along its seams")
+        })
+        .collect()
+}
+
 /// `cargo xtask layers`: checks each layered crate and reports every problem.
 pub fn run(workspace: &Path) -> anyhow::Result<()> {
     let mut problems = Vec::new();
@@ -369,6 +386,12 @@ pub fn run(workspace: &Path) -> anyhow::Result<()> {
             problems.push(format!("{src}/{problem}"));
         }
         println!("{src}: {} files checked", sources.len());
+    }
+    for folder in SHORT_FILES {
+        let sources = read_sources(&workspace.join(folder))?;
+        for problem in long_files(&sources, MAX_LINES) {
+            problems.push(format!("{folder}/{problem}"));
+        }
     }
     if !problems.is_empty() {
         for problem in &problems {
@@ -399,6 +422,22 @@ mod tests {
             let problems = check(&read_sources(&workspace().join(src)).unwrap(), root_file).unwrap();
             assert!(problems.is_empty(), "{src}:\n{}", problems.join("\n"));
         }
+    }
+
+    #[test]
+    fn no_file_is_longer_than_a_reader_can_hold() {
+        for folder in SHORT_FILES {
+            let long = long_files(&read_sources(&workspace().join(folder)).unwrap(), MAX_LINES);
+            assert!(long.is_empty(), "{folder}:\n{}", long.join("\n"));
+        }
+        let sources = BTreeMap::from([
+            ("short.rs".to_string(), "fn f() {}\n".repeat(MAX_LINES)),
+            ("long.rs".to_string(), "fn f() {}\n".repeat(MAX_LINES + 1)),
+        ]);
+        assert_eq!(
+            long_files(&sources, MAX_LINES),
+            ["long.rs: 751 lines, more than 750; split it along its seams"]
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! MLflow's tracking model over ours, for the MLflow REST API
-//! (`api/mlflow.rs`): an MLflow experiment is a project (its id is the
+//! (`api/mlflow/`): an MLflow experiment is a project (its id is the
 //! project's name; MLflow's default experiment `0` is `default`), an MLflow
 //! run is a run, its params are the run's config (strings, as MLflow keeps
 //! them, and never changed once set), its metric points are ours. Its tags
