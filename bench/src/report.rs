@@ -101,10 +101,16 @@ const SECTIONS: &[(&str, &[Row])] = &[
         &[
             row("mlflow_client.ingest.1", &["mlflow.ingest.1"], "≥ 50× MLflow"),
             row("mlflow_client.ingest.4", &["mlflow.ingest.4"], "≥ 50× MLflow"),
+            row("mlflow_client.ingest.client_bound", &["mlflow.ingest.1"], ""),
             row(
                 "mlflow_client.history.small",
                 &["mlflow.history.small"],
                 "≥ 50× MLflow",
+            ),
+            row(
+                "mlflow_client.history.small.client_bound",
+                &["mlflow.history.small"],
+                "",
             ),
             row(
                 "mlflow_client.history.large",
