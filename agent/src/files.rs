@@ -18,7 +18,10 @@
 //! Beside the attempts, `JOBS_DIR/<job-id>/exp/` holds the experiment folder
 //! shipped with the job (`gpuctl job submit --exp DIR`), written before the
 //! first attempt this host runs of it and shared by the later ones:
-//! `GPUCTL_EXP_DIR`, and the job's working directory.
+//! `GPUCTL_EXP_DIR`, and the job's working directory. `JOBS_DIR/<job-id>/job/`
+//! is the job's own folder (`GPUCTL_JOB_DIR`), made before its first attempt
+//! here and kept across its attempts, for checkpoints and what else a later
+//! attempt needs; the agent watches it for checkpoint and event files.
 //!
 //! The jobs directory and every directory below it are 0700, and every file
 //! the agent or the shim writes is 0600: other users of the host see nothing.
@@ -49,6 +52,12 @@ pub fn attempt_dir(jobs_dir: &Path, attempt: &AttemptRef) -> PathBuf {
     jobs_dir
         .join(&attempt.job_id)
         .join(format!("attempt-{}", attempt.attempt))
+}
+
+/// The job's own folder on this host, kept across its attempts
+/// (`GPUCTL_JOB_DIR`, see the module doc).
+pub fn job_dir(attempt_dir: &Path) -> PathBuf {
+    attempt_dir.parent().unwrap_or(attempt_dir).join("job")
 }
 
 /// The experiment folder shipped with an attempt's job (see the module doc).

@@ -271,6 +271,7 @@ impl Manager {
                 let written = files::create_private_dir(dir.parent().unwrap_or(&dir))
                     .and_then(|()| files::create_private_dir(&dir))
                     .and_then(|()| files::create_private_dir(&crate::spool::dir(&dir)))
+                    .and_then(|()| files::create_private_dir(&files::job_dir(&dir)))
                     .and_then(|()| match &owner {
                         Some(owner) => files::write_json(&dir.join(files::OWNER), owner),
                         None => Ok(()),

@@ -34,7 +34,8 @@ fn shipped(dispatch: &Dispatch) -> bool {
 /// see [`crate::private_variable`]): the spec's and its secrets, then the
 /// server's (`GPUCTL_*`, `CUDA_VISIBLE_DEVICES`), which win, the attempt's
 /// own spool folder (`GPUCTL_SPOOL_DIR`), its working directory
-/// (`GPUCTL_WORK_DIR`), the experiment folder shipped with it
+/// (`GPUCTL_WORK_DIR`), the job's folder kept across its attempts here
+/// (`GPUCTL_JOB_DIR`), the experiment folder shipped with it
 /// (`GPUCTL_EXP_DIR`), the attempt's token for the mlflow client when the
 /// server set it up (`MLFLOW_TRACKING_TOKEN`), `WANDB_MODE=offline` and
 /// `WANDB_DIR` when the spec asks for W&B offline, and for an evaluation
@@ -47,6 +48,7 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
             && key != EVAL_OUTPUT
             && key != SPOOL_DIR
             && key != WORK_DIR
+            && key != JOB_DIR
             && key != EXP_DIR
     });
     env.extend(dispatch.env.clone());
@@ -65,6 +67,10 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
     env.push((
         WORK_DIR.to_string(),
         working_dir(dispatch, attempt_dir).display().to_string(),
+    ));
+    env.push((
+        JOB_DIR.to_string(),
+        crate::files::job_dir(attempt_dir).display().to_string(),
     ));
     if shipped(dispatch) {
         env.push((
@@ -144,6 +150,8 @@ const SPOOL_DIR: &str = "GPUCTL_SPOOL_DIR";
 /// whose recipe names none).
 const WORK_DIR: &str = "GPUCTL_WORK_DIR";
 const EXP_DIR: &str = "GPUCTL_EXP_DIR";
+/// The job's folder kept across its attempts on this host.
+const JOB_DIR: &str = "GPUCTL_JOB_DIR";
 
 /// The name of an attempt's container (docker runner).
 pub fn container_name(dispatch: &Dispatch) -> String {

@@ -160,6 +160,11 @@ pub struct Dispatch {
 /// The variable that carries an attempt's own token to its job.
 pub const JOB_TOKEN_VARIABLE: &str = "GPUCTL_TOKEN";
 
+/// An attempt after the first: the path of the run's latest recorded
+/// checkpoint, and its step (each empty when there is none, or no step).
+pub const RESUME_FROM_VARIABLE: &str = "GPUCTL_RESUME_FROM";
+pub const RESUME_STEP_VARIABLE: &str = "GPUCTL_RESUME_STEP";
+
 impl Dispatch {
     /// What the agent may keep on disk (`dispatch.json`): the dispatch less
     /// its secret values and the attempt's token. Those reach the job on a

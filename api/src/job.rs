@@ -455,6 +455,10 @@ pub struct Job {
     pub priority: i64,
     pub resources: Resources,
     pub max_attempts: i64,
+    /// How many of its attempts were preempted: each queued the job again
+    /// without spending one of `max_attempts`.
+    #[serde(default)]
+    pub preemptions: i64,
     pub attempts: Vec<Attempt>,
     /// The spec as submitted, without the values of `secret_env`.
     pub spec: JobSpec,
@@ -467,6 +471,15 @@ pub struct Job {
 }
 
 impl Job {
+    /// "2 of 3", and how many were preempted when any were.
+    pub fn attempts_summary(&self) -> String {
+        let summary = format!("{} of {}", self.attempts.len(), self.max_attempts);
+        match self.preemptions {
+            0 => summary,
+            n => format!("{summary} ({n} preempted, which spend none)"),
+        }
+    }
+
     /// A warning for each attempt that ran another commit than the job was
     /// submitted from (`spec.git` against the attempt's `git_commit`).
     pub fn source_mismatches(&self) -> Vec<String> {

@@ -362,6 +362,7 @@ impl Attempt {
         ];
         let working_dir = runner::working_dir(&self.dispatch, &self.dir);
         let mut watched = self.dispatch.spec.watch_dirs.clone();
+        watched.push(files::job_dir(&self.dir).display().to_string());
         if let Some(dir) = runner::wandb_dir(&self.dispatch, &self.dir) {
             watched.push(dir.display().to_string());
         }

@@ -161,7 +161,7 @@ fn JobView(job: Job) -> impl IntoView {
                 <dt>"GPUs"</dt><dd>{spec.resources.gpu}</dd>
                 <dt>"Runner"</dt><dd>{format!("{:?}", spec.runner).to_lowercase()} {spec.image.clone().map(|i| format!(" ({i})"))}</dd>
                 <dt>"Priority"</dt><dd>{spec.priority}</dd>
-                <dt>"Attempts"</dt><dd>{format!("{} of at most {}", job.attempts.len(), job.max_attempts)}</dd>
+                <dt>"Attempts"</dt><dd>{job.attempts_summary()}</dd>
                 {(!spec.after.is_empty()).then(|| view! {
                     <dt>"After"</dt>
                     <dd data-testid="after">{spec.after.iter().map(|text| {

@@ -608,7 +608,7 @@ fn render_job(job: &Job) -> String {
     if let Some(git) = &job.spec.git {
         let _ = writeln!(text, "source     {}", git.describe());
     }
-    let _ = writeln!(text, "attempts   {} of {}", job.attempts.len(), job.max_attempts);
+    let _ = writeln!(text, "attempts   {}", job.attempts_summary());
     for attempt in &job.attempts {
         let gpus: Vec<String> = attempt.gpus.iter().map(u32::to_string).collect();
         let ending = match (attempt.exit_code, &attempt.signal_name, attempt.signal) {

@@ -8,6 +8,9 @@
 
     h = gpuplane.history(run_id, "train/loss")  # read it back: h.steps, h.values, h.to_arrow()
 
+    start = (gpuplane.resume_step() or -1) + 1  # an attempt after a preemption: its checkpoint
+    if gpuplane.resume_path(): model.load_state_dict(torch.load(gpuplane.resume_path()))
+
 Inside a job, ``init`` is always the job's run, whatever it is passed (a
 ``project`` other than the job's raises; ``name`` renames the run).
 
@@ -24,8 +27,10 @@ NaN and infinities are kept.
 
 from ._client import Refused
 from ._history import History, history
+from ._resume import resume_path, resume_step
 from ._run import Run, init, write_eval_result
 from ._spool import spool_dir, sync
 
-__all__ = ["History", "history", "Refused", "Run", "init", "write_eval_result", "spool_dir", "sync"]
+__all__ = ["History", "history", "Refused", "Run", "init", "write_eval_result", "spool_dir", "sync",
+           "resume_path", "resume_step"]
 __version__ = "0.1.0"

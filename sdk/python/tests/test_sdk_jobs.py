@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+import gpuplane
 import pytest
 from conftest import Server, free_port, wait_until
 from gpuplane_testkit import GPUCTL_BIN
@@ -82,6 +83,53 @@ def test_a_wandb_style_script_in_a_job_logs_to_the_jobs_run(cluster):
         assert events(server, job, kind) == [], kind
     assert os.listdir(spool_of(jobs_dir, job)) == [], "nothing spooled"
     assert poisoned.read_text() == before, "the old spool in the agent's home is not the job's"
+
+
+def test_an_attempt_after_a_failure_resumes_from_the_checkpoint_the_first_saved_in_its_job_folder(cluster):
+    server, jobs_dir, _, _ = cluster
+    job = submit(server, "resumes", """
+        import os, sys, time, gpuplane
+        run = gpuplane.init()
+        start = (gpuplane.resume_step() or -1) + 1
+        if gpuplane.resume_path():
+            print("resumed from", open(gpuplane.resume_path()).read(), "at", gpuplane.resume_step())
+        for step in range(start, start + 41):
+            run.log({"train/loss": 1.0 / (step + 1)}, step=step)
+        if os.environ["GPUCTL_ATTEMPT"] == "1":
+            folder = os.path.join(os.environ["GPUCTL_JOB_DIR"], "checkpoint-40")
+            os.makedirs(folder)
+            with open(os.path.join(folder, "model.safetensors"), "w") as file:
+                file.write("weights of step 40")
+            run.flush()
+            time.sleep(1.5)  # the agent records the checkpoint
+            sys.exit(1)
+        run.finish()
+        """, max_attempts=2, retry_cooldown_s=0,
+        # The spec cannot move the job folder, nor point a later attempt elsewhere.
+        env={"GPUCTL_JOB_DIR": "/tmp/not-the-job-folder", "GPUCTL_RESUME_FROM": "", "GPUCTL_RESUME_STEP": ""})
+    done = ended(server, job)
+    assert done["status"] == "SUCCEEDED", logs(server, job)
+    assert [a["failure_reason"] for a in done["attempts"]] == ["EXIT_CODE", None]
+    saved = str(jobs_dir / job["id"] / "job" / "checkpoint-40" / "model.safetensors")
+    assert "resumed from weights of step 40 at 40" in logs(server, job)
+    assert server.get(f"/runs/{job['run_id']}/checkpoints")["items"][0]["path"] == saved
+    # One curve: steps 0-40 from the first attempt, 41-81 from the second.
+    assert steps(server, job["run_id"]) == list(range(82))
+
+
+def test_resume_helpers_read_the_attempts_variables(monkeypatch):
+    monkeypatch.delenv("GPUCTL_RESUME_FROM", raising=False)
+    monkeypatch.delenv("GPUCTL_RESUME_STEP", raising=False)
+    assert (gpuplane.resume_path(), gpuplane.resume_step()) == (None, None)
+    monkeypatch.setenv("GPUCTL_RESUME_FROM", "")
+    monkeypatch.setenv("GPUCTL_RESUME_STEP", "")
+    assert (gpuplane.resume_path(), gpuplane.resume_step()) == (None, None), "an attempt with nothing recorded"
+    monkeypatch.setenv("GPUCTL_RESUME_FROM", "/jobs/j1/job/step_7.pt")
+    monkeypatch.setenv("GPUCTL_RESUME_STEP", "7")
+    assert (gpuplane.resume_path(), gpuplane.resume_step()) == ("/jobs/j1/job/step_7.pt", 7)
+    monkeypatch.setenv("GPUCTL_RESUME_STEP", "seven")
+    with pytest.raises(ValueError, match="GPUCTL_RESUME_STEP is 'seven'"):
+        gpuplane.resume_step()
 
 
 def test_init_inside_a_job_refuses_another_project_or_run_at_once(cluster):

@@ -11,7 +11,8 @@ use crate::store::Tx;
 use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{
-    AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, Report, ReportItem, Resume,
+    AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, RESUME_FROM_VARIABLE, RESUME_STEP_VARIABLE,
+    Report, ReportItem, Resume,
 };
 use gpuplane_api::job::{JobSpec, JobStatus};
 use gpuplane_api::log::LogStream;
@@ -188,7 +189,18 @@ pub async fn commands_for(
                 .recipe
                 .as_ref()
                 .is_some_and(|recipe| recipe.shipped.is_some());
-            let mut sent = dispatch(server, &row.job_id, row.n, &row.run_id, spec, gpus);
+            // Every attempt after the first: where to pick up, as the path
+            // and step of the run's latest checkpoint (empty: none recorded).
+            let resume = match row.n {
+                1 => None,
+                _ => Some(
+                    crate::runs::checkpoints::latest(&server.db, &row.run_id)
+                        .await?
+                        .map(|(path, step)| (path, step.map(|step| step.to_string()).unwrap_or_default()))
+                        .unwrap_or_default(),
+                ),
+            };
+            let mut sent = dispatch(server, &row.job_id, row.n, &row.run_id, spec, gpus, resume);
             if shipped {
                 sent.folder = crate::jobs::store::folder(&server.db, &row.job_id).await?;
             }
@@ -239,6 +251,7 @@ fn dispatch(
     run_id: &str,
     spec: JobSpec,
     gpus: Vec<u32>,
+    resume: Option<(String, String)>,
 ) -> Dispatch {
     let visible: Vec<String> = gpus.iter().map(u32::to_string).collect();
     let mut env = BTreeMap::from([
@@ -253,6 +266,10 @@ fn dispatch(
         ("GPUCTL_ATTEMPT".to_string(), attempt.to_string()),
         ("CUDA_VISIBLE_DEVICES".to_string(), visible.join(",")),
     ]);
+    if let Some((path, step)) = resume {
+        env.insert(RESUME_FROM_VARIABLE.to_string(), path);
+        env.insert(RESUME_STEP_VARIABLE.to_string(), step);
+    }
     if let Some(dir) = spec.recipe.as_ref().and_then(|recipe| recipe.exp_dir.clone()) {
         env.insert("GPUCTL_EXP_DIR".to_string(), dir);
     }

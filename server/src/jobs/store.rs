@@ -399,6 +399,10 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
             gpu: spec.resources.gpu,
         },
         max_attempts: row.max_attempts,
+        preemptions: attempts
+            .iter()
+            .filter(|attempt| attempt.failure_reason == Some(FailureReason::Preempted))
+            .count() as i64,
         attempts,
         spec,
         secret_env,

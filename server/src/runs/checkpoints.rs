@@ -40,6 +40,21 @@ pub async fn record(
     Ok(())
 }
 
+/// Where a job's next attempt picks up: the run's checkpoint with the
+/// highest step (a checkpoint whose step is unknown counts below any
+/// step; among equals the newest file), as its path and step.
+pub async fn latest(db: &Db, run_id: &str) -> Result<Option<(String, Option<i64>)>, Error> {
+    Ok(sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT path, step FROM checkpoints WHERE run_id = $1
+             ORDER BY (step IS NULL), step DESC, modified_at DESC LIMIT 1",
+        )
+        .bind(run_id)
+        .fetch_optional(pool)
+        .await
+    })?)
+}
+
 #[derive(sqlx::FromRow)]
 struct Row {
     id: String,

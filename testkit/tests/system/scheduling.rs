@@ -876,7 +876,8 @@ async fn among_equal_priorities_the_user_with_fewer_gpu_hours_goes_first() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_without_spending_an_attempt() {
+async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_requeues_without_spending_an_attempt_and_resumes()
+ {
     let cluster = Cluster::start_with(|config| {
         config.settings.preempt_priority = Some(100);
         config.settings.preemption_grace_s = 20;
@@ -886,13 +887,18 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_witho
     cluster.wait_for_nodes(1).await;
     let editor = gpuplane_testkit::user_token(&cluster.server.state.db, "editor", Scope::Write, false).await;
 
-    // The low job saves a checkpoint when told to stop, and says which attempt it is.
+    // The low job saves a checkpoint in its job folder when told to stop
+    // (and waits for the agent to record it), says which attempt it is and
+    // where it resumes from, and reads the checkpoint back when it resumes.
     let low = submit_as(
         &cluster,
         &editor,
         json!({"name": "low", "resources": {"gpu": 2},
-            "command": sh("trap 'echo got SIGTERM, checkpoint saved; exit 0' TERM; \
-                           echo attempt $GPUCTL_ATTEMPT; for i in $(seq 600); do sleep 0.05; done")}),
+            "command": sh("trap 'echo saved by $GPUCTL_ATTEMPT > \"$GPUCTL_JOB_DIR/step_7.pt\"; \
+                                echo got SIGTERM, checkpoint saved; sleep 1.5; exit 0' TERM; \
+                           echo attempt $GPUCTL_ATTEMPT resumes from ${GPUCTL_RESUME_FROM-unset} at ${GPUCTL_RESUME_STEP-unset}; \
+                           if [ -n \"$GPUCTL_RESUME_FROM\" ]; then cat \"$GPUCTL_RESUME_FROM\"; fi; \
+                           for i in $(seq 600); do sleep 0.05; done")}),
     )
     .await;
     cluster.wait_for(&low, JobStatus::Running).await;
@@ -953,20 +959,37 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_and_requeues_witho
             Some(format!("preempted for {} on box", urgent.id).as_str())
         )
     );
-    assert_eq!(low_job.max_attempts, 2);
+    assert_eq!((low_job.max_attempts, low_job.preemptions), (2, 1));
+    assert_eq!(
+        low_job.attempts_summary(),
+        "2 of 2 (1 preempted, which spend none)"
+    );
     let text = |logs: gpuplane_api::log::Logs| logs.lines.into_iter().map(|l| l.text).collect::<Vec<_>>();
     let attempt_1 = text(cluster.logs(&low, "attempt=1&stream=stdout").await);
-    assert_eq!(attempt_1, ["attempt 1", "got SIGTERM, checkpoint saved"]);
+    assert_eq!(
+        attempt_1,
+        [
+            "attempt 1 resumes from unset at unset",
+            "got SIGTERM, checkpoint saved"
+        ]
+    );
+    // Attempt 2 gets the checkpoint attempt 1 saved in the job's folder.
     let attempt_2 = gpuplane_testkit::eventually(
-        "attempt 2's first line",
+        "attempt 2's first lines",
         std::time::Duration::from_secs(10),
         || async {
             let lines = text(cluster.logs(&low, "attempt=2&stream=stdout").await);
-            (!lines.is_empty()).then_some(lines)
+            (lines.len() >= 2).then_some(lines)
         },
     )
     .await;
-    assert_eq!(attempt_2, ["attempt 2"]);
+    let checkpoint = format!("/{low}/job/step_7.pt");
+    assert!(
+        attempt_2[0].starts_with("attempt 2 resumes from /")
+            && attempt_2[0].ends_with(&format!("{checkpoint} at 7")),
+        "{attempt_2:?}"
+    );
+    assert_eq!(attempt_2[1], "saved by 1");
     let events = cluster.events(&format!("job_id={low}&kind=JOB_PREEMPTED")).await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].kind, EventKind::JobPreempted);
