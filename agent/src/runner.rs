@@ -185,6 +185,8 @@ pub fn command_line(
                 // GPUCTL_EVAL_OUTPUT and GPUCTL_SPOOL_DIR are in the attempt directory.
                 "--volume".to_string(),
                 format!("{0}:{0}", attempt_dir.display()),
+                "--volume".to_string(),
+                format!("{0}:{0}", crate::files::job_dir(attempt_dir).display()),
                 "--workdir".to_string(),
                 mount,
             ];
@@ -344,4 +346,52 @@ fn first_line(bytes: &[u8]) -> String {
         .unwrap_or("no details")
         .trim()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuplane_api::job::JobSpec;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn a_docker_job_sees_its_working_attempt_and_job_folders_at_the_same_paths() {
+        let mut spec = JobSpec::new("train", vec!["python".into(), "train.py".into()]);
+        spec.runner = Runner::Docker;
+        spec.image = Some("trainer@sha256:0123".into());
+        spec.working_dir = Some("/data/project".into());
+        spec.env.insert("GPUCTL_JOB_DIR".into(), "/elsewhere".into());
+        let dispatch = Dispatch {
+            job_id: "job_1".into(),
+            attempt: 2,
+            run_id: "run_1".into(),
+            spec,
+            gpus: vec![1],
+            env: BTreeMap::new(),
+            stop_grace_ms: 0,
+            folder: Vec::new(),
+        };
+        let attempt_dir = Path::new("/jobs/job_1/attempt-2");
+        let (program, args, _, env) = command_line(&dispatch, attempt_dir);
+        assert_eq!(program, Path::new("docker"));
+        let mounts: Vec<&str> = args
+            .windows(2)
+            .filter(|pair| pair[0] == "--volume")
+            .map(|pair| pair[1].as_str())
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                "/data/project:/data/project",
+                "/jobs/job_1/attempt-2:/jobs/job_1/attempt-2",
+                "/jobs/job_1/job:/jobs/job_1/job"
+            ]
+        );
+        let job_dirs: Vec<&str> = env
+            .iter()
+            .filter(|(key, _)| key == "GPUCTL_JOB_DIR")
+            .map(|(_, value)| value.as_str())
+            .collect();
+        assert_eq!(job_dirs, ["/jobs/job_1/job"], "the agent's, not the spec's");
+    }
 }
