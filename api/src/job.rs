@@ -430,6 +430,14 @@ pub struct Attempt {
     /// The commit the working directory was checked out at, when it was a git checkout.
     #[serde(default)]
     pub git_commit: Option<String>,
+    /// Where an attempt after the first picked up: the run's latest
+    /// checkpoint when it was placed (its `GPUCTL_RESUME_FROM`; empty: none)
+    /// and that checkpoint's step, past which earlier attempts' points were
+    /// set aside. Absent on a first attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_step: Option<i64>,
 }
 
 /// A job as the API shows it.
@@ -468,6 +476,19 @@ pub struct Job {
     pub submitted_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl Attempt {
+    /// Where it picked up, for people: "resumed from step 300 (PATH)",
+    /// "started over (no checkpoint recorded)"; none on a first attempt.
+    pub fn resumed(&self) -> Option<String> {
+        let path = self.resume_from.as_deref()?;
+        Some(match (path, self.resume_step) {
+            ("", _) => "started over (no checkpoint recorded)".to_string(),
+            (path, Some(step)) => format!("resumed from step {step} ({path})"),
+            (path, None) => format!("resumed from {path} (its step unknown)"),
+        })
+    }
 }
 
 impl Job {

@@ -192,6 +192,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             queued_at: i as i64,
             fair_share_note: None,
             time_limit_ms: None,
+            resume_node: None,
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.

@@ -199,7 +199,7 @@ fn JobView(job: Job) -> impl IntoView {
             } else {
                 view! {
                     <div class="table-scroll"><table data-testid="attempts">
-                        <thead><tr><th>"#"</th><th>"Node"</th><th>"GPUs"</th><th>"Status"</th><th>"Started"</th><th>"Ended"</th><th>"Duration"</th><th>"Exit"</th><th>"Failure"</th></tr></thead>
+                        <thead><tr><th>"#"</th><th>"Node"</th><th>"GPUs"</th><th>"Status"</th><th>"Started"</th><th>"Ended"</th><th>"Duration"</th><th>"Exit"</th><th>"Failure"</th><th>"Resumed"</th></tr></thead>
                         <tbody>{job.attempts.iter().cloned().map(|a| {
                             let duration = a.started_at.as_deref().and_then(format::epoch_seconds).map(|start| {
                                 let end = a.ended_at.as_deref().and_then(format::epoch_seconds);
@@ -208,6 +208,7 @@ fn JobView(job: Job) -> impl IntoView {
                                     None => "running".into(),
                                 }
                             });
+                            let resumed = a.resumed();
                             view! { <tr>
                                 <td>{a.n}</td><td>{a.node}</td>
                                 <td>{a.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")}</td>
@@ -217,6 +218,7 @@ fn JobView(job: Job) -> impl IntoView {
                                 <td>{duration}</td>
                                 <td>{a.exit_code.map(|c| c.to_string()).or(a.signal_name.clone())}</td>
                                 <td>{a.failure_reason.map(|r| r.as_str())} " " <span class="muted">{a.failure_detail.clone()}</span></td>
+                                <td class="muted" data-testid="attempt-resumed">{resumed}</td>
                             </tr> }
                         }).collect_view()}</tbody>
                     </table></div>

@@ -633,6 +633,9 @@ fn render_job(job: &Job) -> String {
                 .map(|d| format!("  — {d}"))
                 .unwrap_or_default()
         );
+        if let Some(resumed) = attempt.resumed() {
+            let _ = writeln!(text, "     {resumed}");
+        }
         if let Some(commit) = &attempt.git_commit {
             let _ = writeln!(text, "     ran commit {commit}");
         }

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import urllib.request
 
 import gpuplane
 import pytest
@@ -85,21 +86,28 @@ def test_a_wandb_style_script_in_a_job_logs_to_the_jobs_run(cluster):
     assert poisoned.read_text() == before, "the old spool in the agent's home is not the job's"
 
 
-def test_an_attempt_after_a_failure_resumes_from_the_checkpoint_the_first_saved_in_its_job_folder(cluster):
+def test_an_attempt_after_a_failure_resumes_from_the_checkpoint_the_first_saved_and_continues_one_curve(cluster):
     server, jobs_dir, _, _ = cluster
+    # Attempt 1 logs steps 0-55 but saves its last checkpoint at step 30,
+    # then fails; attempt 2 resumes from that checkpoint and logs 31-81.
+    # What attempt 1 logged past step 30 is set aside: one curve, no step twice.
     job = submit(server, "resumes", """
         import os, sys, time, gpuplane
+        attempt = int(os.environ["GPUCTL_ATTEMPT"])
         run = gpuplane.init()
         start = (gpuplane.resume_step() or -1) + 1
         if gpuplane.resume_path():
             print("resumed from", open(gpuplane.resume_path()).read(), "at", gpuplane.resume_step())
-        for step in range(start, start + 41):
-            run.log({"train/loss": 1.0 / (step + 1)}, step=step)
-        if os.environ["GPUCTL_ATTEMPT"] == "1":
-            folder = os.path.join(os.environ["GPUCTL_JOB_DIR"], "checkpoint-40")
-            os.makedirs(folder)
-            with open(os.path.join(folder, "model.safetensors"), "w") as file:
-                file.write("weights of step 40")
+        for step in range(start, 82 if attempt > 1 else 56):
+            run.log({"train/loss": attempt * 1000 + step}, step=step)
+            if step % 25 == 0:
+                run.log_text("sample", f"attempt {attempt} at {step}", step=step)
+            if attempt == 1 and step == 30:
+                folder = os.path.join(os.environ["GPUCTL_JOB_DIR"], "checkpoint-30")
+                os.makedirs(folder)
+                with open(os.path.join(folder, "model.safetensors"), "w") as file:
+                    file.write("weights of step 30")
+        if attempt == 1:
             run.flush()
             time.sleep(1.5)  # the agent records the checkpoint
             sys.exit(1)
@@ -110,11 +118,50 @@ def test_an_attempt_after_a_failure_resumes_from_the_checkpoint_the_first_saved_
     done = ended(server, job)
     assert done["status"] == "SUCCEEDED", logs(server, job)
     assert [a["failure_reason"] for a in done["attempts"]] == ["EXIT_CODE", None]
-    saved = str(jobs_dir / job["id"] / "job" / "checkpoint-40" / "model.safetensors")
-    assert "resumed from weights of step 40 at 40" in logs(server, job)
+    saved = str(jobs_dir / job["id"] / "job" / "checkpoint-30" / "model.safetensors")
+    assert "resumed from weights of step 30 at 30" in logs(server, job)
     assert server.get(f"/runs/{job['run_id']}/checkpoints")["items"][0]["path"] == saved
-    # One curve: steps 0-40 from the first attempt, 41-81 from the second.
-    assert steps(server, job["run_id"]) == list(range(82))
+    first, second = done["attempts"]
+    assert "resume_from" not in first and "resume_step" not in first
+    assert (second["resume_from"], second["resume_step"]) == (saved, 30)
+    # One curve: steps 0-30 from the first attempt, 31-81 from the second.
+    curve = server.get(f"/runs/{job['run_id']}/metrics?key=train/loss&max_points=100000&format=columns")
+    assert curve["steps"] == list(range(82))
+    assert curve["values"] == [1000 + s for s in range(31)] + [2000 + s for s in range(31, 82)]
+    latest = server.get(f"/runs/{job['run_id']}")["latest"]["train/loss"]
+    assert (latest["step"], latest["value"], latest["count"]) == (81, 2081, 82), latest
+    texts = [t["text"] for t in server.get(f"/runs/{job['run_id']}/texts?limit=100")["items"]]
+    assert texts == ["attempt 2 at 75", "attempt 2 at 50", "attempt 1 at 25", "attempt 1 at 0"]
+    # The run's chart marks where attempt 2 began.
+    request = urllib.request.Request(f"{server.url}/api/v1/runs/{job['run_id']}/chart.svg?key=train/loss",
+                                     headers={"Authorization": f"Bearer {server.token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        chart = response.read().decode()
+    assert "attempt 2" in chart, chart[:300]
+
+
+def test_a_checkpoint_named_with_terminal_escapes_reaches_the_next_attempt_exactly_and_the_cli_shows_it_inert(cluster):
+    server, jobs_dir, _, _ = cluster
+    hostile = "step_5\x1b]0;owned\x07\x1b[2J.pt"
+    job = submit(server, "hostile-checkpoint", f"""
+        import os, sys, time
+        if os.environ["GPUCTL_ATTEMPT"] == "1":
+            with open(os.path.join(os.environ["GPUCTL_JOB_DIR"], {hostile!r}), "w") as file:
+                file.write("weights")
+            time.sleep(1.5)  # the agent records the checkpoint
+            sys.exit(1)
+        print("resume", repr(os.environ["GPUCTL_RESUME_FROM"]), os.environ["GPUCTL_RESUME_STEP"])
+        """, max_attempts=2, retry_cooldown_s=0)
+    done = ended(server, job)
+    assert done["status"] == "SUCCEEDED", logs(server, job)
+    saved = str(jobs_dir / job["id"] / "job" / hostile)
+    assert done["attempts"][1]["resume_from"] == saved
+    assert f"resume {saved!r} 5" in logs(server, job)
+    env = {**os.environ, "GPUCTL_SERVER": server.url, "GPUCTL_TOKEN": server.token}
+    cli = subprocess.run([GPUCTL_BIN, "job", "show", job["id"]], env=env, capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert "\x1b" not in cli.stdout and "\x07" not in cli.stdout, repr(cli.stdout)
+    assert "resumed from step 5 (" in cli.stdout and "step_5\\u{1b}]0;owned\\u{7}\\u{1b}[2J.pt)" in cli.stdout, cli.stdout
 
 
 def test_resume_helpers_read_the_attempts_variables(monkeypatch):

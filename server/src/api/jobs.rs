@@ -128,6 +128,7 @@ pub(super) async fn would_wait(
         queued_at: now_ms(),
         fair_share_note: None,
         time_limit_ms: spec.time_limit_s.map(|s| s.saturating_mul(1000)),
+        resume_node: None,
     };
     let jobs = state.jobs();
     let mut nodes = crate::jobs::scheduler::load_nodes(&jobs).await?;

@@ -97,6 +97,15 @@ pub async fn system_chart_svg(
     let (field, title) = fields[0];
     let telemetry = system(&state, &run_id, &fields, (width / 2) as usize).await?;
     let several_attempts = telemetry.attempts.len() > 1;
+    let marks = telemetry
+        .attempts
+        .iter()
+        .filter(|span| span.attempt > 1)
+        .map(|span| chart::Mark {
+            x: span.from,
+            label: format!("attempt {}", span.attempt),
+        })
+        .collect();
     let lines: Vec<chart::Line> = telemetry
         .series
         .into_iter()
@@ -130,6 +139,7 @@ pub async fn system_chart_svg(
         y_max: (field == "utilization_percent").then_some(100.0),
         width,
         height,
+        marks,
     };
     Ok((
         [

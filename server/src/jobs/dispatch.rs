@@ -123,10 +123,13 @@ pub async fn commands_for(
         run_id: String,
         cancel_requested_at: Option<i64>,
         preempted_at: Option<i64>,
+        resume_path: Option<String>,
+        resume_step: Option<i64>,
     }
     let active: Vec<ActiveRow> = sql!(&server.db, |pool| {
         sqlx::query_as(
-            "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at
+            "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at,
+             a.resume_path, a.resume_step
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
         )
@@ -189,17 +192,14 @@ pub async fn commands_for(
                 .recipe
                 .as_ref()
                 .is_some_and(|recipe| recipe.shipped.is_some());
-            // Every attempt after the first: where to pick up, as the path
-            // and step of the run's latest checkpoint (empty: none recorded).
-            let resume = match row.n {
-                1 => None,
-                _ => Some(
-                    crate::runs::checkpoints::latest(&server.db, &row.run_id)
-                        .await?
-                        .map(|(path, step)| (path, step.map(|step| step.to_string()).unwrap_or_default()))
-                        .unwrap_or_default(),
-                ),
-            };
+            // Every attempt after the first: where to pick up, as recorded
+            // when it was placed (`resume`; empty: no checkpoint).
+            let resume = (row.n > 1).then(|| {
+                (
+                    row.resume_path.clone().unwrap_or_default(),
+                    row.resume_step.map(|step| step.to_string()).unwrap_or_default(),
+                )
+            });
             let mut sent = dispatch(server, &row.job_id, row.n, &row.run_id, spec, gpus, resume);
             if shipped {
                 sent.folder = crate::jobs::store::folder(&server.db, &row.job_id).await?;

@@ -175,6 +175,7 @@ mod tests {
             queued_at,
             fair_share_note: None,
             time_limit_ms: None,
+            resume_node: None,
         }
     }
 

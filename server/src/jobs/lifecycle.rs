@@ -148,9 +148,11 @@ pub async fn fail_or_retry(
     let spec: JobSpec = serde_json::from_str(&spec).map_err(anyhow::Error::from)?;
     let cooldown_ms = spec.retry_cooldown_s * 1000;
     let next = attempt_count + 1;
+    let resume = super::resume::prepare(conn, job_id).await?;
     let reason_text = format!(
-        "retry cooldown: attempt {next} of {max_attempts} starts at {}",
-        rfc3339(now + cooldown_ms)
+        "retry cooldown: attempt {next} of {max_attempts} starts at {}{}",
+        rfc3339(now + cooldown_ms),
+        resume.describe()
     );
     sql!(conn, |conn| {
         sqlx::query(
@@ -189,7 +191,11 @@ pub async fn requeue_preempted(
     node_name: &str,
     now: i64,
 ) -> Result<(), Error> {
-    let reason = format!("PREEMPTED on {node_name} for {for_job}; queued again (no attempt spent)");
+    let resume = super::resume::prepare(conn, job_id).await?;
+    let reason = format!(
+        "PREEMPTED on {node_name} for {for_job}; queued again (no attempt spent){}",
+        resume.describe()
+    );
     sql!(conn, |conn| {
         sqlx::query(
             "UPDATE jobs SET status = 'QUEUED', max_attempts = max_attempts + 1, queued_reason = $1,

@@ -9,7 +9,7 @@
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
 //! what agents report), `lifecycle` (ending attempts and jobs, retries,
-//! lost attempts), `maintenance` (maintenance mode: a pause of all
+//! lost attempts), `resume` (where a job queued again picks up), `maintenance` (maintenance mode: a pause of all
 //! dispatch), `quotas` (per project and per user, read by each pass),
 //! `node_policies` (projects' node policies, read by each pass and submit),
 //! `priorities` (who may give which priority). The
@@ -30,6 +30,7 @@ pub mod plan;
 pub mod priorities;
 pub mod quotas;
 pub mod reports;
+pub mod resume;
 pub mod scheduler;
 pub mod store;
 

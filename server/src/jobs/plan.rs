@@ -56,6 +56,9 @@ pub struct QueuedJob {
     pub fair_share_note: Option<String>,
     /// Its `time_limit_s` in ms: whether it ends inside a scheduling window.
     pub time_limit_ms: Option<i64>,
+    /// The node that recorded the checkpoint it resumes from (`resume`):
+    /// placed there when that node fits it, else wherever fits best.
+    pub resume_node: Option<String>,
 }
 
 /// The quotas of one pass, keyed by project name and by user id.

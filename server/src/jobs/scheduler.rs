@@ -59,6 +59,7 @@ struct QueueRow {
     queued_at: i64,
     /// Read only when scheduling windows are configured.
     time_limit_s: Option<i64>,
+    resume_node: Option<String>,
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
@@ -295,7 +296,7 @@ pub async fn load_queue(
     };
     let columns = format!(
         "id, gpus, priority, node_selector, runner, not_before, attempt_count, max_attempts, queued_reason,
-         project, submitted_by, after_jobs, queued_at, {time_limit}"
+         project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node"
     );
     let query = match dialect {
         Dialect::Sqlite => format!(
@@ -348,6 +349,7 @@ pub async fn load_queue(
                 queued_at: row.queued_at,
                 fair_share_note: None,
                 time_limit_ms: row.time_limit_s.map(|s| s.saturating_mul(1000)),
+                resume_node: row.resume_node,
             }
         })
         .collect();
@@ -552,20 +554,25 @@ pub async fn apply(
             continue;
         }
         // The job may have been cancelled since the queue was read.
-        let claimed: Option<(i64, Option<String>, String)> = sql!(tx, |conn| {
+        type Claimed = (i64, Option<String>, String, Option<String>, Option<i64>);
+        let claimed: Option<Claimed> = sql!(tx, |conn| {
             sqlx::query_as(
             "UPDATE jobs SET status = 'DISPATCHING', attempt_count = attempt_count + 1, queued_reason = NULL,
                  not_before = NULL, updated_at = $1
-             WHERE id = $2 AND status = 'QUEUED' RETURNING attempt_count, submitted_by, run_id",
+             WHERE id = $2 AND status = 'QUEUED'
+             RETURNING attempt_count, submitted_by, run_id, resume_path, resume_step",
         )
         .bind(now)
         .bind(&placement.job_id)
         .fetch_optional(conn)
         .await
         })?;
-        let Some((attempt, submitted_by, run_id)) = claimed else {
+        let Some((attempt, submitted_by, run_id, resume_path, resume_step)) = claimed else {
             continue;
         };
+        // Where it picks up (`resume`): nothing on a first attempt.
+        let resume_path = (attempt > 1).then(|| resume_path.unwrap_or_default());
+        let resume_step = resume_step.filter(|_| attempt > 1);
         let token_id = match &submitted_by {
             Some(user_id) => {
                 let token_id = new_id("tok");
@@ -591,8 +598,9 @@ pub async fn apply(
         };
         sql!(tx, |conn| {
             sqlx::query(
-                "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id)
-             VALUES ($1, $2, $3, $4, 'DISPATCHING', $5, $6)",
+                "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id,
+                                   resume_path, resume_step)
+             VALUES ($1, $2, $3, $4, 'DISPATCHING', $5, $6, $7, $8)",
             )
             .bind(&placement.job_id)
             .bind(attempt)
@@ -600,6 +608,8 @@ pub async fn apply(
             .bind(serde_json::to_string(&placement.gpus).map_err(anyhow::Error::from)?)
             .bind(now)
             .bind(token_id)
+            .bind(&resume_path)
+            .bind(resume_step)
             .execute(conn)
             .await
             .map(|_| ())

@@ -188,6 +188,8 @@ struct AttemptRow {
     failure_reason: Option<String>,
     failure_detail: Option<String>,
     git_commit: Option<String>,
+    resume_path: Option<String>,
+    resume_step: Option<i64>,
 }
 
 /// What job queries select from: jobs `j`, their submitter `u`, their run `r`
@@ -335,7 +337,8 @@ async fn attempts_of(db: &mut Tx, job_ids: &[String]) -> Result<HashMap<String, 
     let rows: Vec<AttemptRow> = sql!(db, |conn| {
         sqlx::query_as(&format!(
         "SELECT a.job_id, a.n, a.node_id, n.name AS node_name, a.gpus, a.status, a.dispatched_at,
-                a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail, a.git_commit
+                a.started_at, a.ended_at, a.exit_code, a.signal, a.failure_reason, a.failure_detail, a.git_commit,
+                a.resume_path, a.resume_step
          FROM attempts a JOIN nodes n ON n.id = a.node_id
          WHERE a.job_id IN (SELECT value FROM {job_ids})
          ORDER BY a.job_id, a.n"
@@ -361,6 +364,8 @@ async fn attempts_of(db: &mut Tx, job_ids: &[String]) -> Result<HashMap<String, 
             failure_reason: row.failure_reason.as_deref().and_then(FailureReason::parse),
             failure_detail: row.failure_detail,
             git_commit: row.git_commit,
+            resume_from: row.resume_path,
+            resume_step: row.resume_step,
         });
     }
     Ok(by_job)
@@ -636,6 +641,7 @@ pub async fn retry(
             )));
         }
     }
+    super::resume::prepare(&mut tx, job_id).await?;
     let max_attempts = tx.dialect().greatest("max_attempts", "attempt_count + 1");
     sql!(tx, |conn| {
         sqlx::query(&format!(

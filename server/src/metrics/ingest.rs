@@ -73,7 +73,7 @@ pub(super) struct SeriesUpdate {
 
 impl SeriesUpdate {
     /// Of a key's points, sorted by step.
-    fn of(points: &[RawPoint]) -> SeriesUpdate {
+    pub(super) fn of(points: &[RawPoint]) -> SeriesUpdate {
         let (mut min, mut max): (Option<RawPoint>, Option<RawPoint>) = (None, None);
         for point in points.iter().filter(|p| p.value.is_finite()) {
             if min.is_none_or(|m| point.value < m.value) {
@@ -90,6 +90,32 @@ impl SeriesUpdate {
             first_bad: points.iter().find(|p| !p.value.is_finite()).copied(),
             min,
             max,
+        }
+    }
+
+    /// The figures of two sets of a key's points together.
+    pub(super) fn merge(self, other: SeriesUpdate) -> SeriesUpdate {
+        let later = |a: RawPoint, b: RawPoint| {
+            if (b.step, b.wall) > (a.step, a.wall) { b } else { a }
+        };
+        let earlier_step = |a: Option<RawPoint>, b: Option<RawPoint>| match (a, b) {
+            (Some(a), Some(b)) => Some(if b.step < a.step { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        // The extreme value; between equal values, the one at the first step.
+        let extreme = |a: Option<RawPoint>, b: Option<RawPoint>, beats: fn(f64, f64) -> bool| match (a, b) {
+            (Some(a), Some(b)) if beats(b.value, a.value) || (b.value == a.value && b.step < a.step) => {
+                Some(b)
+            }
+            (a, b) => a.or(b),
+        };
+        SeriesUpdate {
+            points: self.points + other.points,
+            non_finite: self.non_finite + other.non_finite,
+            newest: later(self.newest, other.newest),
+            first_bad: earlier_step(self.first_bad, other.first_bad),
+            min: extreme(self.min, other.min, |b, a| b < a),
+            max: extreme(self.max, other.max, |b, a| b > a),
         }
     }
 }

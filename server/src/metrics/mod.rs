@@ -11,6 +11,7 @@ pub mod compact;
 pub mod group;
 mod ingest;
 mod query;
+pub mod rewind;
 pub mod texts;
 mod validate;
 pub mod wire;

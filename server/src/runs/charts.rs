@@ -6,6 +6,7 @@
 
 use crate::metrics::chart::{self, axis_and_range, image_size, log_scale};
 use crate::metrics::{self, Axis, Query};
+use crate::store::sql;
 use crate::store::{Db, Error};
 use gpuplane_api::error::FieldError;
 use serde::Deserialize;
@@ -128,6 +129,7 @@ impl ChartRequest {
                 y_max: query.y_max,
                 width,
                 height,
+                marks: Vec::new(),
             },
         })
     }
@@ -154,7 +156,43 @@ pub async fn svg(db: &Db, chart: &ChartRequest) -> Result<String, Error> {
         })
     }))
     .await?;
-    Ok(chart::svg(&lines, &chart.options))
+    let marks = match chart.run_ids.first() {
+        Some(run_id) => attempt_marks(db, run_id, chart.axis).await?,
+        None => Vec::new(),
+    };
+    let options = chart::ChartOptions {
+        marks,
+        ..chart.options.clone()
+    };
+    Ok(chart::svg(&lines, &options))
+}
+
+/// Where each attempt after the first began on a run's charts: at the step
+/// it resumed from (an attempt that started over has none), or at its
+/// start on a time axis.
+async fn attempt_marks(db: &Db, run_id: &str, axis: Axis) -> Result<Vec<chart::Mark>, Error> {
+    let attempts: Vec<(i64, Option<i64>, i64)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT a.n, a.resume_step, a.started_at FROM attempts a JOIN runs r ON r.job_id = a.job_id
+             WHERE r.id = $1 AND a.n > 1 AND a.started_at IS NOT NULL ORDER BY a.n",
+        )
+        .bind(run_id)
+        .fetch_all(pool)
+        .await
+    })?;
+    Ok(attempts
+        .into_iter()
+        .filter_map(|(n, resume_step, started_at)| {
+            let x = match axis {
+                Axis::Step => resume_step? as f64,
+                Axis::Time => started_at as f64 / 1000.0,
+            };
+            Some(chart::Mark {
+                x,
+                label: format!("attempt {n}"),
+            })
+        })
+        .collect())
 }
 
 /// An SVG chart as PNG, off the async threads.

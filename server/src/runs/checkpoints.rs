@@ -42,15 +42,19 @@ pub async fn record(
 
 /// Where a job's next attempt picks up: the run's checkpoint with the
 /// highest step (a checkpoint whose step is unknown counts below any
-/// step; among equals the newest file), as its path and step.
-pub async fn latest(db: &Db, run_id: &str) -> Result<Option<(String, Option<i64>)>, Error> {
-    Ok(sql!(db, |pool| {
+/// step; among equals the newest file), as its path, step and the node
+/// that recorded it.
+pub async fn latest(
+    conn: &mut Tx,
+    run_id: &str,
+) -> Result<Option<(String, Option<i64>, Option<String>)>, Error> {
+    Ok(sql!(conn, |conn| {
         sqlx::query_as(
-            "SELECT path, step FROM checkpoints WHERE run_id = $1
+            "SELECT path, step, node_id FROM checkpoints WHERE run_id = $1
              ORDER BY (step IS NULL), step DESC, modified_at DESC LIMIT 1",
         )
         .bind(run_id)
-        .fetch_optional(pool)
+        .fetch_optional(conn)
         .await
     })?)
 }

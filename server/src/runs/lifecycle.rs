@@ -111,6 +111,8 @@ pub async fn delete(db: &Db, run_id: &str) -> Result<DeletedRun, Error> {
         "DELETE FROM share_views WHERE share_id IN (SELECT id FROM share_links WHERE run_id = $1)",
         "DELETE FROM share_links WHERE run_id = $1",
         "DELETE FROM run_texts WHERE run_id = $1",
+        "DELETE FROM run_texts_rewound WHERE run_id = $1",
+        "DELETE FROM metric_points_rewound WHERE run_id = $1",
         "DELETE FROM run_config WHERE run_id = $1",
         "DELETE FROM metric_chunks WHERE run_id = $1",
         "DELETE FROM metric_series WHERE run_id = $1",
@@ -245,11 +247,15 @@ pub async fn usage(db: &Db) -> Result<Vec<ProjectUsage>, Error> {
             (SELECT CAST(coalesce(sum(s.points), 0) AS BIGINT) FROM metric_series s JOIN runs r ON r.id = s.run_id
               WHERE r.project = p.name) AS metric_points,
             (SELECT coalesce(sum(length(c.summary_coarse) + length(c.summary_mid) + length(c.summary) + length(c.points)), 0) FROM metric_chunks c
-              JOIN runs r ON r.id = c.run_id WHERE r.project = p.name) AS metric_bytes,
+              JOIN runs r ON r.id = c.run_id WHERE r.project = p.name)
+            + (SELECT coalesce(sum(length(w.points)), 0) FROM metric_points_rewound w
+              JOIN runs r ON r.id = w.run_id WHERE r.project = p.name) AS metric_bytes,
             (SELECT count(*) FROM log_lines l JOIN jobs j ON j.id = l.job_id WHERE j.project = p.name) AS log_lines,
             (SELECT coalesce(sum(length(l.text)), 0) FROM log_lines l JOIN jobs j ON j.id = l.job_id
               WHERE j.project = p.name) AS log_bytes,
             (SELECT coalesce(sum(length(t.text)), 0) FROM run_texts t JOIN runs r ON r.id = t.run_id
+              WHERE r.project = p.name)
+            + (SELECT coalesce(sum(length(t.text)), 0) FROM run_texts_rewound t JOIN runs r ON r.id = t.run_id
               WHERE r.project = p.name) AS text_bytes
          FROM projects p ORDER BY p.name",
     )

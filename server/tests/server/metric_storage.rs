@@ -452,3 +452,120 @@ async fn columns_and_arrow_answer_what_objects_do() {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(body["error"]["details"][0]["field"], "format", "{body}");
 }
+
+/// A run rewound to the step its next attempt resumes from (#46): what it
+/// logged past that step is set aside (a chunk that straddles it is split,
+/// a key left empty disappears), the summaries are those of what stays,
+/// and a second rewind to the same step changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rewind_sets_aside_every_point_and_text_past_the_step_and_recounts_what_stays() {
+    let f = Fixture::with(|config| config.compaction_delay = std::time::Duration::from_secs(3600)).await;
+    let run = f.run("resumed").await;
+    for batch in 0..4 {
+        let mut points: Vec<Value> = (batch * 25..(batch + 1) * 25)
+            .map(|step| {
+                let value = if step == 60 {
+                    json!("NaN")
+                } else {
+                    json!(100 - step)
+                };
+                point("train/loss", step, value)
+            })
+            .collect();
+        if batch == 3 {
+            points.extend((80..100).map(|step| point("eval/acc", step, json!(0.5))));
+        }
+        if batch == 0 {
+            points.extend((0..20).map(|step| point("lr", step * 2, json!(0.1))));
+        }
+        let texts = [
+            json!({"key": "sample", "step": batch * 25 + 10, "wall_time": 1.8e9, "text": format!("at {}", batch * 25 + 10)}),
+        ];
+        let (status, body) = f
+            .ingest(
+                &run,
+                json!({"batch_id": format!("b{batch}"), "points": points, "texts": texts}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let latest_lr = f.get(&format!("/runs/{run}")).await["latest"]["lr"].clone();
+    let db = f.server.db();
+    let mut tx = gpuplane_server::store::write(db).await.unwrap();
+    let rewound = gpuplane_server::metrics::rewind::rewind(&mut tx, &run, 1, 40)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // train/loss: 41..=99 (59 points, a chunk split at 40); eval/acc: all 20; texts at 60 and 85.
+    assert_eq!((rewound.points, rewound.texts), (79, 2));
+
+    let curve = f
+        .get(&format!(
+            "/runs/{run}/metrics?key=train/loss&max_points=100000&format=columns"
+        ))
+        .await;
+    assert_eq!(curve["steps"], json!((0..=40).collect::<Vec<i64>>()));
+    let run_json = f.get(&format!("/runs/{run}")).await;
+    let loss = &run_json["latest"]["train/loss"];
+    assert_eq!(
+        (
+            &loss["step"],
+            &loss["value"],
+            &loss["count"],
+            &loss["non_finite_count"]
+        ),
+        (&json!(40), &json!(60.0), &json!(41), &json!(0)),
+        "the NaN at step 60 went with the rest"
+    );
+    assert!(run_json["latest"].get("eval/acc").is_none(), "{run_json}");
+    assert_eq!(
+        run_json["latest"]["lr"], latest_lr,
+        "a key wholly before the step is untouched"
+    );
+    let texts = f.get(&format!("/runs/{run}/texts?limit=100")).await;
+    let texts: Vec<&str> = texts["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["at 35", "at 10"]);
+    // Downsampled reads see the same.
+    let buckets = f
+        .get(&format!("/runs/{run}/metrics?key=train/loss&max_points=7"))
+        .await;
+    assert_eq!(
+        buckets["buckets"].as_array().unwrap().last().unwrap()["step_to"],
+        json!(40)
+    );
+
+    // Nothing acknowledged is lost: the set-aside points decode to what was sent.
+    let aside: Vec<(String, i64, Vec<u8>)> = sql!(db, |pool| {
+        sqlx::query_as(
+            "SELECT key, count, points FROM metric_points_rewound WHERE run_id = $1 ORDER BY key, step_min",
+        )
+        .bind(&run)
+        .fetch_all(pool)
+        .await
+    })
+    .unwrap();
+    let mut loss = Vec::new();
+    for (key, count, blob) in &aside {
+        let mut points = Vec::new();
+        gpuplane_server::metrics::chunk::decode_points(blob, &mut points).unwrap();
+        assert_eq!(points.len() as i64, *count);
+        if key == "train/loss" {
+            loss.extend(points);
+        }
+    }
+    let steps: Vec<i64> = loss.iter().map(|p| p.step).collect();
+    assert_eq!(steps, (41..100).collect::<Vec<i64>>());
+    assert!(loss.iter().all(|p| (p.step == 60) == p.value.is_nan()));
+
+    let mut tx = gpuplane_server::store::write(db).await.unwrap();
+    let again = gpuplane_server::metrics::rewind::rewind(&mut tx, &run, 2, 40)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!((again.points, again.texts), (0, 0));
+}

@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 42, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 44, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 42);
+    assert_eq!(tables.len(), 44);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -76,7 +76,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut pg)
     .await
     .unwrap();
-    assert_eq!(identities.len(), 10, "{identities:?}");
+    assert_eq!(identities.len(), 12, "{identities:?}");
     for (table, column) in identities {
         let (next, max): (i64, i64) = sqlx::query_as(&format!(
             "SELECT nextval(pg_get_serial_sequence('{table}', '{column}')), (SELECT max({column}) FROM {table})"
@@ -176,11 +176,13 @@ async fn fill_every_table(cluster: &Cluster) {
         .await;
     assert_eq!(status, 201, "{body}");
 
-    // A job that prints, logs metrics, a text and config, writes checkpoints, and fails.
+    // A job that prints, logs metrics, a text and config, writes checkpoints,
+    // and fails twice (its second attempt resumes from step 40: what it
+    // logged past that step is set aside).
     let code = r#"
 import json, os, sys, urllib.request
 print("step 1", flush=True)
-body = {"batch_id": "b", "points": [{"key": "train/loss", "step": s, "wall_time": 1.7e9 + s, "value": 1.0 / (s + 1)} for s in range(50)],
+body = {"batch_id": "b" + os.environ["GPUCTL_ATTEMPT"], "points": [{"key": "train/loss", "step": s, "wall_time": 1.7e9 + s, "value": 1.0 / (s + 1)} for s in range(50)],
         "texts": [{"key": "sample", "step": 49, "wall_time": 1.7e9, "text": "hello"}]}
 request = urllib.request.Request(os.environ["GPUCTL_SERVER"] + "/api/v1/runs/" + os.environ["GPUCTL_RUN_ID"] + "/metrics",
     data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + os.environ["GPUCTL_TOKEN"], "Content-Type": "application/json"})
@@ -191,7 +193,8 @@ print("giving up", file=sys.stderr, flush=True)
 sys.exit(3)
 "#;
     let job = cluster
-        .submit(json!({"name": "train", "command": ["python3", "-c", code], "working_dir": work, "watch_dirs": ["ckpt"], "resources": {"gpu": 1}}))
+        .submit(json!({"name": "train", "command": ["python3", "-c", code], "working_dir": work, "watch_dirs": ["ckpt"], "resources": {"gpu": 1},
+                      "max_attempts": 2, "retry_cooldown_s": 0}))
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Failed).await;
     let (status, body) = cluster

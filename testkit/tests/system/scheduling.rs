@@ -990,6 +990,13 @@ async fn an_urgent_job_preempts_a_lower_one_which_checkpoints_requeues_without_s
         "{attempt_2:?}"
     );
     assert_eq!(attempt_2[1], "saved by 1");
+    // The job says where attempt 2 picked up (`gpuctl job show`, the job page).
+    let resumed = low_job.attempts[1].resumed().unwrap();
+    assert!(
+        resumed.starts_with("resumed from step 7 (/") && resumed.ends_with(&format!("{checkpoint})")),
+        "{resumed}"
+    );
+    assert_eq!(low_job.attempts[0].resumed(), None);
     let events = cluster.events(&format!("job_id={low}&kind=JOB_PREEMPTED")).await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].kind, EventKind::JobPreempted);

@@ -290,10 +290,13 @@ impl<'a> Pass<'a> {
             }
             let available = free[i].len();
             scan.largest_free = scan.largest_free.max(available);
+            // Best fit (the fewest free GPUs that do), but the node holding
+            // the checkpoint a resumed job picks up from before any other.
+            let elsewhere = |n: usize| job.resume_node.as_ref() != Some(&nodes[n].id);
             if available >= need
-                && scan
-                    .best
-                    .is_none_or(|b| (available, &nodes[i].name) < (free[b].len(), &nodes[b].name))
+                && scan.best.is_none_or(|b| {
+                    (elsewhere(i), available, &nodes[i].name) < (elsewhere(b), free[b].len(), &nodes[b].name)
+                })
             {
                 scan.best = Some(i);
             }

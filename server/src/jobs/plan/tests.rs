@@ -41,6 +41,7 @@ fn job(id: &str, gpus: u32, priority: i64) -> QueuedJob {
         queued_at: 0,
         fair_share_note: None,
         time_limit_ms: None,
+        resume_node: None,
     }
 }
 
@@ -477,6 +478,7 @@ fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
     let day_node = node("day-1", 1, &[], &[("pool", "day")]);
     let with_limit = |id: &str, minutes: Option<i64>, pool: &str| QueuedJob {
         time_limit_ms: minutes.map(|m| m * 60_000),
+        resume_node: None,
         node_selector: BTreeMap::from([("pool".to_string(), pool.to_string())]),
         runner: Runner::Process,
         ..job(id, 1, 0)
@@ -506,5 +508,30 @@ fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
         plan.wake_at,
         Some(day + 20 * 3_600_000),
         "planned again when the window opens"
+    );
+}
+
+#[test]
+fn a_resumed_job_goes_back_to_the_node_holding_its_checkpoint_when_that_node_fits_it() {
+    let resumed = |id: &str, gpus: u32, on: &str| QueuedJob {
+        resume_node: Some(format!("node_{on}")),
+        ..job(id, gpus, 0)
+    };
+    // Best fit alone would pick a (1 free) first; the checkpoints are on b
+    // (which fits) and c (full: r2 goes where it fits best).
+    let nodes = [
+        node("a", 2, &[0], &[]),
+        node("b", 4, &[], &[]),
+        node("c", 2, &[0, 1], &[]),
+    ];
+    check(
+        &[resumed("r1", 1, "b"), resumed("r2", 1, "c"), job("fresh", 1, 0)],
+        &nodes,
+        4,
+        expect![[r#"
+            r1 -> b [0]
+            r2 -> a [1]
+            fresh -> b [1]
+        "#]],
     );
 }
