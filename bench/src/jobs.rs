@@ -1,4 +1,5 @@
-//! Jobs: one scheduling pass over 10,000 queued jobs and 1,000 nodes,
+//! Jobs: one scheduling pass over 10,000 queued jobs and 1,000 nodes (and
+//! with one job in ten a multi-node gang),
 //! submit → RUNNING latency with an idle agent, log ingest through the
 //! server, agent idle CPU, server memory with 10,000 queued jobs.
 
@@ -72,7 +73,26 @@ fn bench_quotas(project_gpus: u32, user_gpus: u32, user_jobs: u32) -> Quotas {
 /// projects and 100 users, then `plan` with quotas (each project 1,000 GPUs,
 /// each user 200 GPUs in 50 jobs) and preemption (jobs of priority 4 may
 /// stop the running jobs of priority 0-2).
-fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
+/// The full pure pass over the queue, then over the same queue with one
+/// job in ten a gang (2-4 nodes of 1-8 GPUs each, a third of them
+/// colocated in one zone).
+fn full_pure_passes(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
+    full_pure_pass(queue, nodes, "", "scheduling.pass");
+    let mut with_gangs = queue.to_vec();
+    for (i, job) in with_gangs.iter_mut().enumerate().filter(|(i, _)| i % 10 == 5) {
+        job.nodes = 2 + (i / 10 % 3) as u32;
+        job.gpus = [1, 2, 4, 8][i / 10 % 4];
+        job.colocate = (i % 3 == 0).then(|| "zone".to_string());
+    }
+    full_pure_pass(
+        &with_gangs,
+        nodes,
+        ", 10 % of them multi-node",
+        "scheduling.pass.gangs",
+    );
+}
+
+fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity], shape: &str, name: &str) {
     let quotas = bench_quotas(1000, 200, 50);
     let mut queue = queue.to_vec();
     for (i, job) in queue.iter_mut().enumerate().filter(|(i, _)| i % 10 == 0) {
@@ -124,7 +144,7 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
     }
     times.sort_by(f64::total_cmp);
     let what = format!(
-        "scheduling pass (dependencies, fair share, quotas, preemption), {} queued × {} nodes",
+        "scheduling pass (dependencies, fair share, quotas, preemption), {} queued × {} nodes{shape}",
         count(queue.len()),
         count(nodes.len())
     );
@@ -133,7 +153,7 @@ fn full_pure_pass(queue: &[QueuedJob], nodes: &[NodeCapacity]) {
         percentile(&times, 0.5),
         times[times.len() - 1]
     );
-    record("scheduling.pass", what, "ms", percentile(&times, 0.5));
+    record(name, what, "ms", percentile(&times, 0.5));
 }
 
 const RULES: Rules = Rules {
@@ -193,6 +213,8 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             fair_share_note: None,
             time_limit_ms: None,
             resume_node: None,
+            nodes: 1,
+            colocate: None,
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.
@@ -237,7 +259,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             times[times.len() - 1]
         );
     }
-    full_pure_pass(&queue, &nodes);
+    full_pure_passes(&queue, &nodes);
     // The same shape through the real server: SQLite load, plan, apply.
     let dir = tempfile::tempdir()?;
     let server = start_server_with(dir.path(), |config| config.settings.cpu_slots_per_node = 4).await;

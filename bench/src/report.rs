@@ -149,6 +149,7 @@ const SECTIONS: &[(&str, &[Row])] = &[
         "Scheduling and dispatch",
         &[
             row("scheduling.pass", &[], "~25 ms"),
+            row("scheduling.pass.gangs", &[], "< 50 ms"),
             row("scheduling.server_pass", &[], ""),
             row("dispatch.p50", &[], ""),
             row("dispatch.p99", &[], ""),

@@ -129,6 +129,8 @@ pub(super) async fn would_wait(
         fair_share_note: None,
         time_limit_ms: spec.time_limit_s.map(|s| s.saturating_mul(1000)),
         resume_node: None,
+        nodes: 1,
+        colocate: None,
     };
     let jobs = state.jobs();
     let mut nodes = crate::jobs::scheduler::load_nodes(&jobs).await?;

@@ -176,6 +176,8 @@ mod tests {
             fair_share_note: None,
             time_limit_ms: None,
             resume_node: None,
+            nodes: 1,
+            colocate: None,
         }
     }
 

@@ -10,6 +10,9 @@
 //!   matching node with the most free GPUs. Lower jobs may use any other
 //!   node, but not the held node's GPUs, so they accumulate there as jobs
 //!   finish until the held job fits. cpu jobs need no GPUs and are never held up.
+//! - Gangs (`nodes > 1`, `gang`): all members at once on distinct nodes
+//!   (sharing a `colocate` label value) or none; a gang that waits holds
+//!   every node it needs or none, so gangs never deadlock each other.
 //! - Quotas: a job that would take its project or its user past a quota
 //!   waits (and holds nothing); jobs behind it still start.
 //! - Preemption (when `preempt_priority` is set): a GPU job of at least that
@@ -23,6 +26,7 @@
 //! - Node policies (`node_access`): a job only ever sees the nodes its
 //!   project may use with its runner; its `node_selector` chooses among them.
 
+mod gang;
 mod pass;
 mod preemption;
 
@@ -59,6 +63,18 @@ pub struct QueuedJob {
     /// The node that recorded the checkpoint it resumes from (`resume`):
     /// placed there when that node fits it, else wherever fits best.
     pub resume_node: Option<String>,
+    /// How many nodes it runs on at once (`resources.nodes`), each with
+    /// `gpus`: more than one makes it a gang, placed whole or not at all.
+    pub nodes: u32,
+    /// A gang's members share this node label's value (`resources.colocate`).
+    pub colocate: Option<String>,
+}
+
+impl QueuedJob {
+    /// The GPUs it takes in all: `gpus` on each of its nodes.
+    pub fn total_gpus(&self) -> u32 {
+        self.gpus.saturating_mul(self.nodes.max(1))
+    }
 }
 
 /// The quotas of one pass, keyed by project name and by user id.
@@ -82,22 +98,23 @@ pub struct Quota {
 impl Quota {
     /// Why `job` may not start under this quota, if it may not.
     fn refuses(&self, job: &QueuedJob) -> Option<String> {
+        let need = job.total_gpus();
         if let Some(max) = self.max_gpus
-            && job.gpus > 0
-            && self.gpus_in_use + job.gpus > max
+            && need > 0
+            && self.gpus_in_use + need > max
         {
-            return Some(if job.gpus > max {
+            return Some(if need > max {
                 format!(
                     "quota: this job needs {} but {} may use at most {max}",
-                    gpus(job.gpus as usize),
+                    gpus(need as usize),
                     self.label
                 )
             } else if self.gpus_in_use >= max {
                 format!("quota: {} uses {} of {max} GPUs", self.label, self.gpus_in_use)
             } else {
                 format!(
-                    "quota: {} uses {} of {max} GPUs; this job needs {}",
-                    self.label, self.gpus_in_use, job.gpus
+                    "quota: {} uses {} of {max} GPUs; this job needs {need}",
+                    self.label, self.gpus_in_use
                 )
             });
         }
@@ -111,7 +128,7 @@ impl Quota {
     }
 
     fn charge(&mut self, job: &QueuedJob) {
-        self.gpus_in_use += job.gpus;
+        self.gpus_in_use += job.total_gpus();
         self.running_jobs += 1;
     }
 }
@@ -181,11 +198,14 @@ pub struct Preemption {
     pub for_priority: i64,
 }
 
+/// Where a job starts: its node and GPUs (rank 0's, for a gang), and a
+/// gang's other members' in rank order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub job_id: String,
     pub node_id: String,
     pub gpus: Vec<u32>,
+    pub others: Vec<(String, Vec<u32>)>,
 }
 
 #[derive(Debug, Default)]
@@ -253,7 +273,9 @@ pub fn plan(
             pass.wait(job, reason);
             continue;
         }
-        if job.gpus == 0 {
+        if job.nodes > 1 {
+            pass.place_gang(position, job, g);
+        } else if job.gpus == 0 {
             pass.place_cpu_job(job, g);
         } else {
             pass.place_gpu_job(position, job, g);

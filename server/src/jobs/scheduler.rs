@@ -350,6 +350,8 @@ pub async fn load_queue(
                 fair_share_note: None,
                 time_limit_ms: row.time_limit_s.map(|s| s.saturating_mul(1000)),
                 resume_node: row.resume_node,
+                nodes: 1,
+                colocate: None,
             }
         })
         .collect();
@@ -542,6 +544,15 @@ pub async fn apply(
     let mut tx = crate::store::write(&server.db).await?;
     let mut dispatched_to = Vec::new();
     for placement in placements {
+        // Jobs are read from the queue with `nodes: 1` until members are
+        // stored and dispatched (#46): a gang placement cannot arise yet.
+        if !placement.others.is_empty() {
+            tracing::error!(
+                job_id = placement.job_id,
+                "a multi-node placement, which this server cannot start"
+            );
+            continue;
+        }
         // Another leader may have taken these GPUs since this plan was read
         // (two replicas that both believe they lead, for a moment): checked
         // in the transaction that claims them.

@@ -75,6 +75,7 @@ async fn two_stale_plans_cannot_give_one_gpu_twice() {
         job_id: jobs[1].clone(),
         node_id: node_id.clone(),
         gpus: vec![0],
+        others: Vec::new(),
     }];
     let this = tokio::spawn({
         let jobs = state.jobs();

@@ -104,6 +104,7 @@ impl<'a> Pass<'a> {
             job_id: job.id.clone(),
             node_id: self.nodes[node].id.clone(),
             gpus,
+            others: Vec::new(),
         });
     }
 

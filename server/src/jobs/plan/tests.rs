@@ -42,6 +42,8 @@ fn job(id: &str, gpus: u32, priority: i64) -> QueuedJob {
         fair_share_note: None,
         time_limit_ms: None,
         resume_node: None,
+        nodes: 1,
+        colocate: None,
     }
 }
 
@@ -136,11 +138,15 @@ fn render(plan: &Plan) -> String {
     let mut out = String::new();
     for p in &plan.placements {
         out.push_str(&format!(
-            "{} -> {} {:?}\n",
+            "{} -> {} {:?}",
             p.job_id,
             p.node_id.trim_start_matches("node_"),
             p.gpus
         ));
+        for (node_id, gpus) in &p.others {
+            out.push_str(&format!(" + {} {gpus:?}", node_id.trim_start_matches("node_")));
+        }
+        out.push('\n');
     }
     for p in &plan.preemptions {
         out.push_str(&format!(
@@ -479,6 +485,8 @@ fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
     let with_limit = |id: &str, minutes: Option<i64>, pool: &str| QueuedJob {
         time_limit_ms: minutes.map(|m| m * 60_000),
         resume_node: None,
+        nodes: 1,
+        colocate: None,
         node_selector: BTreeMap::from([("pool".to_string(), pool.to_string())]),
         runner: Runner::Process,
         ..job(id, 1, 0)
@@ -515,6 +523,8 @@ fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
 fn a_resumed_job_goes_back_to_the_node_holding_its_checkpoint_when_that_node_fits_it() {
     let resumed = |id: &str, gpus: u32, on: &str| QueuedJob {
         resume_node: Some(format!("node_{on}")),
+        nodes: 1,
+        colocate: None,
         ..job(id, gpus, 0)
     };
     // Best fit alone would pick a (1 free) first; the checkpoints are on b
@@ -532,6 +542,130 @@ fn a_resumed_job_goes_back_to_the_node_holding_its_checkpoint_when_that_node_fit
             r1 -> b [0]
             r2 -> a [1]
             fresh -> b [1]
+        "#]],
+    );
+}
+
+fn gang(id: &str, nodes: u32, gpus: u32, priority: i64) -> QueuedJob {
+    QueuedJob {
+        nodes,
+        ..job(id, gpus, priority)
+    }
+}
+
+#[test]
+fn a_gang_starts_on_all_its_nodes_at_once_the_tightest_fits_first() {
+    let nodes = [
+        node("a", 4, &[], &[]),
+        node("b", 4, &[0, 1], &[]),
+        node("c", 4, &[0, 1], &[]),
+        node("d", 2, &[], &[]),
+    ];
+    check(
+        &[gang("g", 3, 2, 0), job("small", 2, 0)],
+        &nodes,
+        4,
+        expect![[r#"
+            g -> b [2, 3] + c [2, 3] + d [0, 1]
+            small -> a [0, 1]
+        "#]],
+    );
+}
+
+#[test]
+fn a_gang_that_cannot_start_holds_every_node_it_needs_or_none() {
+    let nodes = [
+        node("a", 4, &[0, 1, 2], &[]),
+        node("b", 4, &[0, 1], &[]),
+        node("c", 4, &[], &[]),
+        node("d", 4, &[0, 1, 2, 3], &[]),
+    ];
+    // g1 needs 3 nodes with 4 free: c has them; it holds c, b, a (the most
+    // free first). g2 finds too few unheld nodes: it holds nothing. The
+    // small job may not backfill into g1's nodes; d is full.
+    check(
+        &[gang("g1", 3, 4, 10), gang("g2", 2, 4, 5), job("small", 1, 0)],
+        &nodes,
+        4,
+        expect![[r#"
+            g1: needs 3 nodes with 4 free GPUs; 1 has them; holding c, b, a until running jobs there finish
+            g2: needs 2 nodes with 4 free GPUs; 0 have them, and matching nodes are held for earlier jobs (e.g. g1, priority 10)
+            small: needs 1 GPU; the largest free on a matching node is 0; holding d (0 of 4 free) until running jobs there finish
+        "#]],
+    );
+}
+
+#[test]
+fn a_gang_that_can_never_fit_says_why_and_holds_nothing() {
+    let nodes = [node("a", 8, &[], &[]), node("b", 4, &[], &[])];
+    check(
+        &[gang("big", 2, 8, 0), job("after", 4, 0)],
+        &nodes,
+        4,
+        expect![[r#"
+            after -> b [0, 1, 2, 3]
+            big: needs 2 nodes with 8 GPUs each; only 1 matching node has 8 GPUs
+        "#]],
+    );
+}
+
+#[test]
+fn colocated_members_share_one_value_of_the_label() {
+    let nodes = [
+        node("a1", 2, &[], &[("rack", "a")]),
+        node("b1", 2, &[], &[("rack", "b")]),
+        node("b2", 2, &[0], &[("rack", "b")]),
+        node("b3", 2, &[], &[("rack", "b")]),
+        node("x", 2, &[], &[]),
+    ];
+    let colocated = |id: &str, nodes: u32| QueuedJob {
+        colocate: Some("rack".to_string()),
+        ..gang(id, nodes, 1, 0)
+    };
+    check(
+        &[colocated("two", 2), colocated("three", 3), colocated("four", 4)],
+        &nodes,
+        4,
+        expect![[r#"
+            two -> b2 [1] + b1 [0]
+            three: needs 3 nodes with 1 free GPU; 2 have them; holding b3, b1, b2 until running jobs there finish
+            four: needs 4 nodes with 1 GPU each sharing one value of label rack; at most 3 matching nodes do
+        "#]],
+    );
+}
+
+#[test]
+fn a_gangs_quota_counts_every_members_gpus_and_its_checkpoint_node_goes_first() {
+    let quotas = Quotas {
+        projects: HashMap::from([(
+            "default".to_string(),
+            Quota {
+                label: "project default".to_string(),
+                max_gpus: Some(5),
+                max_running_jobs: None,
+                gpus_in_use: 0,
+                running_jobs: 0,
+            },
+        )]),
+        users: HashMap::new(),
+    };
+    let nodes = [
+        node("a", 2, &[], &[]),
+        node("b", 2, &[], &[]),
+        node("c", 2, &[], &[]),
+    ];
+    let resumed = QueuedJob {
+        resume_node: Some("node_c".to_string()),
+        ..gang("resumed", 2, 2, 0)
+    };
+    check_with(
+        &[resumed, gang("second", 2, 1, 0)],
+        &nodes,
+        &quotas,
+        4,
+        expect![[r#"
+            resumed -> c [0, 1] + a [0, 1]
+            second: quota: project default uses 4 of 5 GPUs; this job needs 2
         "#]],
     );
 }
