@@ -56,6 +56,9 @@ pub enum EventKind {
     /// The server refused metrics a job's SDK sent (or its agent sent for
     /// it); they wait in the spool's quarantine, named in the message.
     MetricsRefused,
+    /// A running job's steps stopped advancing for many times its usual
+    /// wait while its processes live; the message quotes its last output.
+    JobHung,
 }
 
 names!("event kind", EventKind {
@@ -76,6 +79,7 @@ names!("event kind", EventKind {
     RunAlert => "RUN_ALERT",
     MetricsSpooled => "METRICS_SPOOLED",
     MetricsRefused => "METRICS_REFUSED",
+    JobHung => "JOB_HUNG",
 });
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -67,6 +67,10 @@ pub enum FailureReason {
     /// SIGKILL after the grace) and queued again. Ends an attempt, never a
     /// job, and does not count against `max_attempts`.
     Preempted,
+    /// Its steps stopped advancing while its processes lived (JOB_HUNG) and
+    /// its spec says `on_hang = "restart"`: it was stopped, and is retried
+    /// from its last checkpoint while attempts remain.
+    Hung,
 }
 
 names!("failure reason", FailureReason {
@@ -79,6 +83,7 @@ names!("failure reason", FailureReason {
     Timeout => "TIMEOUT",
     DependencyFailed => "DEPENDENCY_FAILED",
     Preempted => "PREEMPTED",
+    Hung => "HUNG",
 });
 
 impl FailureReason {
@@ -87,7 +92,7 @@ impl FailureReason {
     pub fn is_transient(self) -> bool {
         matches!(
             self,
-            FailureReason::ExitCode | FailureReason::Signal | FailureReason::JobLost
+            FailureReason::ExitCode | FailureReason::Signal | FailureReason::JobLost | FailureReason::Hung
         )
     }
 }
@@ -207,6 +212,11 @@ pub struct JobSpec {
     /// after the server's cancel grace, and fails with `TIMEOUT`. None: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<i64>,
+    /// When its steps stop advancing while its processes live (JOB_HUNG):
+    /// `warn` (default: the event alone) or `restart` (stop the attempt and
+    /// retry from the last checkpoint; needs `max_attempts` of 2 or more).
+    #[serde(default, skip_serializing_if = "OnHang::is_warn")]
+    pub on_hang: OnHang,
     /// Jobs that must end first: `job_…` (it must succeed) or
     /// `job_…:finished` (any end). Until then it waits, saying for which;
     /// if one can no longer satisfy it, it fails with `DEPENDENCY_FAILED`.
@@ -315,6 +325,7 @@ impl std::fmt::Debug for JobSpec {
             max_attempts,
             retry_cooldown_s,
             time_limit_s,
+            on_hang,
             after,
             watch_dirs,
             wandb,
@@ -342,6 +353,7 @@ impl std::fmt::Debug for JobSpec {
             .field("max_attempts", max_attempts)
             .field("retry_cooldown_s", retry_cooldown_s)
             .field("time_limit_s", time_limit_s)
+            .field("on_hang", on_hang)
             .field("after", after)
             .field("watch_dirs", watch_dirs)
             .field("wandb", wandb)
@@ -386,6 +398,7 @@ impl JobSpec {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             retry_cooldown_s: DEFAULT_RETRY_COOLDOWN_S,
             time_limit_s: None,
+            on_hang: OnHang::Warn,
             after: Vec::new(),
             watch_dirs: Vec::new(),
             wandb: None,
@@ -396,6 +409,24 @@ impl JobSpec {
             recipe: None,
             observability_url: None,
         }
+    }
+}
+
+/// What happens when a running job is found hung (JOB_HUNG): `warn` (the
+/// event alone, the default) or `restart` (the attempt is stopped and the
+/// job retried from its last checkpoint, spending an attempt).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum OnHang {
+    #[default]
+    Warn,
+    Restart,
+}
+
+impl OnHang {
+    fn is_warn(&self) -> bool {
+        *self == OnHang::Warn
     }
 }
 

@@ -179,6 +179,12 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
     if !(0..=86_400).contains(&spec.retry_cooldown_s) {
         bad("retry_cooldown_s", "must be between 0 and 86400 seconds".into());
     }
+    if spec.on_hang == crate::job::OnHang::Restart && spec.max_attempts < 2 {
+        bad(
+            "on_hang",
+            "restart retries the job, which needs max_attempts of 2 or more".into(),
+        );
+    }
     if spec.after.len() > MAX_DEPENDENCIES {
         bad(
             "after",

@@ -141,6 +141,16 @@ async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Re
         stop.clone(),
     ));
     let scheduler = tokio::spawn(jobs::scheduler::run(state.jobs(), stop.clone()));
+    let hang_rule = jobs::hangs::Rule {
+        after_ms: state.config.settings.hang_after_s.saturating_mul(1000) as i64,
+        factor: state.config.settings.hang_factor as i64,
+    };
+    let hangs = tokio::spawn(jobs::hangs::monitor(
+        state.db.clone(),
+        hang_rule,
+        state.wakes.clone(),
+        stop.clone(),
+    ));
     let compactor = tokio::spawn(metrics::compact::run(
         state.db.clone(),
         state.config.compaction_delay,
@@ -159,6 +169,7 @@ async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Re
     let _ = stop.wait_for(|stop| *stop).await;
     let _ = monitor.await;
     let _ = scheduler.await;
+    let _ = hangs.await;
     let _ = compactor.await;
     sweeper.abort();
     alerter.abort();

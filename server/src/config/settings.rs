@@ -155,6 +155,17 @@ settings! {
         #[arg(long, env = "GPUPLANE_PREEMPTION_GRACE_S", value_name = "S")]
         preemption_grace_s: u64,
 
+        /// A running job whose steps stop advancing is reported (JOB_HUNG) once
+        /// no step came for hang_factor times its usual wait between steps and
+        /// for at least this long, in seconds; 0 turns it off.
+        #[arg(long, env = "GPUPLANE_HANG_AFTER_S", value_name = "S")]
+        hang_after_s: u64,
+
+        /// How many times its usual wait between steps a job may go without
+        /// one before it counts as hung (with hang_after_s).
+        #[arg(long, env = "GPUPLANE_HANG_FACTOR", value_name = "N")]
+        hang_factor: u64,
+
         /// The output lines the server keeps of a job are deleted this many days
         /// after it ended (the agent's files are not touched); 0 keeps them.
         #[arg(long, env = "GPUPLANE_LOG_RETENTION_DAYS", value_name = "DAYS")]

@@ -125,11 +125,12 @@ pub async fn commands_for(
         preempted_at: Option<i64>,
         resume_path: Option<String>,
         resume_step: Option<i64>,
+        hung_at: Option<i64>,
     }
     let active: Vec<ActiveRow> = sql!(&server.db, |pool| {
         sqlx::query_as(
             "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at,
-             a.resume_path, a.resume_step
+             a.resume_path, a.resume_step, a.hung_at
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
         )
@@ -148,6 +149,13 @@ pub async fn commands_for(
         if row.cancel_requested_at.is_some() && !started {
             cancelled_before_start.push((row.job_id.as_str(), row.n));
         } else if row.cancel_requested_at.is_some() {
+            commands.push(AgentCommand::Cancel {
+                job_id: row.job_id.clone(),
+                attempt: row.n,
+                grace_ms,
+            });
+        } else if row.hung_at.is_some() {
+            // Hung, with `on_hang = "restart"` (`hangs`): stopped, then retried.
             commands.push(AgentCommand::Cancel {
                 job_id: row.job_id.clone(),
                 attempt: row.n,

@@ -8,8 +8,8 @@
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
-//! what agents report), `lifecycle` (ending attempts and jobs, retries,
-//! lost attempts), `resume` (where a job queued again picks up), `maintenance` (maintenance mode: a pause of all
+//! what agents report), `hangs` (JOB_HUNG: running jobs whose steps stopped), `lifecycle`
+//! (ending attempts and jobs, retries, lost attempts), `resume` (where a job queued again picks up), `maintenance` (maintenance mode: a pause of all
 //! dispatch), `quotas` (per project and per user, read by each pass),
 //! `node_policies` (projects' node policies, read by each pass and submit),
 //! `priorities` (who may give which priority). The
@@ -21,6 +21,7 @@ pub mod dispatch;
 pub mod evaluations;
 pub mod failure;
 pub mod fair_share;
+pub mod hangs;
 pub mod lifecycle;
 pub mod liveness;
 pub mod maintenance;

@@ -372,15 +372,12 @@ async fn exited(
         return Ok(false);
     }
     let time_limit_s = conn.dialect().json_field("spec", "time_limit_s");
-    let (cancel_requested, kind, time_limit_s, preempted_by): (
-        Option<i64>,
-        String,
-        Option<i64>,
-        Option<String>,
-    ) = sql!(conn, |conn| {
+    type Stopping = (Option<i64>, String, Option<i64>, Option<String>, Option<i64>);
+    let (cancel_requested, kind, time_limit_s, preempted_by, hung_at): Stopping = sql!(conn, |conn| {
         sqlx::query_as(&format!(
             "SELECT cancel_requested_at, kind, CAST({time_limit_s} AS BIGINT),
-                    (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2)
+                    (SELECT preempted_by FROM attempts WHERE job_id = $1 AND n = $2),
+                    (SELECT hung_at FROM attempts WHERE job_id = $1 AND n = $2)
              FROM jobs WHERE id = $1"
         ))
         .bind(job_id)
@@ -401,6 +398,22 @@ async fn exited(
         };
         lifecycle::end_attempt(conn, job_id, attempt, end).await?;
         lifecycle::requeue_preempted(conn, job_id, &for_job, &node.node_name, end.at).await?;
+        return Ok(true);
+    }
+    // Stopped by the agent because it hung (`hangs`, on_hang = restart):
+    // a HUNG failure, retried from its last checkpoint while attempts remain.
+    if hung_at.is_some() && exit.cancelled && cancel_requested.is_none() {
+        let detail = "hung: its steps stopped advancing while its processes ran (on_hang = restart)";
+        let end = AttemptEnd {
+            status: JobStatus::Failed,
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            reason: Some(FailureReason::Hung),
+            detail: Some(detail),
+            at: exit.time.max(0),
+        };
+        lifecycle::end_attempt(conn, job_id, attempt, end).await?;
+        lifecycle::fail_or_retry(conn, job_id, FailureReason::Hung, detail, end.at).await?;
         return Ok(true);
     }
     let output = logs::recent_text(conn, job_id, attempt, 300).await?;

@@ -355,3 +355,143 @@ async fn a_job_past_its_time_limit_gets_sigterm_then_sigkill_and_fails_with_time
          it did not stop within the grace period after SIGTERM and was killed with SIGKILL."
     );
 }
+
+/// Python that defines `log(step)`: one point of `train/loss` sent with the
+/// job's own token, in a batch of its own.
+const LOG_STEP_PY: &str = r#"
+import json, os, time, urllib.request
+def log(step):
+    body = {"batch_id": f"a{os.environ['GPUCTL_ATTEMPT']}s{step}", "points": [{"key": "train/loss", "step": step, "wall_time": time.time(), "value": float(step)}]}
+    request = urllib.request.Request(os.environ["GPUCTL_SERVER"] + "/api/v1/runs/" + os.environ["GPUCTL_RUN_ID"] + "/metrics",
+        data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + os.environ["GPUCTL_TOKEN"], "Content-Type": "application/json"})
+    urllib.request.urlopen(request)
+"#;
+
+/// A job that logs a step every `every_s` seconds (one step after
+/// `pause_at` waits `pause_s` more), then sleeps `then_s`.
+fn stepping(every_s: f64, steps: u32, pause_at: u32, pause_s: f64, then_s: u32) -> Value {
+    let code = format!(
+        r#"{LOG_STEP_PY}
+for step in range({steps}):
+    log(step)
+    time.sleep({every_s} + ({pause_s} if step == {pause_at} else 0))
+print("waiting on all_reduce of rank 1", flush=True)
+time.sleep({then_s})
+"#
+    );
+    json!({"command": ["python3", "-c", code]})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_whose_steps_stop_is_reported_hung_once_with_its_last_lines_and_a_slow_one_never() {
+    let cluster = Cluster::start_with(|config| {
+        config.settings.hang_after_s = 2;
+        config.settings.hang_factor = 5;
+    })
+    .await;
+    let _agent = cluster.agent("box", 2, &[]);
+    cluster.wait_for_nodes(1).await;
+    // Hung: ten quick steps, then silence while its process lives.
+    let mut hung = stepping(0.1, 10, 99, 0.0, 600);
+    hung["name"] = json!("hung");
+    let hung = cluster.submit(hung).await;
+    // Slow: a step every 0.8 s, one pause of 2.5 s (an evaluation), for ~13 s.
+    let mut slow = stepping(0.8, 13, 6, 2.5, 0);
+    slow["name"] = json!("slow");
+    let slow = cluster.submit(slow).await;
+
+    let events = eventually("JOB_HUNG for the hung job", Duration::from_secs(20), || async {
+        let events = cluster.events(&format!("job_id={}&kind=JOB_HUNG", hung.id)).await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    let message = &events[0].message;
+    assert!(
+        message.starts_with("attempt 1 has logged no step for ")
+            && message.contains("after step 9 (its usual wait"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("its last output:\nwaiting on all_reduce of rank 1"),
+        "{message}"
+    );
+    assert_eq!(events[0].run_id.as_deref(), Some(hung.run_id.as_str()));
+
+    cluster.wait_for(&slow.id, JobStatus::Succeeded).await;
+    let slow_events = cluster.events(&format!("job_id={}&kind=JOB_HUNG", slow.id)).await;
+    assert!(slow_events.is_empty(), "a slow job is not hung: {slow_events:?}");
+    // Once per stall: still one for the hung job, which still runs.
+    let events = cluster.events(&format!("job_id={}&kind=JOB_HUNG", hung.id)).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(cluster.job(&hung.id).await.status, JobStatus::Running);
+    let (status, _) = cluster
+        .post(&format!("/jobs/{}/cancel", hung.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_job_with_on_hang_restart_is_stopped_and_resumes_from_its_checkpoint() {
+    let cluster = Cluster::start_with(|config| {
+        config.settings.hang_after_s = 2;
+        config.settings.hang_factor = 5;
+    })
+    .await;
+    let _agent = cluster.agent("box", 1, &[]);
+    cluster.wait_for_nodes(1).await;
+    // Restarting spends an attempt: a job with one is refused.
+    let (status, body) = cluster
+        .post(
+            "/jobs",
+            json!({"name": "once", "command": ["true"], "on_hang": "restart"}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["error"]["details"][0]["field"], "on_hang", "{body}");
+
+    // Attempt 1 logs steps 0-9, checkpoints at 5 and hangs; attempt 2
+    // resumes at 6 and finishes.
+    let code = LOG_STEP_PY.to_string()
+        + r#"
+start = int(os.environ["GPUCTL_RESUME_STEP"] or -1) + 1 if "GPUCTL_RESUME_STEP" in os.environ else 0
+for step in range(start, 10):
+    log(step)
+    if step == 5 and start == 0:
+        open(os.path.join(os.environ["GPUCTL_JOB_DIR"], "step_5.pt"), "w").write("weights")
+    time.sleep(0.1)
+if start == 0:
+    print("stuck in all_reduce", flush=True)
+    time.sleep(600)
+"#;
+    let job = cluster
+        .submit(
+            json!({"name": "restarts", "command": ["python3", "-c", code], "on_hang": "restart",
+                       "max_attempts": 2, "retry_cooldown_s": 0}),
+        )
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let first = &job.attempts[0];
+    assert_eq!(
+        (first.status, first.failure_reason.map(|r| r.as_str())),
+        (JobStatus::Failed, Some("HUNG")),
+        "{first:?}"
+    );
+    assert_eq!(job.attempts[1].resume_step, Some(5));
+    let events = cluster.events(&format!("job_id={}&kind=JOB_HUNG", job.id)).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0]
+            .message
+            .contains("stopping it to retry from its last checkpoint (on_hang = restart)"),
+        "{}",
+        events[0].message
+    );
+    let (status, curve) = cluster
+        .get(&format!(
+            "/runs/{}/metrics?key=train/loss&max_points=1000&format=columns",
+            job.run_id
+        ))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(curve["steps"], json!((0..10).collect::<Vec<i64>>()), "one curve");
+}
