@@ -154,3 +154,22 @@ test('retrying an out-of-memory failure unchanged shows the advice; forcing it r
   await expect(page.getByTestId('change-done')).toBeVisible();
   await expect.poll(async () => (await job(request, id)).attempts.length).toBe(2);
 });
+
+test('the job page says where each later attempt resumed from', async ({ page, request }) => {
+  // Attempt 1 saves a checkpoint in its job folder and fails; attempt 2
+  // resumes from it.
+  const script = 'if [ "$GPUCTL_ATTEMPT" = 1 ]; then echo w > "$GPUCTL_JOB_DIR/step_3.pt"; sleep 1.5; exit 1; fi; echo resumed at "$GPUCTL_RESUME_STEP"';
+  const id = await submit(request, {
+    name: 'console-resume',
+    command: ['sh', '-c', script],
+    max_attempts: 2,
+    retry_cooldown_s: 0,
+  });
+  await expect.poll(async () => (await job(request, id)).status, { timeout: 20_000 }).toBe('SUCCEEDED');
+  await openAs(page, id, VIEWER);
+  const resumed = page.getByTestId('attempt-resumed');
+  await expect(resumed).toHaveCount(2);
+  await expect(resumed.nth(0)).toHaveText('');
+  await expect(resumed.nth(1)).toContainText('resumed from step 3 (');
+  await expect(resumed.nth(1)).toContainText('/job/step_3.pt)');
+});
