@@ -4,19 +4,22 @@
 //! highest step it has logged, and how long each advance took to come.
 //! An attempt is hung when no step came for `hang_factor` times its usual
 //! wait (the median of its last advances) and for at least `hang_after_s`;
-//! it is reported once per stall, with its last output lines. An attempt
+//! it is reported once per stall, with what its GPUs did meanwhile and its
+//! last output lines. An attempt
 //! that has advanced fewer than [`MIN_ADVANCES`] times has no usual pace
 //! yet and is not judged, and each is judged by its own pace, so a job that
 //! is merely slow never is.
 
 use crate::events::{self, Links};
 use crate::logs;
+use crate::nodes::telemetry;
 use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Error};
 use crate::wake::{Wake, Wakes};
 use gpuplane_api::duration::format_seconds;
 use gpuplane_api::event::{EventKind, Severity};
+use gpuplane_api::telemetry::gpu_key;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -129,13 +132,15 @@ async fn check(
         n: i64,
         node_id: String,
         run_id: String,
+        /// A JSON array of GPU indices.
+        gpus: String,
         on_hang: Option<String>,
         step: Option<i64>,
     }
     let on_hang = db.dialect().json_field("j.spec", "on_hang");
     let running: Vec<Running> = sql!(db, |pool| {
         sqlx::query_as(&format!(
-            "SELECT a.job_id, a.n, a.node_id, j.run_id, {on_hang} AS on_hang,
+            "SELECT a.job_id, a.n, a.node_id, j.run_id, a.gpus, {on_hang} AS on_hang,
                     (SELECT max(s.latest_step) FROM metric_series s WHERE s.run_id = j.run_id) AS step
              FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.status = 'RUNNING' AND a.hung_at IS NULL"
         ))
@@ -149,6 +154,7 @@ async fn check(
         n,
         node_id,
         run_id,
+        gpus,
         on_hang,
         step,
     } in running
@@ -163,6 +169,7 @@ async fn check(
                     attempt: n,
                     node_id: &node_id,
                     run_id: &run_id,
+                    gpus: serde_json::from_str(&gpus).unwrap_or_default(),
                     restart: on_hang.as_deref() == Some("restart"),
                 };
                 report(db, &attempt, stall).await?;
@@ -186,6 +193,7 @@ struct Stalled<'a> {
     attempt: i64,
     node_id: &'a str,
     run_id: &'a str,
+    gpus: Vec<u32>,
     /// Its spec says `on_hang = "restart"`.
     restart: bool,
 }
@@ -200,8 +208,22 @@ async fn report(db: &Db, stalled: &Stalled<'_>, stall: Stall) -> Result<(), Erro
         node_id,
         run_id,
         restart,
+        ..
     } = *stalled;
     let now = now_ms();
+    // What its GPUs did since its last step (from the agent's telemetry).
+    let (since_s, now_s) = ((now - stall.silent_ms) as f64 / 1000.0, now as f64 / 1000.0);
+    let mut utilisation = Vec::new();
+    for &gpu in &stalled.gpus {
+        let key = gpu_key(gpu, "utilization_percent");
+        if let Some((mean, _)) = telemetry::mean(db, node_id, &key, since_s, now_s).await? {
+            utilisation.push(format!("GPU {gpu} averaged {mean:.0} %"));
+        }
+    }
+    let gpus = match utilisation.is_empty() {
+        true => String::new(),
+        false => format!(" ({} since its last step)", utilisation.join(", ")),
+    };
     let mut tx = crate::store::write(db).await?;
     let lines = logs::recent_text(&mut tx, job_id, attempt, LAST_LINES).await?;
     let last = match lines.is_empty() {
@@ -214,7 +236,7 @@ async fn report(db: &Db, stalled: &Stalled<'_>, stall: Stall) -> Result<(), Erro
     };
     let message = format!(
         "attempt {attempt} has logged no step for {} after step {} (its usual wait between steps is {}), \
-         while its processes still run{then}; {last}",
+         while its processes still run{gpus}{then}; {last}",
         span(stall.silent_ms),
         stall.step,
         span(stall.usual_ms),

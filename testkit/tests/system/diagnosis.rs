@@ -389,11 +389,12 @@ async fn a_job_whose_steps_stop_is_reported_hung_once_with_its_last_lines_and_a_
         config.settings.hang_factor = 5;
     })
     .await;
-    let _agent = cluster.agent("box", 2, &[]);
+    let _agent = cluster.agent("box", 2, &["--telemetry-interval", "0.2"]);
     cluster.wait_for_nodes(1).await;
-    // Hung: ten quick steps, then silence while its process lives.
+    // Hung: ten quick steps, then silence while its process lives (with a GPU).
     let mut hung = stepping(0.1, 10, 99, 0.0, 600);
     hung["name"] = json!("hung");
+    hung["resources"] = json!({"gpu": 1});
     let hung = cluster.submit(hung).await;
     // Slow: a step every 0.8 s, one pause of 2.5 s (an evaluation), for ~13 s.
     let mut slow = stepping(0.8, 13, 6, 2.5, 0);
@@ -410,6 +411,11 @@ async fn a_job_whose_steps_stop_is_reported_hung_once_with_its_last_lines_and_a_
         message.starts_with("attempt 1 has logged no step for ")
             && message.contains("after step 9 (its usual wait"),
         "{message}"
+    );
+    let gpu = cluster.job(&hung.id).await.attempts[0].gpus[0];
+    assert!(
+        message.contains(&format!("while its processes still run (GPU {gpu} averaged ")),
+        "what its GPU did since its last step: {message}"
     );
     assert!(
         message.ends_with("its last output:\nwaiting on all_reduce of rank 1"),
