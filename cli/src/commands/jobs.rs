@@ -104,6 +104,11 @@ pub struct SubmitArgs {
     /// then SIGKILL after the grace; it fails with TIMEOUT.
     #[arg(long, value_parser = gpuplane_api::duration::parse_seconds)]
     time_limit: Option<i64>,
+    /// When its steps stop advancing while it runs (JOB_HUNG): warn (the
+    /// event alone, default) or restart (stop it and retry from its last
+    /// checkpoint; needs --max-attempts 2 or more).
+    #[arg(long, value_parser = ["warn", "restart"])]
+    on_hang: Option<String>,
     /// Start only after JOB succeeds, or after any end with JOB:finished (repeatable).
     #[arg(long = "after", value_parser = parse_after)]
     after: Vec<String>,
@@ -311,6 +316,11 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     }
     if let Some(limit) = args.time_limit {
         spec.time_limit_s = Some(limit);
+    }
+    match args.on_hang.as_deref() {
+        Some("restart") => spec.on_hang = gpuplane_api::job::OnHang::Restart,
+        Some(_) => spec.on_hang = gpuplane_api::job::OnHang::Warn,
+        None => {}
     }
     spec.after.extend(args.after);
     if let Some(dir) = args.working_dir {

@@ -218,6 +218,26 @@ async fn spec_files_in_toml_yaml_and_json_with_flags_on_top() {
         "{}",
         text(&bad_after.stderr)
     );
+    // --on-hang restart needs attempts to restart with.
+    let restarts = env.json(&[
+        "job",
+        "submit",
+        "-f",
+        path.to_str().unwrap(),
+        "--on-hang",
+        "restart",
+        "--max-attempts",
+        "3",
+    ]);
+    assert_eq!(restarts["spec"]["on_hang"], "restart", "{restarts}");
+    let once = env.run(&["job", "submit", "--on-hang", "restart", "--", "true"]);
+    assert_eq!(once.status.code(), Some(7));
+    assert!(
+        text(&once.stderr)
+            .contains("on_hang: restart retries the job, which needs max_attempts of 2 or more"),
+        "{}",
+        text(&once.stderr)
+    );
     let bad_limit = env.run(&["job", "submit", "--time-limit", "2 hours", "--", "true"]);
     assert!(!bad_limit.status.success());
     assert!(
