@@ -260,11 +260,24 @@ impl Manager {
 
     pub fn handle(self: &Arc<Self>, command: AgentCommand) {
         match command {
-            AgentCommand::Dispatch(dispatch) => {
+            AgentCommand::Dispatch(mut dispatch) => {
                 let key = attempt_ref(&dispatch);
                 let dir = files::attempt_dir(&self.jobs_dir, &key);
                 if self.lock().contains_key(&key) || dir.join(files::DISPATCH).exists() {
                     return; // Already started (a re-sent dispatch).
+                }
+                if dispatch.choose_master_port
+                    && let Err(error) = choose_master_port(&mut dispatch)
+                {
+                    self.reporter.push(ReportItem::DispatchFailed {
+                        job_id: key.job_id,
+                        attempt: key.attempt,
+                        detail: format!(
+                            "the agent on {} found no free port for the job's rendezvous: {error}",
+                            self.host
+                        ),
+                    });
+                    return;
                 }
                 tracing::info!(job_id = key.job_id, attempt = key.attempt, gpus = ?dispatch.gpus, "dispatch");
                 let owner = self.owner.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -401,6 +414,30 @@ impl Manager {
         });
         sender
     }
+}
+
+/// Rank 0 of a multi-node job: a port free on this host now, for the
+/// members' rendezvous (torchrun's store listens on it), set in the job's
+/// variables and kept in `dispatch.json`, so `Started` reports it again
+/// after an agent restart.
+fn choose_master_port(dispatch: &mut Dispatch) -> std::io::Result<()> {
+    let port = std::net::TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port();
+    for name in gpuplane_api::agent::MASTER_PORT_VARIABLES {
+        dispatch.env.insert(name.to_string(), port.to_string());
+    }
+    Ok(())
+}
+
+/// The port `choose_master_port` chose, for the `Started` report.
+pub(crate) fn master_port(dispatch: &Dispatch) -> Option<u16> {
+    if !dispatch.choose_master_port {
+        return None;
+    }
+    dispatch
+        .env
+        .get(gpuplane_api::agent::MASTER_PORT_VARIABLES[0])?
+        .parse()
+        .ok()
 }
 
 fn attempt_ref(dispatch: &Dispatch) -> AttemptRef {

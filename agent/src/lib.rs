@@ -74,6 +74,13 @@ pub struct Args {
     #[arg(long, env = "GPUPLANE_NODE_LABELS", value_parser = parse_labels, default_value = "")]
     pub labels: Labels,
 
+    /// Where other nodes reach this host's jobs: the address a multi-node
+    /// job's other members connect to (`MASTER_ADDR` when this node is rank
+    /// 0, and in `GPUCTL_NODE_ADDRS`). Default: the address this agent
+    /// connects to the server from, as the server sees it.
+    #[arg(long, env = "GPUPLANE_ADVERTISE_ADDR", value_name = "ADDR")]
+    pub advertise_addr: Option<String>,
+
     /// Simulate N GPUs instead of asking NVML (development and CI).
     #[arg(long, env = "GPUPLANE_FAKE_GPUS", value_name = "N")]
     pub fake_gpus: Option<u32>,
@@ -287,6 +294,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         attempts: manager.known(),
         runners: Some(runners.clone()),
         isolation: Some(isolation.describe()),
+        advertise_addr: args.advertise_addr.clone(),
     };
     tokio::pin!(shutdown);
     const FIRST_BACKOFF: Duration = Duration::from_millis(200);

@@ -370,6 +370,7 @@ mod tests {
             env: BTreeMap::new(),
             stop_grace_ms: 0,
             folder: Vec::new(),
+            choose_master_port: false,
         };
         let attempt_dir = Path::new("/jobs/job_1/attempt-2");
         let (program, args, _, env) = command_line(&dispatch, attempt_dir);

@@ -585,6 +585,7 @@ mod tests {
             env: BTreeMap::new(),
             stop_grace_ms: 10_000,
             folder: Vec::new(),
+            choose_master_port: false,
         };
         let defaults = Defaults::from_labels(&BTreeMap::from([
             ("slurm.partition".to_string(), "cpu".to_string()),

@@ -49,6 +49,11 @@ pub struct AgentHello {
     /// job's device cgroup allows only its own) or `advisory: WHY`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolation: Option<String>,
+    /// Where members of other nodes reach this node's jobs (`--advertise-addr`):
+    /// a host name or IP address. Without it the server uses the address
+    /// the hello came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advertise_addr: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,7 +160,16 @@ pub struct Dispatch {
     /// it runs of the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub folder: Vec<crate::recipe::FolderFile>,
+    /// Rank 0 of a multi-node job: the agent chooses a free port on its
+    /// host, sets [`MASTER_PORT_VARIABLES`] to it, and reports it with
+    /// `Started`; the other members are dispatched with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub choose_master_port: bool,
 }
+
+/// The variables carrying a multi-node job's rendezvous port (torchrun
+/// reads `PET_MASTER_PORT`, most launchers `MASTER_PORT`).
+pub const MASTER_PORT_VARIABLES: [&str; 2] = ["MASTER_PORT", "PET_MASTER_PORT"];
 
 /// The variable that carries an attempt's own token to its job.
 pub const JOB_TOKEN_VARIABLE: &str = "GPUCTL_TOKEN";
@@ -205,6 +219,9 @@ pub enum ReportItem {
         /// The commit the working directory is checked out at, when it is a git checkout.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         git_commit: Option<String>,
+        /// The rendezvous port it chose (`Dispatch::choose_master_port`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        master_port: Option<u16>,
     },
     /// The engine the agent handed it to (Slurm) holds it queued; `reason`
     /// says why (Slurm's own reason, with its job id). Sent again when the

@@ -142,14 +142,45 @@ pub struct SlurmPlacement {
     pub qos: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     /// GPUs the job needs on one node; 0 runs it in the cpu_only lane.
     #[serde(default)]
     pub gpu: i64,
+    /// How many nodes it runs on at once, `gpu` GPUs on each (default 1).
+    /// More than one makes it a multi-node job: all its members start
+    /// together or none do, each with the rendezvous variables
+    /// (`GPUCTL_NODE_RANK`, `MASTER_ADDR`, `PET_*`, …) torchrun reads.
+    #[serde(default = "one_node", skip_serializing_if = "is_one_node")]
+    pub nodes: i64,
+    /// A node label its members must share one value of (one rack, one
+    /// network): `rack` puts all of them on nodes with the same `rack`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub colocate: Option<String>,
 }
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            gpu: 0,
+            nodes: 1,
+            colocate: None,
+        }
+    }
+}
+
+fn one_node() -> i64 {
+    1
+}
+
+fn is_one_node(nodes: &i64) -> bool {
+    *nodes == 1
+}
+
+/// The most nodes one job may run on at once.
+pub const MAX_NODES_PER_JOB: i64 = 256;
 
 /// Defaults of optional spec fields.
 pub const DEFAULT_MAX_ATTEMPTS: i64 = 1;
@@ -469,6 +500,32 @@ pub struct Attempt {
     pub resume_from: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_step: Option<i64>,
+    /// A multi-node job's members, by rank (rank 0's node and GPUs are
+    /// also the attempt's `node` and `gpus`). Empty for a one-node job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<Member>,
+}
+
+/// One member of a multi-node attempt: the part of it on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Member {
+    /// Its `GPUCTL_NODE_RANK`: 0 hosts the rendezvous (`MASTER_ADDR`).
+    pub rank: i64,
+    /// The node's name, and id.
+    pub node: String,
+    pub node_id: String,
+    /// The address the other members reach it at (the agent's
+    /// `--advertise-addr`, else the address it connects from).
+    pub address: Option<String>,
+    pub gpus: Vec<u32>,
+    /// DISPATCHING until its agent starts it, RUNNING, then how it ended.
+    pub state: JobStatus,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub signal_name: Option<String>,
 }
 
 /// A job as the API shows it.

@@ -76,6 +76,14 @@ pub struct LogLine {
     pub attempt: i64,
     /// RFC 3339 time the agent read the line.
     pub time: String,
+    /// The member of a multi-node job that printed it (`GPUCTL_NODE_RANK`);
+    /// absent (0) for a one-node job.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rank: i64,
+}
+
+fn is_zero(rank: &i64) -> bool {
+    *rank == 0
 }
 
 /// `GET /api/v1/jobs/{id}/logs`.

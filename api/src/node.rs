@@ -158,6 +158,16 @@ pub struct StartMaintenance {
     pub message: String,
 }
 
+/// A node's `--advertise-addr`: a host name, an IPv4 address or an IPv6
+/// one (without brackets), nothing a shell or a URL would read otherwise.
+pub fn valid_address(address: &str) -> bool {
+    (1..=253).contains(&address.len())
+        && !address.starts_with('-')
+        && address
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+}
+
 /// Node names and label keys: what fits in a URL and a shell without quoting.
 pub fn valid_name(name: &str) -> bool {
     (1..=128).contains(&name.len())

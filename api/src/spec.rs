@@ -168,6 +168,40 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
     } else if spec.resources.gpu > MAX_GPUS_PER_JOB {
         bad("resources.gpu", format!("must be at most {MAX_GPUS_PER_JOB}"));
     }
+    let nodes = spec.resources.nodes;
+    if !(1..=crate::job::MAX_NODES_PER_JOB).contains(&nodes) {
+        bad(
+            "resources.nodes",
+            format!("must be between 1 and {}", crate::job::MAX_NODES_PER_JOB),
+        );
+    } else if nodes > 1 && spec.resources.gpu < 1 {
+        bad(
+            "resources.nodes",
+            "a multi-node job needs resources.gpu of 1 or more on each node".into(),
+        );
+    } else if nodes > 1 && spec.runner == Runner::Slurm {
+        bad(
+            "resources.nodes",
+            "multi-node jobs run on agents (runner process or docker); the Slurm runner places one node"
+                .into(),
+        );
+    }
+    if let Some(label) = &spec.resources.colocate {
+        if nodes <= 1 {
+            bad(
+                "resources.colocate",
+                "only applies to a multi-node job (resources.nodes of 2 or more)".into(),
+            );
+        } else if label.is_empty()
+            || label.len() > 253
+            || label.chars().any(|c| c.is_control() || c.is_whitespace())
+        {
+            bad(
+                "resources.colocate",
+                "must name a node label: 1 to 253 characters without spaces or control characters".into(),
+            );
+        }
+    }
     if !crate::valid_priority(spec.priority) {
         bad("priority", "must be between -2^62 and 2^62 (MAX_I64_SAFE)".into());
     }
@@ -349,6 +383,10 @@ pub fn apply_changes(
                 Ok(gpus) => spec.resources.gpu = gpus,
                 Err(message) => bad(message),
             },
+            "resources.nodes" => match number(value) {
+                Ok(nodes) => spec.resources.nodes = nodes,
+                Err(message) => bad(message),
+            },
             "priority" => match number(value) {
                 Ok(priority) => spec.priority = priority,
                 Err(message) => bad(message),
@@ -379,7 +417,7 @@ pub fn apply_changes(
                 } else if let Some(label) = other.strip_prefix("node_selector.") {
                     spec.node_selector.insert(label.to_string(), value.clone());
                 } else {
-                    bad("unknown field; use env.NAME, resources.gpu, command, working_dir, image, priority, max_attempts, retry_cooldown_s, time_limit_s, node_selector.KEY or watch_dirs".into());
+                    bad("unknown field; use env.NAME, resources.gpu, resources.nodes, command, working_dir, image, priority, max_attempts, retry_cooldown_s, time_limit_s, node_selector.KEY or watch_dirs".into());
                 }
             }
         }

@@ -163,6 +163,7 @@ impl Agent {
             attempts: Vec::new(),
             runners: Some(vec![gpuplane_api::job::Runner::Process]),
             isolation: None,
+            advertise_addr: None,
         };
         let welcome: AgentWelcome = self.client.post("agent/hello", &hello).await?;
         self.node_id = welcome.node_id;
@@ -216,6 +217,7 @@ impl Agent {
                     pid: 4242,
                     time: now_ms(),
                     git_commit: None,
+                    master_port: None,
                 });
                 running.push((attempt, Instant::now() + JOB_SECONDS));
             }

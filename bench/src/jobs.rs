@@ -283,8 +283,9 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             attempts: Vec::new(),
             runners: Some(vec![gpuplane_api::job::Runner::Process]),
             isolation: None,
+            advertise_addr: None,
         };
-        gpuplane_server::nodes::register(&mut tx, &hello).await?;
+        gpuplane_server::nodes::register(&mut tx, &hello, None).await?;
     }
     tx.commit().await?;
     // Fill every GPU and cpu slot first, so the 10,000 jobs all stay queued.

@@ -227,6 +227,7 @@ pub async fn say_hello(http: &reqwest::Client, url: &str, token: &str, name: &st
         attempts: Vec::new(),
         runners: Some(vec![gpuplane_api::job::Runner::Process]),
         isolation: None,
+        advertise_addr: None,
     };
     let welcome: serde_json::Value = http
         .post(format!("{url}/api/v1/agent/hello"))

@@ -12,10 +12,12 @@ use std::borrow::Cow;
 /// Longest line kept on the server; the agent's file has the whole line.
 pub use gpuplane_api::log::MAX_LINE_BYTES;
 
-/// Consecutive lines of one stream of one attempt, numbered from `first_n`.
+/// Consecutive lines of one stream of one attempt (of one member of a
+/// multi-node attempt: its rank), numbered from `first_n`.
 pub struct Batch<'a> {
     pub job_id: &'a str,
     pub attempt: i64,
+    pub rank: i64,
     pub stream: LogStream,
     pub first_n: i64,
     pub time: i64,
@@ -28,6 +30,7 @@ pub async fn ingest(conn: &mut Tx, batch: Batch<'_>, keep: i64) -> Result<(), Er
     let Batch {
         job_id,
         attempt,
+        rank,
         stream,
         first_n,
         time,
@@ -50,21 +53,21 @@ pub async fn ingest(conn: &mut Tx, batch: Batch<'_>, keep: i64) -> Result<(), Er
     let json = serde_json::to_string(&clipped).map_err(|e| Error::Internal(e.into()))?;
     let insert = match dialect {
         Dialect::Sqlite => {
-            "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text)
-             SELECT $1, $2, $3, $4 + key, $5, value FROM json_each($6)"
+            "INSERT OR IGNORE INTO log_lines (job_id, attempt, stream, n, time, text, node_rank)
+             SELECT $1, $2, $3, $4 + key, $5, value, $7 FROM json_each($6)"
         }
         // ON CONFLICT makes each row a speculative insertion, about 60 %
         // dearer. Writers take turns (`store::write`), so a batch with none
         // of its lines stored yet, the usual case, goes in without it.
-        Dialect::Postgres if any_stored(conn, job_id, attempt, stream, first_n..=last_n).await? => {
-            "INSERT INTO log_lines (job_id, attempt, stream, n, time, text)
-             SELECT $1, $2, $3, $4 + line.n - 1, $5, line.text
+        Dialect::Postgres if any_stored(conn, job_id, attempt, rank, stream, first_n..=last_n).await? => {
+            "INSERT INTO log_lines (job_id, attempt, stream, n, time, text, node_rank)
+             SELECT $1, $2, $3, $4 + line.n - 1, $5, line.text, $7
              FROM jsonb_array_elements_text(CAST($6 AS JSONB)) WITH ORDINALITY AS line(text, n)
              ON CONFLICT DO NOTHING"
         }
         Dialect::Postgres => {
-            "INSERT INTO log_lines (job_id, attempt, stream, n, time, text)
-             SELECT $1, $2, $3, $4 + line.n - 1, $5, line.text
+            "INSERT INTO log_lines (job_id, attempt, stream, n, time, text, node_rank)
+             SELECT $1, $2, $3, $4 + line.n - 1, $5, line.text, $7
              FROM jsonb_array_elements_text(CAST($6 AS JSONB)) WITH ORDINALITY AS line(text, n)"
         }
     };
@@ -76,16 +79,20 @@ pub async fn ingest(conn: &mut Tx, batch: Batch<'_>, keep: i64) -> Result<(), Er
             .bind(first_n)
             .bind(time)
             .bind(json)
+            .bind(rank)
             .execute(conn)
             .await
             .map(|_| ())
     })?;
     sql!(conn, |conn| {
-        sqlx::query("DELETE FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND n <= $4")
-            .bind(job_id)
-            .bind(attempt)
-            .bind(stream.as_str())
-            .bind(last_n - keep)
+        sqlx::query(
+            "DELETE FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND n <= $4 AND node_rank = $5",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(stream.as_str())
+        .bind(last_n - keep)
+        .bind(rank)
             .execute(conn)
             .await
             .map(|_| ())
@@ -98,18 +105,21 @@ async fn any_stored(
     conn: &mut Tx,
     job_id: &str,
     attempt: i64,
+    rank: i64,
     stream: LogStream,
     range: std::ops::RangeInclusive<i64>,
 ) -> Result<bool, Error> {
     let found: Option<i32> = sql!(conn, |conn| {
         sqlx::query_scalar(
-            "SELECT 1 FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND n BETWEEN $4 AND $5 LIMIT 1",
+            "SELECT 1 FROM log_lines WHERE job_id = $1 AND attempt = $2 AND node_rank = $6 AND stream = $3
+             AND n BETWEEN $4 AND $5 LIMIT 1",
         )
         .bind(job_id)
         .bind(attempt)
         .bind(stream.as_str())
         .bind(range.start())
         .bind(range.end())
+        .bind(rank)
         .fetch_optional(conn)
         .await
     })?;
@@ -127,13 +137,23 @@ fn clip(line: &str) -> &str {
     &line[..end]
 }
 
-/// The highest line number stored for a stream (0 when none): where the agent resumes.
-pub async fn last_n(conn: &mut Tx, job_id: &str, attempt: i64, stream: LogStream) -> Result<i64, Error> {
+/// The highest line number stored for a stream (of one member: `rank`; 0
+/// for a one-node attempt), 0 when none: where the agent resumes.
+pub async fn last_n(
+    conn: &mut Tx,
+    job_id: &str,
+    attempt: i64,
+    rank: Option<i64>,
+    stream: LogStream,
+) -> Result<i64, Error> {
     let n: Option<i64> = sql!(conn, |conn| {
-        sqlx::query_scalar("SELECT max(n) FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3")
-            .bind(job_id)
-            .bind(attempt)
-            .bind(stream.as_str())
+        sqlx::query_scalar(
+            "SELECT max(n) FROM log_lines WHERE job_id = $1 AND attempt = $2 AND stream = $3 AND node_rank = $4",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(stream.as_str())
+        .bind(rank.unwrap_or(0))
             .fetch_one(conn)
             .await
     })?;
@@ -144,6 +164,7 @@ pub async fn last_n(conn: &mut Tx, job_id: &str, attempt: i64, stream: LogStream
 struct LineRow {
     id: i64,
     attempt: i64,
+    node_rank: i64,
     stream: String,
     n: i64,
     time: i64,
@@ -165,6 +186,7 @@ impl LineRow {
                 text: self.text,
                 attempt: self.attempt,
                 time: rfc3339(self.time),
+                rank: self.node_rank,
             },
         )
     }
@@ -184,24 +206,33 @@ pub async fn resolve_attempt(db: &Db, job_id: &str, attempt: Option<i64>) -> Res
     Ok(latest.unwrap_or(0))
 }
 
-/// The newest `tail` lines of an attempt (one stream or both), oldest first.
+/// Which lines a reader wants: one stream or both, one member's (rank) or
+/// every member's.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Only {
+    pub stream: Option<LogStream>,
+    pub rank: Option<i64>,
+}
+
+/// The newest `tail` lines of an attempt, oldest first.
 pub async fn tail(
     db: &Db,
     job_id: &str,
     attempt: i64,
-    stream: Option<LogStream>,
+    only: Only,
     tail: i64,
 ) -> Result<(Vec<(i64, LogLine)>, Logs), Error> {
     let mut rows: Vec<LineRow> = sql!(db, |pool| {
         sqlx::query_as(
-            "SELECT id, attempt, stream, n, time, text FROM log_lines
-         WHERE job_id = $1 AND attempt = $2 AND ($3 IS NULL OR stream = $3)
+            "SELECT id, attempt, node_rank, stream, n, time, text FROM log_lines
+         WHERE job_id = $1 AND attempt = $2 AND ($3 IS NULL OR stream = $3) AND ($5 IS NULL OR node_rank = $5)
          ORDER BY id DESC LIMIT $4",
         )
         .bind(job_id)
         .bind(attempt)
-        .bind(stream.map(LogStream::as_str))
+        .bind(only.stream.map(LogStream::as_str))
         .bind(tail)
+        .bind(only.rank)
         .fetch_all(pool)
         .await
     })?;
@@ -237,41 +268,47 @@ pub async fn after(
     db: &Db,
     job_id: &str,
     attempt: Option<i64>,
-    stream: Option<LogStream>,
+    only: Only,
     after: i64,
     limit: i64,
 ) -> Result<Vec<(i64, LogLine)>, Error> {
     let rows: Vec<LineRow> = sql!(db, |pool| {
         sqlx::query_as(
-            "SELECT id, attempt, stream, n, time, text FROM log_lines
+            "SELECT id, attempt, node_rank, stream, n, time, text FROM log_lines
          WHERE job_id = $1 AND ($2 IS NULL OR attempt = $2) AND ($3 IS NULL OR stream = $3) AND id > $4
+           AND ($6 IS NULL OR node_rank = $6)
          ORDER BY id LIMIT $5",
         )
         .bind(job_id)
         .bind(attempt)
-        .bind(stream.map(LogStream::as_str))
+        .bind(only.stream.map(LogStream::as_str))
         .bind(after)
         .bind(limit)
+        .bind(only.rank)
         .fetch_all(pool)
         .await
     })?;
     Ok(rows.into_iter().map(LineRow::into_line).collect())
 }
 
-/// The last `limit` lines of both streams of an attempt, for failure classification.
+/// The last `limit` lines of both streams of an attempt (of one member
+/// when `rank` is given), for failure classification.
 pub async fn recent_text(
     conn: &mut Tx,
     job_id: &str,
     attempt: i64,
+    rank: Option<i64>,
     limit: i64,
 ) -> Result<Vec<String>, Error> {
     let mut lines: Vec<String> = sql!(conn, |conn| {
         sqlx::query_scalar(
-            "SELECT text FROM log_lines WHERE job_id = $1 AND attempt = $2 ORDER BY id DESC LIMIT $3",
+            "SELECT text FROM log_lines WHERE job_id = $1 AND attempt = $2 AND ($4 IS NULL OR node_rank = $4)
+             ORDER BY id DESC LIMIT $3",
         )
         .bind(job_id)
         .bind(attempt)
         .bind(limit)
+        .bind(rank)
         .fetch_all(conn)
         .await
     })?;

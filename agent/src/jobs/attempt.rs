@@ -125,6 +125,7 @@ impl Attempt {
             pid: shim.child_pid,
             time: shim.started_at,
             git_commit: crate::git::head_commit(&runner::working_dir(&self.dispatch, &self.dir)),
+            master_port: super::master_port(&self.dispatch),
         });
         self.follow(Launched::Shim(shim), stdout_lines, stderr_lines)
             .await;
@@ -183,6 +184,7 @@ impl Attempt {
             pid: 0,
             time: started_at,
             git_commit: crate::git::head_commit(&runner::working_dir(&self.dispatch, &self.dir)),
+            master_port: None,
         });
         self.follow(Launched::Slurm { job, started_at }, stdout_lines, stderr_lines)
             .await;

@@ -80,7 +80,10 @@ pub async fn run(client: &Client, command: EvalCommand, out: &Output) -> Result<
                 checkpoint,
                 command,
                 working_dir,
-                resources: Resources { gpu: gpus },
+                resources: Resources {
+                    gpu: gpus,
+                    ..Resources::default()
+                },
                 env: env.into_iter().collect(),
                 node_selector,
                 name,

@@ -70,7 +70,7 @@ pub struct SubmitArgs {
     file: Option<PathBuf>,
     /// An experiment folder (`gpuctl exp init`): its recipe makes the job;
     /// --name, --project, --priority, --tag and --allow-dirty apply.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "command", "gpus", "kind", "env", "secret_env", "working_dir", "image", "runner", "watch", "selector"])]
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "command", "gpus", "nodes", "kind", "env", "secret_env", "working_dir", "image", "runner", "watch", "selector"])]
     exp: Option<PathBuf>,
     /// With --exp: move the folder to the recipe's newest version first
     /// (as `gpuctl recipe upgrade DIR`).
@@ -91,6 +91,14 @@ pub struct SubmitArgs {
     /// GPUs on one node; 0 runs in the cpu_only lane.
     #[arg(long, allow_hyphen_values = true)]
     gpus: Option<i64>,
+    /// Nodes to run on at once, --gpus on each (default 1): a multi-node
+    /// job whose members all start together, with torchrun's variables set.
+    #[arg(long, allow_hyphen_values = true)]
+    nodes: Option<i64>,
+    /// With --nodes: a node label all its members must share one value of
+    /// (e.g. `rack`).
+    #[arg(long, value_name = "LABEL")]
+    colocate: Option<String>,
     /// Higher runs first.
     #[arg(long, allow_hyphen_values = true)]
     priority: Option<i64>,
@@ -304,6 +312,12 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     }
     if let Some(gpus) = args.gpus {
         spec.resources.gpu = gpus;
+    }
+    if let Some(nodes) = args.nodes {
+        spec.resources.nodes = nodes;
+    }
+    if let Some(label) = args.colocate {
+        spec.resources.colocate = Some(label);
     }
     if let Some(priority) = args.priority {
         spec.priority = priority;
@@ -569,9 +583,13 @@ fn render_job(job: &Job) -> String {
         );
     }
     let _ = writeln!(text, "run        {}", job.run_id);
+    let nodes = match job.resources.nodes {
+        1 => String::new(),
+        n => format!(" on each of {n} nodes"),
+    };
     let _ = writeln!(
         text,
-        "project    {}   priority {}   gpus {}",
+        "project    {}   priority {}   gpus {}{nodes}",
         job.project, job.priority, job.resources.gpu
     );
     let _ = writeln!(text, "command    {}", shell_words(&job.spec.command));
@@ -643,6 +661,24 @@ fn render_job(job: &Job) -> String {
                 .map(|d| format!("  — {d}"))
                 .unwrap_or_default()
         );
+        for member in &attempt.members {
+            let gpus: Vec<String> = member.gpus.iter().map(u32::to_string).collect();
+            let ending = match (member.exit_code, &member.signal_name, member.signal) {
+                (_, Some(name), _) => format!("  {name}"),
+                (_, None, Some(number)) => format!("  signal {number}"),
+                (Some(code), _, _) => format!("  exit {code}"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                text,
+                "     rank {:<3} {:<10} node {} ({})  gpus [{}]{ending}",
+                member.rank,
+                member.state.as_str(),
+                member.node,
+                member.address.as_deref().unwrap_or("no address"),
+                gpus.join(","),
+            );
+        }
         if let Some(resumed) = attempt.resumed() {
             let _ = writeln!(text, "     {resumed}");
         }

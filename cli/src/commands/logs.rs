@@ -1,5 +1,8 @@
-//! `gpuctl logs [-f] JOB [--stream S] [-n N] [--attempt N]`.
+//! `gpuctl logs [-f] JOB [--stream S] [-n N] [--attempt N] [--rank N]`.
 //!
+//! A multi-node job's members each have their own output: `--rank N` shows
+//! one member's; without it every member's lines come in arrival order,
+//! those of ranks above 0 marked `[rank N]`.
 //! Output lines go to stdout or stderr like the job wrote them. `-f` follows
 //! over server-sent events and, when the connection drops, reconnects with
 //! `Last-Event-ID`, so no line is lost or printed twice. `-n 0` prints the
@@ -32,6 +35,10 @@ pub struct LogsArgs {
     /// Attempt number (default: the latest; with -f, every attempt).
     #[arg(long)]
     attempt: Option<i64>,
+    /// A multi-node job's member (its GPUCTL_NODE_RANK): only its lines,
+    /// and with -n 0 the whole files from its node.
+    #[arg(long)]
+    rank: Option<i64>,
     /// The bytes as the job wrote them, escape sequences that act on the
     /// terminal (titles, clipboard, hyperlinks, cursor reports) included.
     #[arg(long)]
@@ -90,6 +97,9 @@ fn query(args: &LogsArgs, route: &str, tail: Option<i64>) -> String {
     if let Some(attempt) = args.attempt {
         path.push_str(&format!("attempt={attempt}&"));
     }
+    if let Some(rank) = args.rank {
+        path.push_str(&format!("rank={rank}&"));
+    }
     if let Some(tail) = tail {
         path.push_str(&format!("tail={tail}&"));
     }
@@ -98,11 +108,14 @@ fn query(args: &LogsArgs, route: &str, tail: Option<i64>) -> String {
 
 /// One line to its stream, made safe for the terminal unless `raw`.
 fn print_line(line: &LogLine, raw: bool) {
-    let text = if raw {
+    let mut text = if raw {
         line.text.clone()
     } else {
         LogFilter::line(&line.text)
     };
+    if line.rank > 0 {
+        text = format!("[rank {}] {text}", line.rank);
+    }
     match line.stream {
         LogStream::Stdout => println!("{text}"),
         LogStream::Stderr => eprintln!("{text}"),

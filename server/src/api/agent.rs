@@ -10,11 +10,12 @@ use crate::nodes::log_relay;
 use crate::state::AppState;
 use crate::store::time::now_ms;
 use crate::wake::Wake;
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use gpuplane_api::agent::{AgentHello, AgentWelcome, Poll, PollAnswer, Report};
+use gpuplane_api::auth::ClientAddress;
 use gpuplane_api::error::{ErrorBody, FieldError};
 use gpuplane_api::telemetry::TelemetryBatch;
 use std::collections::HashSet;
@@ -28,12 +29,20 @@ use std::collections::HashSet;
 pub async fn hello(
     auth: Authed<Agent>,
     State(state): State<AppState>,
+    client: Option<Extension<ClientAddress>>,
     ApiJson(hello): ApiJson<AgentHello>,
 ) -> Result<Json<AgentWelcome>, ApiError> {
     validate_hello(&hello)?;
+    // Where other members of a multi-node job reach this node.
+    let address = hello.advertise_addr.clone().or_else(|| {
+        client
+            .map(|Extension(ClientAddress(ip))| ip)
+            .filter(|ip| !ip.is_unspecified())
+            .map(|ip| ip.to_string())
+    });
     let mut tx = crate::store::write(&state.db).await?;
     crate::identity::tokens::bind_to_node(&mut tx, &auth.caller.token_id, &hello.name).await?;
-    let (node_id, was_offline) = nodes::register(&mut tx, &hello).await?;
+    let (node_id, was_offline) = nodes::register(&mut tx, &hello, address.as_deref()).await?;
     if was_offline {
         nodes::record_reconnect(&mut tx, &node_id, &hello.name, now_ms()).await?;
     }
@@ -111,6 +120,9 @@ pub async fn report(
     }
     if applied.jobs_changed {
         state.wakes.jobs_changed();
+    }
+    for node_id in applied.wake_agents {
+        state.wakes.wake(Wake::Agent(node_id));
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -205,6 +217,14 @@ fn validate_hello(hello: &AgentHello) -> Result<(), ApiError> {
         problem(
             "name",
             "must be 1-128 characters of letters, digits, '.', '_' or '-'".into(),
+        );
+    }
+    if let Some(address) = &hello.advertise_addr
+        && !gpuplane_api::node::valid_address(address)
+    {
+        problem(
+            "advertise_addr",
+            "must be a host name or IP address (1-253 letters, digits, '.', '-', ':', '_')".into(),
         );
     }
     if let Some(isolation) = &hello.isolation

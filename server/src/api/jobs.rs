@@ -247,7 +247,11 @@ pub async fn cancel_job(
     }
     match store::cancel(&state.db, &job_id).await? {
         Cancelled::Now => state.wakes.wake(Wake::Scheduler),
-        Cancelled::Stopping { node_id } => state.wakes.wake(Wake::Agent(node_id)),
+        Cancelled::Stopping { node_ids } => {
+            for node_id in node_ids {
+                state.wakes.wake(Wake::Agent(node_id));
+            }
+        }
     }
     let detail = format!("was {}", job.status);
     audit::by_caller(&state.db, &auth.caller, AuditAction::JobCancel, &job_id, &detail).await?;

@@ -39,6 +39,17 @@ pub struct LogQuery {
     tail: Option<i64>,
     /// Attempt number (default: the latest).
     attempt: Option<i64>,
+    /// A multi-node job's member (its `GPUCTL_NODE_RANK`; default: every member's lines).
+    rank: Option<i64>,
+}
+
+impl LogQuery {
+    fn only(&self) -> logs::Only {
+        logs::Only {
+            stream: self.stream,
+            rank: self.rank,
+        }
+    }
 }
 
 fn check_log_query(query: &LogQuery) -> Result<i64, ApiError> {
@@ -54,6 +65,18 @@ fn check_log_query(query: &LogQuery) -> Result<i64, ApiError> {
         errors.push(FieldError {
             field: "attempt".into(),
             message: "must be 1 or more".into(),
+        });
+    }
+    if query
+        .rank
+        .is_some_and(|rank| !(0..gpuplane_api::job::MAX_NODES_PER_JOB).contains(&rank))
+    {
+        errors.push(FieldError {
+            field: "rank".into(),
+            message: format!(
+                "must be between 0 and {}",
+                gpuplane_api::job::MAX_NODES_PER_JOB - 1
+            ),
         });
     }
     if errors.is_empty() {
@@ -78,7 +101,7 @@ pub async fn job_logs(
     let tail = check_log_query(&query)?;
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
-    let (_, logs) = logs::tail(&state.db, &job_id, attempt, query.stream, tail).await?;
+    let (_, logs) = logs::tail(&state.db, &job_id, attempt, query.only(), tail).await?;
     Ok(Json(logs))
 }
 
@@ -110,7 +133,7 @@ pub async fn follow_logs(
         None => {
             // Start with the newest `tail` lines of the latest attempt.
             let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
-            let (lines, _) = logs::tail(&state.db, &job_id, attempt, query.stream, tail).await?;
+            let (lines, _) = logs::tail(&state.db, &job_id, attempt, query.only(), tail).await?;
             match lines.first() {
                 Some((id, _)) => id - 1,
                 None => logs::start_of_attempt(&state.db, &job_id, attempt).await?,
@@ -123,7 +146,7 @@ pub async fn follow_logs(
         state,
         job_id,
         attempt: query.attempt,
-        stream: query.stream,
+        only: query.only(),
         last_id,
         pending: VecDeque::new(),
         done: false,
@@ -141,7 +164,7 @@ struct Follow {
     receiver: tokio::sync::broadcast::Receiver<String>,
     job_id: String,
     attempt: Option<i64>,
-    stream: Option<LogStream>,
+    only: logs::Only,
     last_id: i64,
     pending: VecDeque<Event>,
     done: bool,
@@ -169,7 +192,7 @@ impl Follow {
                 &self.state.db,
                 &self.job_id,
                 self.attempt,
-                self.stream,
+                self.only,
                 self.last_id,
                 500,
             )
@@ -232,6 +255,8 @@ pub struct FullLogQuery {
     stream: Option<LogStream>,
     /// Attempt number (default: the latest).
     attempt: Option<i64>,
+    /// A multi-node job's member, whose node has the file (default: rank 0).
+    rank: Option<i64>,
 }
 
 /// The whole log file of an attempt, streamed from its agent as plain text.
@@ -251,9 +276,17 @@ pub async fn full_log(
     store::get_for(&state.db, &auth.caller.principal(), &job_id, Role::Viewer).await?;
     let stream = query.stream.unwrap_or(LogStream::Stdout);
     let attempt = logs::resolve_attempt(&state.db, &job_id, query.attempt).await?;
-    let node = store::attempt_node(&state.db, &job_id, attempt).await?;
-    let (node_id, node_name, node_status) =
-        node.ok_or_else(|| ApiError::NotFound(format!("job {job_id} has no attempt {attempt}")))?;
+    let node = match query.rank {
+        Some(rank) => crate::jobs::members::node_of(&state.db, &job_id, attempt, rank)
+            .await?
+            .ok_or_else(|| {
+                ApiError::NotFound(format!("attempt {attempt} of job {job_id} has no rank {rank}"))
+            })?,
+        None => store::attempt_node(&state.db, &job_id, attempt)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("job {job_id} has no attempt {attempt}")))?,
+    };
+    let (node_id, node_name, node_status) = node;
     let path = format!("~/.gpuctl/jobs/{job_id}/attempt-{attempt}/{}", stream.file_name());
     if node_status != "ONLINE" {
         return Err(ApiError::Unavailable(format!(

@@ -134,7 +134,8 @@ async fn render_page(state: &AppState, secret: &str, opened: &shares::Opened) ->
     config(&mut body, &run);
     if let Some(job) = &job {
         let attempt = logs::resolve_attempt(&state.db, &job.id, None).await?;
-        let (_, kept) = logs::tail(&state.db, &job.id, attempt, None, PAGE_LOG_LINES).await?;
+        let (_, kept) =
+            logs::tail(&state.db, &job.id, attempt, logs::Only::default(), PAGE_LOG_LINES).await?;
         let _ = write!(
             body,
             "<section class=\"card\"><h2>Output</h2><p class=\"muted\">The last {} lines of attempt {attempt}; \
@@ -290,7 +291,7 @@ async fn logs_text(
     if let Some(job_id) = &run.job_id {
         let attempt = logs::resolve_attempt(&state.db, job_id, None).await?;
         let keep = state.config.settings.log_tail_lines * 2;
-        let (_, kept) = logs::tail(&state.db, job_id, attempt, None, keep).await?;
+        let (_, kept) = logs::tail(&state.db, job_id, attempt, logs::Only::default(), keep).await?;
         for line in &kept.lines {
             let _ = writeln!(text, "{}", line.text);
         }

@@ -56,8 +56,14 @@ async fn gather(
             facts.signal = attempt.signal;
             facts.failure_reason = facts.failure_reason.or(attempt.failure_reason);
             facts.detail = facts.detail.or_else(|| attempt.failure_detail.clone());
-            let (_, kept) =
-                logs::tail(db, job_id, attempt.n, None, 2 * config.settings.log_tail_lines).await?;
+            let (_, kept) = logs::tail(
+                db,
+                job_id,
+                attempt.n,
+                logs::Only::default(),
+                2 * config.settings.log_tail_lines,
+            )
+            .await?;
             facts.lines = kept.lines;
         }
     }

@@ -308,6 +308,7 @@ mod tests {
                 text: text.to_string(),
                 attempt: 1,
                 time: "2026-11-30T00:00:00.000Z".into(),
+                rank: 0,
             })
             .collect()
     }

@@ -4,15 +4,15 @@
 
 use super::Handles;
 use crate::identity::secrets::SecretKey;
-use crate::jobs::{lifecycle, reports};
+use crate::jobs::{lifecycle, members, reports};
 use crate::logs;
 use crate::store::Error;
 use crate::store::Tx;
 use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{
-    AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, RESUME_FROM_VARIABLE, RESUME_STEP_VARIABLE,
-    Report, ReportItem, Resume,
+    AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, MASTER_PORT_VARIABLES, RESUME_FROM_VARIABLE,
+    RESUME_STEP_VARIABLE, Report, ReportItem, Resume,
 };
 use gpuplane_api::job::{JobSpec, JobStatus};
 use gpuplane_api::log::LogStream;
@@ -32,7 +32,13 @@ pub async fn reconcile(
 ) -> Result<Vec<Resume>, Error> {
     let mut resume = Vec::new();
     for attempt in attempts {
-        let status = lifecycle::status_on_node(conn, node_id, &attempt.job_id, attempt.attempt).await?;
+        let on_node = members::on_node(conn, node_id, &attempt.job_id, attempt.attempt).await?;
+        let rank = on_node.and_then(|on| on.member).map(|(rank, _)| rank);
+        // A member stops once it or its attempt has ended.
+        let status = on_node.map(|on| match on.member {
+            Some((_, member)) if on.attempt.is_active() => member,
+            _ => on.attempt,
+        });
         let (mask, token) = match status {
             Some(_) => (
                 secret_values(conn, secret, &attempt.job_id).await?,
@@ -43,8 +49,10 @@ pub async fn reconcile(
         resume.push(Resume {
             job_id: attempt.job_id.clone(),
             attempt: attempt.attempt,
-            stdout_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stdout).await?,
-            stderr_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, LogStream::Stderr).await?,
+            stdout_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, rank, LogStream::Stdout)
+                .await?,
+            stderr_lines: logs::last_n(conn, &attempt.job_id, attempt.attempt, rank, LogStream::Stderr)
+                .await?,
             keep: status.is_some_and(JobStatus::is_active),
             known: status.is_some(),
             mask,
@@ -52,17 +60,25 @@ pub async fn reconcile(
         });
     }
     let listed: HashSet<(&str, i64)> = attempts.iter().map(|a| (a.job_id.as_str(), a.attempt)).collect();
-    let running: Vec<(String, i64)> = sql!(conn, |conn| {
-        sqlx::query_as("SELECT job_id, n FROM attempts WHERE node_id = $1 AND status = 'RUNNING'")
-            .bind(node_id)
-            .fetch_all(conn)
-            .await
+    let running: Vec<(String, i64, Option<i64>)> = sql!(conn, |conn| {
+        sqlx::query_as(
+            "SELECT job_id, n, CAST(NULL AS BIGINT) FROM attempts WHERE node_id = $1 AND status = 'RUNNING' AND nodes = 1
+             UNION ALL
+             SELECT job_id, attempt, node_rank FROM attempt_members WHERE node_id = $1 AND status = 'RUNNING'",
+        )
+        .bind(node_id)
+        .fetch_all(conn)
+        .await
     })?;
     let now = now_ms();
-    for (job_id, n) in running {
+    for (job_id, n, rank) in running {
         if !listed.contains(&(job_id.as_str(), n)) {
             let detail = format!("the agent on {node_name} restarted without this job's state");
-            lifecycle::lose_attempt(conn, &job_id, n, node_id, &detail, now).await?;
+            if let Some(rank) = rank {
+                members::lose(conn, &job_id, n, rank, node_id, &detail, now).await?;
+            } else {
+                lifecycle::lose_attempt(conn, &job_id, n, node_id, &detail, now).await?;
+            }
         }
     }
     Ok(resume)
@@ -117,6 +133,7 @@ pub async fn commands_for(
     struct ActiveRow {
         job_id: String,
         n: i64,
+        /// The one-node attempt's status, or the member's.
         status: String,
         gpus: String,
         spec: String,
@@ -126,13 +143,26 @@ pub async fn commands_for(
         resume_path: Option<String>,
         resume_step: Option<i64>,
         hung_at: Option<i64>,
+        /// A member of a multi-node attempt: its rank, the attempt's
+        /// status and rank 0's rendezvous port once chosen.
+        node_rank: Option<i64>,
+        attempt_status: String,
+        master_port: Option<i64>,
     }
+    // One-node attempts on this node, and members of multi-node ones.
     let active: Vec<ActiveRow> = sql!(&server.db, |pool| {
         sqlx::query_as(
             "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at,
-             a.resume_path, a.resume_step, a.hung_at
+             a.resume_path, a.resume_step, a.hung_at, CAST(NULL AS BIGINT) AS node_rank, a.status AS attempt_status,
+             CAST(NULL AS BIGINT) AS master_port
          FROM attempts a JOIN jobs j ON j.id = a.job_id
-         WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
+         WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING') AND a.nodes = 1
+         UNION ALL
+         SELECT m.job_id, m.attempt, m.status, m.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at,
+             a.resume_path, a.resume_step, a.hung_at, m.node_rank, a.status, a.master_port
+         FROM attempt_members m JOIN attempts a ON a.job_id = m.job_id AND a.n = m.attempt
+             JOIN jobs j ON j.id = m.job_id
+         WHERE m.node_id = $1 AND m.status IN ('DISPATCHING', 'RUNNING')",
         )
         .bind(node_id)
         .fetch_all(pool)
@@ -144,9 +174,22 @@ pub async fn commands_for(
     let mut commands = Vec::new();
     let mut unopenable = Vec::new();
     let mut cancelled_before_start = Vec::new();
+    let mut never_started = Vec::new();
     for row in &active {
         let started = row.status == "RUNNING" || running.contains(&(row.job_id.as_str(), row.n));
-        if row.cancel_requested_at.is_some() && !started {
+        let attempt_over = !matches!(row.attempt_status.as_str(), "DISPATCHING" | "RUNNING");
+        if let Some(rank) = row.node_rank.filter(|_| attempt_over) {
+            // Another member ended the attempt: this one stops too.
+            if started {
+                commands.push(AgentCommand::Cancel {
+                    job_id: row.job_id.clone(),
+                    attempt: row.n,
+                    grace_ms,
+                });
+            } else {
+                never_started.push((row.job_id.as_str(), row.n, rank));
+            }
+        } else if row.cancel_requested_at.is_some() && !started {
             cancelled_before_start.push((row.job_id.as_str(), row.n));
         } else if row.cancel_requested_at.is_some() {
             commands.push(AgentCommand::Cancel {
@@ -167,6 +210,8 @@ pub async fn commands_for(
                 attempt: row.n,
                 grace_ms: preemption_grace_ms,
             });
+        } else if !started && row.node_rank.is_some_and(|rank| rank > 0) && row.master_port.is_none() {
+            // Waits for rank 0's agent to choose the rendezvous port.
         } else if !started {
             let mut spec: JobSpec = serde_json::from_str(&row.spec).map_err(anyhow::Error::from)?;
             // The agent gets the secret values, and only in its dispatch. A
@@ -208,7 +253,18 @@ pub async fn commands_for(
                     row.resume_step.map(|step| step.to_string()).unwrap_or_default(),
                 )
             });
+            let nproc = gpus.len();
             let mut sent = dispatch(server, &row.job_id, row.n, &row.run_id, spec, gpus, resume);
+            if let Some(rank) = row.node_rank {
+                let mut tx = crate::store::read(&server.db).await?;
+                let rendezvous = Rendezvous {
+                    rank,
+                    addresses: members::addresses(&mut tx, &row.job_id, row.n).await?,
+                    master_port: row.master_port,
+                    nproc,
+                };
+                rendezvous.add_to(&mut sent);
+            }
             if shipped {
                 sent.folder = crate::jobs::store::folder(&server.db, &row.job_id).await?;
             }
@@ -232,11 +288,20 @@ pub async fn commands_for(
     }
     add_masks(server, &mut one_shots).await?;
     commands.extend(one_shots);
-    if !cancelled_before_start.is_empty() {
+    if !cancelled_before_start.is_empty() || !never_started.is_empty() {
         let now = now_ms();
         let mut tx = crate::store::write(&server.db).await?;
         for (job_id, attempt) in cancelled_before_start {
             lifecycle::cancel_before_start(&mut tx, job_id, attempt, now).await?;
+        }
+        for (job_id, attempt, rank) in never_started {
+            let end = members::MemberEnd {
+                status: JobStatus::Cancelled,
+                exit_code: None,
+                signal: None,
+                at: now,
+            };
+            members::end(&mut tx, job_id, attempt, rank, end).await?;
         }
         tx.commit().await?;
         server.wakes.jobs_changed();
@@ -246,8 +311,11 @@ pub async fn commands_for(
             node_id: node_id.to_string(),
             items: unopenable,
         };
-        reports::apply_report(server, &report).await?;
+        let applied = reports::apply_report(server, &report).await?;
         server.wakes.jobs_changed();
+        for node_id in applied.wake_agents {
+            server.wakes.wake(crate::wake::Wake::Agent(node_id));
+        }
     }
     Ok(commands)
 }
@@ -303,6 +371,49 @@ fn dispatch(
         env,
         stop_grace_ms: server.config.cancel_grace.as_millis() as u64,
         folder: Vec::new(),
+        choose_master_port: false,
+    }
+}
+
+/// What a member of a multi-node attempt learns of the others: the
+/// variables torchrun (`PET_*`), DeepSpeed and Accelerate read. Rank 0's
+/// agent chooses `MASTER_PORT` (a free port on its host) before the others
+/// are dispatched with it.
+struct Rendezvous {
+    rank: i64,
+    /// Every member's address, in rank order.
+    addresses: Vec<String>,
+    master_port: Option<i64>,
+    /// Processes per node: one per GPU.
+    nproc: usize,
+}
+
+impl Rendezvous {
+    fn add_to(&self, dispatch: &mut Dispatch) {
+        let master = self.addresses.first().cloned().unwrap_or_default();
+        let nnodes = self.addresses.len().to_string();
+        let rank = self.rank.to_string();
+        let variables = [
+            ("GPUCTL_NODE_RANK", rank.clone()),
+            ("GPUCTL_NNODES", nnodes.clone()),
+            ("GPUCTL_NODE_ADDRS", self.addresses.join(",")),
+            ("MASTER_ADDR", master.clone()),
+            ("PET_NNODES", nnodes),
+            ("PET_NODE_RANK", rank),
+            ("PET_NPROC_PER_NODE", self.nproc.max(1).to_string()),
+            ("PET_MASTER_ADDR", master),
+        ];
+        for (name, value) in variables {
+            dispatch.env.insert(name.to_string(), value);
+        }
+        match self.master_port {
+            Some(port) => {
+                for name in MASTER_PORT_VARIABLES {
+                    dispatch.env.insert(name.to_string(), port.to_string());
+                }
+            }
+            None => dispatch.choose_master_port = true,
+        }
     }
 }
 

@@ -225,7 +225,7 @@ async fn report(db: &Db, stalled: &Stalled<'_>, stall: Stall) -> Result<(), Erro
         false => format!(" ({} since its last step)", utilisation.join(", ")),
     };
     let mut tx = crate::store::write(db).await?;
-    let lines = logs::recent_text(&mut tx, job_id, attempt, LAST_LINES).await?;
+    let lines = logs::recent_text(&mut tx, job_id, attempt, None, LAST_LINES).await?;
     let last = match lines.is_empty() {
         true => "it printed nothing".to_string(),
         false => format!("its last output:\n{}", lines.join("\n")),

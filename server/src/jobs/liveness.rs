@@ -3,7 +3,7 @@
 //! remain). It reads the nodes' times and ends attempts through the
 //! lifecycle, so it lives with the jobs.
 
-use super::lifecycle;
+use super::{lifecycle, members};
 use crate::config::ServerConfig;
 use crate::events::{self, Links};
 use crate::nodes::heartbeats::Heartbeats;
@@ -69,7 +69,9 @@ async fn check(
     for (node_id, name) in &expired {
         let active: i64 = sql!(tx, |conn| {
             sqlx::query_scalar(
-                "SELECT count(*) FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
+                "SELECT (SELECT count(*) FROM attempts
+                         WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING') AND nodes = 1)
+                      + (SELECT count(*) FROM attempt_members WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING'))",
             )
             .bind(node_id)
             .fetch_one(conn)
@@ -94,18 +96,27 @@ async fn check(
         )
         .await?;
     }
-    let lost: Vec<(String, i64, String, String, i64)> = sql!(tx, |conn| {
+    let lost: Vec<(String, i64, Option<i64>, String, String, i64)> = sql!(tx, |conn| {
         sqlx::query_as(
-        "SELECT a.job_id, a.n, n.id, n.name, n.last_seen_at FROM attempts a JOIN nodes n ON n.id = a.node_id
-         WHERE a.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= $1",
+        "SELECT a.job_id, a.n, CAST(NULL AS BIGINT), n.id, n.name, n.last_seen_at
+         FROM attempts a JOIN nodes n ON n.id = a.node_id
+         WHERE a.status IN ('DISPATCHING', 'RUNNING') AND a.nodes = 1 AND n.status = 'OFFLINE' AND n.last_seen_at <= $1
+         UNION ALL
+         SELECT m.job_id, m.attempt, m.node_rank, n.id, n.name, n.last_seen_at
+         FROM attempt_members m JOIN nodes n ON n.id = m.node_id
+         WHERE m.status IN ('DISPATCHING', 'RUNNING') AND n.status = 'OFFLINE' AND n.last_seen_at <= $1",
     )
     .bind(now - timeout_ms - grace_ms)
     .fetch_all(conn)
     .await
     })?;
-    for (job_id, attempt, node_id, name, last_seen) in &lost {
+    for (job_id, attempt, rank, node_id, name, last_seen) in &lost {
         let detail = format!("node {name} has not answered since {}", rfc3339(*last_seen));
-        lifecycle::lose_attempt(&mut tx, job_id, *attempt, node_id, &detail, now).await?;
+        match rank {
+            // One member of a multi-node attempt: the attempt is lost with it.
+            Some(rank) => members::lose(&mut tx, job_id, *attempt, *rank, node_id, &detail, now).await?,
+            None => lifecycle::lose_attempt(&mut tx, job_id, *attempt, node_id, &detail, now).await?,
+        }
     }
     let next_offline: Option<i64> = sql!(tx, |conn| {
         sqlx::query_scalar("SELECT min(last_seen_at) FROM nodes WHERE status = 'ONLINE'")
@@ -114,8 +125,10 @@ async fn check(
     })?;
     let next_lost: Option<i64> = sql!(tx, |conn| {
         sqlx::query_scalar(
-            "SELECT min(n.last_seen_at) FROM nodes n JOIN attempts a ON a.node_id = n.id
-         WHERE n.status = 'OFFLINE' AND a.status IN ('DISPATCHING', 'RUNNING')",
+            "SELECT min(n.last_seen_at) FROM nodes n WHERE n.status = 'OFFLINE'
+             AND (EXISTS (SELECT 1 FROM attempts a WHERE a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING'))
+                  OR EXISTS (SELECT 1 FROM attempt_members m
+                             WHERE m.node_id = n.id AND m.status IN ('DISPATCHING', 'RUNNING')))",
         )
         .fetch_one(conn)
         .await

@@ -60,6 +60,8 @@ struct QueueRow {
     /// Read only when scheduling windows are configured.
     time_limit_s: Option<i64>,
     resume_node: Option<String>,
+    nodes: i64,
+    colocate: Option<String>,
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
@@ -176,6 +178,8 @@ async fn preempt(server: &Handles, preemptions: &[Preemption], now: i64) -> Resu
         let Some(node_name) = node_name else {
             continue;
         };
+        // A multi-node attempt stops on every member's node.
+        nodes.extend(crate::jobs::members::node_ids(&mut tx, &p.job_id, p.attempt).await?);
         let run_id: Option<String> = sql!(tx, |conn| {
             sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
                 .bind(&p.job_id)
@@ -204,6 +208,7 @@ async fn preempt(server: &Handles, preemptions: &[Preemption], now: i64) -> Resu
         nodes.push(p.node_id.clone());
     }
     tx.commit().await?;
+    nodes.sort();
     nodes.dedup();
     for node_id in &nodes {
         server.wakes.wake(Wake::Agent(node_id.clone()));
@@ -296,7 +301,7 @@ pub async fn load_queue(
     };
     let columns = format!(
         "id, gpus, priority, node_selector, runner, not_before, attempt_count, max_attempts, queued_reason,
-         project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node"
+         project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node, nodes, colocate"
     );
     let query = match dialect {
         Dialect::Sqlite => format!(
@@ -350,8 +355,8 @@ pub async fn load_queue(
                 fair_share_note: None,
                 time_limit_ms: row.time_limit_s.map(|s| s.saturating_mul(1000)),
                 resume_node: row.resume_node,
-                nodes: 1,
-                colocate: None,
+                nodes: row.nodes.clamp(1, u32::MAX as i64) as u32,
+                colocate: row.colocate,
             }
         })
         .collect();
@@ -426,42 +431,56 @@ pub async fn load_nodes(server: &Handles) -> Result<Vec<NodeCapacity>, Error> {
     let preemption = server.config.settings.preempt_priority.is_some();
     let dialect = server.db.dialect();
     let held = dialect.json_of("a.gpus");
-    let (attempt, from_attempts) = if preemption {
+    // One-node attempts hold GPUs on their row's node; a multi-node
+    // attempt's members each on their own (`members`).
+    let member_held = dialect.json_of("m.gpus");
+    let (attempt, from_attempts, member, from_members) = if preemption {
+        let stopping = "a.job_id, a.n, j.priority";
         (
             format!(
-                "{held}, a.job_id, a.n, j.priority, coalesce(a.started_at, a.dispatched_at),
+                "{held}, {stopping}, coalesce(a.started_at, a.dispatched_at),
                  CAST(a.preempted_at IS NOT NULL AS INTEGER), CAST(a.status = 'RUNNING' AS INTEGER)"
             ),
             "FROM attempts a JOIN jobs j ON j.id = a.job_id",
+            format!(
+                "{member_held}, {stopping}, coalesce(m.started_at, a.dispatched_at),
+                 CAST(a.preempted_at IS NOT NULL AS INTEGER), CAST(m.status = 'RUNNING' AS INTEGER)"
+            ),
+            "FROM attempt_members m JOIN attempts a ON a.job_id = m.job_id AND a.n = m.attempt
+             JOIN jobs j ON j.id = m.job_id",
         )
     } else {
-        (held, "FROM attempts a")
+        (held, "FROM attempts a", member_held, "FROM attempt_members m")
     };
     let labels = dialect.json_of("labels");
     let runners = dialect.json_of("runners");
-    let active = "a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING')";
+    let active = "a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING') AND a.nodes = 1";
+    let member_active = "m.node_id = n.id AND m.status IN ('DISPATCHING', 'RUNNING')";
     let query = match dialect {
         Dialect::Sqlite => format!(
             "SELECT coalesce(json_group_array(json_array(id, name, {labels}, {runners},
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
-                    (SELECT json_group_array(json_array({attempt})) {from_attempts} WHERE {active}))), '[]')
+                    (SELECT json_group_array(json_array({attempt})) {from_attempts} WHERE {active}),
+                    (SELECT json_group_array(json_array({member})) {from_members} WHERE {member_active}))), '[]')
              FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
         ),
         Dialect::Postgres => format!(
             "SELECT CAST(coalesce(json_agg(json_build_array(id, name, {labels}, {runners},
                     (SELECT coalesce(json_agg(idx), '[]') FROM gpus g WHERE g.node_id = n.id),
-                    (SELECT coalesce(json_agg(json_build_array({attempt})), '[]') {from_attempts} WHERE {active}))
+                    (SELECT coalesce(json_agg(json_build_array({attempt})), '[]') {from_attempts} WHERE {active}),
+                    (SELECT coalesce(json_agg(json_build_array({member})), '[]') {from_members} WHERE {member_active}))
                     ORDER BY name), '[]') AS TEXT)
              FROM nodes n WHERE status = 'ONLINE' AND drained_at IS NULL"
         ),
     };
-    // id, name, labels, runners, GPU indices, active attempts.
+    // id, name, labels, runners, GPU indices, active attempts, active members.
     type NodeRow = (
         String,
         String,
         BTreeMap<String, String>,
         Option<Vec<Runner>>,
         Vec<u32>,
+        Vec<ActiveRow>,
         Vec<ActiveRow>,
     );
     let json: String = sql!(&server.db, |pool| sqlx::query_scalar(&query)
@@ -470,7 +489,8 @@ pub async fn load_nodes(server: &Handles) -> Result<Vec<NodeCapacity>, Error> {
     let rows: Vec<NodeRow> = serde_json::from_str(&json).map_err(anyhow::Error::from)?;
     Ok(rows
         .into_iter()
-        .map(|(id, name, mut labels, runners, mut gpus, active)| {
+        .map(|(id, name, mut labels, runners, mut gpus, mut active, members)| {
+            active.extend(members);
             gpus.sort_unstable();
             labels.insert(NODE_NAME_LABEL.to_string(), name.clone());
             let mut node = NodeCapacity {
@@ -507,13 +527,16 @@ pub async fn load_nodes(server: &Handles) -> Result<Vec<NodeCapacity>, Error> {
         .collect())
 }
 
-/// Whether any of `gpus` of `node_id` is held by an attempt already. Asked
-/// in the transaction that claims them: write transactions take turns (see
-/// `store::write`), so two claims of one GPU cannot both pass this check.
+/// Whether any of `gpus` of `node_id` is held by an attempt (or a member
+/// of one) already. Asked in the transaction that claims them: write
+/// transactions take turns (see `store::write`), so two claims of one GPU
+/// cannot both pass this check.
 async fn gpus_taken(tx: &mut Tx, node_id: &str, gpus: &[u32]) -> Result<bool, Error> {
     let held: Vec<String> = sql!(tx, |conn| {
         sqlx::query_scalar(
-            "SELECT gpus FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
+            "SELECT gpus FROM attempts WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING') AND nodes = 1
+             UNION ALL
+             SELECT gpus FROM attempt_members WHERE node_id = $1 AND status IN ('DISPATCHING', 'RUNNING')",
         )
         .bind(node_id)
         .fetch_all(conn)
@@ -543,26 +566,28 @@ pub async fn apply(
     }
     let mut tx = crate::store::write(&server.db).await?;
     let mut dispatched_to = Vec::new();
-    for placement in placements {
-        // Jobs are read from the queue with `nodes: 1` until members are
-        // stored and dispatched (#46): a gang placement cannot arise yet.
-        if !placement.others.is_empty() {
-            tracing::error!(
-                job_id = placement.job_id,
-                "a multi-node placement, which this server cannot start"
-            );
-            continue;
-        }
+    'placements: for placement in placements {
+        // Rank 0 first, then a gang's other members.
+        let members: Vec<(&str, &[u32])> = std::iter::once((placement.node_id.as_str(), &placement.gpus[..]))
+            .chain(
+                placement
+                    .others
+                    .iter()
+                    .map(|(node, gpus)| (node.as_str(), &gpus[..])),
+            )
+            .collect();
         // Another leader may have taken these GPUs since this plan was read
         // (two replicas that both believe they lead, for a moment): checked
         // in the transaction that claims them.
-        if !placement.gpus.is_empty() && gpus_taken(&mut tx, &placement.node_id, &placement.gpus).await? {
-            tracing::warn!(
-                job_id = placement.job_id,
-                node_id = placement.node_id,
-                "its GPUs were taken since the plan was made (by another leader?): it stays queued"
-            );
-            continue;
+        for (node_id, gpus) in &members {
+            if !gpus.is_empty() && gpus_taken(&mut tx, node_id, gpus).await? {
+                tracing::warn!(
+                    job_id = placement.job_id,
+                    node_id,
+                    "its GPUs were taken since the plan was made (by another leader?): it stays queued"
+                );
+                continue 'placements;
+            }
         }
         // The job may have been cancelled since the queue was read.
         type Claimed = (i64, Option<String>, String, Option<String>, Option<i64>);
@@ -610,8 +635,8 @@ pub async fn apply(
         sql!(tx, |conn| {
             sqlx::query(
                 "INSERT INTO attempts (job_id, n, node_id, gpus, status, dispatched_at, sdk_token_id,
-                                   resume_path, resume_step)
-             VALUES ($1, $2, $3, $4, 'DISPATCHING', $5, $6, $7, $8)",
+                                   resume_path, resume_step, nodes)
+             VALUES ($1, $2, $3, $4, 'DISPATCHING', $5, $6, $7, $8, $9)",
             )
             .bind(&placement.job_id)
             .bind(attempt)
@@ -621,10 +646,16 @@ pub async fn apply(
             .bind(token_id)
             .bind(&resume_path)
             .bind(resume_step)
+            .bind(members.len() as i64)
             .execute(conn)
             .await
             .map(|_| ())
         })?;
+        if members.len() > 1 {
+            // The others start once rank 0's agent has chosen the
+            // rendezvous port (`dispatch`); rank 0's poll is woken now.
+            crate::jobs::members::insert(&mut tx, &placement.job_id, attempt, &members).await?;
+        }
         dispatched_to.push(placement.node_id.clone());
     }
     for (job_id, reason) in changed {

@@ -13,9 +13,7 @@ use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Tx};
 use gpuplane_api::Page;
 use gpuplane_api::error::FieldError;
-use gpuplane_api::job::{
-    Attempt, FailureReason, Job, JobSpec, JobStatus, Resources, RetryRequest, signal_name,
-};
+use gpuplane_api::job::{Attempt, FailureReason, Job, JobSpec, JobStatus, RetryRequest, signal_name};
 use gpuplane_api::project::Role;
 use gpuplane_api::recipe::FolderFile;
 use std::collections::HashMap;
@@ -110,8 +108,9 @@ pub async fn insert(
     sql!(conn, |conn| {
         sqlx::query(
         "INSERT INTO jobs (id, project, name, kind, spec, gpus, node_selector, priority, max_attempts, status,
-                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs, runner)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10, $11, $12, $13, $14, $15, $16, $17)",
+                           queued_reason, queued_at, run_id, submitted_by, created_at, updated_at, after_jobs, runner,
+                           nodes, colocate)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'QUEUED', $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
     )
     .bind(&job_id)
     .bind(&spec.project)
@@ -130,6 +129,8 @@ pub async fn insert(
     .bind(now)
     .bind(after)
     .bind(spec.runner.as_str())
+    .bind(spec.resources.nodes)
+    .bind(&spec.resources.colocate)
     .execute(conn)
     .await.map(|_| ())
     })?;
@@ -343,12 +344,14 @@ async fn attempts_of(db: &mut Tx, job_ids: &[String]) -> Result<HashMap<String, 
          WHERE a.job_id IN (SELECT value FROM {job_ids})
          ORDER BY a.job_id, a.n"
     ))
-    .bind(ids)
+    .bind(&ids)
     .fetch_all(conn)
     .await
     })?;
+    let mut members = crate::jobs::members::of_jobs(db, &ids).await?;
     for row in rows {
         let signal = row.signal.map(|s| s as i32);
+        let members = members.remove(&(row.job_id.clone(), row.n)).unwrap_or_default();
         by_job.entry(row.job_id).or_default().push(Attempt {
             n: row.n,
             node: row.node_name,
@@ -366,6 +369,7 @@ async fn attempts_of(db: &mut Tx, job_ids: &[String]) -> Result<HashMap<String, 
             git_commit: row.git_commit,
             resume_from: row.resume_path,
             resume_step: row.resume_step,
+            members,
         });
     }
     Ok(by_job)
@@ -400,9 +404,7 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
         held: status == JobStatus::Queued && row.held,
         run_id: row.run_id,
         priority: row.priority,
-        resources: Resources {
-            gpu: spec.resources.gpu,
-        },
+        resources: spec.resources.clone(),
         max_attempts: row.max_attempts,
         preemptions: attempts
             .iter()
@@ -421,8 +423,9 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
 pub enum Cancelled {
     /// It had not started (or its node is gone): CANCELLED now.
     Now,
-    /// Its agent was asked to stop it; it turns CANCELLED when the process ends.
-    Stopping { node_id: String },
+    /// Its agents (one per member of a multi-node job) were asked to stop
+    /// it; it turns CANCELLED when the process ends.
+    Stopping { node_ids: Vec<String> },
 }
 
 /// Cancels a job that has not ended; 409 for one that has.
@@ -444,9 +447,9 @@ pub async fn cancel(db: &Db, job_id: &str) -> Result<Cancelled, Error> {
             Cancelled::Now
         }
         JobStatus::Dispatching | JobStatus::Running => {
-            let (node_id, node_status): (String, String) = sql!(tx, |conn| {
+            let (node_id, node_status, attempt): (String, String, i64) = sql!(tx, |conn| {
                 sqlx::query_as(
-                    "SELECT a.node_id, n.status FROM attempts a JOIN nodes n ON n.id = a.node_id
+                    "SELECT a.node_id, n.status, a.n FROM attempts a JOIN nodes n ON n.id = a.node_id
                  WHERE a.job_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
                 )
                 .bind(job_id)
@@ -463,7 +466,11 @@ pub async fn cancel(db: &Db, job_id: &str) -> Result<Cancelled, Error> {
                     .map(|_| ())
             })?;
             if node_status == "ONLINE" {
-                Cancelled::Stopping { node_id }
+                let mut node_ids = crate::jobs::members::node_ids(&mut tx, job_id, attempt).await?;
+                if node_ids.is_empty() {
+                    node_ids.push(node_id);
+                }
+                Cancelled::Stopping { node_ids }
             } else {
                 // Nobody can stop it now; the agent stops it if it comes back.
                 lifecycle::cancel_offline(&mut tx, job_id, now).await?;
@@ -615,14 +622,15 @@ pub async fn retry(
             .and_then(|json| serde_json::from_str(&json).ok())
             .unwrap_or_default();
         sql!(tx, |conn| {
-            sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5, runner = $6
-                         WHERE id = $7")
+            sqlx::query("UPDATE jobs SET spec = $1, gpus = $2, node_selector = $3, priority = $4, max_attempts = $5, runner = $6,
+                         nodes = $7 WHERE id = $8")
             .bind(serde_json::to_string(&spec).map_err(anyhow::Error::from)?)
             .bind(spec.resources.gpu)
             .bind(serde_json::to_string(&spec.node_selector).map_err(anyhow::Error::from)?)
             .bind(spec.priority)
             .bind(spec.max_attempts)
             .bind(spec.runner.as_str())
+            .bind(spec.resources.nodes)
             .bind(job_id)
             .execute(conn)
             .await.map(|_| ())

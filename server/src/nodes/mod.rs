@@ -21,7 +21,11 @@ use std::collections::BTreeMap;
 
 /// Registers a node (or refreshes the one with the same name) and marks it
 /// ONLINE; returns its id and whether it was OFFLINE before.
-pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool), Error> {
+pub async fn register(
+    conn: &mut Tx,
+    hello: &AgentHello,
+    address: Option<&str>,
+) -> Result<(String, bool), Error> {
     let now = now_ms();
     // A map of strings always serialises.
     let labels = serde_json::to_string(&hello.labels).unwrap_or_else(|_| "{}".to_string());
@@ -42,14 +46,14 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
     let node_id: String = sql!(conn, |conn| {
         sqlx::query_scalar(&format!(
             "INSERT INTO nodes (id, name, hostname, labels, agent_labels, agent_version, status, registered_at, last_seen_at,
-                                runners, isolation)
-         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7, $8, $9)
+                                runners, isolation, address)
+         VALUES ($1, $2, $3, $4, $4, $5, 'ONLINE', $6, $7, $8, $9, $10)
          ON CONFLICT (name) DO UPDATE SET
              hostname = excluded.hostname, agent_labels = excluded.agent_labels,
              labels = {merged_labels},
              agent_version = excluded.agent_version, runners = excluded.runners,
              isolation = excluded.isolation, status = 'ONLINE',
-             last_seen_at = excluded.last_seen_at
+             last_seen_at = excluded.last_seen_at, address = excluded.address
          RETURNING id"
         ))
     .bind(new_id("node"))
@@ -61,6 +65,7 @@ pub async fn register(conn: &mut Tx, hello: &AgentHello) -> Result<(String, bool
     .bind(now)
     .bind(runners)
     .bind(&hello.isolation)
+    .bind(address)
     .fetch_one(conn)
     .await
     })?;

@@ -8,6 +8,7 @@ use super::evaluations;
 use crate::events;
 use crate::jobs::failure::{self, Exit, Outcome};
 use crate::jobs::lifecycle::{self, AttemptEnd, JobLinks};
+use crate::jobs::members::OnNode;
 use crate::logs;
 use crate::runs::{checkpoints, details};
 use crate::store::Error;
@@ -31,6 +32,9 @@ pub struct Applied {
     pub logs_for: BTreeSet<String>,
     /// An attempt started or ended, or an event was recorded.
     pub jobs_changed: bool,
+    /// Nodes whose agents have news of a multi-node attempt: its other
+    /// members may start (rank 0 chose the port) or must stop.
+    pub wake_agents: BTreeSet<String>,
 }
 
 /// The node a report comes from, and the server's settings items need.
@@ -39,6 +43,8 @@ struct Reporter<'a> {
     node_id: &'a str,
     node_name: String,
 }
+
+mod members;
 
 /// Applies an agent's report in one transaction.
 pub async fn apply_report(server: &Handles, report: &Report) -> Result<Applied, Error> {
@@ -59,19 +65,19 @@ pub async fn apply_report(server: &Handles, report: &Report) -> Result<Applied, 
     };
     let mut applied = Applied::default();
     // Each attempt's status, read once and forgotten when an item changes it.
-    let mut statuses: BTreeMap<(String, i64), Option<JobStatus>> = BTreeMap::new();
+    let mut statuses: BTreeMap<(String, i64), Option<OnNode>> = BTreeMap::new();
     for item in &report.items {
         let (job_id, attempt) = item.attempt();
         let key = (job_id.to_string(), attempt);
-        let status = match statuses.get(&key) {
-            Some(status) => *status,
+        let on_node = match statuses.get(&key) {
+            Some(on_node) => *on_node,
             None => {
-                let status = lifecycle::status_on_node(&mut tx, node_id, job_id, attempt).await?;
-                statuses.insert(key.clone(), status);
-                status
+                let on_node = crate::jobs::members::on_node(&mut tx, node_id, job_id, attempt).await?;
+                statuses.insert(key.clone(), on_node);
+                on_node
             }
         };
-        let Some(status) = status else {
+        let Some(on_node) = on_node else {
             tracing::warn!(
                 node_id,
                 job_id,
@@ -80,7 +86,17 @@ pub async fn apply_report(server: &Handles, report: &Report) -> Result<Applied, 
             );
             continue;
         };
-        let changed = apply_item(&mut tx, &node, item, status).await?;
+        let changed = match on_node.member {
+            Some(member) => {
+                let changed = members::apply_item(&mut tx, &node, item, on_node.attempt, member).await?;
+                if changed {
+                    let nodes = crate::jobs::members::node_ids(&mut tx, job_id, attempt).await?;
+                    applied.wake_agents.extend(nodes);
+                }
+                changed
+            }
+            None => apply_item(&mut tx, &node, item, on_node.attempt, 0).await?,
+        };
         if let ReportItem::Lines { .. } = item {
             applied.logs_for.insert(job_id.to_string());
         }
@@ -93,13 +109,16 @@ pub async fn apply_report(server: &Handles, report: &Report) -> Result<Applied, 
     Ok(applied)
 }
 
-/// Applies one item about an attempt of `node` whose status is `status`;
-/// returns whether followers have news (a state change or an event).
+/// Applies one item about an attempt of `node` whose status is `status`
+/// (output lines are kept under `rank`, the node's member of a multi-node
+/// attempt, else 0); returns whether followers have news (a state change
+/// or an event).
 async fn apply_item(
     conn: &mut Tx,
     node: &Reporter<'_>,
     item: &ReportItem,
     status: JobStatus,
+    rank: i64,
 ) -> Result<bool, Error> {
     let (job_id, attempt) = item.attempt();
     match item {
@@ -110,9 +129,10 @@ async fn apply_item(
             ..
         } => started(conn, job_id, attempt, *pid, *time, git_commit.as_deref()).await,
         ReportItem::Waiting { reason, .. } => waiting(conn, job_id, attempt, status, reason).await,
-        ReportItem::DispatchFailed { detail, .. } => {
-            dispatch_failed(conn, node, job_id, attempt, status, detail).await
+        ReportItem::DispatchFailed { detail, .. } if status == JobStatus::Dispatching => {
+            dispatch_failed(conn, node, job_id, attempt, detail).await
         }
+        ReportItem::DispatchFailed { .. } => Ok(false),
         ReportItem::Lines {
             stream,
             first_n,
@@ -123,6 +143,7 @@ async fn apply_item(
             let batch = logs::Batch {
                 job_id,
                 attempt,
+                rank,
                 stream: *stream,
                 first_n: *first_n,
                 time: *time,
@@ -158,6 +179,7 @@ async fn apply_item(
                 timed_out: *timed_out,
                 time: *time,
                 eval_result: eval_result.as_ref(),
+                rank: None,
             };
             exited(conn, node, job_id, attempt, status, exit).await
         }
@@ -307,12 +329,8 @@ async fn dispatch_failed(
     node: &Reporter<'_>,
     job_id: &str,
     attempt: i64,
-    status: JobStatus,
     detail: &str,
 ) -> Result<bool, Error> {
-    if status != JobStatus::Dispatching {
-        return Ok(false);
-    }
     let now = now_ms();
     let reason = FailureReason::DispatchFailed;
     let end = AttemptEnd::without_exit(JobStatus::Failed, Some(reason), detail, now);
@@ -341,6 +359,8 @@ struct AttemptExit<'a> {
     timed_out: bool,
     time: i64,
     eval_result: Option<&'a ResultFile>,
+    /// The member of a multi-node attempt whose exit ends the attempt.
+    rank: Option<i64>,
 }
 
 /// Records an attempt's end: classifies it (an evaluation that exited 0
@@ -416,7 +436,7 @@ async fn exited(
         lifecycle::fail_or_retry(conn, job_id, FailureReason::Hung, detail, end.at).await?;
         return Ok(true);
     }
-    let output = logs::recent_text(conn, job_id, attempt, 300).await?;
+    let output = logs::recent_text(conn, job_id, attempt, exit.rank, 300).await?;
     let mut outcome = failure::classify(Exit {
         exit_code: exit.exit_code,
         signal: exit.signal,
@@ -435,6 +455,13 @@ async fn exited(
             reason: Some(FailureReason::EvaluationResultInvalid),
             detail: Some(reason),
         };
+    }
+    if let Some(rank) = exit.rank
+        && outcome.status != JobStatus::Succeeded
+    {
+        // The first member to fail says why the attempt did.
+        let detail = outcome.detail.as_deref().unwrap_or("ended");
+        outcome.detail = Some(format!("rank {rank} on {}: {detail}", node.node_name));
     }
     let now = exit.time.max(0);
     let end = AttemptEnd {
