@@ -56,7 +56,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL, Slurm, munge), then npm packages"
+step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL, Slurm, munge, PyTorch), then npm packages"
 missing=()
 # git: the traceability tests make real checkouts (gpuctl and the browser test).
 command -v git >/dev/null 2>&1 || missing+=(git)
@@ -72,15 +72,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# Slurm and munge: the Slurm runner's tests start a one-node cluster of
-# their own (testkit/src/slurm.rs); their recommends (docs, mail) are not needed.
-slurm_missing=()
-[ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] || slurm_missing+=(slurm-wlm)
-[ -x /usr/sbin/munged ] || slurm_missing+=(munge)
-if [ ${#slurm_missing[@]} -gt 0 ]; then
-  echo "installing: ${slurm_missing[*]}"
+# Installed without their recommends (docs, mail, BLAS variants), which
+# the tests do not need. Slurm and munge: the Slurm runner's tests start a
+# one-node cluster of their own (testkit/src/slurm.rs).
+lean_missing=()
+[ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] || lean_missing+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || lean_missing+=(munge)
+# Debian's PyTorch (CPU, gloo): the multi-node tests run real torchrun
+# (testkit/tests/system/multi_node.rs); PyPI's wheel would pull in CUDA.
+python3 -c 'import torch' >/dev/null 2>&1 || lean_missing+=(python3-torch)
+if [ ${#lean_missing[@]} -gt 0 ]; then
+  echo "installing: ${lean_missing[*]}"
   [ ${#missing[@]} -gt 0 ] || as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${slurm_missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${lean_missing[@]}" >/dev/null
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 

@@ -15,6 +15,7 @@ mod jobs;
 mod lifecycle;
 mod recipes;
 mod migrate;
+mod multi_node;
 mod partition;
 mod replicas;
 mod scheduling;

@@ -1,0 +1,317 @@
+//! Multi-node jobs with real `torchrun` (Debian's `python3-torch`, gloo on
+//! CPU): two agents on this host, one per loopback address
+//! (`--advertise-addr 127.0.0.1` and `127.0.0.2`), each with one simulated
+//! GPU. The members find each other only through the variables GPUPlane
+//! sets (`PET_*`, `MASTER_ADDR`, `MASTER_PORT`): `torchrun script.py` is
+//! given no other argument. Torch 1.13 on Python 3.11 needs
+//! `PET_REDIRECTS=1 PET_TEE=1` (its default of 0 trips an enum check), so
+//! each job sets them.
+
+use gpuplane_api::job::{Job, JobStatus};
+use gpuplane_testkit::cluster::{Agent, Cluster};
+use gpuplane_testkit::{WAIT, eventually};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// The two agents of these tests: `n1` at 127.0.0.1, `n2` at 127.0.0.2.
+fn two_agents(cluster: &Cluster) -> (Agent, Agent) {
+    let first = cluster.agent("n1", 1, &["--advertise-addr", "127.0.0.1"]);
+    let second = cluster.agent("n2", 1, &["--advertise-addr", "127.0.0.2"]);
+    (first, second)
+}
+
+/// A torchrun job of two members running `script` from `work`.
+fn torchrun(name: &str, work: &std::path::Path, script: &str, extra: Value) -> Value {
+    std::fs::write(work.join("train.py"), script).unwrap();
+    let mut spec = json!({
+        "name": name,
+        "command": ["torchrun", "train.py"],
+        "working_dir": work,
+        "resources": {"gpu": 1, "nodes": 2},
+        "env": {"PET_REDIRECTS": "1", "PET_TEE": "1", "PYTHONUNBUFFERED": "1"},
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        spec[key] = value.clone();
+    }
+    spec
+}
+
+const ALL_REDUCE_PY: &str = r#"
+import os
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+value = torch.tensor([float(rank + 1)])
+dist.all_reduce(value)
+print(f"rank {rank} of {world} (node {os.environ['GPUCTL_NODE_RANK']} of {os.environ['GPUCTL_NNODES']}, "
+      f"nodes {os.environ['GPUCTL_NODE_ADDRS']}): sum {value.item()}")
+dist.destroy_process_group()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_two_node_torchrun_job_all_reduces_across_both_agents_with_nothing_but_the_platforms_variables() {
+    let cluster = Cluster::start().await;
+    let _agents = two_agents(&cluster);
+    cluster.wait_for_nodes(2).await;
+    let work = cluster.workdir("all-reduce");
+
+    // Three nodes are more than there are: it waits and says why.
+    let too_many = cluster
+        .submit(json!({"name": "three", "command": ["true"], "resources": {"gpu": 1, "nodes": 3}}))
+        .await;
+    cluster
+        .wait_for_reason(
+            &too_many.id,
+            "needs 3 nodes with 1 GPU each; only 2 matching nodes have 1 GPU",
+        )
+        .await;
+    let (status, body) = cluster
+        .post(&format!("/jobs/{}/cancel", too_many.id), json!({"confirm": true}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    let job = cluster
+        .submit(torchrun("all-reduce", &work, ALL_REDUCE_PY, json!({})))
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let attempt = &job.attempts[0];
+    let members: Vec<(i64, &str, Option<&str>, JobStatus, Option<i32>)> = attempt
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.rank,
+                m.node.as_str(),
+                m.address.as_deref(),
+                m.state,
+                m.exit_code,
+            )
+        })
+        .collect();
+    assert_eq!(
+        members,
+        [
+            (
+                0,
+                attempt.node.as_str(),
+                Some(address_of(&attempt.node)),
+                JobStatus::Succeeded,
+                Some(0)
+            ),
+            (
+                1,
+                other(&attempt.node),
+                Some(address_of(other(&attempt.node))),
+                JobStatus::Succeeded,
+                Some(0)
+            ),
+        ],
+        "{attempt:?}"
+    );
+    // 1 + 2: only when both ranks joined the group.
+    let addresses = format!(
+        "{},{}",
+        address_of(&attempt.node),
+        address_of(other(&attempt.node))
+    );
+    for rank in 0..2 {
+        let (status, logs) = cluster.get(&format!("/jobs/{}/logs?rank={rank}", job.id)).await;
+        assert_eq!(status, 200, "{logs}");
+        let text: Vec<&str> = logs["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|line| line["text"].as_str().unwrap())
+            .collect();
+        let expected = format!("rank {rank} of 2 (node {rank} of 2, nodes {addresses}): sum 3.0");
+        assert!(
+            text.iter().any(|line| line.ends_with(&expected)),
+            "rank {rank} printed {text:?}"
+        );
+        assert!(
+            logs["lines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|line| line["rank"].as_i64().unwrap_or(0) == rank),
+            "{logs}"
+        );
+    }
+    // A rank the job does not have, or none that can be, is refused.
+    let (status, body) = cluster.get(&format!("/jobs/{}/logs?rank=-1", job.id)).await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (422, Some("rank")),
+        "{body}"
+    );
+    let (status, _) = cluster.get(&format!("/jobs/{}/logs/full?rank=7", job.id)).await;
+    assert_eq!(status, 404);
+}
+
+fn other(node: &str) -> &'static str {
+    if node == "n1" { "n2" } else { "n1" }
+}
+
+fn address_of(node: &str) -> &'static str {
+    if node == "n1" { "127.0.0.1" } else { "127.0.0.2" }
+}
+
+/// Rank 1's member (its torchrun, as a lost host or the OOM killer would)
+/// is killed after three steps while rank 0 waits outside any collective:
+/// only the platform can stop rank 0. (Torch 1.13's torchrun, when only
+/// its worker dies, waits up to 300 s at its exit barrier for the other
+/// nodes: that member is alive, and the hang monitor is what finds it.)
+const KILLED_MEMBER_PY: &str = r#"
+import os, signal, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(3):
+    value = torch.tensor([1.0])
+    dist.all_reduce(value)
+    print(f"rank {rank} step {step}")
+if rank == 1:
+    print("rank 1's member is killed")
+    os.kill(os.getppid(), signal.SIGKILL)
+    os._exit(1)
+time.sleep(600)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_killed_mid_run_fails_the_attempt_in_its_name_and_the_other_is_stopped_within_seconds() {
+    let cluster = Cluster::start().await;
+    let _agents = two_agents(&cluster);
+    cluster.wait_for_nodes(2).await;
+    let work = cluster.workdir("killed");
+    let job = cluster
+        .submit(torchrun("killed", &work, KILLED_MEMBER_PY, json!({})))
+        .await;
+    let job = cluster.wait_for(&job.id, JobStatus::Failed).await;
+    let attempt = &job.attempts[0];
+    let rank1 = &attempt.members[1];
+    let detail = attempt.failure_detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!("rank 1 on {}:", rank1.node)),
+        "the first member to fail says why: {detail}"
+    );
+    // Rank 0 was stopped (it would have slept ten minutes).
+    let stopped = eventually("rank 0 stopped", WAIT, || {
+        let cluster = &cluster;
+        let id = job.id.clone();
+        async move {
+            let job: Job = serde_json::from_value(cluster.get(&format!("/jobs/{id}")).await.1).unwrap();
+            let rank0 = job.attempts[0].members[0].clone();
+            (!rank0.state.is_active()).then_some(rank0)
+        }
+    })
+    .await;
+    assert_eq!(stopped.state, JobStatus::Cancelled, "{stopped:?}");
+    let started = attempt.started_at.as_deref().unwrap();
+    let ended = stopped.ended_at.as_deref().unwrap();
+    assert!(
+        seconds_between(started, ended) < 60.0,
+        "rank 0 ran {started} to {ended}: no orphan waits for its peer"
+    );
+    // Both nodes are free again: a two-node job starts and ends at once.
+    let next = cluster
+        .submit(json!({"name": "after", "command": ["true"], "resources": {"gpu": 1, "nodes": 2}}))
+        .await;
+    cluster.wait_for(&next.id, JobStatus::Succeeded).await;
+}
+
+fn seconds_between(from: &str, to: &str) -> f64 {
+    let at = |text: &str| humantime::parse_rfc3339(text).unwrap();
+    at(to).duration_since(at(from)).unwrap_or_default().as_secs_f64()
+}
+
+/// Rank 0 logs one point a step and saves a checkpoint at step 5; every
+/// step is an all-reduce of both ranks. An attempt that resumes starts
+/// after the step `GPUCTL_RESUME_STEP` names.
+const RESUMABLE_PY: &str = r#"
+import json, os, time, urllib.request
+import torch
+import torch.distributed as dist
+def log(step):
+    body = {"batch_id": f"a{os.environ['GPUCTL_ATTEMPT']}s{step}", "points": [{"key": "train/loss", "step": step, "wall_time": time.time(), "value": float(step)}]}
+    request = urllib.request.Request(os.environ["GPUCTL_SERVER"] + "/api/v1/runs/" + os.environ["GPUCTL_RUN_ID"] + "/metrics",
+        data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + os.environ["GPUCTL_TOKEN"], "Content-Type": "application/json"})
+    urllib.request.urlopen(request)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+resumed = os.environ.get("GPUCTL_RESUME_STEP", "")
+start = int(resumed) + 1 if resumed else 0
+print(f"rank {rank} starts at step {start} from {os.environ.get('GPUCTL_RESUME_FROM', '')!r}")
+for step in range(start, 30):
+    value = torch.tensor([1.0])
+    dist.all_reduce(value)
+    if rank == 0:
+        log(step)
+        if step == 5:
+            open(os.path.join(os.environ["GPUCTL_JOB_DIR"], "step_5.pt"), "w").write("weights")
+    time.sleep(0.3 if start == 0 else 0.01)
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_preempted_two_node_job_stops_on_both_nodes_and_resumes_from_its_checkpoint_as_one_curve() {
+    let cluster = Cluster::start_with(|config| {
+        config.settings.preempt_priority = Some(100);
+        config.settings.preemption_grace_s = 5;
+    })
+    .await;
+    let _agents = two_agents(&cluster);
+    cluster.wait_for_nodes(2).await;
+    let work = cluster.workdir("resume");
+    let job = cluster
+        .submit(torchrun("resumable", &work, RESUMABLE_PY, json!({"priority": 0})))
+        .await;
+    // Once the checkpoint is recorded, an urgent one-GPU job takes a node.
+    eventually("the checkpoint at step 5", Duration::from_secs(60), || {
+        let cluster = &cluster;
+        let run_id = job.run_id.clone();
+        async move {
+            let (_, body) = cluster.get(&format!("/runs/{run_id}/checkpoints")).await;
+            let found = body.to_string().contains("step_5.pt");
+            found.then_some(())
+        }
+    })
+    .await;
+    let urgent = cluster
+        .submit(
+            json!({"name": "urgent", "command": ["sleep", "1"], "resources": {"gpu": 1}, "priority": 100}),
+        )
+        .await;
+    cluster.wait_for(&urgent.id, JobStatus::Succeeded).await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let (first, second) = (&job.attempts[0], &job.attempts[1]);
+    assert_eq!(
+        first.failure_reason.map(|reason| reason.as_str()),
+        Some("PREEMPTED"),
+        "{first:?}"
+    );
+    // Both members of the preempted attempt were stopped, none failed.
+    assert!(
+        first.members.iter().all(|m| m.state == JobStatus::Cancelled),
+        "{:?}",
+        first.members
+    );
+    assert_eq!(second.resume_step, Some(5), "{second:?}");
+    assert!(
+        second
+            .resume_from
+            .as_deref()
+            .unwrap_or_default()
+            .ends_with("step_5.pt"),
+        "{second:?}"
+    );
+    assert_eq!(job.preemptions, 1);
+    let (status, curve) = cluster
+        .get(&format!(
+            "/runs/{}/metrics?key=train/loss&max_points=1000&format=columns",
+            job.run_id
+        ))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(curve["steps"], json!((0..30).collect::<Vec<i64>>()), "one curve");
+}
