@@ -2,8 +2,13 @@
 // a confirmation), retries with changes, changes the priority, holds and
 // releases, and submits an edited copy; the OOM advice comes back on an
 // unchanged retry; a viewer sees no buttons. Every change is audited as the
-// editor's, through the console.
+// editor's, through the console. A two-node job (with a second agent of its
+// own) shows its members and each rank's output.
 import { test, expect, APIRequestContext, Page } from '@playwright/test';
+import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { asAdmin, signIn, url } from './helpers';
 
 const PROJECT = 'e2e-actions';
@@ -172,4 +177,40 @@ test('the job page says where each later attempt resumed from', async ({ page, r
   await expect(resumed.nth(0)).toHaveText('');
   await expect(resumed.nth(1)).toContainText('resumed from step 3 (');
   await expect(resumed.nth(1)).toContainText('/job/step_3.pt)');
+});
+
+test('a two-node job shows its members, and the log viewer one rank at a time', async ({ page, request }) => {
+  // A second node, for the job's second member: drained and stopped after.
+  const created = await request.post(url() + '/api/v1/agent-tokens', { headers: asAdmin(), data: { name: 'e2e-pair', node: 'e2e-pair' } });
+  expect(created.status(), await created.text()).toBe(201);
+  const agent = spawn(
+    path.join(process.env.CARGO_TARGET_DIR ?? path.resolve(__dirname, '..', '..', 'target'), 'debug', 'gpuplane-agent'),
+    ['--server', url(), '--name', 'e2e-pair', '--fake-gpus', '1', '--advertise-addr', '127.0.0.2',
+     '--jobs-dir', mkdtempSync(path.join(tmpdir(), 'gpuplane-e2e-pair-'))],
+    { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, GPUPLANE_AGENT_TOKEN: (await created.json()).secret, GPUPLANE_LOG: 'warn' } },
+  );
+  try {
+    const id = await submit(request, {
+      name: 'console-pair',
+      command: ['sh', '-c', 'echo "member $GPUCTL_NODE_RANK of $GPUCTL_NNODES"'],
+      resources: { gpu: 1, nodes: 2 },
+    });
+    await expect.poll(async () => (await job(request, id)).status, { timeout: 30_000 }).toBe('SUCCEEDED');
+    await openAs(page, id, VIEWER);
+    await expect(page.getByTestId('nodes')).toContainText('2 at once, 1 GPUs on each');
+    const members = page.getByTestId('attempt-members').locator('li');
+    await expect(members).toHaveCount(2);
+    await expect(members.nth(0)).toContainText('rank 0 on ');
+    await expect(members.nth(1)).toContainText('rank 1 on ');
+    await expect(page.getByTestId('attempt-members')).toContainText('e2e-pair (127.0.0.2)');
+    const lines = page.getByTestId('log-lines');
+    await expect(lines).toContainText('member 0 of 2');
+    await expect(lines).toContainText('[rank 1] member 1 of 2');
+    await page.getByTestId('log-ranks').getByRole('link', { name: 'rank 1' }).click();
+    await expect(lines).not.toContainText('member 0 of 2');
+    await expect(lines).toContainText('member 1 of 2');
+  } finally {
+    await request.post(url() + '/api/v1/nodes/e2e-pair/drain', { headers: asAdmin(), data: {} });
+    agent.kill('SIGTERM');
+  }
 });

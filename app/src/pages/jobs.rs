@@ -159,6 +159,11 @@ fn JobView(job: Job) -> impl IntoView {
                 <dt>"Command"</dt><dd>{command}</dd>
                 <dt>"Working dir"</dt><dd>{spec.working_dir.clone().unwrap_or_else(|| "(the agent's home)".into())}</dd>
                 <dt>"GPUs"</dt><dd>{spec.resources.gpu}</dd>
+                {(spec.resources.nodes > 1).then(|| view! {
+                    <dt>"Nodes"</dt>
+                    <dd data-testid="nodes">{format!("{} at once, {} GPUs on each{}", spec.resources.nodes, spec.resources.gpu,
+                        spec.resources.colocate.as_ref().map(|label| format!(", sharing one {label}")).unwrap_or_default())}</dd>
+                })}
                 <dt>"Runner"</dt><dd>{format!("{:?}", spec.runner).to_lowercase()} {spec.image.clone().map(|i| format!(" ({i})"))}</dd>
                 <dt>"Priority"</dt><dd>{spec.priority}</dd>
                 <dt>"Attempts"</dt><dd>{job.attempts_summary()}</dd>
@@ -219,12 +224,45 @@ fn JobView(job: Job) -> impl IntoView {
                                 <td>{a.exit_code.map(|c| c.to_string()).or(a.signal_name.clone())}</td>
                                 <td>{a.failure_reason.map(|r| r.as_str())} " " <span class="muted">{a.failure_detail.clone()}</span></td>
                                 <td class="muted" data-testid="attempt-resumed">{resumed}</td>
-                            </tr> }
+                            </tr>
+                            {(!a.members.is_empty()).then(|| view! { <AttemptMembers members=a.members.clone() /> }.into_any())} }
                         }).collect_view()}</tbody>
                     </table></div>
                 }.into_any()
             }}
         </section>
+    }
+}
+
+/// A multi-node attempt's members, one per node, under its row.
+#[component]
+fn AttemptMembers(members: Vec<gpuplane_api::job::Member>) -> impl IntoView {
+    let items = members
+        .into_iter()
+        .map(|m| {
+            let ending = m
+                .exit_code
+                .map(|c| format!("exit {c}"))
+                .or(m.signal_name.clone())
+                .unwrap_or_default();
+            let gpus = m.gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            let place = format!(
+                "rank {} on {} ({})",
+                m.rank,
+                m.node,
+                m.address.clone().unwrap_or_else(|| "no address".into())
+            );
+            view! {
+                <li>{place} " " {status_badge(m.state.as_str())} " "
+                    <span class="muted">{format!("GPUs {gpus} {ending}")}</span></li>
+            }
+            .into_any()
+        })
+        .collect_view();
+    view! {
+        <tr class="members"><td></td><td colspan="9">
+            <ul class="members" data-testid="attempt-members">{items}</ul>
+        </td></tr>
     }
 }
 

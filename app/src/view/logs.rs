@@ -1,7 +1,8 @@
 //! The log viewer: the server's newest lines on first paint, then a live
 //! tail over SSE (resuming after a disconnect without losing or repeating a
 //! line); stdout / stderr / merged, search with highlight, follow, jump to
-//! the first error-looking line, ANSI colours, attempts, the full files.
+//! the first error-looking line, ANSI colours, attempts, the full files,
+//! and a multi-node job's members (every rank's lines, or one rank's).
 
 use crate::api::{api_get, fetch};
 use crate::view::ansi;
@@ -20,7 +21,10 @@ use std::collections::HashMap;
 const TAIL: &str = "2000";
 
 fn line_id(line: &LogLine) -> String {
-    format!("L{}-{}-{}", line.attempt, line.stream.as_str(), line.n)
+    match line.rank {
+        0 => format!("L{}-{}-{}", line.attempt, line.stream.as_str(), line.n),
+        rank => format!("L{}-r{rank}-{}-{}", line.attempt, line.stream.as_str(), line.n),
+    }
 }
 
 /// `text` with ANSI styles as classes and `search` (ASCII case-insensitive) marked.
@@ -72,7 +76,7 @@ pub struct JobLog {
     pub logs: Logs,
 }
 
-async fn load(of: LogsOf, attempt: Option<i64>) -> Result<Option<JobLog>, ServerFnError> {
+async fn load(of: LogsOf, attempt: Option<i64>, rank: Option<i64>) -> Result<Option<JobLog>, ServerFnError> {
     let job_id = match of {
         LogsOf::Job(id) => id,
         LogsOf::Run(id) => match fetch::<Run>(paths::run(&id)).await?.job_id {
@@ -82,8 +86,13 @@ async fn load(of: LogsOf, attempt: Option<i64>) -> Result<Option<JobLog>, Server
     };
     let job = fetch::<Job>(paths::job(&job_id)).await?;
     let attempt = attempt.map(|n| n.to_string()).unwrap_or_default();
+    let rank = rank.map(|n| n.to_string()).unwrap_or_default();
     let path = paths::job_logs(&job_id);
-    let logs = fetch::<Logs>(api(&path, &[("tail", TAIL), ("attempt", &attempt)])).await?;
+    let logs = fetch::<Logs>(api(
+        &path,
+        &[("tail", TAIL), ("attempt", &attempt), ("rank", &rank)],
+    ))
+    .await?;
     Ok(Some(JobLog { job, logs }))
 }
 
@@ -96,15 +105,18 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
     let attempt = Memo::new(move |_| query.read().get("attempt").and_then(|a| a.parse::<i64>().ok()));
     let stream = Memo::new(move |_| query.read().get("log").unwrap_or_else(|| "merged".into()));
     let search = Memo::new(move |_| query.read().get("q").unwrap_or_default());
+    let rank = Memo::new(move |_| query.read().get("rank").and_then(|r| r.parse::<i64>().ok()));
     let attempt_param = move || attempt.get().map(|n| n.to_string()).unwrap_or_default();
+    let rank_param = move || rank.get().map(|n| n.to_string()).unwrap_or_default();
     let loaded = Resource::new(
-        move || (of.clone(), attempt.get()),
-        |(of, attempt)| load(of, attempt),
+        move || (of.clone(), attempt.get(), rank.get()),
+        |(of, attempt, rank)| load(of, attempt, rank),
     );
     let job_id = move || loaded.get().and_then(Result::ok).flatten().map(|l| l.job.id);
     // Lines that arrived live, after the ones loaded first.
     let arrived = RwSignal::new(Vec::<LogLine>::new());
-    let newest: StoredValue<HashMap<(i64, LogStream), i64>> = StoredValue::new(HashMap::new());
+    // The newest line number of each stream of each attempt and rank.
+    let newest: StoredValue<HashMap<(i64, i64, LogStream), i64>> = StoredValue::new(HashMap::new());
     let connection = RwSignal::new("");
     let follow = RwSignal::new(true);
     let all_lines = move || {
@@ -124,7 +136,14 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
                 return None;
             }
             let path = paths::job_logs_stream(&loaded.job.id);
-            Some(api(&path, &[("tail", TAIL), ("attempt", &attempt_param())]))
+            Some(api(
+                &path,
+                &[
+                    ("tail", TAIL),
+                    ("attempt", &attempt_param()),
+                    ("rank", &rank_param()),
+                ],
+            ))
         },
         &["line", "end"],
         move |event, data| {
@@ -139,11 +158,11 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
                 if newest.is_empty() {
                     let known = loaded.get_untracked().and_then(Result::ok).flatten();
                     for known in known.into_iter().flat_map(|l| l.logs.lines) {
-                        newest.insert((known.attempt, known.stream), known.n);
+                        newest.insert((known.attempt, known.rank, known.stream), known.n);
                     }
                 }
             });
-            let key = (line.attempt, line.stream);
+            let key = (line.attempt, line.rank, line.stream);
             let fresh = newest.with_value(|newest| newest.get(&key).is_none_or(|&n| line.n > n));
             if fresh {
                 newest.update_value(|newest| {
@@ -155,9 +174,10 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         },
         move |up| connection.set(if up { "live" } else { "reconnecting…" }),
     );
-    // Another attempt: start over from its own lines.
+    // Another attempt or rank: start over from its own lines.
     Effect::new(move |_| {
         attempt.track();
+        rank.track();
         arrived.set(Vec::new());
         newest.update_value(HashMap::clear);
     });
@@ -187,7 +207,11 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         let path = paths::job_logs_full(job_id);
         let url = api(
             &path,
-            &[("stream", stream.as_str()), ("attempt", &attempt_param())],
+            &[
+                ("stream", stream.as_str()),
+                ("attempt", &attempt_param()),
+                ("rank", &rank_param()),
+            ],
         );
         let stream = *stream;
         async move { (stream, api_get(url).await) }
@@ -196,7 +220,11 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
         let path = paths::job_logs_full(&job_id().unwrap_or_default());
         api(
             &path,
-            &[("stream", stream.as_str()), ("attempt", &attempt_param())],
+            &[
+                ("stream", stream.as_str()),
+                ("attempt", &attempt_param()),
+                ("rank", &rank_param()),
+            ],
         )
     };
     let show_full = move |stream: LogStream| {
@@ -221,6 +249,29 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
                 view! { <a href=href class="seg">{format!("attempt {n}")}</a> }
             })
             .collect_view();
+        // A multi-node job: every member's lines, or one rank's.
+        let nodes = log.job.resources.nodes;
+        let rank_link = move |value: Option<i64>| {
+            let label = value.map_or_else(|| "all ranks".to_string(), |r| format!("rank {r}"));
+            let href = move || {
+                let value = value.map(|r| r.to_string());
+                link(
+                    &location.pathname.get(),
+                    &query.read(),
+                    &[("rank", value.as_deref())],
+                )
+            };
+            view! {
+                <a href=href class="seg" aria-current=move || (rank.get() == value).then_some("true")>{label}</a>
+            }
+        };
+        let rank_links = (nodes > 1).then(|| {
+            let links = std::iter::once(None)
+                .chain((0..nodes).map(Some))
+                .map(rank_link)
+                .collect_view();
+            view! { <nav class="segmented" aria-label="Rank" data-testid="log-ranks">{links}</nav> }
+        });
         let ended = log.job.status.is_terminal();
         view! {
             <div class="log-toolbar">
@@ -228,6 +279,7 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
                     {stream_link("merged")}{stream_link("stdout")}{stream_link("stderr")}
                 </nav>
                 <nav class="segmented" aria-label="Attempt">{attempt_links}</nav>
+                {rank_links}
                 <form method="get" class="log-search" role="search">
                     <HiddenParams except=&["q"] />
                     <input type="search" name="q" placeholder="Search the log" aria-label="Search the log"
@@ -252,13 +304,15 @@ pub fn LogViewer(of: LogsOf) -> impl IntoView {
             <div class="log-view" class:only-stdout=move || stream.get() == "stdout"
                 class:only-stderr=move || stream.get() == "stderr" node_ref=container
                 data-testid="log-lines" tabindex="0" aria-label="Log lines">
-                <For each=all_lines key=|line| (line.attempt, line.stream, line.n) let:line>
+                <For each=all_lines key=|line| (line.attempt, line.rank, line.stream, line.n) let:line>
                     {
                         let id = line_id(&line);
                         let text = line.text.clone();
+                        let rank = (line.rank > 0).then(|| format!("[rank {}] ", line.rank));
                         view! {
                             <div id=id.clone() class=format!("line {}", line.stream.as_str())>
                                 <a class="ln" rel="external" href=format!("#{id}")>{line.n}</a>
+                                {rank.map(|rank| view! { <span class="muted rank">{rank}</span> })}
                                 <span class="text">{move || styled(&text, &search.get())}</span>
                             </div>
                         }

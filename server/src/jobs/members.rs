@@ -81,12 +81,16 @@ pub async fn insert(
     Ok(())
 }
 
-/// A member's process started; returns whether this changed its state.
+/// A member's process started; returns whether this changed its state. A
+/// rank above 0 cannot have started before rank 0 chose the port it was
+/// dispatched with: such a report changes nothing.
 pub async fn started(conn: &mut Tx, job_id: &str, attempt: i64, rank: i64, time: i64) -> Result<bool, Error> {
     let changed = sql!(conn, |conn| {
         sqlx::query(
             "UPDATE attempt_members SET status = 'RUNNING', started_at = $1
-             WHERE job_id = $2 AND attempt = $3 AND node_rank = $4 AND status = 'DISPATCHING'",
+             WHERE job_id = $2 AND attempt = $3 AND node_rank = $4 AND status = 'DISPATCHING'
+               AND (node_rank = 0 OR EXISTS (SELECT 1 FROM attempts
+                                             WHERE job_id = $2 AND n = $3 AND master_port IS NOT NULL))",
         )
         .bind(time)
         .bind(job_id)

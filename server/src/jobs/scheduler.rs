@@ -456,22 +456,45 @@ pub async fn load_nodes(server: &Handles) -> Result<Vec<NodeCapacity>, Error> {
     let runners = dialect.json_of("runners");
     let active = "a.node_id = n.id AND a.status IN ('DISPATCHING', 'RUNNING') AND a.nodes = 1";
     let member_active = "m.node_id = n.id AND m.status IN ('DISPATCHING', 'RUNNING')";
+    // Without multi-node jobs running (the usual case) the members are not
+    // looked up node by node: one probe of their partial index says so.
+    let members_running: bool = sql!(&server.db, |pool| sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM attempt_members WHERE status IN ('DISPATCHING', 'RUNNING'))"
+    )
+    .fetch_one(pool)
+    .await)?;
     let query = match dialect {
-        Dialect::Sqlite => format!(
-            "SELECT coalesce(json_group_array(json_array(id, name, {labels}, {runners},
+        Dialect::Sqlite => {
+            let members = match members_running {
+                true => format!(
+                    "(SELECT json_group_array(json_array({member})) {from_members} WHERE {member_active})"
+                ),
+                false => "json_array()".to_string(),
+            };
+            format!(
+                "SELECT coalesce(json_group_array(json_array(id, name, {labels}, {runners},
                     (SELECT json_group_array(idx) FROM gpus g WHERE g.node_id = n.id),
                     (SELECT json_group_array(json_array({attempt})) {from_attempts} WHERE {active}),
-                    (SELECT json_group_array(json_array({member})) {from_members} WHERE {member_active}))), '[]')
+                    {members})), '[]')
              FROM (SELECT * FROM nodes WHERE status = 'ONLINE' AND drained_at IS NULL ORDER BY name) n"
-        ),
-        Dialect::Postgres => format!(
-            "SELECT CAST(coalesce(json_agg(json_build_array(id, name, {labels}, {runners},
+            )
+        }
+        Dialect::Postgres => {
+            let members = match members_running {
+                true => format!(
+                    "(SELECT coalesce(json_agg(json_build_array({member})), '[]') {from_members} WHERE {member_active})"
+                ),
+                false => "CAST('[]' AS JSON)".to_string(),
+            };
+            format!(
+                "SELECT CAST(coalesce(json_agg(json_build_array(id, name, {labels}, {runners},
                     (SELECT coalesce(json_agg(idx), '[]') FROM gpus g WHERE g.node_id = n.id),
                     (SELECT coalesce(json_agg(json_build_array({attempt})), '[]') {from_attempts} WHERE {active}),
-                    (SELECT coalesce(json_agg(json_build_array({member})), '[]') {from_members} WHERE {member_active}))
+                    {members})
                     ORDER BY name), '[]') AS TEXT)
              FROM nodes n WHERE status = 'ONLINE' AND drained_at IS NULL"
-        ),
+            )
+        }
     };
     // id, name, labels, runners, GPU indices, active attempts, active members.
     type NodeRow = (

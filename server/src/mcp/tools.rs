@@ -155,7 +155,8 @@ pub const TOOLS: &[ToolDef] = &[
         path: "/jobs",
         effect: Effect::Changes,
         description: "Submit a training or evaluation job: `name` and `command` (an argv list, never run \
-            through a shell) are required; `resources.gpu` GPUs, `project`, `priority`, `env`, \
+            through a shell) are required; `resources.gpu` GPUs (on each of `resources.nodes` nodes for a \
+            multi-node job, whose members get torchrun's variables), `project`, `priority`, `env`, \
             `working_dir` (absolute, on the agent host), `watch_dirs` for TensorBoard files. The job is \
             queued and starts when GPUs are free. Invalid fields come back one by one. A priority that \
             may preempt running jobs needs the `confirmation` that preview_submit_job answers.",
@@ -226,7 +227,8 @@ pub const TOOLS: &[ToolDef] = &[
         path: "/jobs/{job_id}/logs",
         effect: Effect::Reads,
         description: "The newest output lines of a job (`tail`, default 100; `stream` stdout or stderr; \
-            `attempt` for an earlier attempt). Long answers are cut with a note.",
+            `attempt` for an earlier attempt; `rank` for one member of a multi-node job). Long answers are \
+            cut with a note.",
         defaults: &[("tail", 100)],
         joined: None,
         confirm: Confirm::No,

@@ -16,6 +16,7 @@ mod leaders;
 mod metric_storage;
 mod metrics;
 mod mlflow;
+mod multi_node;
 mod nodes;
 mod project_rights;
 mod recipes;

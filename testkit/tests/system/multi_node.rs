@@ -76,7 +76,7 @@ async fn a_two_node_torchrun_job_all_reduces_across_both_agents_with_nothing_but
         .await;
     let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
     let attempt = &job.attempts[0];
-    let members: Vec<(i64, &str, Option<&str>, JobStatus, Option<i32>)> = attempt
+    let members: Vec<MemberSummary> = attempt
         .members
         .iter()
         .map(|m| {
@@ -148,6 +148,9 @@ async fn a_two_node_torchrun_job_all_reduces_across_both_agents_with_nothing_but
     let (status, _) = cluster.get(&format!("/jobs/{}/logs/full?rank=7", job.id)).await;
     assert_eq!(status, 404);
 }
+
+/// A member's rank, node, address, state and exit code.
+type MemberSummary<'a> = (i64, &'a str, Option<&'a str>, JobStatus, Option<i32>);
 
 fn other(node: &str) -> &'static str {
     if node == "n1" { "n2" } else { "n1" }
