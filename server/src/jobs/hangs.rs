@@ -175,7 +175,13 @@ async fn check(
                 report(db, &attempt, stall).await?;
                 wakes.wake(Wake::Events);
                 if attempt.restart {
-                    wakes.wake(Wake::Agent(node_id.clone()));
+                    // Every member of a multi-node attempt stops.
+                    let mut tx = crate::store::read(db).await?;
+                    let mut nodes = crate::jobs::members::node_ids(&mut tx, &key.0, n).await?;
+                    nodes.push(node_id.clone());
+                    for node_id in nodes {
+                        wakes.wake(Wake::Agent(node_id));
+                    }
                 }
             }
         }

@@ -14,24 +14,6 @@ use crate::store::time::rfc3339;
 use gpuplane_api::event::{EventKind, Severity};
 use gpuplane_api::job::{FailureReason, JobSpec, JobStatus};
 
-/// An attempt's status if the attempt exists and runs on `node_id`.
-pub async fn status_on_node(
-    conn: &mut Tx,
-    node_id: &str,
-    job_id: &str,
-    attempt: i64,
-) -> Result<Option<JobStatus>, Error> {
-    let status: Option<String> = sql!(conn, |conn| {
-        sqlx::query_scalar("SELECT status FROM attempts WHERE job_id = $1 AND n = $2 AND node_id = $3")
-            .bind(job_id)
-            .bind(attempt)
-            .bind(node_id)
-            .fetch_optional(conn)
-            .await
-    })?;
-    Ok(status.and_then(|s| s.parse().ok()))
-}
-
 /// How an attempt ended, as its row records it.
 #[derive(Debug, Clone, Copy)]
 pub struct AttemptEnd<'a> {

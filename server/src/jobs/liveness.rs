@@ -10,7 +10,7 @@ use crate::nodes::heartbeats::Heartbeats;
 use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Error};
-use crate::wake::Wakes;
+use crate::wake::{Wake, Wakes};
 use gpuplane_api::event::{EventKind, Severity};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,11 +110,17 @@ async fn check(
     .fetch_all(conn)
     .await
     })?;
+    // The other members of a multi-node attempt lost with one of them stop:
+    // their agents are woken to hear it.
+    let mut wake_agents = Vec::new();
     for (job_id, attempt, rank, node_id, name, last_seen) in &lost {
         let detail = format!("node {name} has not answered since {}", rfc3339(*last_seen));
         match rank {
             // One member of a multi-node attempt: the attempt is lost with it.
-            Some(rank) => members::lose(&mut tx, job_id, *attempt, *rank, node_id, &detail, now).await?,
+            Some(rank) => {
+                members::lose(&mut tx, job_id, *attempt, *rank, node_id, &detail, now).await?;
+                wake_agents.extend(members::node_ids(&mut tx, job_id, *attempt).await?);
+            }
             None => lifecycle::lose_attempt(&mut tx, job_id, *attempt, node_id, &detail, now).await?,
         }
     }
@@ -137,6 +143,9 @@ async fn check(
     if !expired.is_empty() || !lost.is_empty() {
         // Events were recorded; lost jobs may be queued again.
         wakes.jobs_changed();
+    }
+    for node_id in wake_agents {
+        wakes.wake(Wake::Agent(node_id));
     }
     for (node_id, name) in expired {
         tracing::warn!(node_id, name, "node missed its heartbeats and is now OFFLINE");

@@ -8,7 +8,9 @@
 //! Storage and transactions: `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
-//! what agents report), `members` (a multi-node attempt's part on each node), `hangs` (JOB_HUNG: running jobs whose steps stopped), `lifecycle`
+//! what agents report), `hangs` (JOB_HUNG: running jobs whose steps
+//! stopped), `liveness` (silent nodes' attempts LOST), `members` (a
+//! multi-node attempt's part on each node), `lifecycle`
 //! (ending attempts and jobs, retries, lost attempts), `resume` (where a job queued again picks up), `maintenance` (maintenance mode: a pause of all
 //! dispatch), `quotas` (per project and per user, read by each pass),
 //! `node_policies` (projects' node policies, read by each pass and submit),

@@ -318,3 +318,54 @@ async fn a_preempted_two_node_job_stops_on_both_nodes_and_resumes_from_its_check
     assert_eq!(status, 200);
     assert_eq!(curve["steps"], json!((0..30).collect::<Vec<i64>>()), "one curve");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_member_whose_node_stops_answering_is_lost_with_its_attempt_and_the_other_is_stopped() {
+    let cluster = Cluster::start().await;
+    let (mut first, mut second) = two_agents(&cluster);
+    cluster.wait_for_nodes(2).await;
+    let job = cluster
+        .submit(json!({"name": "lost", "command": ["sleep", "20"], "resources": {"gpu": 1, "nodes": 2}}))
+        .await;
+    let running = eventually("both members running", WAIT, || {
+        let cluster = &cluster;
+        let id = job.id.clone();
+        async move {
+            let job: Job = serde_json::from_value(cluster.get(&format!("/jobs/{id}")).await.1).unwrap();
+            let members = job.attempts.first()?.members.clone();
+            members
+                .iter()
+                .all(|m| m.state == JobStatus::Running)
+                .then_some(members)
+        }
+    })
+    .await;
+    // Rank 1's agent dies with its host.
+    if running[1].node == "n1" {
+        first.kill();
+    } else {
+        second.kill();
+    }
+    let job = cluster.wait_for(&job.id, JobStatus::Lost).await;
+    let attempt = &job.attempts[0];
+    assert_eq!(attempt.members[1].state, JobStatus::Lost, "{attempt:?}");
+    let detail = attempt.failure_detail.clone().unwrap_or_default();
+    assert!(
+        detail.starts_with(&format!(
+            "rank 1: node {} has not answered since",
+            running[1].node
+        )),
+        "{detail}"
+    );
+    let stopped = eventually("rank 0 stopped", WAIT, || {
+        let cluster = &cluster;
+        let id = job.id.clone();
+        async move {
+            let job: Job = serde_json::from_value(cluster.get(&format!("/jobs/{id}")).await.1).unwrap();
+            let rank0 = job.attempts[0].members[0].clone();
+            (!rank0.state.is_active()).then_some(rank0)
+        }
+    })
+    .await;
+    assert_eq!(stopped.state, JobStatus::Cancelled, "{stopped:?}");
+}
