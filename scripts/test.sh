@@ -79,8 +79,9 @@ lean_missing=()
 [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] || lean_missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || lean_missing+=(munge)
 # Debian's PyTorch (CPU, gloo): the multi-node tests run real torchrun
-# (testkit/tests/system/multi_node.rs); PyPI's wheel would pull in CUDA.
-python3 -c 'import torch' >/dev/null 2>&1 || lean_missing+=(python3-torch)
+# (testkit/tests/system/multi_node.rs) with it: the system Python, whatever
+# python3 is first on PATH (pyenv, a venv). PyPI's wheel would pull in CUDA.
+/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || lean_missing+=(python3-torch)
 if [ ${#lean_missing[@]} -gt 0 ]; then
   echo "installing: ${lean_missing[*]}"
   [ ${#missing[@]} -gt 0 ] || as_root apt-get update -qq

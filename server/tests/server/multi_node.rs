@@ -248,3 +248,127 @@ async fn hostile_multi_node_specs_are_refused_naming_the_field() {
     let (_, jobs) = f.get("/jobs", &user).await;
     assert_eq!(jobs["items"].as_array().unwrap().len(), 0, "{jobs}");
 }
+
+/// Say hello as `name` (one GPU, at `address`); its token and node id.
+async fn register(f: &TestServer, name: &str, address: &str) -> (String, String) {
+    let token = agent_token(&f.server.state.db).await;
+    let (status, welcome) = f.post("/agent/hello", &token, hello(name, 1, address)).await;
+    assert_eq!(status, StatusCode::OK, "{welcome}");
+    (token, welcome["node_id"].as_str().unwrap().to_string())
+}
+
+/// Another project's editor, a viewer, a token limited to another project
+/// and the job's own sdk token each try a two-node job's routes: none
+/// submits one, reads a member's lines or stops it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multi_node_job_and_its_ranks_stay_inside_their_project() {
+    use gpuplane_server::identity::credentials::hash_token;
+    let f = TestServer::start().await;
+    let db = &f.server.state.db;
+    let admin = user_token(db, "ada", Scope::Write, true).await;
+    for project in ["vision", "speech"] {
+        let (status, body) = f.post("/projects", &admin, json!({"name": project})).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let viewer = user_token(db, "val", Scope::Write, false).await;
+    let outsider = user_token(db, "otto", Scope::Write, false).await;
+    let limited = user_token(db, "lim", Scope::Write, false).await;
+    for (user, project, role) in [
+        ("val", "vision", "viewer"),
+        ("otto", "speech", "editor"),
+        ("lim", "vision", "editor"),
+    ] {
+        let (status, body) = f
+            .post(
+                &format!("/projects/{project}/members"),
+                &admin,
+                json!({"user": user, "role": role}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    // lim's token is limited to `speech`, where lim is no member.
+    gpuplane_testkit::sql!(db, |pool| {
+        sqlx::query("UPDATE api_tokens SET project = 'speech' WHERE token_hash = $1")
+            .bind(hash_token(&limited))
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })
+    .unwrap();
+    let (token0, node0) = register(&f, "n-a", "10.0.0.1").await;
+    let (token1, node1) = register(&f, "n-b", "10.0.0.2").await;
+    let spec = json!({"name": "pair", "project": "vision", "command": ["torchrun", "train.py"],
+                      "resources": {"gpu": 1, "nodes": 2, "colocate": "rack\u{1b}[2J"}});
+    // Hostile text in the label is refused before anything else.
+    let (status, body) = f.post("/jobs", &admin, spec.clone()).await;
+    assert_eq!(
+        (status, body["error"]["details"][0]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("resources.colocate"))
+    );
+    let mut spec = spec;
+    spec["resources"] = json!({"gpu": 1, "nodes": 2});
+    // Submitting into vision: the viewer is refused, the outsider and the
+    // limited token do not see the project.
+    for (token, expected) in [
+        (&viewer, StatusCode::FORBIDDEN),
+        (&outsider, StatusCode::UNPROCESSABLE_ENTITY),
+        (&limited, StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let (status, body) = f.post("/jobs", token, spec.clone()).await;
+        assert_eq!(status, expected, "{body}");
+    }
+    let (status, job) = f.post("/jobs", &admin, spec).await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let run_id = job["run_id"].as_str().unwrap().to_string();
+    eventually("the job placed", WAIT, || async {
+        for (token, node) in [(&token0, &node0), (&token1, &node1)] {
+            let (status, _) = f.post("/agent/poll", token, poll(node, json!([]))).await;
+            assert_eq!(status, StatusCode::OK);
+        }
+        let (_, shown) = f.get(&format!("/jobs/{job_id}"), &admin).await;
+        (shown["status"] == "DISPATCHING").then_some(())
+    })
+    .await;
+    let sdk = f.server.state.secret.attempt_token(&job_id, 1);
+    // The viewer reads a member's lines; nobody else does, and only
+    // editors of vision stop the job.
+    let (status, _) = f.get(&format!("/jobs/{job_id}/logs?rank=1"), &viewer).await;
+    assert_eq!(status, StatusCode::OK);
+    for token in [&outsider, &limited] {
+        let (status, _) = f.get(&format!("/jobs/{job_id}/logs?rank=1"), token).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, _) = f.get(&format!("/jobs/{job_id}/logs/full?rank=1"), token).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    let (status, _) = f.get(&format!("/jobs/{job_id}/logs?rank=1"), &sdk).await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a job's sdk token reads no job routes"
+    );
+    let cancel = json!({"confirm": true});
+    for (token, expected) in [
+        (&viewer, StatusCode::FORBIDDEN),
+        (&outsider, StatusCode::NOT_FOUND),
+        (&limited, StatusCode::NOT_FOUND),
+        (&sdk, StatusCode::FORBIDDEN),
+    ] {
+        let (status, body) = f
+            .post(&format!("/jobs/{job_id}/cancel"), token, cancel.clone())
+            .await;
+        assert_eq!(status, expected, "{body}");
+    }
+    // The sdk token submits nothing, and logs only into its own run.
+    let (status, _) = f
+        .post("/jobs", &sdk, json!({"name": "x", "project": "vision", "command": ["true"], "resources": {"gpu": 1, "nodes": 2}}))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let points =
+        json!({"batch_id": "b1", "points": [{"key": "loss", "step": 0, "wall_time": 1.0, "value": 1.0}]});
+    let (status, body) = f.post(&format!("/runs/{run_id}/metrics"), &sdk, points).await;
+    assert!(status.is_success(), "{status} {body}");
+    let (_, shown) = f.get(&format!("/jobs/{job_id}"), &admin).await;
+    assert_eq!(shown["status"], "DISPATCHING", "nobody stopped it: {shown}");
+}
