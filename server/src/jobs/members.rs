@@ -29,9 +29,9 @@ pub async fn on_node(
     job_id: &str,
     attempt: i64,
 ) -> Result<Option<OnNode>, Error> {
-    let row: Option<(String, i64, Option<i64>, Option<String>)> = sql!(conn, |conn| {
+    let row: Option<(String, Option<i64>, Option<String>)> = sql!(conn, |conn| {
         sqlx::query_as(
-            "SELECT a.status, a.nodes, m.node_rank, m.status FROM attempts a
+            "SELECT a.status, m.node_rank, m.status FROM attempts a
              LEFT JOIN attempt_members m ON m.job_id = a.job_id AND m.attempt = a.n AND m.node_id = $3
              WHERE a.job_id = $1 AND a.n = $2 AND ((a.nodes = 1 AND a.node_id = $3) OR m.node_id IS NOT NULL)",
         )
@@ -41,7 +41,7 @@ pub async fn on_node(
         .fetch_optional(conn)
         .await
     })?;
-    let Some((status, _nodes, rank, member_status)) = row else {
+    let Some((status, rank, member_status)) = row else {
         return Ok(None);
     };
     let Ok(attempt) = status.parse() else {

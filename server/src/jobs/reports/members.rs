@@ -71,28 +71,26 @@ pub(super) async fn apply_item(
             members::lose(conn, job_id, attempt, rank, node.node_id, &detail, (*time).max(0)).await?;
             Ok(true)
         }
-        ReportItem::Exited {
-            exit_code,
-            signal,
-            oom_killed,
-            cancelled,
-            timed_out,
-            time,
-            eval_result,
-            ..
-        } => {
-            let status = if *cancelled {
+        ReportItem::Exited { .. } => {
+            let Some(exit) = AttemptExit::of(item, Some(rank)) else {
+                return Ok(false);
+            };
+            let status = if exit.cancelled {
                 JobStatus::Cancelled
-            } else if *exit_code == Some(0) && signal.is_none() && !oom_killed && !timed_out {
+            } else if exit.exit_code == Some(0)
+                && exit.signal.is_none()
+                && !exit.oom_killed
+                && !exit.timed_out
+            {
                 JobStatus::Succeeded
             } else {
                 JobStatus::Failed
             };
             let end = MemberEnd {
                 status,
-                exit_code: *exit_code,
-                signal: *signal,
-                at: (*time).max(0),
+                exit_code: exit.exit_code,
+                signal: exit.signal,
+                at: exit.time.max(0),
             };
             if !members::end(conn, job_id, attempt, rank, end).await? {
                 return Ok(false);
@@ -102,16 +100,6 @@ pub(super) async fn apply_item(
             if !attempt_status.is_active() || others_go_on {
                 return Ok(true);
             }
-            let exit = AttemptExit {
-                exit_code: *exit_code,
-                signal: *signal,
-                oom_killed: *oom_killed,
-                cancelled: *cancelled,
-                timed_out: *timed_out,
-                time: *time,
-                eval_result: eval_result.as_ref(),
-                rank: Some(rank),
-            };
             exited(conn, node, job_id, attempt, attempt_status, exit).await
         }
         // Output (kept under its rank), points, checkpoints, notices.

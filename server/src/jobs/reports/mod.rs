@@ -153,36 +153,21 @@ async fn apply_item(
             Ok(false)
         }
         ReportItem::Exited {
-            exit_code,
-            signal,
-            oom_killed,
-            cancelled,
-            timed_out,
-            lost,
+            lost: Some(detail),
             time,
-            eval_result,
             ..
         } => {
-            if let Some(detail) = lost {
-                if !status.is_active() {
-                    return Ok(false);
-                }
-                let detail = format!("{detail} (on {})", node.node_name);
-                lifecycle::lose_attempt(conn, job_id, attempt, node.node_id, &detail, (*time).max(0)).await?;
-                return Ok(true);
+            if !status.is_active() {
+                return Ok(false);
             }
-            let exit = AttemptExit {
-                exit_code: *exit_code,
-                signal: *signal,
-                oom_killed: *oom_killed,
-                cancelled: *cancelled,
-                timed_out: *timed_out,
-                time: *time,
-                eval_result: eval_result.as_ref(),
-                rank: None,
-            };
-            exited(conn, node, job_id, attempt, status, exit).await
+            let detail = format!("{detail} (on {})", node.node_name);
+            lifecycle::lose_attempt(conn, job_id, attempt, node.node_id, &detail, (*time).max(0)).await?;
+            Ok(true)
         }
+        ReportItem::Exited { .. } => match AttemptExit::of(item, None) {
+            Some(exit) => exited(conn, node, job_id, attempt, status, exit).await,
+            None => Ok(false),
+        },
         ReportItem::Points { batch_id, points, .. } => {
             points_read(conn, node, job_id, batch_id, points).await
         }
@@ -361,6 +346,35 @@ struct AttemptExit<'a> {
     eval_result: Option<&'a ResultFile>,
     /// The member of a multi-node attempt whose exit ends the attempt.
     rank: Option<i64>,
+}
+
+impl<'a> AttemptExit<'a> {
+    /// The exit an `Exited` item reports (of member `rank`), if it is one.
+    fn of(item: &'a ReportItem, rank: Option<i64>) -> Option<AttemptExit<'a>> {
+        let ReportItem::Exited {
+            exit_code,
+            signal,
+            oom_killed,
+            cancelled,
+            timed_out,
+            time,
+            eval_result,
+            ..
+        } = item
+        else {
+            return None;
+        };
+        Some(AttemptExit {
+            exit_code: *exit_code,
+            signal: *signal,
+            oom_killed: *oom_killed,
+            cancelled: *cancelled,
+            timed_out: *timed_out,
+            time: *time,
+            eval_result: eval_result.as_ref(),
+            rank,
+        })
+    }
 }
 
 /// Records an attempt's end: classifies it (an evaluation that exited 0
