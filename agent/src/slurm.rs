@@ -4,6 +4,9 @@
 //!
 //! The batch script is fixed (`exec "$@"`): the job's argv follows it as
 //! the script's arguments, so nothing of the job is ever read by a shell.
+//! A job on several nodes (`resources.nodes`) is one `sbatch --nodes N`
+//! allocation whose fixed script starts one task per node with `srun`,
+//! each with the rendezvous variables torchrun and others read.
 //! Slurm writes the job's output into the attempt's `stdout.log` and
 //! `stderr.log`, which the agent tails as for a process (the jobs directory
 //! must be on a filesystem the compute nodes share). The Slurm job id is
@@ -34,6 +37,42 @@ pub const HANDLE: &str = "slurm.json";
 const SCRIPT: &str = "slurm-batch.sh";
 const SCRIPT_TEXT: &str =
     "#!/bin/sh\n# GPUPlane: the job's argv follows as arguments; no shell reads it.\nexec \"$@\"\n";
+/// The fixed batch script of a job on several nodes: one task per node
+/// (`srun`), each told its rank and the others' addresses (Slurm's
+/// `NodeAddr` of each node, in rank order); the first task that fails
+/// stops the others (`--kill-on-bad-exit`). The port is derived from the
+/// Slurm job id, so concurrent jobs on a node differ.
+const MULTI_NODE_SCRIPT_TEXT: &str = r#"#!/bin/sh
+# GPUPlane: the job's argv follows as arguments; no shell reads it.
+# One task per node, each told its rank and where the others are.
+addrs=
+for node in $(scontrol show hostnames "$SLURM_JOB_NODELIST"); do
+  addr=$(scontrol show node "$node" --oneliner | sed -n 's/.* NodeAddr=\([^ ]*\) .*/\1/p')
+  addrs="$addrs${addrs:+,}${addr:-$node}"
+done
+MASTER_ADDR=${addrs%%,*}
+MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+GPUCTL_NODE_ADDRS=$addrs
+PET_MASTER_ADDR=$MASTER_ADDR
+PET_MASTER_PORT=$MASTER_PORT
+export MASTER_ADDR MASTER_PORT GPUCTL_NODE_ADDRS PET_MASTER_ADDR PET_MASTER_PORT
+exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 \
+  /bin/sh -c 'export GPUCTL_NODE_RANK="$SLURM_NODEID" PET_NODE_RANK="$SLURM_NODEID"; exec "$@"' gpuplane-member "$@"
+"#;
+/// Variables the multi-node batch script sets per task; a job's own values
+/// for them never reach it.
+const RENDEZVOUS_VARIABLES: [&str; 10] = [
+    "GPUCTL_NODE_RANK",
+    "GPUCTL_NNODES",
+    "GPUCTL_NODE_ADDRS",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_NPROC_PER_NODE",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+];
 /// How long one Slurm command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -154,8 +193,14 @@ pub async fn submit(
     attempt_dir: &Path,
     defaults: &Defaults,
 ) -> Result<SlurmJob, String> {
+    let nodes = dispatch.spec.resources.nodes.max(1);
     let script = attempt_dir.join(SCRIPT);
-    std::fs::write(&script, SCRIPT_TEXT).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    let text = if nodes > 1 {
+        MULTI_NODE_SCRIPT_TEXT
+    } else {
+        SCRIPT_TEXT
+    };
+    std::fs::write(&script, text).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
     let mut process = dispatch.clone();
     process.spec.runner = Runner::Process;
     let (program, args, working_dir, _) = runner::command_line(&process, attempt_dir);
@@ -170,10 +215,20 @@ pub async fn submit(
         }
     }
     // The job's variables reach the job alone, through a pipe sbatch reads.
-    let job_env: Vec<(String, String)> = runner::job_env(dispatch, attempt_dir)
+    let mut job_env: Vec<(String, String)> = runner::job_env(dispatch, attempt_dir)
         .into_iter()
         .filter(|(name, _)| name != "CUDA_VISIBLE_DEVICES")
         .collect();
+    if nodes > 1 {
+        // The rest of the rendezvous comes from the batch script, per task.
+        job_env.retain(|(name, _)| !RENDEZVOUS_VARIABLES.contains(&name.as_str()));
+        let per_node = dispatch.spec.resources.gpu.max(1).to_string();
+        job_env.extend([
+            ("GPUCTL_NNODES".to_string(), nodes.to_string()),
+            ("PET_NNODES".to_string(), nodes.to_string()),
+            ("PET_NPROC_PER_NODE".to_string(), per_node),
+        ]);
+    }
     let export = ExportPipe::new(&job_env)
         .map_err(|e| format!("runner slurm: cannot pass the job's environment: {e}"))?;
     command.arg(format!("--export-file={}", export.fd()));
@@ -284,9 +339,13 @@ fn sbatch_options(
         // GPUPlane owns retries (max_attempts): Slurm never runs an attempt twice.
         "--no-requeue".to_string(),
         "--export=ALL".to_string(),
-        "--nodes=1".to_string(),
+        format!("--nodes={}", spec.resources.nodes.max(1)),
     ];
-    // Always on the line, so nothing in sbatch's environment decides it.
+    if spec.resources.nodes > 1 {
+        options.push("--ntasks-per-node=1".to_string());
+    }
+    // Always on the line, so nothing in sbatch's environment decides it
+    // (GRES are per node).
     if spec.resources.gpu > 0 {
         options.push(format!("--gres=gpu:{}", spec.resources.gpu));
     } else {
@@ -608,5 +667,16 @@ mod tests {
             );
         }
         assert!(!options.iter().any(|o| o.contains("qos") || o.contains("rm -rf")));
+        assert!(options.iter().any(|o| o == "--nodes=1") && !options.iter().any(|o| o.contains("ntasks")));
+        // Several nodes: one allocation, one task and the GRES on each.
+        let mut several = dispatch.clone();
+        several.spec.resources.nodes = 3;
+        let options = sbatch_options(&several, Path::new("/jobs/a"), Path::new("/work"), &defaults);
+        for expected in ["--nodes=3", "--ntasks-per-node=1", "--gres=gpu:2"] {
+            assert!(
+                options.iter().any(|o| o == expected),
+                "{expected} missing from {options:?}"
+            );
+        }
     }
 }

@@ -153,10 +153,12 @@ pub struct Resources {
     /// More than one makes it a multi-node job: all its members start
     /// together or none do, each with the rendezvous variables
     /// (`GPUCTL_NODE_RANK`, `MASTER_ADDR`, `PET_*`, …) torchrun reads.
+    /// With `runner = "slurm"`, one `sbatch --nodes N` allocation.
     #[serde(default = "one_node", skip_serializing_if = "is_one_node")]
     pub nodes: i64,
     /// A node label its members must share one value of (one rack, one
-    /// network): `rack` puts all of them on nodes with the same `rack`.
+    /// network): `rack` puts all of them on nodes with the same `rack`
+    /// (not for Slurm jobs, whose nodes Slurm chooses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub colocate: Option<String>,
 }

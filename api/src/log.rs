@@ -82,7 +82,8 @@ pub struct LogLine {
     pub rank: i64,
 }
 
-fn is_zero(rank: &i64) -> bool {
+/// For `skip_serializing_if`: a rank of 0 (a one-node job's) is not written.
+pub(crate) fn is_zero(rank: &i64) -> bool {
     *rank == 0
 }
 

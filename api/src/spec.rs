@@ -179,18 +179,17 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
             "resources.nodes",
             "a multi-node job needs resources.gpu of 1 or more on each node".into(),
         );
-    } else if nodes > 1 && spec.runner == Runner::Slurm {
-        bad(
-            "resources.nodes",
-            "multi-node jobs run on agents (runner process or docker); the Slurm runner places one node"
-                .into(),
-        );
     }
     if let Some(label) = &spec.resources.colocate {
         if nodes <= 1 {
             bad(
                 "resources.colocate",
                 "only applies to a multi-node job (resources.nodes of 2 or more)".into(),
+            );
+        } else if spec.runner == Runner::Slurm {
+            bad(
+                "resources.colocate",
+                "Slurm chooses a Slurm job's nodes; colocate places the members of a job on agents".into(),
             );
         } else if label.is_empty()
             || label.len() > 253

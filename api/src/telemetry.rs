@@ -173,7 +173,8 @@ pub fn process_key(job_id: &str, attempt: i64, field: &str) -> String {
 }
 
 /// `GET /api/v1/runs/{run_id}/system`: the telemetry of a run's job, each
-/// attempt on its node over its own time span.
+/// attempt on its node over its own time span (each member of a multi-node
+/// attempt on its own node).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SystemTelemetry {
@@ -187,6 +188,10 @@ pub struct SystemTelemetry {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptSpan {
     pub attempt: i64,
+    /// The member of a multi-node attempt (one span each); absent (0) for a
+    /// one-node attempt.
+    #[serde(default, skip_serializing_if = "crate::log::is_zero")]
+    pub rank: i64,
     pub node: String,
     pub gpus: Vec<u32>,
     /// Seconds since the epoch; `to` is null while it runs.
@@ -195,10 +200,16 @@ pub struct AttemptSpan {
 }
 
 impl SystemSeries {
-    /// Who the series is about: `GPU 3`, or `processes`.
+    /// Who the series is about: `GPU 3`, or `processes`; a member's
+    /// above rank 0 says its rank, `rank 1 GPU 3`.
     pub fn whose(&self) -> String {
-        self.gpu
-            .map_or("processes".to_string(), |gpu| format!("GPU {gpu}"))
+        let whose = self
+            .gpu
+            .map_or("processes".to_string(), |gpu| format!("GPU {gpu}"));
+        match self.rank {
+            0 => whose,
+            rank => format!("rank {rank} {whose}"),
+        }
     }
 
     /// The mean and peak of its readings (its points, or its buckets' last
@@ -218,6 +229,9 @@ impl SystemSeries {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SystemSeries {
     pub attempt: i64,
+    /// The member of a multi-node attempt, as in [`AttemptSpan`].
+    #[serde(default, skip_serializing_if = "crate::log::is_zero")]
+    pub rank: i64,
     /// The GPU for GPU fields; null for the process fields.
     pub gpu: Option<u32>,
     pub field: String,

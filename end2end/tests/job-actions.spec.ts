@@ -209,6 +209,11 @@ test('a two-node job shows its members, and the log viewer one rank at a time', 
     await page.getByTestId('log-ranks').getByRole('link', { name: 'rank 1' }).click();
     await expect(lines).not.toContainText('member 0 of 2');
     await expect(lines).toContainText('member 1 of 2');
+    // The run's system tab has each member's GPU, on its own node.
+    const runId = (await job(request, id)).run_id;
+    await page.goto(url() + `/runs/${runId}?tab=system`);
+    await expect(page.getByTestId('system-attempts'))
+      .toContainText(/attempt 1 on (e2e-\S+) \(GPU 0\) · attempt 1 rank 1 on (?!\1)e2e-\S+ \(GPU 0\)/);
   } finally {
     await request.post(url() + '/api/v1/nodes/e2e-pair/drain', { headers: asAdmin(), data: {} });
     agent.kill('SIGTERM');

@@ -291,6 +291,26 @@ pub async fn after(
     Ok(rows.into_iter().map(LineRow::into_line).collect())
 }
 
+/// When one member of an attempt (rank 0 for a one-node attempt) last
+/// printed a line, epoch ms; None before its first.
+pub async fn last_line_at(
+    conn: &mut Tx,
+    job_id: &str,
+    attempt: i64,
+    rank: i64,
+) -> Result<Option<i64>, Error> {
+    Ok(sql!(conn, |conn| {
+        sqlx::query_scalar(
+            "SELECT max(time) FROM log_lines WHERE job_id = $1 AND attempt = $2 AND node_rank = $3",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .bind(rank)
+        .fetch_one(conn)
+        .await
+    })?)
+}
+
 /// The last `limit` lines of both streams of an attempt (of one member
 /// when `rank` is given), for failure classification.
 pub async fn recent_text(

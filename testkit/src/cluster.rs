@@ -268,14 +268,31 @@ impl Cluster {
         serde_json::from_value(body).unwrap()
     }
 
-    /// Waits until the job is in `status`; on timeout, panics with the job
-    /// as it last was and the agents' logs, so a failure explains itself.
+    /// Waits until the job is in `status`; on timeout, or when it has
+    /// ended in another state for 3 s, panics with the job as it last was, its output and
+    /// the agents' logs, so a failure explains itself.
     pub async fn wait_for(&self, id: &str, status: JobStatus) -> Job {
         let started = std::time::Instant::now();
+        // Ended otherwise, and still so a while later (a retry may requeue it).
+        let mut ended_since = None;
         loop {
             let job = self.job(id).await;
             if job.status == status {
                 return job;
+            }
+            let ended = job.status.is_terminal();
+            let since = *ended_since.get_or_insert_with(std::time::Instant::now);
+            if !ended {
+                ended_since = None;
+            } else if since.elapsed() > std::time::Duration::from_secs(3) {
+                panic!(
+                    "job {id} ended {} while the test waits for {status}:\n{}\nstdout: {:?}\nstderr: {:?}\n{}",
+                    job.status,
+                    serde_json::to_string_pretty(&job).unwrap_or_default(),
+                    self.output(id, "stdout").await,
+                    self.output(id, "stderr").await,
+                    self.agent_logs()
+                );
             }
             if started.elapsed() > WAIT {
                 panic!(

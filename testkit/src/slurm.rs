@@ -1,9 +1,11 @@
-//! A real single-node Slurm cluster for tests: Debian's `slurm-wlm` and
-//! `munge`, started in a temporary directory with a generated `slurm.conf`.
+//! A real Slurm cluster for tests: Debian's `slurm-wlm` and `munge`,
+//! started in a temporary directory with a generated `slurm.conf`: one node,
+//! or several (`start_nodes`), each its own `slurmd` on its own loopback
+//! address (127.0.0.1, 127.0.0.2, …) and port.
 //! `munged` runs as the `munge` user and `slurmctld` as the `slurm` user
-//! (through `runuser` when the tests run as root); `slurmd` runs as the
-//! test's user, as it must to start jobs. The node offers two GPUs through
-//! GRES, declared on two character devices made here, so no GPU is needed.
+//! (through `runuser` when the tests run as root); each `slurmd` runs as the
+//! test's user, as it must to start jobs. Each node offers two GPUs through
+//! GRES, declared on character devices made here, so no GPU is needed.
 //! The tests must run as root: slurmd starts each job as its submitter.
 //! Ports are free ones, so clusters of parallel tests never meet. Slurm's
 //! client commands find this cluster through `SLURM_CONF`: pass
@@ -14,20 +16,25 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// GPUs the test cluster's one node has.
+/// GPUs each node of the test cluster has.
 pub const GPUS: u32 = 2;
 
 pub struct Slurm {
     dir: tempfile::TempDir,
-    /// The node's name in `slurm.conf`.
-    pub node: String,
+    /// The nodes' names in `slurm.conf`.
+    pub nodes: Vec<String>,
 }
 
 impl Slurm {
-    /// Starts munged, slurmctld and slurmd, and waits until the node is
-    /// idle. Panics with the reason when Slurm is not installed
-    /// (`./scripts/test.sh` installs it).
+    /// A one-node cluster: see [`Slurm::start_nodes`].
     pub fn start() -> Slurm {
+        Slurm::start_nodes(1)
+    }
+
+    /// Starts munged, slurmctld and a slurmd per node, and waits until
+    /// every node is idle. Panics with the reason when Slurm is not
+    /// installed (`./scripts/test.sh` installs it).
+    pub fn start_nodes(count: usize) -> Slurm {
         assert!(
             is_root(),
             "Slurm tests run as root: slurmd starts jobs as their submitting user"
@@ -44,7 +51,7 @@ impl Slurm {
             .unwrap();
         let slurm = Slurm {
             dir,
-            node: "gpuplane-test-node".to_string(),
+            nodes: (1..=count).map(|n| format!("gpuplane-node{n}")).collect(),
         };
         let root = slurm.dir.path();
         // Every user the daemons run as must reach into the directory.
@@ -55,30 +62,33 @@ impl Slurm {
         }
         give(&root.join("state"), "slurm");
         give(&root.join("log"), "slurm");
-        for index in 0..GPUS {
-            // Character devices, as gres.conf insists; they are /dev/null's.
-            let device = root.join(format!("dev/gpu{index}"));
-            let status = Command::new("mknod")
-                .arg(&device)
-                .args(["c", "1", "3"])
-                .status()
-                .unwrap();
-            assert!(status.success(), "mknod {}", device.display());
-        }
-        let (controller_port, node_port) = (free_port(), free_port());
-        std::fs::write(root.join("slurm.conf"), slurm.config(controller_port, node_port)).unwrap();
-        std::fs::write(
-            root.join("gres.conf"),
-            format!(
-                "NodeName={} Name=gpu File={}/dev/gpu[0-{}] AutoDetect=off\n",
-                slurm.node,
+        let mut gres = String::new();
+        for (n, node) in slurm.nodes.iter().enumerate() {
+            std::fs::create_dir_all(root.join("spool").join(node)).unwrap();
+            let first = n as u32 * GPUS;
+            for index in first..first + GPUS {
+                // Character devices, as gres.conf insists; they are /dev/null's.
+                let device = root.join(format!("dev/gpu{index}"));
+                let status = Command::new("mknod")
+                    .arg(&device)
+                    .args(["c", "1", "3"])
+                    .status()
+                    .unwrap();
+                assert!(status.success(), "mknod {}", device.display());
+            }
+            gres.push_str(&format!(
+                "NodeName={node} Name=gpu File={}/dev/gpu[{first}-{}] AutoDetect=off\n",
                 root.display(),
-                GPUS - 1
-            ),
-        )
-        .unwrap();
+                first + GPUS - 1
+            ));
+        }
+        let controller_port = free_port();
+        std::fs::write(root.join("slurm.conf"), slurm.config(controller_port)).unwrap();
+        std::fs::write(root.join("gres.conf"), gres).unwrap();
         slurm.run_as("slurm", "/usr/sbin/slurmctld", &["-i"]);
-        slurm.run_as("", "/usr/sbin/slurmd", &["-N", &slurm.node]);
+        for node in &slurm.nodes {
+            slurm.run_as("", "/usr/sbin/slurmd", &["-N", node]);
+        }
         slurm.wait_until_idle();
         slurm
     }
@@ -91,8 +101,10 @@ impl Slurm {
     /// The daemons' logs, for a failing test's message.
     pub fn logs(&self) -> String {
         let mut text = String::new();
-        for name in ["log/slurmctld.log", "spool/slurmd.log", "munge/munged.log"] {
-            let log = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
+        let nodes = self.nodes.iter().map(|node| format!("spool/slurmd-{node}.log"));
+        let names = ["log/slurmctld.log".to_string(), "munge/munged.log".to_string()];
+        for name in names.into_iter().chain(nodes) {
+            let log = std::fs::read_to_string(self.dir.path().join(&name)).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(30).collect();
             text.push_str(&format!("== {name}\n"));
             for line in tail.into_iter().rev() {
@@ -141,10 +153,23 @@ impl Slurm {
         );
     }
 
-    fn config(&self, controller_port: u16, node_port: u16) -> String {
+    fn config(&self, controller_port: u16) -> String {
         let root = self.dir.path().display();
-        let node = &self.node;
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Each slurmd listens on every address, so each has its own port.
+        let nodes: String = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                format!(
+                    "NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.{} Port={} CPUs={cpus} \
+                     RealMemory=1000 Gres=gpu:{GPUS} State=UNKNOWN\n",
+                    n + 1,
+                    free_port()
+                )
+            })
+            .collect();
         format!(
             "ClusterName=gpuplane-test
 SlurmctldHost=localhost
@@ -153,13 +178,12 @@ AuthType=auth/munge
 AuthInfo=socket={root}/munge/munge.sock
 CredType=cred/munge
 SlurmctldPort={controller_port}
-SlurmdPort={node_port}
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool/%n
 SlurmctldPidFile={root}/state/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/spool/slurmd-%n.pid
 SlurmctldLogFile={root}/log/slurmctld.log
-SlurmdLogFile={root}/spool/slurmd.log
+SlurmdLogFile={root}/spool/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -175,8 +199,7 @@ ReturnToService=2
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
-NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=1000 Gres=gpu:{GPUS} State=UNKNOWN
-PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{nodes}PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 "
         )
     }
@@ -209,12 +232,12 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 .output()
                 .unwrap();
             let state = String::from_utf8_lossy(&output.stdout).trim().to_string();
-            if state == "idle" {
+            if state.lines().count() == self.nodes.len() && state.lines().all(|line| line == "idle") {
                 return;
             }
             assert!(
                 began.elapsed() < Duration::from_secs(30),
-                "the Slurm node is not idle after 30 s (sinfo: {state:?}, {})\n{}",
+                "the Slurm nodes are not idle after 30 s (sinfo: {state:?}, {})\n{}",
                 String::from_utf8_lossy(&output.stderr).trim(),
                 self.logs()
             );
@@ -237,8 +260,10 @@ impl Drop for Slurm {
             .args(["--full", "--signal=KILL", "--user=root"])
             .env(name, &value)
             .output();
-        for file in ["slurmd.pid", "state/slurmctld.pid", "munge/munged.pid"] {
-            if let Some(pid) = self.pid(file) {
+        let nodes = self.nodes.iter().map(|node| format!("spool/slurmd-{node}.pid"));
+        let daemons = ["state/slurmctld.pid".to_string(), "munge/munged.pid".to_string()];
+        for file in nodes.chain(daemons) {
+            if let Some(pid) = self.pid(&file) {
                 let _ = Command::new("kill").arg(pid).status();
             }
         }

@@ -92,7 +92,8 @@ pub struct SubmitArgs {
     #[arg(long, allow_hyphen_values = true)]
     gpus: Option<i64>,
     /// Nodes to run on at once, --gpus on each (default 1): a multi-node
-    /// job whose members all start together, with torchrun's variables set.
+    /// job whose members all start together, with torchrun's variables set
+    /// (with --runner slurm: one `sbatch --nodes N` allocation).
     #[arg(long, allow_hyphen_values = true)]
     nodes: Option<i64>,
     /// With --nodes: a node label all its members must share one value of

@@ -96,11 +96,11 @@ pub async fn system_chart_svg(
     runs::check(&state.db, &auth.caller, &run_id, Role::Viewer).await?;
     let (field, title) = fields[0];
     let telemetry = system(&state, &run_id, &fields, (width / 2) as usize).await?;
-    let several_attempts = telemetry.attempts.len() > 1;
+    let several_attempts = telemetry.attempts.iter().any(|span| span.attempt > 1);
     let marks = telemetry
         .attempts
         .iter()
-        .filter(|span| span.attempt > 1)
+        .filter(|span| span.attempt > 1 && span.rank == 0)
         .map(|span| chart::Mark {
             x: span.from,
             label: format!("attempt {}", span.attempt),
@@ -110,10 +110,7 @@ pub async fn system_chart_svg(
         .series
         .into_iter()
         .map(|series| {
-            let mut label = match series.gpu {
-                Some(gpu) => format!("GPU {gpu}"),
-                None => "processes".to_string(),
-            };
+            let mut label = series.whose();
             if several_attempts {
                 label.push_str(&format!(" (attempt {})", series.attempt));
             }
@@ -188,6 +185,7 @@ async fn system(
     for telemetry::StartedAttempt {
         job_id,
         n,
+        rank,
         node_id,
         node,
         gpus,
@@ -207,6 +205,7 @@ async fn system(
                 let series = telemetry::series(&state.db, &node_id, &key, from, to, max_points).await?;
                 telemetry.series.push(SystemSeries {
                     attempt: n,
+                    rank,
                     gpu,
                     field: field.to_string(),
                     series,
@@ -215,6 +214,7 @@ async fn system(
         }
         telemetry.attempts.push(AttemptSpan {
             attempt: n,
+            rank,
             node,
             gpus,
             from,

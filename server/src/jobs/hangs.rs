@@ -5,12 +5,15 @@
 //! An attempt is hung when no step came for `hang_factor` times its usual
 //! wait (the median of its last advances) and for at least `hang_after_s`;
 //! it is reported once per stall, with what its GPUs did meanwhile and its
-//! last output lines. An attempt
+//! last output lines; a multi-node attempt's report covers each member and
+//! names the one that went quiet first (the earliest last output line or
+//! busy GPU sample, by more than the usual wait). An attempt
 //! that has advanced fewer than [`MIN_ADVANCES`] times has no usual pace
 //! yet and is not judged, and each is judged by its own pace, so a job that
 //! is merely slow never is.
 
 use crate::events::{self, Links};
+use crate::jobs::members::{self, Placed};
 use crate::logs;
 use crate::nodes::telemetry;
 use crate::store::sql;
@@ -28,8 +31,14 @@ use tokio::sync::watch;
 pub const MIN_ADVANCES: usize = 3;
 /// Advances its usual pace is the median of.
 const KEEP_ADVANCES: usize = 20;
-/// Output lines a JOB_HUNG event quotes.
+/// Output lines a JOB_HUNG event quotes (of each member).
 const LAST_LINES: i64 = 5;
+/// Members a JOB_HUNG event quotes, those that went quiet first.
+const MEMBERS_QUOTED: usize = 4;
+/// A GPU this busy (percent) is doing work.
+const BUSY_PERCENT: f64 = 10.0;
+/// How far before the last step a member's GPUs are looked at, ms.
+const LOOK_BACK_MS: i64 = 10 * 60 * 1000;
 
 /// When an attempt counts as hung.
 #[derive(Debug, Clone, Copy)]
@@ -134,13 +143,14 @@ async fn check(
         run_id: String,
         /// A JSON array of GPU indices.
         gpus: String,
+        started_at: Option<i64>,
         on_hang: Option<String>,
         step: Option<i64>,
     }
     let on_hang = db.dialect().json_field("j.spec", "on_hang");
     let running: Vec<Running> = sql!(db, |pool| {
         sqlx::query_as(&format!(
-            "SELECT a.job_id, a.n, a.node_id, j.run_id, a.gpus, {on_hang} AS on_hang,
+            "SELECT a.job_id, a.n, a.node_id, j.run_id, a.gpus, a.started_at, {on_hang} AS on_hang,
                     (SELECT max(s.latest_step) FROM metric_series s WHERE s.run_id = j.run_id) AS step
              FROM attempts a JOIN jobs j ON j.id = a.job_id WHERE a.status = 'RUNNING' AND a.hung_at IS NULL"
         ))
@@ -155,6 +165,7 @@ async fn check(
         node_id,
         run_id,
         gpus,
+        started_at,
         on_hang,
         step,
     } in running
@@ -164,23 +175,31 @@ async fn check(
         if let Some(step) = step {
             let progress = progress.get_or_insert_with(|| Progress::new(step, now));
             if let Some(stall) = progress.observe(step, now, rule) {
+                let mut tx = crate::store::read(db).await?;
+                let mut members = members::placed(&mut tx, &key.0, n).await?;
+                drop(tx);
+                if members.is_empty() {
+                    members.push(Placed {
+                        rank: 0,
+                        node_id,
+                        node: String::new(),
+                        gpus,
+                        started_at,
+                    });
+                }
                 let attempt = Stalled {
                     job_id: &key.0,
                     attempt: n,
-                    node_id: &node_id,
                     run_id: &run_id,
-                    gpus: serde_json::from_str(&gpus).unwrap_or_default(),
+                    members,
                     restart: on_hang.as_deref() == Some("restart"),
                 };
                 report(db, &attempt, stall).await?;
                 wakes.wake(Wake::Events);
                 if attempt.restart {
                     // Every member of a multi-node attempt stops.
-                    let mut tx = crate::store::read(db).await?;
-                    let mut nodes = crate::jobs::members::node_ids(&mut tx, &key.0, n).await?;
-                    nodes.push(node_id.clone());
-                    for node_id in nodes {
-                        wakes.wake(Wake::Agent(node_id));
+                    for member in attempt.members {
+                        wakes.wake(Wake::Agent(member.node_id));
                     }
                 }
             }
@@ -197,56 +216,151 @@ async fn check(
 struct Stalled<'a> {
     job_id: &'a str,
     attempt: i64,
-    node_id: &'a str,
     run_id: &'a str,
-    gpus: Vec<u32>,
+    /// Its members, rank 0 first; a one-node attempt is its own rank 0.
+    members: Vec<Placed>,
     /// Its spec says `on_hang = "restart"`.
     restart: bool,
 }
 
-/// A JOB_HUNG event for the attempt, with its last output lines; with
-/// `restart`, the attempt is marked to be stopped (its agent is told on its
-/// next poll) and its end becomes a HUNG failure, retried (`reports`).
-async fn report(db: &Db, stalled: &Stalled<'_>, stall: Stall) -> Result<(), Error> {
-    let Stalled {
-        job_id,
-        attempt,
-        node_id,
-        run_id,
-        restart,
-        ..
-    } = *stalled;
-    let now = now_ms();
-    // What its GPUs did since its last step (from the agent's telemetry).
-    let (since_s, now_s) = ((now - stall.silent_ms) as f64 / 1000.0, now as f64 / 1000.0);
+/// What one member did up to the stall.
+struct Seen {
+    rank: i64,
+    node: String,
+    /// ` (GPU 0 averaged 3 % since its last step)`, or empty without telemetry.
+    gpus: String,
+    /// `its last output:\n…`, or `it printed nothing`.
+    last: String,
+    /// Its last sign of work (epoch ms): its last output line or busy GPU
+    /// sample, else its start.
+    quiet_since_ms: i64,
+}
+
+/// Looks at one member's GPUs (the agent's telemetry) and output around a
+/// stall whose last step came at `last_step_ms`.
+async fn look_at(
+    db: &Db,
+    stalled: &Stalled<'_>,
+    member: &Placed,
+    last_step_ms: i64,
+    now: i64,
+) -> Result<Seen, Error> {
+    let gpus: Vec<u32> = serde_json::from_str(&member.gpus).unwrap_or_default();
+    let started_at = member.started_at.unwrap_or(0);
+    let to_s = |ms: i64| ms as f64 / 1000.0;
     let mut utilisation = Vec::new();
-    for &gpu in &stalled.gpus {
+    let mut last_busy_ms = None;
+    // Far enough back to see every member's GPUs go quiet, and no further.
+    let window = (to_s(started_at.max(last_step_ms - LOOK_BACK_MS)), to_s(now));
+    for &gpu in &gpus {
         let key = gpu_key(gpu, "utilization_percent");
-        if let Some((mean, _)) = telemetry::mean(db, node_id, &key, since_s, now_s).await? {
+        if let Some((mean, _)) =
+            telemetry::mean(db, &member.node_id, &key, to_s(last_step_ms), to_s(now)).await?
+        {
             utilisation.push(format!("GPU {gpu} averaged {mean:.0} %"));
+        }
+        if let Some(busy) = telemetry::last_at_least(db, &member.node_id, &key, window, BUSY_PERCENT).await? {
+            last_busy_ms = last_busy_ms.max(Some((busy * 1000.0) as i64));
         }
     }
     let gpus = match utilisation.is_empty() {
         true => String::new(),
         false => format!(" ({} since its last step)", utilisation.join(", ")),
     };
-    let mut tx = crate::store::write(db).await?;
-    let lines = logs::recent_text(&mut tx, job_id, attempt, None, LAST_LINES).await?;
+    let mut tx = crate::store::read(db).await?;
+    let lines = logs::recent_text(
+        &mut tx,
+        stalled.job_id,
+        stalled.attempt,
+        Some(member.rank),
+        LAST_LINES,
+    )
+    .await?;
+    let last_line_ms = logs::last_line_at(&mut tx, stalled.job_id, stalled.attempt, member.rank).await?;
     let last = match lines.is_empty() {
         true => "it printed nothing".to_string(),
         false => format!("its last output:\n{}", lines.join("\n")),
     };
+    Ok(Seen {
+        rank: member.rank,
+        node: member.node.clone(),
+        gpus,
+        last,
+        quiet_since_ms: started_at
+            .max(last_busy_ms.unwrap_or(0))
+            .max(last_line_ms.unwrap_or(0)),
+    })
+}
+
+/// A JOB_HUNG event for the attempt, with what each member's GPUs did and
+/// its last output lines (and, with several members, the one that went
+/// quiet first); with `restart`, the attempt is marked to be stopped (its
+/// agents are told on their next poll) and its end becomes a HUNG failure,
+/// retried (`reports`).
+async fn report(db: &Db, stalled: &Stalled<'_>, stall: Stall) -> Result<(), Error> {
+    let Stalled {
+        job_id,
+        attempt,
+        run_id,
+        restart,
+        ..
+    } = *stalled;
+    let now = now_ms();
+    let last_step_ms = now - stall.silent_ms;
+    let mut seen = Vec::with_capacity(stalled.members.len());
+    for member in &stalled.members {
+        seen.push(look_at(db, stalled, member, last_step_ms, now).await?);
+    }
     let then = match restart {
         true => "; stopping it to retry from its last checkpoint (on_hang = restart)",
         false => "",
     };
-    let message = format!(
-        "attempt {attempt} has logged no step for {} after step {} (its usual wait between steps is {}), \
-         while its processes still run{gpus}{then}; {last}",
+    let no_step = format!(
+        "attempt {attempt} has logged no step for {} after step {} (its usual wait between steps is {})",
         span(stall.silent_ms),
         stall.step,
         span(stall.usual_ms),
     );
+    let message = match seen.as_mut_slice() {
+        [one] => format!(
+            "{no_step}, while its processes still run{}{then}; {}",
+            one.gpus, one.last
+        ),
+        several => {
+            several.sort_by_key(|member| (member.quiet_since_ms, member.rank));
+            let first = match several {
+                [first, second, ..]
+                    if second.quiet_since_ms - first.quiet_since_ms > stall.usual_ms.max(1000) =>
+                {
+                    format!(
+                        "rank {} on {} went quiet first, {} before the others",
+                        first.rank,
+                        first.node,
+                        span(second.quiet_since_ms - first.quiet_since_ms)
+                    )
+                }
+                _ => "its members went quiet together".to_string(),
+            };
+            let mut text = format!(
+                "{no_step}, while the processes of its {} members still run; {first}{then}.",
+                several.len()
+            );
+            for member in several.iter().take(MEMBERS_QUOTED) {
+                text.push_str(&format!(
+                    "\nrank {} on {}{}: {}",
+                    member.rank, member.node, member.gpus, member.last
+                ));
+            }
+            if several.len() > MEMBERS_QUOTED {
+                text.push_str(&format!(
+                    "\n(and {} more members, which went quiet later)",
+                    several.len() - MEMBERS_QUOTED
+                ));
+            }
+            text
+        }
+    };
+    let mut tx = crate::store::write(db).await?;
     if restart {
         sql!(tx, |conn| {
             sqlx::query(
@@ -263,7 +377,7 @@ async fn report(db: &Db, stalled: &Stalled<'_>, stall: Stall) -> Result<(), Erro
     let links = Links {
         job_id: Some(job_id),
         run_id: Some(run_id),
-        node_id: Some(node_id),
+        node_id: stalled.members.first().map(|member| member.node_id.as_str()),
     };
     events::record(
         &mut tx,

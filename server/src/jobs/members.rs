@@ -215,6 +215,33 @@ pub async fn node_ids(conn: &mut Tx, job_id: &str, attempt: i64) -> Result<Vec<S
     })?)
 }
 
+/// A member as the hang monitor sees it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Placed {
+    pub rank: i64,
+    pub node_id: String,
+    pub node: String,
+    /// A JSON array of GPU indices.
+    pub gpus: String,
+    pub started_at: Option<i64>,
+}
+
+/// The members of an attempt with their nodes, in rank order (none for a
+/// one-node attempt).
+pub async fn placed(conn: &mut Tx, job_id: &str, attempt: i64) -> Result<Vec<Placed>, Error> {
+    Ok(sql!(conn, |conn| {
+        sqlx::query_as(
+            "SELECT m.node_rank AS rank, m.node_id, n.name AS node, m.gpus, m.started_at
+             FROM attempt_members m JOIN nodes n ON n.id = m.node_id
+             WHERE m.job_id = $1 AND m.attempt = $2 ORDER BY m.node_rank",
+        )
+        .bind(job_id)
+        .bind(attempt)
+        .fetch_all(conn)
+        .await
+    })?)
+}
+
 /// Where each member of the attempt is reached, in rank order: its node's
 /// advertised address, else the host name its agent gave.
 pub async fn addresses(conn: &mut Tx, job_id: &str, attempt: i64) -> Result<Vec<String>, Error> {

@@ -333,12 +333,21 @@ pub async fn load_queue(
                 }
             };
             reasons.insert(row.id.clone(), row.queued_reason);
+            let runner = Runner::parse(&row.runner).unwrap_or_default();
+            let nodes = row.nodes.clamp(1, u32::MAX as i64) as u32;
+            let gpus = row.gpus.max(0) as u32;
+            // A Slurm job on several nodes is one sbatch allocation from one
+            // login host, whose GPUs stand for the cluster's: no gang.
+            let (gpus, nodes) = match runner {
+                Runner::Slurm => (gpus.saturating_mul(nodes), 1),
+                _ => (gpus, nodes),
+            };
             QueuedJob {
                 id: row.id,
-                gpus: row.gpus.max(0) as u32,
+                gpus,
                 priority: row.priority,
                 node_selector: selector,
-                runner: Runner::parse(&row.runner).unwrap_or_default(),
+                runner,
                 not_before: row.not_before,
                 next_attempt: row.attempt_count + 1,
                 max_attempts: row.max_attempts,
@@ -355,7 +364,7 @@ pub async fn load_queue(
                 fair_share_note: None,
                 time_limit_ms: row.time_limit_s.map(|s| s.saturating_mul(1000)),
                 resume_node: row.resume_node,
-                nodes: row.nodes.clamp(1, u32::MAX as i64) as u32,
+                nodes,
                 colocate: row.colocate,
             }
         })

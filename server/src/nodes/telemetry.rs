@@ -307,6 +307,23 @@ pub async fn mean(
     Ok(Some((sum / points.len() as f64, last - first)))
 }
 
+/// The time (seconds since the epoch) of the last sample of a node's series
+/// in a time range whose value was at least `threshold`; None without one.
+pub async fn last_at_least(
+    db: &Db,
+    node_id: &str,
+    key: &str,
+    (from, to): (f64, f64),
+    threshold: f64,
+) -> Result<Option<f64>, Error> {
+    let points = raw_points(db, node_id, key, from, to).await?;
+    Ok(points
+        .iter()
+        .filter(|p| p.value >= threshold)
+        .map(|p| p.wall)
+        .reduce(f64::max))
+}
+
 /// Every stored point of a series in a time range.
 async fn raw_points(db: &Db, node_id: &str, key: &str, from: f64, to: f64) -> Result<Vec<RawPoint>, Error> {
     let blobs: Vec<Vec<u8>> = sql!(db, |pool| {
@@ -453,11 +470,14 @@ async fn downsample(db: &Db, node_id: &str, key: &str, since: i64, until: i64) -
     Ok(old.len())
 }
 
-/// An attempt of the run's job that started.
+/// An attempt of the run's job that started, or one member of a multi-node
+/// attempt that started.
 #[derive(sqlx::FromRow)]
 pub struct StartedAttempt {
     pub job_id: String,
     pub n: i64,
+    /// The member's rank; 0 for a one-node attempt.
+    pub rank: i64,
     pub node_id: String,
     pub node: String,
     /// A JSON array of GPU indices.
@@ -466,13 +486,20 @@ pub struct StartedAttempt {
     pub ended_at: Option<i64>,
 }
 
-/// The run's job's attempts that started, in order, with their nodes.
+/// The run's job's attempts that started, in order, with their nodes; a
+/// multi-node attempt's members each on their own node, by rank.
 pub async fn started_attempts(db: &Db, run_id: &str) -> Result<Vec<StartedAttempt>, Error> {
     Ok(sql!(db, |pool| {
         sqlx::query_as(
-            "SELECT a.job_id, a.n, a.node_id, n.name AS node, a.gpus, a.started_at, a.ended_at
+            "SELECT a.job_id, a.n, CAST(0 AS BIGINT) AS rank, a.node_id, n.name AS node, a.gpus,
+                    a.started_at, a.ended_at
              FROM runs r JOIN attempts a ON a.job_id = r.job_id JOIN nodes n ON n.id = a.node_id
-             WHERE r.id = $1 AND a.started_at IS NOT NULL ORDER BY a.n",
+             WHERE r.id = $1 AND a.started_at IS NOT NULL AND a.nodes = 1
+             UNION ALL
+             SELECT m.job_id, m.attempt, m.node_rank, m.node_id, n.name, m.gpus, m.started_at, m.ended_at
+             FROM runs r JOIN attempt_members m ON m.job_id = r.job_id JOIN nodes n ON n.id = m.node_id
+             WHERE r.id = $1 AND m.started_at IS NOT NULL
+             ORDER BY 2, 3",
         )
         .bind(run_id)
         .fetch_all(pool)

@@ -239,11 +239,15 @@ async fn hostile_multi_node_specs_are_refused_naming_the_field() {
         .post(
             "/jobs",
             &user,
-            json!({"name": "slurm", "command": ["true"], "runner": "slurm", "resources": {"gpu": 1, "nodes": 2}}),
+            json!({"name": "slurm", "command": ["true"], "runner": "slurm",
+                   "resources": {"gpu": 1, "nodes": 2, "colocate": "rack"}}),
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["error"]["details"][0]["field"], "resources.nodes", "{body}");
+    assert_eq!(
+        body["error"]["details"][0]["field"], "resources.colocate",
+        "{body}"
+    );
     // No half-written row: nothing was queued.
     let (_, jobs) = f.get("/jobs", &user).await;
     assert_eq!(jobs["items"].as_array().unwrap().len(), 0, "{jobs}");

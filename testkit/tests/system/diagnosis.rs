@@ -358,7 +358,7 @@ async fn a_job_past_its_time_limit_gets_sigterm_then_sigkill_and_fails_with_time
 
 /// Python that defines `log(step)`: one point of `train/loss` sent with the
 /// job's own token, in a batch of its own.
-const LOG_STEP_PY: &str = r#"
+pub(crate) const LOG_STEP_PY: &str = r#"
 import json, os, time, urllib.request
 def log(step):
     body = {"batch_id": f"a{os.environ['GPUCTL_ATTEMPT']}s{step}", "points": [{"key": "train/loss", "step": step, "wall_time": time.time(), "value": float(step)}]}
@@ -469,19 +469,11 @@ if start == 0:
     print("stuck in all_reduce", flush=True)
     time.sleep(600)
 "#;
-    let job = cluster
-        .submit(
-            json!({"name": "restarts", "command": ["python3", "-c", code], "on_hang": "restart",
-                       "max_attempts": 2, "retry_cooldown_s": 0}),
-        )
-        .await;
-    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
-    let first = &job.attempts[0];
-    assert_eq!(
-        (first.status, first.failure_reason.map(|r| r.as_str())),
-        (JobStatus::Failed, Some("HUNG")),
-        "{first:?}"
-    );
+    let job = restarted_after_hanging(
+        &cluster,
+        json!({"name": "restarts", "command": ["python3", "-c", code]}),
+    )
+    .await;
     assert_eq!(job.attempts[1].resume_step, Some(5));
     let events = cluster.events(&format!("job_id={}&kind=JOB_HUNG", job.id)).await;
     assert_eq!(events.len(), 1, "{events:?}");
@@ -500,4 +492,21 @@ if start == 0:
         .await;
     assert_eq!(status, 200);
     assert_eq!(curve["steps"], json!((0..10).collect::<Vec<i64>>()), "one curve");
+}
+
+/// Submits `spec` with `on_hang = "restart"` and two attempts; returns the
+/// job once it succeeded, its first attempt having failed HUNG.
+pub(crate) async fn restarted_after_hanging(cluster: &Cluster, mut spec: Value) -> Job {
+    spec["on_hang"] = json!("restart");
+    spec["max_attempts"] = json!(2);
+    spec["retry_cooldown_s"] = json!(0);
+    let job = cluster.submit(spec).await;
+    let job = cluster.wait_for(&job.id, JobStatus::Succeeded).await;
+    let first = &job.attempts[0];
+    assert_eq!(
+        (first.status, first.failure_reason.map(|r| r.as_str())),
+        (JobStatus::Failed, Some("HUNG")),
+        "{first:?}"
+    );
+    job
 }

@@ -36,7 +36,7 @@ fn torchrun(name: &str, work: &std::path::Path, script: &str, extra: Value) -> V
     spec
 }
 
-const ALL_REDUCE_PY: &str = r#"
+pub(crate) const ALL_REDUCE_PY: &str = r#"
 import os
 import torch
 import torch.distributed as dist
@@ -368,4 +368,119 @@ async fn a_member_whose_node_stops_answering_is_lost_with_its_attempt_and_the_ot
     })
     .await;
     assert_eq!(stopped.state, JobStatus::Cancelled, "{stopped:?}");
+}
+
+/// Rank 0 logs a step (and says so) every 0.1 s for 3 s, then waits in a
+/// collective; rank 1 said one line and went quiet at once (a dead data
+/// loader). The second attempt just finishes.
+fn hanging_pair_py() -> String {
+    super::diagnosis::LOG_STEP_PY.to_string()
+        + r#"
+rank = int(os.environ["GPUCTL_NODE_RANK"])
+if os.environ["GPUCTL_ATTEMPT"] != "1":
+    print(f"rank {rank} finishes", flush=True)
+    raise SystemExit(0)
+if rank == 1:
+    print("rank 1 loading shard 3", flush=True)
+    time.sleep(600)
+for step in range(30):
+    log(step)
+    print(f"step {step}", flush=True)
+    time.sleep(0.1)
+print("rank 0 waiting in all_reduce", flush=True)
+time.sleep(600)
+"#
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_two_node_job_names_the_member_that_went_quiet_first_and_restarts_on_both_nodes() {
+    let cluster = Cluster::start_with(|config| {
+        config.settings.hang_after_s = 2;
+        config.settings.hang_factor = 5;
+    })
+    .await;
+    let _first = cluster.agent(
+        "n1",
+        1,
+        &["--advertise-addr", "127.0.0.1", "--telemetry-interval", "0.2"],
+    );
+    let _second = cluster.agent(
+        "n2",
+        1,
+        &["--advertise-addr", "127.0.0.2", "--telemetry-interval", "0.2"],
+    );
+    cluster.wait_for_nodes(2).await;
+    let job = super::diagnosis::restarted_after_hanging(
+        &cluster,
+        json!({"name": "hangs", "command": ["python3", "-c", hanging_pair_py()],
+               "resources": {"gpu": 1, "nodes": 2}}),
+    )
+    .await;
+    let first = &job.attempts[0];
+    // Both members of the hung attempt were stopped; both ran again.
+    assert!(
+        first.members.iter().all(|m| !m.state.is_active()),
+        "{:?}",
+        first.members
+    );
+    for rank in 0..2 {
+        let logs = cluster.logs(&job.id, &format!("attempt=2&rank={rank}")).await;
+        let lines: Vec<&str> = logs.lines.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(lines, [format!("rank {rank} finishes")], "{logs:?}");
+    }
+    let events = cluster.events(&format!("job_id={}&kind=JOB_HUNG", job.id)).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let message = &events[0].message;
+    let (rank0, rank1) = (&first.members[0].node, &first.members[1].node);
+    assert!(
+        message.starts_with("attempt 1 has logged no step for ")
+            && message.contains("after step 29 (its usual wait")
+            && message.contains(&format!(
+                "while the processes of its 2 members still run; rank 1 on {rank1} went quiet first, "
+            ))
+            && message.contains("stopping it to retry from its last checkpoint (on_hang = restart)"),
+        "{message}"
+    );
+    // Each member's own last lines, the first to go quiet first.
+    let (one, zero) = (
+        message.find(&format!("\nrank 1 on {rank1}")),
+        message.find(&format!("\nrank 0 on {rank0}")),
+    );
+    assert!(one.is_some() && zero.is_some() && one < zero, "{message}");
+    assert!(
+        message.contains("its last output:\nrank 1 loading shard 3\n")
+            && message.ends_with("step 28\nstep 29\nrank 0 waiting in all_reduce"),
+        "{message}"
+    );
+    // The run's telemetry has each member's GPU, on its own node.
+    let (status, system) = cluster
+        .get(&format!("/runs/{}/system?field=utilization_percent", job.run_id))
+        .await;
+    assert_eq!(status, 200, "{system}");
+    let spans: Vec<(i64, i64, &str)> = system["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|span| {
+            (
+                span["attempt"].as_i64().unwrap(),
+                span["rank"].as_i64().unwrap_or(0),
+                span["node"].as_str().unwrap(),
+            )
+        })
+        .filter(|(attempt, ..)| *attempt == 1)
+        .collect();
+    assert_eq!(
+        spans,
+        [(1, 0, rank0.as_str()), (1, 1, rank1.as_str())],
+        "{system}"
+    );
+    let rank1_points = system["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|series| series["attempt"] == 1 && series["rank"] == 1)
+        .map(|series| series["series"]["points"].as_array().map_or(0, Vec::len))
+        .sum::<usize>();
+    assert!(rank1_points > 0, "rank 1's GPU readings from its node: {system}");
 }

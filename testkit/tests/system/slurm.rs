@@ -379,3 +379,133 @@ async fn an_experiment_ships_its_folder_to_a_slurm_job() {
         slurm.logs()
     );
 }
+
+/// A job on two Slurm nodes (two slurmd on this host, at 127.0.0.1 and
+/// 127.0.0.2) is one `sbatch --nodes 2` allocation from one login host:
+/// one task per node with its rank and the rendezvous, real torchrun
+/// all-reduces across them, a failing task stops the other, and a gang of
+/// `process` members never uses the login host.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_on_two_slurm_nodes_is_one_allocation_with_a_task_and_rank_on_each() {
+    let slurm = Slurm::start_nodes(2);
+    let cluster = Cluster::start().await;
+    cluster
+        .set_node_policy("default", json!({"runners": ["process", "slurm"]}))
+        .await;
+    let _agent = slurm_agent(&cluster, &slurm, None);
+    cluster.wait_for_nodes(1).await;
+    let work = cluster.workdir("slurm-two-nodes");
+
+    let variables = cluster
+        .submit(json!({
+            "name": "rendezvous",
+            "command": ["sh", "-c", "echo \"$GPUCTL_NODE_RANK/$GPUCTL_NNODES $GPUCTL_NODE_ADDRS $MASTER_ADDR $PET_MASTER_PORT=$MASTER_PORT $PET_NPROC_PER_NODE $SLURMD_NODENAME gpus=$CUDA_VISIBLE_DEVICES\""],
+            "working_dir": work,
+            "runner": "slurm",
+            "env": {"MASTER_ADDR": "10.9.9.9", "GPUCTL_NODE_RANK": "7"},
+            "resources": {"gpu": 1, "nodes": 2},
+        }))
+        .await;
+    let done = cluster.wait_for(&variables.id, JobStatus::Succeeded).await;
+    // The login host's GPUs stand for the cluster's: one on each node.
+    assert_eq!(done.attempts[0].gpus.len(), 2, "{done:?}");
+    assert!(
+        done.attempts[0].members.is_empty(),
+        "Slurm runs the tasks: {done:?}"
+    );
+    let mut lines = cluster.output(&variables.id, "stdout").await;
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{lines:?}\n{}", slurm.logs());
+    for (rank, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split(' ').collect();
+        assert_eq!(words[0], format!("{rank}/2"), "{line}");
+        assert_eq!(words[1], "127.0.0.1,127.0.0.2", "{line}");
+        assert_eq!(
+            words[2], "127.0.0.1",
+            "the job's own MASTER_ADDR is not used: {line}"
+        );
+        let (pet_port, port) = words[3].split_once('=').unwrap();
+        assert!(
+            port.parse::<u16>().is_ok_and(|p| p >= 20000) && pet_port == port,
+            "{line}"
+        );
+        assert_eq!(words[4], "1", "{line}");
+        assert_eq!(words[5], format!("gpuplane-node{}", rank + 1), "{line}");
+        assert_eq!(words[6], "gpus=0", "Slurm gives each task its node's GPU: {line}");
+    }
+
+    // Real torchrun, given nothing but the script: 1 + 2 on both ranks.
+    std::fs::write(work.join("train.py"), super::multi_node::ALL_REDUCE_PY).unwrap();
+    let torch = cluster
+        .submit(json!({
+            "name": "all-reduce",
+            "command": ["torchrun", "train.py"],
+            "working_dir": work,
+            "runner": "slurm",
+            "env": {"PET_REDIRECTS": "1", "PET_TEE": "1", "PYTHONUNBUFFERED": "1"},
+            "resources": {"gpu": 1, "nodes": 2},
+        }))
+        .await;
+    cluster.wait_for(&torch.id, JobStatus::Succeeded).await;
+    let output = cluster.output(&torch.id, "stdout").await;
+    for rank in 0..2 {
+        let expected = format!("rank {rank} of 2 (node {rank} of 2, nodes 127.0.0.1,127.0.0.2): sum 3.0");
+        assert!(
+            output.iter().any(|line| line.ends_with(&expected)),
+            "{expected:?} in {output:?}\n{}",
+            slurm.logs()
+        );
+    }
+
+    // The first task that fails stops the other, which would sleep 300 s.
+    let began = std::time::Instant::now();
+    let failing = cluster
+        .submit(json!({
+            "name": "rank-1-fails",
+            "command": ["sh", "-c", "if [ \"$GPUCTL_NODE_RANK\" = 1 ]; then echo 'rank 1 gives up' >&2; exit 3; fi; sleep 300"],
+            "working_dir": work,
+            "runner": "slurm",
+            "resources": {"gpu": 1, "nodes": 2},
+        }))
+        .await;
+    let failed = cluster.wait_for(&failing.id, JobStatus::Failed).await;
+    assert!(
+        began.elapsed() < std::time::Duration::from_secs(120),
+        "rank 0 was stopped, not waited out: {failed:?}"
+    );
+    assert!(
+        cluster
+            .output(&failing.id, "stderr")
+            .await
+            .iter()
+            .any(|line| line.contains("rank 1 gives up")),
+        "{failed:?}"
+    );
+
+    // A `process` job on two nodes is a gang of agents' nodes: never the
+    // login host, so with one plain agent it waits and says why.
+    let _plain = cluster.agent("plain", 1, &[]);
+    cluster.wait_for_nodes(2).await;
+    let gang = cluster
+        .submit(json!({"name": "gang", "command": ["true"], "resources": {"gpu": 1, "nodes": 2}}))
+        .await;
+    cluster
+        .wait_for_reason(
+            &gang.id,
+            "needs 2 nodes with 1 GPU each; only 1 matching node has 1 GPU",
+        )
+        .await;
+    // colocate names agents' labels: Slurm chooses a Slurm job's nodes.
+    let (status, body) = cluster
+        .post(
+            "/jobs",
+            json!({"name": "colocated", "command": ["true"], "runner": "slurm",
+                   "resources": {"gpu": 1, "nodes": 2, "colocate": "rack"}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"]["details"][0]["field"], "resources.colocate",
+        "{body}"
+    );
+}

@@ -100,7 +100,8 @@ pub(super) fn System(run_id: String, tick: RwSignal<u64>) -> impl IntoView {
                     <p class="muted" data-testid="system-attempts">{attempts.iter().map(|a| {
                         let gpus: Vec<String> = a.gpus.iter().map(|gpu| format!("GPU {gpu}")).collect();
                         let gpus = if gpus.is_empty() { "no GPU".to_string() } else { gpus.join(", ") };
-                        format!("attempt {} on {} ({gpus})", a.attempt, a.node)
+                        let rank = if a.rank > 0 { format!(" rank {}", a.rank) } else { String::new() };
+                        format!("attempt {}{rank} on {} ({gpus})", a.attempt, a.node)
                     }).collect::<Vec<_>>().join(" · ")}</p>
                     <div class="charts" data-testid="system-charts">
                         {charts.into_iter().map(|(field, svg)| match svg {

@@ -5,10 +5,13 @@
 //! it names one. A gang that cannot start holds *all* the nodes it will
 //! need, or none: two gangs never each hold part of what the other needs,
 //! so neither waits forever, and no later job backfills into a held node,
-//! so none delays it. Gangs do not preempt.
+//! so none delays it. Gangs do not preempt. Slurm login hosts are never
+//! members: a multi-node `runner = "slurm"` job is one allocation there
+//! (the scheduler plans it as one node with all its GPUs).
 
 use super::pass::Pass;
 use super::{Placement, QueuedJob, gpus, window_refusal, with_fair_share_note};
+use gpuplane_api::job::Runner;
 use std::collections::BTreeMap;
 
 impl Pass<'_> {
@@ -31,7 +34,13 @@ impl Pass<'_> {
         let mut sets: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
         for &i in &self.groups[g].nodes {
             let node = &self.nodes[i];
-            if node.gpus.len() < need {
+            // A Slurm login host runs its jobs through Slurm, one node each:
+            // members are agents' own nodes (a Slurm job asks Slurm for nodes).
+            let through_slurm = node
+                .runners
+                .as_deref()
+                .is_some_and(|r| r.contains(&Runner::Slurm));
+            if node.gpus.len() < need || through_slurm {
                 continue;
             }
             let value = match &job.colocate {
