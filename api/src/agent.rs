@@ -179,6 +179,10 @@ pub const JOB_TOKEN_VARIABLE: &str = "GPUCTL_TOKEN";
 pub const RESUME_FROM_VARIABLE: &str = "GPUCTL_RESUME_FROM";
 pub const RESUME_STEP_VARIABLE: &str = "GPUCTL_RESUME_STEP";
 
+/// A task of a job array: the array's id and the task's index.
+pub const ARRAY_ID_VARIABLE: &str = "GPUCTL_ARRAY_ID";
+pub const ARRAY_INDEX_VARIABLE: &str = "GPUCTL_ARRAY_INDEX";
+
 impl Dispatch {
     /// What the agent may keep on disk (`dispatch.json`): the dispatch less
     /// its secret values and the attempt's token. Those reach the job on a

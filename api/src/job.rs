@@ -287,6 +287,12 @@ pub struct JobSpec {
     /// recipe with `observability = "external"` requires it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observability_url: Option<String>,
+    /// Submit it as a job array, a task per index, as Slurm writes them:
+    /// `0-99%8` (at most 8 at once), `1,3,5`, `0-98:2`. Each task sees
+    /// `GPUCTL_ARRAY_INDEX` and `GPUCTL_ARRAY_ID`; `${GPUCTL_ARRAY_INDEX}`
+    /// in the command becomes its index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<String>,
 }
 
 /// Where a job was submitted from: a git checkout on the submitting machine.
@@ -368,6 +374,7 @@ impl std::fmt::Debug for JobSpec {
             slurm,
             recipe,
             observability_url,
+            array,
         } = self;
         let secret_names: Vec<&String> = secret_env.keys().collect();
         f.debug_struct("JobSpec")
@@ -396,6 +403,7 @@ impl std::fmt::Debug for JobSpec {
             .field("slurm", slurm)
             .field("recipe", recipe)
             .field("observability_url", observability_url)
+            .field("array", array)
             .finish()
     }
 }
@@ -441,6 +449,7 @@ impl JobSpec {
             slurm: None,
             recipe: None,
             observability_url: None,
+            array: None,
         }
     }
 }
@@ -563,9 +572,22 @@ pub struct Job {
     /// The names of the secret variables set for the job (values are never shown).
     #[serde(default)]
     pub secret_env: Vec<String>,
+    /// The array it is a task of, if it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<crate::array::ArrayTask>,
     pub submitted_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+impl Job {
+    /// Its name for lists: a task of an array with its index, `shards[3]`.
+    pub fn title(&self) -> String {
+        match &self.array {
+            Some(array) => format!("{}[{}]", self.name, array.index),
+            None => self.name.clone(),
+        }
+    }
 }
 
 impl Attempt {

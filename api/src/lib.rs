@@ -47,6 +47,7 @@ macro_rules! names {
 
 pub mod agent;
 pub mod alert;
+pub mod array;
 pub mod audit;
 pub mod auth;
 pub mod diagnosis;

@@ -43,6 +43,14 @@ pub fn job_action(job_id: &str, action: &str) -> String {
     format!("{PREFIX}/jobs/{job_id}/{action}")
 }
 
+pub fn array(array_id: &str) -> String {
+    format!("{PREFIX}/arrays/{array_id}")
+}
+
+pub fn array_action(array_id: &str, action: &str) -> String {
+    format!("{PREFIX}/arrays/{array_id}/{action}")
+}
+
 /// The server's kept lines of a job (`?stream=&n=&attempt=`).
 pub fn job_logs(job_id: &str) -> String {
     format!("{PREFIX}/jobs/{job_id}/logs")

@@ -251,6 +251,11 @@ pub fn validate(spec: &JobSpec, policy: &Policy) -> Result<(), Vec<FieldError>> 
             ),
         );
     }
+    if let Some(array) = &spec.array
+        && let Err(message) = array.parse::<crate::array::ArraySpec>()
+    {
+        bad("array", message);
+    }
     for error in crate::experiment::check_tags("tags", &spec.tags) {
         bad("tags", error.message);
     }

@@ -65,6 +65,7 @@ fn bench_quotas(project_gpus: u32, user_gpus: u32, user_jobs: u32) -> Quotas {
                 )
             })
             .collect(),
+        arrays: Default::default(),
     }
 }
 
@@ -215,6 +216,7 @@ async fn scheduling_pass() -> anyhow::Result<()> {
             resume_node: None,
             nodes: 1,
             colocate: None,
+            array: None,
         })
         .collect();
     // Every project may hold 300 GPUs, every user 40 GPUs in 8 jobs.

@@ -219,3 +219,36 @@ test('a two-node job shows its members, and the log viewer one rank at a time', 
     agent.kill('SIGTERM');
   }
 });
+
+test('a job array shows above its tasks; an editor cancels every task, a viewer sees no button', async ({ page, browser, request }) => {
+  const first = await submit(request, { name: 'console-array', command: ['sleep', '300'], array: '0-4%1' });
+  const arrayId = (await job(request, first)).array.id as string;
+  try {
+    // A task's page links to its array.
+    await openAs(page, first, EDITOR);
+    await expect(page.getByRole('heading', { level: 1 })).toContainText('console-array[0]');
+    await page.getByTestId('job-array').getByRole('link', { name: arrayId }).click();
+    await expect(page).toHaveURL(new RegExp(`/jobs\\?array=${arrayId}`));
+    await expect(page.locator('body')).toHaveAttribute('data-hydrated', 'true');
+    await expect(page.getByTestId('array-tasks')).toHaveText('5 (0-4%1, at most 1 at once)');
+    const rows = page.getByTestId('jobs').locator('tbody tr');
+    await expect(rows).toHaveCount(5);
+    await expect(rows.first()).toContainText('console-array[4]');
+
+    // A viewer reads it, without the button.
+    const viewerContext = await browser.newContext();
+    const viewerPage = await viewerContext.newPage();
+    await signIn(viewerPage, `/jobs?array=${arrayId}`, VIEWER, PASSWORD);
+    await expect(viewerPage.getByTestId('array-states')).toContainText('QUEUED');
+    await expect(viewerPage.locator('body')).toHaveAttribute('data-hydrated', 'true');
+    await expect(viewerPage.getByTestId('cancel-array')).toHaveCount(0);
+    await viewerContext.close();
+
+    await page.getByTestId('cancel-array').click();
+    await page.getByTestId('confirm-cancel-array').click();
+    await expect(page.getByTestId('array-states')).toHaveText('5 CANCELLED', { timeout: 30_000 });
+    await expect(page.getByTestId('cancel-array')).toHaveCount(0);
+  } finally {
+    await request.post(url() + `/api/v1/arrays/${arrayId}/cancel`, { headers: asAdmin(), data: { confirm: true } });
+  }
+});

@@ -26,6 +26,24 @@ pub fn gpuctl(home: &Path, args: &[&str]) -> Output {
     command(home).args(args).output().expect("gpuctl runs")
 }
 
+/// Runs `gpuctl ARGS` against a server (its URL and a token) as a user
+/// whose home is `home`; panics with both streams unless it succeeded.
+pub fn succeeds(home: &Path, (server, token): (&str, &str), args: &[&str]) -> Output {
+    let output = command(home)
+        .args(args)
+        .env("GPUCTL_SERVER", server)
+        .env("GPUCTL_TOKEN", token)
+        .output()
+        .expect("gpuctl runs");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    output
+}
+
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).to_string()
 }

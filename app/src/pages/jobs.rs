@@ -2,6 +2,7 @@
 //! reason, events, logs).
 
 use crate::api::fetch;
+use crate::pages::arrays::ArrayCard;
 use crate::view::actions::{Changes, Outcome, key_values, send};
 use crate::view::format::{self, status_badge};
 use crate::view::logs::{LogViewer, LogsOf};
@@ -33,8 +34,8 @@ pub fn Jobs() -> impl IntoView {
     let query = use_query_map();
     let param = move |key: &str| query.read().get(key).unwrap_or_default();
     let jobs = Resource::new(
-        move || ["status", "project", "user", "q", "before"].map(param),
-        |[status, project, user, q, before]| {
+        move || ["status", "project", "user", "q", "before", "array"].map(param),
+        |[status, project, user, q, before, array]| {
             fetch::<Page<Job>>(api(
                 &paths::jobs(),
                 &[
@@ -43,6 +44,7 @@ pub fn Jobs() -> impl IntoView {
                     ("user", &user),
                     ("q", &q),
                     ("before", &before),
+                    ("array", &array),
                 ],
             ))
         },
@@ -60,11 +62,13 @@ pub fn Jobs() -> impl IntoView {
             <label>"Project" <input name="project" prop:value=move || param("project") placeholder="any" /></label>
             <label>"User" <input name="user" prop:value=move || param("user") placeholder="anyone" /></label>
             <label>"Text" <input type="search" name="q" prop:value=move || param("q") placeholder="name or id" /></label>
+            {move || Some(param("array")).filter(|a| !a.is_empty()).map(|array| view! { <input type="hidden" name="array" value=array /> })}
             <button type="submit">"Filter"</button>
             <a href="/jobs">"Clear"</a>
         </form>
+        {move || Some(param("array")).filter(|a| !a.is_empty()).map(|array| view! { <ArrayCard array_id=array /> })}
         {loaded(jobs, move |page: Page<Job>| {
-            let filtered = ["status", "project", "user", "q"].iter().any(|k| !param(k).is_empty());
+            let filtered = ["status", "project", "user", "q", "array"].iter().any(|k| !param(k).is_empty());
             let empty = if filtered {
                 "No job matches these filters."
             } else {
@@ -136,7 +140,7 @@ fn JobView(job: Job) -> impl IntoView {
     // A QUEUED job's reason, or Slurm's for a DISPATCHING job it holds queued.
     let queued = job.queued_reason.clone();
     view! {
-        <h1>{job.name.clone()} " " {status_badge(job.status.as_str())}</h1>
+        <h1>{job.title()} " " {status_badge(job.status.as_str())}</h1>
         <p class="muted mono">{job.id.clone()}</p>
         {queued.map(|reason| view! { <p class="notice" data-testid="queued-reason">"Waiting: " {reason}</p> })}
         {job.failure_reason.map(|reason| view! {
@@ -152,6 +156,11 @@ fn JobView(job: Job) -> impl IntoView {
                 <dt>"Run"</dt><dd><a href=format!("/runs/{}", job.run_id) data-testid="run-link">{job.run_id.clone()}</a></dd>
                 <dt>"Kind"</dt><dd>{job.kind.as_str()}</dd>
                 <dt>"Project"</dt><dd>{job.project.clone()}</dd>
+                {job.array.clone().map(|array| view! {
+                    <dt>"Array"</dt>
+                    <dd data-testid="job-array">"task " {array.index} " of " <a href=format!("/jobs?array={}", array.id)>{array.id.clone()}</a>
+                        {format!(" ({} tasks)", array.tasks)}</dd>
+                })}
                 <dt>"Submitted"</dt><dd>{format::time(&job.created_at)} " by " {job.submitted_by.clone().unwrap_or_else(|| "–".into())}</dd>
                 {spec.git.clone().map(|git| view! {
                     <dt>"Source"</dt><dd data-testid="git-source">{git.describe()}</dd>

@@ -2,6 +2,7 @@
 
 mod admin;
 mod alerts;
+mod arrays;
 mod dashboard;
 pub(crate) mod device;
 mod hub;

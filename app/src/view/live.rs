@@ -36,6 +36,31 @@ pub fn follow(
     });
 }
 
+/// Calls `tick` every `ms` milliseconds in the browser while the component
+/// lives, for a page that follows something no stream announces.
+pub fn every(ms: i32, tick: impl Fn() + 'static) {
+    #[cfg(feature = "hydrate")]
+    {
+        use wasm_bindgen::JsCast;
+        let callback = wasm_bindgen::closure::Closure::<dyn Fn()>::new(tick);
+        let Some(window) = web_sys::window() else { return };
+        let Ok(handle) = window
+            .set_interval_with_callback_and_timeout_and_arguments_0(callback.as_ref().unchecked_ref(), ms)
+        else {
+            return;
+        };
+        let kept = send_wrapper::SendWrapper::new(callback);
+        on_cleanup(move || {
+            if let Some(window) = web_sys::window() {
+                window.clear_interval_with_handle(handle);
+            }
+            drop(kept.take());
+        });
+    }
+    #[cfg(not(feature = "hydrate"))]
+    let _ = (ms, tick);
+}
+
 #[cfg(feature = "hydrate")]
 mod browser {
     use super::Next;

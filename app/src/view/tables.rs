@@ -115,7 +115,7 @@ pub fn JobsTable(jobs: Vec<Job>, #[prop(into)] empty: String) -> impl IntoView {
                     let reason = job.queued_reason.clone();
                     view! {
                         <tr>
-                            <td><a href=format!("/jobs/{}", job.id)>{job.name}</a><br /><span class="muted mono">{job.id}</span></td>
+                            <td><a href=format!("/jobs/{}", job.id)>{job.title()}</a><br /><span class="muted mono">{job.id}</span></td>
                             <td>{status_badge(job.status.as_str())}
                                 {job.failure_reason.map(|r| view! { <br /><span class="muted">{r.as_str()}</span> })}
                                 {reason.map(|r| view! { <br /><span class="muted">{r}</span> })}</td>

@@ -31,10 +31,13 @@ pub enum JobCommand {
         /// Jobs of archived runs (`gpuctl run archive`) instead of the others.
         #[arg(long)]
         archived: bool,
+        /// Only the tasks of this job array (`arr_…`).
+        #[arg(long, value_name = "ARRAY_ID")]
+        array: Option<String>,
     },
-    /// A job's spec, state, queued reason and attempts.
+    /// A job's spec, state, queued reason and attempts (an array id: its tasks by state).
     Show { job_id: String },
-    /// Cancel a job (a running one gets SIGTERM, then SIGKILL).
+    /// Cancel a job (a running one gets SIGTERM, then SIGKILL); an array id cancels every task.
     Cancel {
         job_id: String,
         /// Required: cancelling stops a running job.
@@ -96,6 +99,10 @@ pub struct SubmitArgs {
     /// (with --runner slurm: one `sbatch --nodes N` allocation).
     #[arg(long, allow_hyphen_values = true)]
     nodes: Option<i64>,
+    /// A job array, a task per index: `0-99%8` (at most 8 at once),
+    /// `1,3,5`, `0-98:2`; each sees GPUCTL_ARRAY_INDEX.
+    #[arg(long, value_name = "INDICES")]
+    array: Option<String>,
     /// With --nodes: a node label all its members must share one value of
     /// (e.g. `rack`).
     #[arg(long, value_name = "LABEL")]
@@ -317,6 +324,7 @@ fn build_spec(args: SubmitArgs) -> Result<JobSpec, CliError> {
     if let Some(nodes) = args.nodes {
         spec.resources.nodes = nodes;
     }
+    spec.array = args.array.or(spec.array);
     if let Some(label) = args.colocate {
         spec.resources.colocate = Some(label);
     }
@@ -396,6 +404,9 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
                 );
             }
             out.emit(&job, |job| {
+                if let Some(text) = crate::commands::arrays::submitted(job) {
+                    return text;
+                }
                 format!(
                     "Submitted {} (run {}): {}{}\nFollow it: gpuctl logs -f {}",
                     job.id,
@@ -415,8 +426,12 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
             sort,
             limit,
             archived,
+            array,
         } => {
             let mut path = format!("jobs?limit={limit}&archived={archived}");
+            if let Some(array) = array {
+                path.push_str(&format!("&array={array}"));
+            }
             if let Some(status) = status {
                 path.push_str(&format!("&status={status}"));
             }
@@ -429,6 +444,9 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
             let page: Page<Job> = client.get(&path).await?;
             out.emit(&page, |page| render_list(&page.items));
         }
+        JobCommand::Show { job_id } if crate::commands::arrays::is_array_id(&job_id) => {
+            crate::commands::arrays::show(client, &job_id, out).await?;
+        }
         JobCommand::Show { job_id } => {
             let job: Job = client.get(&format!("jobs/{job_id}")).await?;
             out.emit(&job, render_job);
@@ -440,6 +458,9 @@ pub async fn run(client: &Client, command: JobCommand, out: &Output) -> Result<(
                     "confirmation_required",
                     format!("cancelling stops the job: run `gpuctl job cancel {job_id} --confirm`"),
                 ));
+            }
+            if crate::commands::arrays::is_array_id(&job_id) {
+                return crate::commands::arrays::cancel(client, &job_id, out).await;
             }
             let job: Job = client
                 .post(&format!("jobs/{job_id}/cancel"), &CancelRequest { confirm })
@@ -551,7 +572,7 @@ fn render_list(jobs: &[Job]) -> String {
             text,
             "{:<32} {:<20} {:<11} {:>4} {:>8}  {primary}{}",
             job.id,
-            truncate(&job.name, 20),
+            truncate(&job.title(), 20),
             job.status.as_str(),
             job.resources.gpu,
             format!("{}/{}", job.attempts.len(), job.max_attempts),
@@ -584,6 +605,9 @@ fn render_job(job: &Job) -> String {
         );
     }
     let _ = writeln!(text, "run        {}", job.run_id);
+    if let Some(line) = crate::commands::arrays::task_line(job) {
+        let _ = writeln!(text, "{line}");
+    }
     let nodes = match job.resources.nodes {
         1 => String::new(),
         n => format!(" on each of {n} nodes"),

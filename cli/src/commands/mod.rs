@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod alerts;
+pub mod arrays;
 pub mod auth;
 pub mod evals;
 pub mod events;

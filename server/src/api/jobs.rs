@@ -22,7 +22,9 @@ use gpuplane_api::spec;
 use gpuplane_api::spec::SpecCheck;
 use serde::Deserialize;
 
-/// Queues a job; the answer carries its id and its run's id.
+/// Queues a job; the answer carries its id and its run's id. With
+/// `array`, queues a task per index (a job array) and answers with the
+/// first task, whose `array` names the array.
 #[utoipa::path(post, path = "/jobs", tag = "jobs",
     security(("bearer" = ["write"])),
     request_body = JobSpec,
@@ -36,7 +38,12 @@ pub async fn submit_job(
     refuse_recipe(&spec)?;
     spec::validate(&spec, &state.config.job_policy()).map_err(ApiError::Validation)?;
     check_priority(&state, &auth.caller.principal(), &spec.project, spec.priority).await?;
-    let job_id = store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?;
+    let job_id = match spec.array {
+        Some(_) => {
+            crate::jobs::arrays::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?
+        }
+        None => store::submit(&state.db, &state.secret, &spec, &auth.caller.principal()).await?,
+    };
     state.wakes.wake(Wake::Scheduler);
     tracing::info!(
         job_id,
@@ -113,9 +120,11 @@ pub(super) async fn would_wait(
     if maintenance.on {
         return Ok(vec![crate::jobs::maintenance::queued_reason(&maintenance)]);
     }
+    let nodes = spec.resources.nodes.clamp(1, u32::MAX as i64) as u32;
+    let (gpus, nodes) = crate::jobs::plan::shape(spec.runner, spec.resources.gpu.max(0) as u32, nodes);
     let job = QueuedJob {
         id: "job_new".into(),
-        gpus: spec.resources.gpu.max(0) as u32,
+        gpus,
         priority: spec.priority,
         node_selector: spec.node_selector.clone(),
         runner: spec.runner,
@@ -129,8 +138,9 @@ pub(super) async fn would_wait(
         fair_share_note: None,
         time_limit_ms: spec.time_limit_s.map(|s| s.saturating_mul(1000)),
         resume_node: None,
-        nodes: 1,
-        colocate: None,
+        nodes,
+        colocate: spec.resources.colocate.clone(),
+        array: None,
     };
     let jobs = state.jobs();
     let mut nodes = crate::jobs::scheduler::load_nodes(&jobs).await?;
@@ -162,6 +172,8 @@ pub struct ListQuery {
     before: Option<i64>,
     /// `true`: jobs of archived runs only; left out or `false`: the others.
     archived: Option<bool>,
+    /// Only the tasks of this job array (`arr_…`).
+    array: Option<String>,
 }
 
 /// Jobs, newest first (or best primary metric first).
@@ -200,6 +212,7 @@ pub async fn list_jobs(
         user: query.user.as_deref(),
         text: query.q.as_deref(),
         archived: query.archived.unwrap_or(false),
+        array: query.array.as_deref(),
         sort,
         limit,
         before,

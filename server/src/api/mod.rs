@@ -3,6 +3,7 @@
 
 mod agent;
 mod alerts;
+mod arrays;
 mod audit;
 mod auth;
 mod cluster;
@@ -119,6 +120,8 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(jobs::set_priority))
         .routes(routes!(jobs::hold_job))
         .routes(routes!(jobs::release_job))
+        .routes(routes!(arrays::get_array))
+        .routes(routes!(arrays::cancel_array))
         .routes(routes!(logs::job_logs))
         .routes(routes!(logs::follow_logs))
         .routes(routes!(logs::full_log))

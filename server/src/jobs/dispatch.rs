@@ -11,8 +11,8 @@ use crate::store::Tx;
 use crate::store::sql;
 use crate::store::time::now_ms;
 use gpuplane_api::agent::{
-    AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE, MASTER_PORT_VARIABLES, RESUME_FROM_VARIABLE,
-    RESUME_STEP_VARIABLE, Report, ReportItem, Resume,
+    ARRAY_ID_VARIABLE, ARRAY_INDEX_VARIABLE, AgentCommand, AttemptRef, Dispatch, JOB_TOKEN_VARIABLE,
+    MASTER_PORT_VARIABLES, RESUME_FROM_VARIABLE, RESUME_STEP_VARIABLE, Report, ReportItem, Resume,
 };
 use gpuplane_api::job::{JobSpec, JobStatus};
 use gpuplane_api::log::LogStream;
@@ -148,18 +148,22 @@ pub async fn commands_for(
         node_rank: Option<i64>,
         attempt_status: String,
         master_port: Option<i64>,
+        /// A task of a job array: the array and its index.
+        array_id: Option<String>,
+        array_index: Option<i64>,
     }
     // One-node attempts on this node, and members of multi-node ones.
     let active: Vec<ActiveRow> = sql!(&server.db, |pool| {
         sqlx::query_as(
             "SELECT a.job_id, a.n, a.status, a.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at,
              a.resume_path, a.resume_step, a.hung_at, CAST(NULL AS BIGINT) AS node_rank, a.status AS attempt_status,
-             CAST(NULL AS BIGINT) AS master_port
+             CAST(NULL AS BIGINT) AS master_port, j.array_id, j.array_index
          FROM attempts a JOIN jobs j ON j.id = a.job_id
          WHERE a.node_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING') AND a.nodes = 1
          UNION ALL
          SELECT m.job_id, m.attempt, m.status, m.gpus, j.spec, j.run_id, j.cancel_requested_at, a.preempted_at,
-             a.resume_path, a.resume_step, a.hung_at, m.node_rank, a.status, a.master_port
+             a.resume_path, a.resume_step, a.hung_at, m.node_rank, a.status, a.master_port, j.array_id,
+             j.array_index
          FROM attempt_members m JOIN attempts a ON a.job_id = m.job_id AND a.n = m.attempt
              JOIN jobs j ON j.id = m.job_id
          WHERE m.node_id = $1 AND m.status IN ('DISPATCHING', 'RUNNING')",
@@ -255,6 +259,11 @@ pub async fn commands_for(
             });
             let nproc = gpus.len();
             let mut sent = dispatch(server, &row.job_id, row.n, &row.run_id, spec, gpus, resume);
+            if let (Some(array_id), Some(index)) = (&row.array_id, row.array_index) {
+                sent.env.insert(ARRAY_ID_VARIABLE.to_string(), array_id.clone());
+                sent.env
+                    .insert(ARRAY_INDEX_VARIABLE.to_string(), index.to_string());
+            }
             if let Some(rank) = row.node_rank {
                 let mut tx = crate::store::read(&server.db).await?;
                 let rendezvous = Rendezvous {

@@ -178,6 +178,7 @@ mod tests {
             resume_node: None,
             nodes: 1,
             colocate: None,
+            array: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //! pure parts use no other module; of the rest, each uses only the pure
 //! parts and those listed after it.
 
+pub mod arrays;
 pub mod dependencies;
 pub mod dispatch;
 pub mod evaluations;

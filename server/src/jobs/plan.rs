@@ -68,6 +68,18 @@ pub struct QueuedJob {
     pub nodes: u32,
     /// A gang's members share this node label's value (`resources.colocate`).
     pub colocate: Option<String>,
+    /// The job array it is a task of: its `%` limit is in [`Quotas::arrays`].
+    pub array: Option<String>,
+}
+
+/// The GPUs per node and the nodes the pass plans a job with. A Slurm job
+/// on several nodes is one sbatch allocation from one login host, whose
+/// GPUs stand for the cluster's: one node with all of its GPUs, no gang.
+pub fn shape(runner: Runner, gpus: u32, nodes: u32) -> (u32, u32) {
+    match runner {
+        Runner::Slurm => (gpus.saturating_mul(nodes.max(1)), 1),
+        _ => (gpus, nodes.max(1)),
+    }
 }
 
 impl QueuedJob {
@@ -77,11 +89,20 @@ impl QueuedJob {
     }
 }
 
-/// The quotas of one pass, keyed by project name and by user id.
+/// The quotas of one pass, keyed by project name and by user id, and the
+/// `%` limits of the job arrays in the queue, keyed by array id.
 #[derive(Debug, Clone, Default)]
 pub struct Quotas {
     pub projects: HashMap<String, Quota>,
     pub users: HashMap<String, Quota>,
+    pub arrays: HashMap<String, ArrayLimit>,
+}
+
+/// A job array's `%` limit and how many of its tasks hold a node now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayLimit {
+    pub max_running: u32,
+    pub running: u32,
 }
 
 /// One project's or user's limits and what it has running.
@@ -138,13 +159,26 @@ impl Quotas {
     pub fn refuses(&self, job: &QueuedJob) -> Option<String> {
         let project = self.projects.get(&job.project);
         let user = job.user.as_ref().and_then(|user| self.users.get(user));
-        project
+        let quota = project
             .into_iter()
             .chain(user)
-            .find_map(|quota| quota.refuses(job))
+            .find_map(|quota| quota.refuses(job));
+        quota.or_else(|| {
+            let id = job.array.as_ref()?;
+            let limit = self.arrays.get(id)?;
+            (limit.running >= limit.max_running).then(|| {
+                format!(
+                    "array {id}: {} of its tasks run, at most {} at once (%{})",
+                    limit.running, limit.max_running, limit.max_running
+                )
+            })
+        })
     }
 
     fn charge(&mut self, job: &QueuedJob) {
+        if let Some(limit) = job.array.as_ref().and_then(|id| self.arrays.get_mut(id)) {
+            limit.running += 1;
+        }
         if let Some(quota) = self.projects.get_mut(&job.project) {
             quota.charge(job);
         }

@@ -62,6 +62,7 @@ struct QueueRow {
     resume_node: Option<String>,
     nodes: i64,
     colocate: Option<String>,
+    array_id: Option<String>,
 }
 
 /// One pass; returns when to plan again at the latest (a cooldown's end).
@@ -88,7 +89,8 @@ pub async fn pass(server: &Handles) -> Result<Option<i64>, Error> {
     }
     let mut nodes = load_nodes(server).await?;
     judge_windows(server, &mut nodes, now);
-    let quotas = crate::jobs::quotas::for_plan(&server.db).await?;
+    let mut quotas = crate::jobs::quotas::for_plan(&server.db).await?;
+    crate::jobs::arrays::add_limits(&server.db, &queue, &mut quotas).await?;
     let access = node_access(server).await?;
     let mut plan = plan(&queue, &nodes, &quotas, &access, rules(server), now);
     if !plan.unmatched.is_empty() {
@@ -301,7 +303,7 @@ pub async fn load_queue(
     };
     let columns = format!(
         "id, gpus, priority, node_selector, runner, not_before, attempt_count, max_attempts, queued_reason,
-         project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node, nodes, colocate"
+         project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node, nodes, colocate, array_id"
     );
     let query = match dialect {
         Dialect::Sqlite => format!(
@@ -335,13 +337,7 @@ pub async fn load_queue(
             reasons.insert(row.id.clone(), row.queued_reason);
             let runner = Runner::parse(&row.runner).unwrap_or_default();
             let nodes = row.nodes.clamp(1, u32::MAX as i64) as u32;
-            let gpus = row.gpus.max(0) as u32;
-            // A Slurm job on several nodes is one sbatch allocation from one
-            // login host, whose GPUs stand for the cluster's: no gang.
-            let (gpus, nodes) = match runner {
-                Runner::Slurm => (gpus.saturating_mul(nodes), 1),
-                _ => (gpus, nodes),
-            };
+            let (gpus, nodes) = crate::jobs::plan::shape(runner, row.gpus.max(0) as u32, nodes);
             QueuedJob {
                 id: row.id,
                 gpus,
@@ -366,6 +362,7 @@ pub async fn load_queue(
                 resume_node: row.resume_node,
                 nodes,
                 colocate: row.colocate,
+                array: row.array_id,
             }
         })
         .collect();

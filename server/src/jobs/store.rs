@@ -12,6 +12,7 @@ use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
 use crate::store::{Db, Tx};
 use gpuplane_api::Page;
+use gpuplane_api::array::ArrayTask;
 use gpuplane_api::error::FieldError;
 use gpuplane_api::job::{Attempt, FailureReason, Job, JobSpec, JobStatus, RetryRequest, signal_name};
 use gpuplane_api::project::Role;
@@ -169,6 +170,10 @@ struct JobRow {
     submitted_by: Option<String>,
     created_at: i64,
     updated_at: i64,
+    array_id: Option<String>,
+    array_index: Option<i64>,
+    array_tasks: Option<i64>,
+    array_limit: Option<i64>,
     #[sqlx(flatten)]
     primary: primary::Columns,
 }
@@ -193,12 +198,12 @@ struct AttemptRow {
     resume_step: Option<i64>,
 }
 
-/// What job queries select from: jobs `j`, their submitter `u`, their run `r`
-/// and its primary metric ([`primary::JOIN`]).
+/// What job queries select from: jobs `j`, their submitter `u`, their
+/// array `ja`, their run `r` and its primary metric ([`primary::JOIN`]).
 fn jobs_from() -> String {
     format!(
         "SELECT {JOB_COLUMNS}, {} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by
-         JOIN runs r ON r.id = j.run_id {}",
+         LEFT JOIN job_arrays ja ON ja.id = j.array_id JOIN runs r ON r.id = j.run_id {}",
         primary::COLUMNS,
         primary::JOIN
     )
@@ -237,7 +242,8 @@ pub async fn folder(db: &Db, job_id: &str) -> Result<Vec<FolderFile>, Error> {
 }
 
 const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,
-    j.queued_reason, j.held_at IS NOT NULL AS held, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at";
+    j.queued_reason, j.held_at IS NOT NULL AS held, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at,
+    j.array_id, j.array_index, ja.tasks AS array_tasks, ja.max_running AS array_limit";
 
 /// One job the principal may see, checked for at least `needed`; a job of
 /// another project is "not found", exactly like one that does not exist.
@@ -278,6 +284,8 @@ pub struct ListFilter<'a> {
     pub text: Option<&'a str>,
     /// Jobs of archived runs only, else only the others.
     pub archived: bool,
+    /// The tasks of one job array.
+    pub array: Option<&'a str>,
     pub sort: Sort,
     pub limit: i64,
     pub before: Option<i64>,
@@ -300,6 +308,7 @@ pub async fn list(db: &Db, visible: &Visible, filter: ListFilter<'_>) -> Result<
            AND ($6 IS NULL OR u.name = $6)
            AND ($7 IS NULL OR {text_matches})
            AND (j.archived_at IS NOT NULL) = $8
+           AND ($9 IS NULL OR j.array_id = $9)
          ORDER BY {order} LIMIT $4",
         jobs_from()
     ))
@@ -311,6 +320,7 @@ pub async fn list(db: &Db, visible: &Visible, filter: ListFilter<'_>) -> Result<
     .bind(filter.user)
     .bind(filter.text.filter(|text| !text.is_empty()))
     .bind(filter.archived)
+    .bind(filter.array)
     .fetch_all(conn)
     .await
     })?;
@@ -413,6 +423,12 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
         attempts,
         spec,
         secret_env,
+        array: row.array_id.map(|id| ArrayTask {
+            id,
+            index: row.array_index.unwrap_or(0).clamp(0, u32::MAX as i64) as u32,
+            tasks: row.array_tasks.unwrap_or(0).clamp(0, u32::MAX as i64) as u32,
+            limit: row.array_limit.map(|n| n.clamp(0, u32::MAX as i64) as u32),
+        }),
         submitted_by: row.submitted_by,
         created_at: rfc3339(row.created_at),
         updated_at: rfc3339(row.updated_at),

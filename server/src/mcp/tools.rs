@@ -157,7 +157,8 @@ pub const TOOLS: &[ToolDef] = &[
         description: "Submit a training or evaluation job: `name` and `command` (an argv list, never run \
             through a shell) are required; `resources.gpu` GPUs (on each of `resources.nodes` nodes for a \
             multi-node job, whose members get torchrun's variables), `project`, `priority`, `env`, \
-            `working_dir` (absolute, on the agent host), `watch_dirs` for TensorBoard files. The job is \
+            `working_dir` (absolute, on the agent host), `watch_dirs` for TensorBoard files, `array` \
+            (`0-99%8`: a task per index, each seeing GPUCTL_ARRAY_INDEX). The job is \
             queued and starts when GPUs are free. Invalid fields come back one by one. A priority that \
             may preempt running jobs needs the `confirmation` that preview_submit_job answers.",
         defaults: &[],

@@ -3,6 +3,7 @@
 //! 0's port only once rank 0 chose it), that a node speaks only for its
 //! own member, and hostile specs, addresses and log queries.
 
+use crate::People;
 use gpuplane_api::auth::Scope;
 use gpuplane_testkit::{TestServer, agent_token, eventually, simulated_gpu, user_token};
 use reqwest::StatusCode;
@@ -266,40 +267,14 @@ async fn register(f: &TestServer, name: &str, address: &str) -> (String, String)
 /// submits one, reads a member's lines or stops it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_multi_node_job_and_its_ranks_stay_inside_their_project() {
-    use gpuplane_server::identity::credentials::hash_token;
     let f = TestServer::start().await;
-    let db = &f.server.state.db;
-    let admin = user_token(db, "ada", Scope::Write, true).await;
-    for project in ["vision", "speech"] {
-        let (status, body) = f.post("/projects", &admin, json!({"name": project})).await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
-    }
-    let viewer = user_token(db, "val", Scope::Write, false).await;
-    let outsider = user_token(db, "otto", Scope::Write, false).await;
-    let limited = user_token(db, "lim", Scope::Write, false).await;
-    for (user, project, role) in [
-        ("val", "vision", "viewer"),
-        ("otto", "speech", "editor"),
-        ("lim", "vision", "editor"),
-    ] {
-        let (status, body) = f
-            .post(
-                &format!("/projects/{project}/members"),
-                &admin,
-                json!({"user": user, "role": role}),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-    }
-    // lim's token is limited to `speech`, where lim is no member.
-    gpuplane_testkit::sql!(db, |pool| {
-        sqlx::query("UPDATE api_tokens SET project = 'speech' WHERE token_hash = $1")
-            .bind(hash_token(&limited))
-            .execute(pool)
-            .await
-            .map(|_| ())
-    })
-    .unwrap();
+    let people = People::of_vision(&f).await;
+    let People {
+        admin,
+        viewer,
+        outsider,
+        limited,
+    } = &people;
     let (token0, node0) = register(&f, "n-a", "10.0.0.1").await;
     let (token1, node1) = register(&f, "n-b", "10.0.0.2").await;
     let spec = json!({"name": "pair", "project": "vision", "command": ["torchrun", "train.py"],
@@ -352,18 +327,9 @@ async fn a_multi_node_job_and_its_ranks_stay_inside_their_project() {
         StatusCode::FORBIDDEN,
         "a job's sdk token reads no job routes"
     );
-    let cancel = json!({"confirm": true});
-    for (token, expected) in [
-        (&viewer, StatusCode::FORBIDDEN),
-        (&outsider, StatusCode::NOT_FOUND),
-        (&limited, StatusCode::NOT_FOUND),
-        (&sdk, StatusCode::FORBIDDEN),
-    ] {
-        let (status, body) = f
-            .post(&format!("/jobs/{job_id}/cancel"), token, cancel.clone())
-            .await;
-        assert_eq!(status, expected, "{body}");
-    }
+    people
+        .cannot_cancel(&f, &format!("/jobs/{job_id}/cancel"), &sdk)
+        .await;
     // The sdk token submits nothing, and logs only into its own run.
     let (status, _) = f
         .post("/jobs", &sdk, json!({"name": "x", "project": "vision", "command": ["true"], "resources": {"gpu": 1, "nodes": 2}}))

@@ -2,6 +2,7 @@
 //! jobs, and the real `gpuctl`, together (`gpuplane_testkit::cluster`).
 //! One module per subject.
 
+mod arrays;
 mod concurrency;
 mod crash;
 mod diagnosis;

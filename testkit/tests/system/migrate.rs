@@ -1,6 +1,6 @@
 //! `gpuplane-server admin migrate-to-postgres` on a real install: a server
 //! and agent fill every table through the product's own routes (jobs,
-//! output, metrics, telemetry, checkpoints, an evaluation, a two-node job, users, a
+//! output, metrics, telemetry, checkpoints, an evaluation, a two-node job, a job array, users, a
 //! session, a device login, quotas, maintenance, alerts, a share link), the
 //! real binary copies it into a real PostgreSQL (`gpuplane_testkit::postgres`)
 //! once while the server still runs and once after it stopped, and the
@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 45, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 46, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 45);
+    assert_eq!(tables.len(), 46);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -223,6 +223,11 @@ sys.exit(3)
         .await;
     cluster.wait_for(&pair.id, JobStatus::Succeeded).await;
     second.kill();
+    // A job array of two tasks.
+    let array = cluster
+        .submit(json!({"name": "tasks", "command": sh("echo task $GPUCTL_ARRAY_INDEX"), "array": "0-1%1"}))
+        .await;
+    cluster.wait_for(&array.id, JobStatus::Succeeded).await;
     let (status, shared) = cluster
         .post(&format!("/runs/{}/shares", job.run_id), json!({}))
         .await;

@@ -328,21 +328,7 @@ async fn an_experiment_ships_its_folder_to_a_slurm_job() {
     let agent = slurm_agent(&cluster, &slurm, Some(2));
     cluster.wait_for_nodes(1).await;
     let home = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let output = gpuctl::command(home.path())
-            .args(args)
-            .env("GPUCTL_SERVER", &cluster.server.url)
-            .env("GPUCTL_TOKEN", &cluster.token)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{args:?}: {}{}",
-            gpuctl::stdout(&output),
-            gpuctl::stderr(&output)
-        );
-        output
-    };
+    let run = |args: &[&str]| gpuctl::succeeds(home.path(), (&cluster.server.url, &cluster.token), args);
     let recipe = std::fs::read_to_string(format!(
         "{}/../recipe/tests/fixtures/sft.v1.toml",
         env!("CARGO_MANIFEST_DIR")

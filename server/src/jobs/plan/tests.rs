@@ -44,6 +44,7 @@ fn job(id: &str, gpus: u32, priority: i64) -> QueuedJob {
         resume_node: None,
         nodes: 1,
         colocate: None,
+        array: None,
     }
 }
 
@@ -305,6 +306,7 @@ fn over_quota_jobs_wait_without_holding_anything_and_others_still_start() {
             ("nlp".to_string(), quota("project nlp", None, Some(1), 0, 0)),
         ]),
         users: HashMap::from([("usr_bob".to_string(), quota("user bob", Some(1), None, 1, 1))]),
+        arrays: HashMap::new(),
     };
     check_with(
         &[
@@ -335,6 +337,7 @@ fn over_quota_jobs_wait_without_holding_anything_and_others_still_start() {
     let quotas = Quotas {
         projects: HashMap::from([("vision".to_string(), quota("project vision", Some(8), None, 6, 2))]),
         users: HashMap::new(),
+        arrays: HashMap::new(),
     };
     check_with(
         &[in_project("v4", 4, "vision", "usr_alice")],
@@ -487,6 +490,7 @@ fn scheduling_windows_keep_out_jobs_that_would_not_end_inside_them() {
         resume_node: None,
         nodes: 1,
         colocate: None,
+        array: None,
         node_selector: BTreeMap::from([("pool".to_string(), pool.to_string())]),
         runner: Runner::Process,
         ..job(id, 1, 0)
@@ -525,6 +529,7 @@ fn a_resumed_job_goes_back_to_the_node_holding_its_checkpoint_when_that_node_fit
         resume_node: Some(format!("node_{on}")),
         nodes: 1,
         colocate: None,
+        array: None,
         ..job(id, gpus, 0)
     };
     // Best fit alone would pick a (1 free) first; the checkpoints are on b
@@ -648,6 +653,7 @@ fn a_gangs_quota_counts_every_members_gpus_and_its_checkpoint_node_goes_first() 
             },
         )]),
         users: HashMap::new(),
+        arrays: HashMap::new(),
     };
     let nodes = [
         node("a", 2, &[], &[]),
@@ -666,6 +672,52 @@ fn a_gangs_quota_counts_every_members_gpus_and_its_checkpoint_node_goes_first() 
         expect![[r#"
             resumed -> c [0, 1] + a [0, 1]
             second: quota: project default uses 4 of 5 GPUs; this job needs 2
+        "#]],
+    );
+}
+
+#[test]
+fn an_arrays_limit_keeps_its_running_tasks_to_the_limit_like_a_quota() {
+    let task = |id: &str, array: &str| QueuedJob {
+        array: Some(array.to_string()),
+        ..job(id, 1, 0)
+    };
+    let quotas = Quotas {
+        arrays: HashMap::from([
+            (
+                "arr_a".to_string(),
+                ArrayLimit {
+                    max_running: 2,
+                    running: 1,
+                },
+            ),
+            (
+                "arr_b".to_string(),
+                ArrayLimit {
+                    max_running: 1,
+                    running: 1,
+                },
+            ),
+        ]),
+        ..Quotas::default()
+    };
+    check_with(
+        &[
+            task("a1", "arr_a"),
+            task("a2", "arr_a"),
+            task("b1", "arr_b"),
+            task("c1", "arr_c"),
+            job("plain", 1, 0),
+        ],
+        &[node("n1", 8, &[], &[])],
+        &quotas,
+        4,
+        expect![[r#"
+            a1 -> n1 [0]
+            c1 -> n1 [1]
+            plain -> n1 [2]
+            a2: array arr_a: 2 of its tasks run, at most 2 at once (%2)
+            b1: array arr_b: 1 of its tasks run, at most 1 at once (%1)
         "#]],
     );
 }
