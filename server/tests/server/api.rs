@@ -297,6 +297,8 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/alerts/subscriptions  bearer ["read"]
         post   /api/v1/alerts/subscriptions  bearer ["write"]
         delete /api/v1/alerts/subscriptions/{subscription_id}  bearer ["write"]
+        get    /api/v1/arrays/{array_id}  bearer ["read"]
+        post   /api/v1/arrays/{array_id}/cancel  bearer ["write"]
         get    /api/v1/audit  bearer ["read"]
         get    /api/v1/auth/whoami  bearer []
         get    /api/v1/cluster  bearer ["read"]
