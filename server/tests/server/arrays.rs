@@ -182,7 +182,7 @@ async fn an_array_stays_inside_its_project() {
         viewer,
         outsider,
         limited,
-    } = &people;
+    } = people.clone();
     let (status, first) = f
         .post(
             "/jobs",

@@ -30,6 +30,7 @@ mod users;
 /// Who attacks a project's things in these tests: projects `vision` and
 /// `speech`, a server admin, a viewer of vision, an editor of speech only
 /// (`outsider`) and an editor of vision whose token is limited to speech.
+#[derive(Clone)]
 pub struct People {
     pub admin: String,
     pub viewer: String,

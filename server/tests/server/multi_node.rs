@@ -274,7 +274,7 @@ async fn a_multi_node_job_and_its_ranks_stay_inside_their_project() {
         viewer,
         outsider,
         limited,
-    } = &people;
+    } = people.clone();
     let (token0, node0) = register(&f, "n-a", "10.0.0.1").await;
     let (token1, node1) = register(&f, "n-b", "10.0.0.2").await;
     let spec = json!({"name": "pair", "project": "vision", "command": ["torchrun", "train.py"],
