@@ -74,7 +74,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # Installed without their recommends (docs, mail, BLAS variants), which
 # the tests do not need. Slurm and munge: the Slurm runner's tests start a
-# one-node cluster of their own (testkit/src/slurm.rs).
+# cluster of their own, of one node or two (one slurmd per loopback address) (testkit/src/slurm.rs).
 lean_missing=()
 [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] || lean_missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || lean_missing+=(munge)
