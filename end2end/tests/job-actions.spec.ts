@@ -244,7 +244,12 @@ test('a job array shows above its tasks; an editor cancels every task, a viewer 
     await expect(viewerPage.getByTestId('cancel-array')).toHaveCount(0);
     await viewerContext.close();
 
+    // The card reads the array again every 2 s; an open confirmation
+    // survives such a refresh between the two clicks.
     await page.getByTestId('cancel-array').click();
+    await page.waitForResponse((response) =>
+      response.url().endsWith('/console/fn/api_get') &&
+      decodeURIComponent(response.request().postData() ?? '').includes(`/api/v1/arrays/${arrayId}`));
     await page.getByTestId('confirm-cancel-array').click();
     await expect(page.getByTestId('array-states')).toHaveText('5 CANCELLED', { timeout: 30_000 });
     await expect(page.getByTestId('cancel-array')).toHaveCount(0);

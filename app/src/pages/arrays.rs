@@ -16,6 +16,9 @@ use leptos::prelude::*;
 #[component]
 pub fn ArrayCard(array_id: String) -> impl IntoView {
     let changes = Changes::new();
+    // Kept outside the card's body, which is drawn again on each refresh:
+    // an open confirmation must survive a refresh between its two clicks.
+    let confirming = RwSignal::new(false);
     // While tasks have not ended, their states are read again every 2 s.
     let (tick, open) = (RwSignal::new(0u64), RwSignal::new(true));
     live::every(2_000, move || {
@@ -59,7 +62,7 @@ pub fn ArrayCard(array_id: String) -> impl IntoView {
                     </dl>
                     <Transition fallback=|| ()>
                         <ShowLoaded when=may_change.clone()>
-                            <ArrayActions array_id=id.clone() open=still_open changes=changes />
+                            <ArrayActions array_id=id.clone() open=still_open confirming changes />
                         </ShowLoaded>
                     </Transition>
                 </section>
@@ -70,8 +73,7 @@ pub fn ArrayCard(array_id: String) -> impl IntoView {
 
 /// An editor's cancel of every task that has not ended, after a confirmation.
 #[component]
-fn ArrayActions(array_id: String, open: bool, changes: Changes) -> impl IntoView {
-    let confirming = RwSignal::new(false);
+fn ArrayActions(array_id: String, open: bool, confirming: RwSignal<bool>, changes: Changes) -> impl IntoView {
     let cancel = move |_| {
         confirming.set(false);
         send(
