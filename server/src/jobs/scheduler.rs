@@ -294,26 +294,33 @@ pub async fn load_queue(
 ) -> Result<(Vec<QueuedJob>, HashMap<String, Option<String>>), Error> {
     // One row holding a JSON array: the driver's per-row cost dominates at
     // 10,000 rows, and a pass reads the whole queue. Time limits are in the
-    // spec, read only when scheduling windows need them.
+    // spec, read only when scheduling windows need them. SQLite sorts only
+    // the columns read (sorting whole rows, specs included, took half again
+    // as long).
     let dialect = server.db.dialect();
     let time_limit = if server.config.scheduling_windows.is_empty() {
         "NULL".to_string()
     } else {
         format!("CAST({} AS BIGINT)", dialect.json_field("spec", "time_limit_s"))
     };
-    let columns = format!(
-        "id, gpus, priority, node_selector, runner, not_before, attempt_count, max_attempts, queued_reason,
-         project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node, nodes, colocate, array_id"
-    );
+    let columns = |time_limit: &str| {
+        format!(
+            "id, gpus, priority, node_selector, runner, not_before, attempt_count, max_attempts, queued_reason,
+             project, submitted_by, after_jobs, queued_at, {time_limit}, resume_node, nodes, colocate, array_id"
+        )
+    };
     let query = match dialect {
         Dialect::Sqlite => format!(
-            "SELECT coalesce(json_group_array(json_array({columns})), '[]')
-             FROM (SELECT * FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
-                   ORDER BY priority DESC, queued_at, seq)"
+            "SELECT coalesce(json_group_array(json_array({})), '[]')
+             FROM (SELECT {}, seq FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL
+                   ORDER BY priority DESC, queued_at, seq)",
+            columns("time_limit_s"),
+            columns(&format!("{time_limit} AS time_limit_s")),
         ),
         Dialect::Postgres => format!(
-            "SELECT CAST(coalesce(json_agg(json_build_array({columns}) ORDER BY priority DESC, queued_at, seq), '[]') AS TEXT)
-             FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL"
+            "SELECT CAST(coalesce(json_agg(json_build_array({}) ORDER BY priority DESC, queued_at, seq), '[]') AS TEXT)
+             FROM jobs WHERE status = 'QUEUED' AND held_at IS NULL",
+            columns(&time_limit),
         ),
     };
     let json: String = sql!(&server.db, |pool| sqlx::query_scalar(&query)

@@ -11,7 +11,6 @@
 
 use super::pass::Pass;
 use super::{Placement, QueuedJob, gpus, window_refusal, with_fair_share_note};
-use gpuplane_api::job::Runner;
 use std::collections::BTreeMap;
 
 impl Pass<'_> {
@@ -33,14 +32,10 @@ impl Pass<'_> {
         // (one set of all of them when it names no label).
         let mut sets: BTreeMap<Option<&str>, Vec<usize>> = BTreeMap::new();
         for &i in &self.groups[g].nodes {
-            let node = &self.nodes[i];
             // A Slurm login host runs its jobs through Slurm, one node each:
             // members are agents' own nodes (a Slurm job asks Slurm for nodes).
-            let through_slurm = node
-                .runners
-                .as_deref()
-                .is_some_and(|r| r.contains(&Runner::Slurm));
-            if node.gpus.len() < need || through_slurm {
+            let node = &self.nodes[i];
+            if self.slurm_host[i] || node.gpus.len() < need {
                 continue;
             }
             let value = match &job.colocate {

@@ -30,6 +30,8 @@ pub(super) struct Pass<'a> {
     pub(super) held: Vec<Option<usize>>,
     /// Node index -> whether a node policy reserves it.
     pub(super) reserved: Vec<bool>,
+    /// Node index -> whether it is a Slurm login host (never a gang member).
+    pub(super) slurm_host: Vec<bool>,
     pub(super) groups: Vec<Group>,
     pub(super) group_index: HashMap<GroupKey<'a>, usize>,
     /// Node index -> the groups it belongs to (to update them when it is held).
@@ -80,6 +82,14 @@ impl<'a> Pass<'a> {
             cpu_jobs: nodes.iter().map(|node| node.cpu_jobs).collect(),
             held: vec![None; nodes.len()],
             reserved: nodes.iter().map(|node| access.reserved(&node.labels)).collect(),
+            slurm_host: nodes
+                .iter()
+                .map(|node| {
+                    node.runners
+                        .as_deref()
+                        .is_some_and(|r| r.contains(&Runner::Slurm))
+                })
+                .collect(),
             groups: Vec::new(),
             group_index: HashMap::new(),
             groups_of_node: vec![Vec::new(); nodes.len()],
