@@ -27,6 +27,8 @@ MLFLOW_CLIENT_VERSION=3.17.2
 MOTO_VERSION=5.2.6
 # The real W&B client, logging offline inside jobs (testkit/wandb).
 WANDB_VERSION=0.31.0
+# Optuna's own pruners decide what our ASHA and Hyperband must (server/tests/server/sweep_pruner.rs).
+OPTUNA_VERSION=5.1.0
 started=$(date +%s)
 current=""
 step() {
@@ -89,12 +91,12 @@ if [ ${#lean_missing[@]} -gt 0 ]; then
 fi
 npm ci --prefix end2end --no-audit --no-fund --loglevel=error
 
-step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis, the mlflow client, moto's S3 server and the wandb client (PyPI)"
+step "install: Python virtualenv with the SDK, pytest, the official MCP client, an SMTP server, pyarrow, Schemathesis, the mlflow client, moto's S3 server, the wandb client and Optuna (PyPI)"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install --quiet --disable-pip-version-check --upgrade ./sdk/python pytest \
   "mcp==$MCP_CLIENT_VERSION" "jsonschema==$JSONSCHEMA_VERSION" "aiosmtpd==$AIOSMTPD_VERSION" \
   "pyarrow==$PYARROW_VERSION" "schemathesis==$SCHEMATHESIS_VERSION" "mlflow-skinny==$MLFLOW_CLIENT_VERSION" \
-  "moto[server]==$MOTO_VERSION" "wandb==$WANDB_VERSION"
+  "moto[server]==$MOTO_VERSION" "wandb==$WANDB_VERSION" "optuna==$OPTUNA_VERSION"
 
 step "install: the peers, pinned, into target/bench-venv (MLflow 3 with its server, TensorBoard, tensorboardX): the benchmarks measure them, gpuctl import mlflow's test copies from that MLflow server"
 bash bench/peers-venv.sh

@@ -79,6 +79,14 @@ pub enum AuditAction {
     /// A user's token made on the server's host (`admin create-token`).
     #[serde(rename = "token.create")]
     TokenCreate,
+    #[serde(rename = "sweep.create")]
+    SweepCreate,
+    #[serde(rename = "sweep.pause")]
+    SweepPause,
+    #[serde(rename = "sweep.resume")]
+    SweepResume,
+    #[serde(rename = "sweep.stop")]
+    SweepStop,
     /// An MCP tool call that changed something (the tool, its arguments).
     #[serde(rename = "mcp.tool")]
     McpTool,
@@ -121,6 +129,10 @@ names!("audit action", AuditAction {
     AlertSubscriptionDelete => "alert_subscription.delete",
     TokenCreate => "token.create",
     McpTool => "mcp.tool",
+    SweepCreate => "sweep.create",
+    SweepPause => "sweep.pause",
+    SweepResume => "sweep.resume",
+    SweepStop => "sweep.stop",
 });
 
 /// One entry of the audit log.

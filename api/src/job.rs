@@ -71,6 +71,9 @@ pub enum FailureReason {
     /// its spec says `on_hang = "restart"`: it was stopped, and is retried
     /// from its last checkpoint while attempts remain.
     Hung,
+    /// A sweep's early stopping (ASHA or Hyperband) stopped this trial: its
+    /// metric was not among the best at a rung. Ends it CANCELLED.
+    SweepPruned,
 }
 
 names!("failure reason", FailureReason {
@@ -84,6 +87,7 @@ names!("failure reason", FailureReason {
     DependencyFailed => "DEPENDENCY_FAILED",
     Preempted => "PREEMPTED",
     Hung => "HUNG",
+    SweepPruned => "SWEEP_PRUNED",
 });
 
 impl FailureReason {
@@ -575,6 +579,9 @@ pub struct Job {
     /// The array it is a task of, if it is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<crate::array::ArrayTask>,
+    /// The sweep it is a trial of, if it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<crate::sweep::TrialOf>,
     pub submitted_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,

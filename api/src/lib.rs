@@ -69,6 +69,7 @@ pub mod quota;
 pub mod recipe;
 pub mod share;
 pub mod spec;
+pub mod sweep;
 pub mod telemetry;
 pub mod terminal;
 pub mod user;
@@ -119,6 +120,9 @@ mod tests {
         same_as_serde(crate::node::NodeStatus::ALL);
         same_as_serde(crate::node::GpuSource::ALL);
         same_as_serde(crate::project::Role::ALL);
+        same_as_serde(crate::sweep::Method::ALL);
+        same_as_serde(crate::sweep::SweepState::ALL);
+        same_as_serde(crate::sweep::SweepAction::ALL);
         same_as_serde(crate::quota::QuotaKind::ALL);
         same_as_serde(crate::alert::ChannelKind::ALL);
         same_as_serde(crate::alert::SubscriptionScope::ALL);

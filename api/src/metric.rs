@@ -354,12 +354,15 @@ pub struct Run {
     pub metrics_events: Vec<crate::event::Event>,
 }
 
-/// Whether a larger or a smaller value of a primary metric is better.
+/// Whether a larger or a smaller value of a metric is better (a run's
+/// primary metric, a sweep's; `maximize` and `minimize` are W&B's words).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Goal {
+    #[serde(alias = "maximize")]
     Max,
+    #[serde(alias = "minimize")]
     Min,
 }
 

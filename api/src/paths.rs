@@ -51,6 +51,19 @@ pub fn array_action(array_id: &str, action: &str) -> String {
     format!("{PREFIX}/arrays/{array_id}/{action}")
 }
 
+pub fn sweeps() -> String {
+    format!("{PREFIX}/sweeps")
+}
+
+pub fn sweep(sweep_id: &str) -> String {
+    format!("{PREFIX}/sweeps/{sweep_id}")
+}
+
+/// `action` is `pause`, `resume` or `stop`.
+pub fn sweep_action(sweep_id: &str, action: &str) -> String {
+    format!("{PREFIX}/sweeps/{sweep_id}/{action}")
+}
+
 /// The server's kept lines of a job (`?stream=&n=&attempt=`).
 pub fn job_logs(job_id: &str) -> String {
     format!("{PREFIX}/jobs/{job_id}/logs")

@@ -30,7 +30,8 @@ pub const MAX_ATTEMPTS: i64 = 100;
 pub const MAX_DEPENDENCIES: usize = 64;
 /// The longest time limit a job may have (366 days).
 pub const MAX_TIME_LIMIT_S: i64 = 366 * 86_400;
-const MAX_NAME_LEN: usize = 200;
+/// The longest name a job (or a sweep) may have, in characters.
+pub const MAX_NAME_LEN: usize = 200;
 /// Secret variables per job, and the longest secret value.
 const MAX_SECRET_ENV: usize = 64;
 const MAX_SECRET_BYTES: usize = 16 * 1024;

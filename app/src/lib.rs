@@ -70,6 +70,7 @@ pub fn App() -> impl IntoView {
                     <A href="/">"Dashboard"</A>
                     <A href="/jobs">"Jobs"</A>
                     <A href="/runs">"Runs"</A>
+                    <A href="/sweeps">"Sweeps"</A>
                     <A href="/recipes">"Recipes"</A>
                     <A href="/nodes">"Nodes"</A>
                     <A href="/events">"Events"</A>
@@ -112,6 +113,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/alerts") ssr=SsrMode::Async view=|| view! { <Protected><pages::Alerts /></Protected> } />
                     <Route path=path!("/projects") ssr=SsrMode::Async view=|| view! { <Protected><pages::Projects /></Protected> } />
                     <Route path=path!("/tokens") ssr=SsrMode::Async view=|| view! { <Protected><pages::Tokens /></Protected> } />
+                    <Route path=path!("/sweeps") ssr=SsrMode::Async view=|| view! { <Protected><pages::Sweeps /></Protected> } />
+                    <Route path=path!("/sweeps/:sweep_id") ssr=SsrMode::Async view=|| view! { <Protected><pages::SweepPage /></Protected> } />
                     <Route path=path!("/recipes") ssr=SsrMode::Async view=|| view! { <Protected><pages::Recipes /></Protected> } />
                     <Route path=path!("/hf") ssr=SsrMode::Async view=|| view! { <Protected><pages::HuggingFace /></Protected> } />
                     <Route path=path!("/device") ssr=SsrMode::Async view=|| view! { <Protected><pages::Device /></Protected> } />

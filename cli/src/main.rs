@@ -54,6 +54,10 @@ enum Command {
     /// Submit, list, show, cancel and retry jobs.
     #[command(subcommand)]
     Job(commands::jobs::JobCommand),
+    /// Sweeps: search a space of parameters with trials that are jobs,
+    /// stopping poor ones early (ASHA, Hyperband); W&B's sweep files.
+    #[command(subcommand)]
+    Sweep(commands::sweeps::SweepCommand),
     /// Check a job spec file or an experiment folder without submitting it
     /// (exit 7 naming each bad field); --remote also asks the server.
     Validate(commands::validate::ValidateArgs),
@@ -183,6 +187,9 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         }
         Command::Job(command) => {
             commands::jobs::run(&Client::new(cli.server, cli.token)?, command, out).await
+        }
+        Command::Sweep(command) => {
+            commands::sweeps::run(&Client::new(cli.server, cli.token)?, command, out).await
         }
         Command::Validate(args) => commands::validate::run(cli.server, cli.token, args, out).await,
         Command::Recipe(command) => {

@@ -1,5 +1,5 @@
 // Shared steps of the browser tests.
-import { Page, expect } from '@playwright/test';
+import { APIRequestContext, Page, expect } from '@playwright/test';
 import { ADMIN_USER, ADMIN_PASSWORD } from '../global-setup';
 
 export const url = () => process.env.GPUPLANE_URL!;
@@ -25,3 +25,17 @@ export async function hydrated(page: Page) {
 
 /** The admin's bearer token header, for setting up and checking through the API. */
 export const asAdmin = () => ({ authorization: `Bearer ${process.env.GPUPLANE_TOKEN}` });
+
+/** Makes `project` (if need be) with each [user, role] a member, each user with `password`. */
+export async function projectWith(request: APIRequestContext, project: string, members: [string, string][], password: string) {
+  for (const [name] of members) {
+    const created = await request.post(url() + '/api/v1/users', { headers: asAdmin(), data: { name, password } });
+    expect([201, 409], await created.text()).toContain(created.status());
+  }
+  const made = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: project } });
+  expect([201, 409], await made.text()).toContain(made.status());
+  for (const [user, role] of members) {
+    const member = await request.post(url() + `/api/v1/projects/${project}/members`, { headers: asAdmin(), data: { user, role } });
+    expect(member.status(), await member.text()).toBe(200);
+  }
+}

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { asAdmin, signIn, url } from './helpers';
+import { asAdmin, projectWith, signIn, url } from './helpers';
 
 const PROJECT = 'e2e-actions';
 const EDITOR = 'e2e-editor';
@@ -17,16 +17,7 @@ const VIEWER = 'e2e-viewer';
 const PASSWORD = 'e2e-password-5678';
 
 test.beforeAll(async ({ request }) => {
-  for (const name of [EDITOR, VIEWER]) {
-    const created = await request.post(url() + '/api/v1/users', { headers: asAdmin(), data: { name, password: PASSWORD } });
-    expect([201, 409], await created.text()).toContain(created.status());
-  }
-  const project = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: PROJECT } });
-  expect([201, 409], await project.text()).toContain(project.status());
-  for (const [user, role] of [[EDITOR, 'editor'], [VIEWER, 'viewer']]) {
-    const member = await request.post(url() + `/api/v1/projects/${PROJECT}/members`, { headers: asAdmin(), data: { user, role } });
-    expect(member.status(), await member.text()).toBe(200);
-  }
+  await projectWith(request, PROJECT, [[EDITOR, 'editor'], [VIEWER, 'viewer']], PASSWORD);
 });
 
 async function submit(request: APIRequestContext, spec: object) {

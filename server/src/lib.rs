@@ -22,6 +22,7 @@ pub mod diagnosis;
 pub mod projects;
 pub mod recipes;
 pub mod mlflow;
+pub mod sweeps;
 // What the server shares, and which replica leads.
 pub mod state;
 pub mod replicas;
@@ -130,8 +131,9 @@ pub async fn serve(
 }
 
 /// The background work only one server may run (`replicas::lead` runs it
-/// while this server leads): the scheduler, the liveness monitor,
-/// compaction, alert delivery and housekeeping; until `stop` turns true.
+/// while this server leads): the scheduler, the liveness monitor, the
+/// sweep controller, compaction, alert delivery and housekeeping; until
+/// `stop` turns true.
 async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let monitor = tokio::spawn(jobs::liveness::monitor(
         state.db.clone(),
@@ -157,6 +159,7 @@ async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Re
         state.wakes.clone(),
         stop.clone(),
     ));
+    let sweeps = tokio::spawn(sweeps::controller::run(state.jobs(), stop.clone()));
     let sweeper = tokio::spawn(housekeeping(state.clone()));
     // A try cut short is made again later: aborting it loses nothing.
     let alerter = tokio::spawn(alerts::run(
@@ -171,6 +174,7 @@ async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Re
     let _ = scheduler.await;
     let _ = hangs.await;
     let _ = compactor.await;
+    let _ = sweeps.await;
     sweeper.abort();
     alerter.abort();
 }

@@ -89,6 +89,7 @@ def test_every_tool_is_listed_with_a_valid_json_schema(cluster, transport, mode)
                 "set_job_priority", "hold_job", "release_job", "get_run_system", "list_run_texts",
                 "list_alert_deliveries", "preview_cancel_job", "preview_retry_job", "preview_submit_job",
                 "list_recipes", "show_recipe", "check_experiment",
+                "create_sweep", "list_sweeps", "get_sweep", "control_sweep", "preview_control_sweep",
             }
             assert expected <= names, expected - names
             for tool in tools:
@@ -154,6 +155,50 @@ def test_invalid_specs_come_back_field_by_field(cluster):
             assert error and {d["field"] for d in body["error"]["details"]} == {"jobid", "job_id"}
             error, body, text = await call(client, "get_job", {"job_id": "job_does_not_exist"})
             assert error and body["status"] == 404 and "404" in text
+
+    run(scenario())
+
+
+def test_an_assistant_runs_a_sweep_and_stops_it_after_a_preview(cluster):
+    """A W&B-style sweep through the MCP tools: its trials are jobs that run
+    on the agent; control_sweep needs the confirmation its preview answers."""
+    async def scenario():
+        async with connect(cluster, cluster.token, "http") as client:
+            file = {
+                "name": "mcp-sweep", "method": "random", "max_trials": 2, "max_concurrent": 1,
+                "metric": {"name": "loss", "goal": "minimize"},
+                "parameters": {"seconds": {"values": [30, 60]}},
+                "job": {"command": ["sleep", "${seconds}"], "resources": {"gpu": 1}},
+            }
+            error, sweep, text = await call(client, "create_sweep", file)
+            assert not error, text
+            assert sweep["id"].startswith("swp_") and sweep["state"] == "RUNNING"
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:
+                _, shown, _ = await call(client, "get_sweep", {"sweep_id": sweep["id"]})
+                if shown.get("trials") and shown["trials"][0]["state"] == "RUNNING":
+                    break
+                assert asyncio.get_running_loop().time() < deadline, shown
+                await asyncio.sleep(0.2)
+            trial = shown["trials"][0]
+            assert trial["params"]["seconds"] in (30, 60)
+            _, job, _ = await call(client, "get_job", {"job_id": trial["job_id"]})
+            assert job["spec"]["command"] == ["sleep", str(trial["params"]["seconds"])]
+            assert job["sweep"] == {"id": sweep["id"], "trial": 0}
+            error, listed, _ = await call(client, "list_sweeps", {})
+            assert not error and sweep["id"] in [item["id"] for item in listed["items"]]
+
+            stop = {"sweep_id": sweep["id"], "action": "stop"}
+            error, body, _ = await call(client, "control_sweep", stop)
+            assert error and body["error"]["code"] == "confirmation_required", body
+            error, preview, text = await call(client, "preview_control_sweep", stop)
+            assert not error and preview["would"]["id"] == sweep["id"], text
+            _, still, _ = await call(client, "get_sweep", {"sweep_id": sweep["id"]})
+            assert still["state"] == "RUNNING"
+            error, stopped, text = await call(client, "control_sweep", {**stop, "confirmation": preview["confirmation"]})
+            assert not error, text
+            assert stopped["state"] == "STOPPED"
+            await wait_for_job(client, trial["job_id"], ("CANCELLED",))
 
     run(scenario())
 

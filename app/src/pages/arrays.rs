@@ -20,12 +20,7 @@ pub fn ArrayCard(array_id: String) -> impl IntoView {
     // an open confirmation must survive a refresh between its two clicks.
     let confirming = RwSignal::new(false);
     // While tasks have not ended, their states are read again every 2 s.
-    let (tick, open) = (RwSignal::new(0u64), RwSignal::new(true));
-    live::every(2_000, move || {
-        if open.get_untracked() {
-            tick.update(|t| *t += 1);
-        }
-    });
+    let (tick, open) = live::refreshing(2_000);
     let array = Resource::new(
         move || (array_id.clone(), changes.version().get(), tick.get()),
         |(id, ..)| fetch::<JobArray>(paths::array(&id)),

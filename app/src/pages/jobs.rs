@@ -161,6 +161,10 @@ fn JobView(job: Job) -> impl IntoView {
                     <dd data-testid="job-array">"task " {array.index} " of " <a href=format!("/jobs?array={}", array.id)>{array.id.clone()}</a>
                         {format!(" ({} tasks)", array.tasks)}</dd>
                 })}
+                {job.sweep.clone().map(|sweep| view! {
+                    <dt>"Sweep"</dt>
+                    <dd data-testid="job-sweep">"trial " {sweep.trial} " of " <a href=format!("/sweeps/{}", sweep.id)>{sweep.id.clone()}</a></dd>
+                })}
                 <dt>"Submitted"</dt><dd>{format::time(&job.created_at)} " by " {job.submitted_by.clone().unwrap_or_else(|| "–".into())}</dd>
                 {spec.git.clone().map(|git| view! {
                     <dt>"Source"</dt><dd data-testid="git-source">{git.describe()}</dd>

@@ -15,6 +15,7 @@ mod recipes;
 mod run;
 mod runs;
 mod shares;
+mod sweeps;
 mod tokens;
 
 pub use admin::{Admin, Audit};
@@ -30,4 +31,5 @@ pub use projects::Projects;
 pub use recipes::Recipes;
 pub use run::RunPage;
 pub use runs::Runs;
+pub use sweeps::{SweepPage, Sweeps};
 pub use tokens::Tokens;

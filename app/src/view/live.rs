@@ -61,6 +61,19 @@ pub fn every(ms: i32, tick: impl Fn() + 'static) {
     let _ = (ms, tick);
 }
 
+/// A tick that advances every `ms` milliseconds while `open` is true, for
+/// a page that reads something again until it has ended (set `open` false
+/// then). Returns (tick, open).
+pub fn refreshing(ms: i32) -> (RwSignal<u64>, RwSignal<bool>) {
+    let (tick, open) = (RwSignal::new(0u64), RwSignal::new(true));
+    every(ms, move || {
+        if open.get_untracked() {
+            tick.update(|t| *t += 1);
+        }
+    });
+    (tick, open)
+}
+
 #[cfg(feature = "hydrate")]
 mod browser {
     use super::Next;

@@ -9,6 +9,7 @@ pub mod format;
 pub mod live;
 pub mod logs;
 pub mod query;
+pub mod sweep_charts;
 pub mod tables;
 
 use leptos::children::{TypedChildrenFn, ViewFn};

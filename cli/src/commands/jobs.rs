@@ -241,7 +241,7 @@ pub fn read_spec_file(path: &std::path::Path) -> Result<JobSpec, CliError> {
 
 /// For serde's "unknown field `comand`, expected one of `name`, `command`, …":
 /// "did you mean `command`?", when one known name is close.
-fn did_you_mean(error: &str) -> Option<String> {
+pub fn did_you_mean(error: &str) -> Option<String> {
     let rest = error.split("unknown field `").nth(1)?;
     let (unknown, rest) = rest.split_once('`')?;
     let expected = rest.split_once("expected")?.1;
@@ -607,6 +607,13 @@ fn render_job(job: &Job) -> String {
     let _ = writeln!(text, "run        {}", job.run_id);
     if let Some(line) = crate::commands::arrays::task_line(job) {
         let _ = writeln!(text, "{line}");
+    }
+    if let Some(sweep) = &job.sweep {
+        let _ = writeln!(
+            text,
+            "sweep      trial {} of {} (gpuctl sweep show {})",
+            sweep.trial, sweep.id, sweep.id
+        );
     }
     let nodes = match job.resources.nodes {
         1 => String::new(),

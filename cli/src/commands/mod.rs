@@ -16,6 +16,7 @@ pub mod projects;
 pub mod recipes;
 pub mod runs;
 pub mod status;
+pub mod sweeps;
 pub mod sync;
 pub mod validate;
 

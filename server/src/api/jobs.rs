@@ -4,8 +4,9 @@ use crate::api::error::{ApiError, ApiJson, ApiQuery, AuthErrors, OptionalJson};
 use crate::api::extract::{Authed, Read, Write};
 use crate::audit;
 use crate::identity::access::{self, Principal};
+use crate::jobs::cancel::{self, Cancelled};
 use crate::jobs::plan::{QueuedJob, plan};
-use crate::jobs::store::{self, Cancelled};
+use crate::jobs::store;
 use crate::paging::{cursor, page_limit, sort_order};
 use crate::state::AppState;
 use crate::store::time::now_ms;
@@ -258,7 +259,7 @@ pub async fn cancel_job(
             "must be true: cancelling stops the job (gpuctl job cancel ID --confirm)",
         ));
     }
-    match store::cancel(&state.db, &job_id).await? {
+    match cancel::cancel(&state.db, &job_id).await? {
         Cancelled::Now => state.wakes.wake(Wake::Scheduler),
         Cancelled::Stopping { node_ids } => {
             for node_id in node_ids {

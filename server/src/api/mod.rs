@@ -32,6 +32,7 @@ pub mod sessions;
 pub mod shared;
 mod shares;
 pub mod sso;
+mod sweeps;
 mod telemetry;
 mod tokens;
 mod users;
@@ -122,6 +123,9 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(jobs::release_job))
         .routes(routes!(arrays::get_array))
         .routes(routes!(arrays::cancel_array))
+        .routes(routes!(sweeps::create_sweep, sweeps::list_sweeps))
+        .routes(routes!(sweeps::get_sweep))
+        .routes(routes!(sweeps::act_on_sweep))
         .routes(routes!(logs::job_logs))
         .routes(routes!(logs::follow_logs))
         .routes(routes!(logs::full_log))

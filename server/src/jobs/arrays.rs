@@ -7,8 +7,9 @@
 
 use crate::identity::access::{self, Principal};
 use crate::identity::secrets::SecretKey;
+use crate::jobs::cancel::{self, Cancelled};
 use crate::jobs::plan::{ArrayLimit, QueuedJob, Quotas};
-use crate::jobs::store::{self, Cancelled};
+use crate::jobs::store;
 use crate::store::ids::new_id;
 use crate::store::sql;
 use crate::store::time::{now_ms, rfc3339};
@@ -155,7 +156,7 @@ pub async fn cancel(db: &Db, array_id: &str) -> Result<(u32, Vec<String>), Error
     let mut cancelled = 0;
     let mut stopping = Vec::new();
     for job_id in open {
-        match store::cancel(db, &job_id).await {
+        match cancel::cancel(db, &job_id).await {
             Ok(Cancelled::Now) => cancelled += 1,
             Ok(Cancelled::Stopping { node_ids }) => {
                 cancelled += 1;

@@ -87,9 +87,14 @@ pub async fn finish_job(
     detail: Option<&str>,
     now: i64,
 ) -> Result<(), Error> {
+    // A job cancelled for a reason of its own (a sweep's early stop) ends
+    // with that reason and detail rather than a plain cancel's.
     sql!(conn, |conn| {
         sqlx::query(
-        "UPDATE jobs SET status = $1, failure_reason = $2, failure_detail = $3, queued_reason = NULL, updated_at = $4
+        "UPDATE jobs SET status = $1,
+                failure_reason = coalesce($2, CASE WHEN $1 = 'CANCELLED' THEN cancel_reason END),
+                failure_detail = CASE WHEN $1 = 'CANCELLED' AND cancel_reason IS NOT NULL THEN cancel_detail ELSE $3 END,
+                queued_reason = NULL, updated_at = $4
          WHERE id = $5",
     )
     .bind(status.as_str())

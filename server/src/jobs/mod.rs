@@ -19,6 +19,7 @@
 //! parts and those listed after it.
 
 pub mod arrays;
+pub mod cancel;
 pub mod dependencies;
 pub mod dispatch;
 pub mod evaluations;

@@ -3,7 +3,6 @@
 
 use crate::identity::access::{self, Principal, Visible};
 use crate::identity::secrets::SecretKey;
-use crate::jobs::lifecycle;
 use crate::paging::Sort;
 use crate::runs::primary;
 use crate::store::Error;
@@ -174,6 +173,8 @@ struct JobRow {
     array_index: Option<i64>,
     array_tasks: Option<i64>,
     array_limit: Option<i64>,
+    sweep_id: Option<String>,
+    sweep_trial: Option<i64>,
     #[sqlx(flatten)]
     primary: primary::Columns,
 }
@@ -199,11 +200,13 @@ struct AttemptRow {
 }
 
 /// What job queries select from: jobs `j`, their submitter `u`, their
-/// array `ja`, their run `r` and its primary metric ([`primary::JOIN`]).
+/// array `ja`, their sweep trial `st`, their run `r` and its primary
+/// metric ([`primary::JOIN`]).
 fn jobs_from() -> String {
     format!(
         "SELECT {JOB_COLUMNS}, {} FROM jobs j LEFT JOIN users u ON u.id = j.submitted_by
-         LEFT JOIN job_arrays ja ON ja.id = j.array_id JOIN runs r ON r.id = j.run_id {}",
+         LEFT JOIN job_arrays ja ON ja.id = j.array_id LEFT JOIN sweep_trials st ON st.job_id = j.id
+         JOIN runs r ON r.id = j.run_id {}",
         primary::COLUMNS,
         primary::JOIN
     )
@@ -243,7 +246,8 @@ pub async fn folder(db: &Db, job_id: &str) -> Result<Vec<FolderFile>, Error> {
 
 const JOB_COLUMNS: &str = "j.seq, j.id, j.project, j.name, j.spec, j.status, j.failure_reason, j.failure_detail,
     j.queued_reason, j.held_at IS NOT NULL AS held, j.run_id, j.priority, j.max_attempts, u.name AS submitted_by, j.created_at, j.updated_at,
-    j.array_id, j.array_index, ja.tasks AS array_tasks, ja.max_running AS array_limit";
+    j.array_id, j.array_index, ja.tasks AS array_tasks, ja.max_running AS array_limit,
+    st.sweep_id, st.number AS sweep_trial";
 
 /// One job the principal may see, checked for at least `needed`; a job of
 /// another project is "not found", exactly like one that does not exist.
@@ -423,6 +427,10 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
         attempts,
         spec,
         secret_env,
+        sweep: row.sweep_id.map(|id| gpuplane_api::sweep::TrialOf {
+            id,
+            trial: row.sweep_trial.unwrap_or(0).max(0) as u64,
+        }),
         array: row.array_id.map(|id| ArrayTask {
             id,
             index: row.array_index.unwrap_or(0).clamp(0, u32::MAX as i64) as u32,
@@ -433,74 +441,6 @@ fn job_from_row(row: JobRow, attempts: Vec<Attempt>) -> Result<Job, Error> {
         created_at: rfc3339(row.created_at),
         updated_at: rfc3339(row.updated_at),
     })
-}
-
-/// What a cancel request did.
-pub enum Cancelled {
-    /// It had not started (or its node is gone): CANCELLED now.
-    Now,
-    /// Its agents (one per member of a multi-node job) were asked to stop
-    /// it; it turns CANCELLED when the process ends.
-    Stopping { node_ids: Vec<String> },
-}
-
-/// Cancels a job that has not ended; 409 for one that has.
-pub async fn cancel(db: &Db, job_id: &str) -> Result<Cancelled, Error> {
-    let now = now_ms();
-    let mut tx = crate::store::write(db).await?;
-    let status = current_status(&mut tx, job_id).await?;
-    let outcome = match status {
-        JobStatus::Queued => {
-            lifecycle::finish_job(
-                &mut tx,
-                job_id,
-                JobStatus::Cancelled,
-                None,
-                Some("cancelled before it started"),
-                now,
-            )
-            .await?;
-            Cancelled::Now
-        }
-        JobStatus::Dispatching | JobStatus::Running => {
-            let (node_id, node_status, attempt): (String, String, i64) = sql!(tx, |conn| {
-                sqlx::query_as(
-                    "SELECT a.node_id, n.status, a.n FROM attempts a JOIN nodes n ON n.id = a.node_id
-                 WHERE a.job_id = $1 AND a.status IN ('DISPATCHING', 'RUNNING')",
-                )
-                .bind(job_id)
-                .fetch_one(conn)
-                .await
-            })?;
-            sql!(tx, |conn| {
-                sqlx::query("UPDATE jobs SET cancel_requested_at = $1, updated_at = $2 WHERE id = $3")
-                    .bind(now)
-                    .bind(now)
-                    .bind(job_id)
-                    .execute(conn)
-                    .await
-                    .map(|_| ())
-            })?;
-            if node_status == "ONLINE" {
-                let mut node_ids = crate::jobs::members::node_ids(&mut tx, job_id, attempt).await?;
-                if node_ids.is_empty() {
-                    node_ids.push(node_id);
-                }
-                Cancelled::Stopping { node_ids }
-            } else {
-                // Nobody can stop it now; the agent stops it if it comes back.
-                lifecycle::cancel_offline(&mut tx, job_id, now).await?;
-                Cancelled::Now
-            }
-        }
-        ended => {
-            return Err(Error::Conflict(format!(
-                "job {job_id} has already ended ({ended})"
-            )));
-        }
-    };
-    tx.commit().await?;
-    Ok(outcome)
 }
 
 /// Changes a QUEUED job's priority (and its spec's, so both agree); the
@@ -671,6 +611,7 @@ pub async fn retry(
         sqlx::query(&format!(
             "UPDATE jobs SET status = 'QUEUED', failure_reason = NULL, failure_detail = NULL,
              queued_reason = $1, queued_at = $2, not_before = NULL, cancel_requested_at = NULL,
+             cancel_reason = NULL, cancel_detail = NULL,
              max_attempts = {max_attempts}, updated_at = $3
          WHERE id = $4"
         ))

@@ -13,6 +13,7 @@
 //! that only their preview answers ([`confirm`]), and every call that
 //! changes something is in the audit log with the client's address.
 
+mod catalog;
 mod confirm;
 pub mod sessions;
 mod text;
@@ -220,7 +221,7 @@ impl GpuPlaneMcp {
             // Arguments that do not fit the tool answer like the API's 422.
             Err(fields) => return invalid_arguments(fields).await,
         };
-        if name == "cancel_job" {
+        if matches!(name, "cancel_job" | "control_sweep") {
             // Confirmed above: the API's own confirmation follows.
             call.body = Some(json!({"confirm": true}));
         }

@@ -25,6 +25,8 @@ mod schema;
 mod security;
 mod sessions;
 mod shares;
+mod sweep_pruner;
+mod sweeps;
 mod users;
 
 /// Who attacks a project's things in these tests: projects `vision` and

@@ -22,5 +22,6 @@ mod replicas;
 mod scheduling;
 mod security;
 mod slurm;
+mod sweeps;
 mod telemetry;
 mod tensorboard;

@@ -1,6 +1,6 @@
 //! `gpuplane-server admin migrate-to-postgres` on a real install: a server
 //! and agent fill every table through the product's own routes (jobs,
-//! output, metrics, telemetry, checkpoints, an evaluation, a two-node job, a job array, users, a
+//! output, metrics, telemetry, checkpoints, an evaluation, a two-node job, a job array, a sweep, users, a
 //! session, a device login, quotas, maintenance, alerts, a share link), the
 //! real binary copies it into a real PostgreSQL (`gpuplane_testkit::postgres`)
 //! once while the server still runs and once after it stopped, and the
@@ -34,7 +34,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
         String::from_utf8_lossy(&output.stderr)
     );
     let copied: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(copied["tables"].as_array().unwrap().len(), 46, "{copied}");
+    assert_eq!(copied["tables"].as_array().unwrap().len(), 48, "{copied}");
 
     // Stopped: the copy must equal the install, table by table.
     agent.kill();
@@ -55,7 +55,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut sqlite)
     .await
     .unwrap();
-    assert_eq!(tables.len(), 46);
+    assert_eq!(tables.len(), 48);
     for table in &tables {
         let columns = columns(&mut pg, table).await;
         let from = rows_of_sqlite(&mut sqlite, table, &columns).await;
@@ -76,7 +76,7 @@ async fn every_row_of_every_table_reaches_postgresql() {
     .fetch_all(&mut pg)
     .await
     .unwrap();
-    assert_eq!(identities.len(), 12, "{identities:?}");
+    assert_eq!(identities.len(), 13, "{identities:?}");
     for (table, column) in identities {
         let (next, max): (i64, i64) = sqlx::query_as(&format!(
             "SELECT nextval(pg_get_serial_sequence('{table}', '{column}')), (SELECT max({column}) FROM {table})"
@@ -228,6 +228,44 @@ sys.exit(3)
         .submit(json!({"name": "tasks", "command": sh("echo task $GPUCTL_ARRAY_INDEX"), "array": "0-1%1"}))
         .await;
     cluster.wait_for(&array.id, JobStatus::Succeeded).await;
+    // A sweep of one trial that logs its metric.
+    let (status, sweep) = cluster
+        .post(
+            "/sweeps",
+            json!({"method": "grid", "metric": {"name": "loss"}, "parameters": {"n": {"values": [1]}},
+                   "job": {"command": sh("sleep 1; echo trial ${n}")}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{sweep}");
+    let sweep_id = sweep["id"].as_str().unwrap().to_string();
+    let started = std::time::Instant::now();
+    let trial = loop {
+        assert!(started.elapsed() < gpuplane_testkit::WAIT, "no trial: {sweep}");
+        let (_, shown) = cluster.get(&format!("/sweeps/{sweep_id}")).await;
+        if let Some(trial) = shown["trials"].get(0) {
+            break trial.clone();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let points = json!({"batch_id": "trial", "points": [{"key": "loss", "step": 1, "wall_time": 1.7e9, "value": 0.25}]});
+    let (status, body) = cluster
+        .post(
+            &format!("/runs/{}/metrics", trial["run_id"].as_str().unwrap()),
+            points,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    cluster
+        .wait_for(trial["job_id"].as_str().unwrap(), JobStatus::Succeeded)
+        .await;
+    loop {
+        let (_, shown) = cluster.get(&format!("/sweeps/{sweep_id}")).await;
+        if shown["trials"][0]["value"] == json!(0.25) && shown["state"] == "FINISHED" {
+            break;
+        }
+        assert!(started.elapsed() < gpuplane_testkit::WAIT * 2, "{shown:#}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let (status, shared) = cluster
         .post(&format!("/runs/{}/shares", job.run_id), json!({}))
         .await;

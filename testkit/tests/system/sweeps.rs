@@ -1,0 +1,214 @@
+//! A sweep with the real server binary, the real agent and the real Python
+//! SDK: trials of a script with a known optimum log their loss, ASHA stops
+//! the poor ones (CANCELLED, SWEEP_PRUNED) while they run, the server is
+//! killed mid-sweep and comes back, and the sweep still runs each grid
+//! value exactly once and names the optimum as its best trial, in the API
+//! and in `gpuctl sweep show`.
+
+use gpuplane_testkit::gpuctl;
+use gpuplane_testkit::process::{AgentProcess, ServerProcess};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// Loss `(lr - 0.3)² + 1/step` for 30 steps: lr 0.3 is best at every step.
+const TRIAL: &str = r#"
+import json, os, sys, time
+import gpuplane
+params = json.loads(os.environ["GPUCTL_SWEEP_PARAMS"])
+lr = float(sys.argv[1].split("=", 1)[1])
+assert lr == params["lr"], (lr, params)
+run = gpuplane.init()
+for step in range(1, 31):
+    run.log({"loss": (lr - 0.3) ** 2 + 1.0 / step}, step=step)
+    time.sleep(0.1)
+run.finish()
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grid_sweep_prunes_poor_trials_survives_a_server_kill_and_finds_the_optimum() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, token, agent_tokens) = ServerProcess::bootstrap(dir.path(), 1).await;
+    let mut server = ServerProcess::start(&data, &[]).await;
+    let api = server.api(&token);
+    let _agent = AgentProcess::start(dir.path(), &server.url, "box", &agent_tokens[0]);
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("trial.py"), TRIAL).unwrap();
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/python");
+    let lrs: Vec<f64> = (0..10).map(|i| i as f64 / 10.0).collect();
+    let file = json!({
+        "name": "lr-grid",
+        "method": "grid",
+        "metric": {"name": "loss", "goal": "minimize"},
+        "parameters": {"lr": {"values": lrs}},
+        "max_concurrent": 4,
+        "early_terminate": {"type": "asha", "min_step": 3, "eta": 3},
+        "job": {
+            "command": ["python3", "trial.py", "--lr=${lr}"],
+            "working_dir": work,
+            "env": {"PYTHONPATH": sdk},
+            "resources": {"gpu": 1},
+        },
+    });
+    let home = tempfile::tempdir().unwrap();
+    let sweep_file = home.path().join("sweep.json");
+    std::fs::write(&sweep_file, file.to_string()).unwrap();
+    let created = gpuctl::json(&gpuctl::succeeds(
+        home.path(),
+        (&server.url, &token),
+        &["sweep", "create", "--json", "-f", sweep_file.to_str().unwrap()],
+    ));
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // Killed once a few trials have started; started again on the same data.
+    let started = Instant::now();
+    loop {
+        let (_, shown) = api.get(&format!("/sweeps/{id}")).await.unwrap();
+        if shown["trials"].as_array().is_some_and(|t| t.len() >= 5) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{shown}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server.kill();
+    assert_eq!(server.integrity_check().await, "ok");
+    server.restart().await;
+
+    let finished = loop {
+        let (_, shown) = api.get(&format!("/sweeps/{id}")).await.unwrap();
+        if shown["state"] == "FINISHED" {
+            break shown;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "{shown:#}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let trials = finished["trials"].as_array().unwrap();
+    // Each grid value once: nothing proposed twice, nothing lost.
+    let numbers: Vec<u64> = trials.iter().map(|t| t["number"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, (0..10).collect::<Vec<u64>>(), "{finished:#}");
+    let tried: BTreeSet<String> = trials.iter().map(|t| t["params"]["lr"].to_string()).collect();
+    assert_eq!(tried.len(), 10, "{finished:#}");
+    assert_eq!(finished["reason"], "all 10 trials ended");
+    // The best finished, at lr 0.3; the worst were stopped early, as
+    // CANCELLED with SWEEP_PRUNED, before their last step.
+    let best = &finished["best"];
+    assert_eq!(best["params"]["lr"], json!(0.3), "{finished:#}");
+    assert_eq!(best["state"], "SUCCEEDED");
+    assert_eq!(best["step"], json!(30));
+    let pruned: Vec<&Value> = trials
+        .iter()
+        .filter(|t| t["failure_reason"] == "SWEEP_PRUNED")
+        .collect();
+    assert!(!pruned.is_empty(), "{finished:#}");
+    for trial in &pruned {
+        assert_eq!(trial["state"], "CANCELLED");
+        assert!(trial["step"].as_u64().unwrap() < 30, "{trial}");
+        assert!(!trial["rungs"].as_array().unwrap().is_empty(), "{trial}");
+        let job_id = trial["job_id"].as_str().unwrap();
+        let (_, job) = api.get(&format!("/jobs/{job_id}")).await.unwrap();
+        assert!(
+            job["failure_detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("stopped early at step"),
+            "{job}"
+        );
+    }
+    let worst = trials.iter().find(|t| t["params"]["lr"] == json!(0.9)).unwrap();
+    assert_eq!(worst["failure_reason"], "SWEEP_PRUNED", "{finished:#}");
+    assert_eq!(
+        finished["trial_states"]["PRUNED"].as_u64(),
+        Some(pruned.len() as u64)
+    );
+
+    let shown = gpuctl::stdout(&gpuctl::succeeds(
+        home.path(),
+        (&server.url, &token),
+        &["sweep", "show", &id],
+    ));
+    assert!(shown.contains("FINISHED (all 10 trials ended)"), "{shown}");
+    assert!(shown.contains("lr=0.3"), "{shown}");
+    assert!(shown.contains("PRUNED"), "{shown}");
+}
+
+/// The manual's example sweep (docs/src/use/sweep), as a new user runs it:
+/// `gpuctl sweep create -f sweep.yaml` in the folder of `train.py`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_manuals_example_sweep_runs_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, token, agent_tokens) = ServerProcess::bootstrap(dir.path(), 1).await;
+    let server = ServerProcess::start(&data, &[]).await;
+    let api = server.api(&token);
+    let _agent = AgentProcess::start(dir.path(), &server.url, "box", &agent_tokens[0]);
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/use/sweep");
+    let folder = dir.path().join("sweep");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::copy(format!("{example}/train.py"), folder.join("train.py")).unwrap();
+    // The SDK from this checkout, where a user has it installed.
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/python");
+    let file = std::fs::read_to_string(format!("{example}/sweep.yaml")).unwrap();
+    assert!(
+        file.trim_end().ends_with("gpu: 1"),
+        "job: is the file's last section"
+    );
+    let file = format!("{}\n  env:\n    PYTHONPATH: {sdk}\n", file.trim_end());
+    std::fs::write(folder.join("sweep.yaml"), file).unwrap();
+
+    let home = tempfile::tempdir().unwrap();
+    let created = gpuctl::stdout(&gpuctl::succeeds(
+        home.path(),
+        (&server.url, &token),
+        &[
+            "sweep",
+            "create",
+            "-f",
+            folder.join("sweep.yaml").to_str().unwrap(),
+            "--max-trials",
+            "6",
+        ],
+    ));
+    assert!(
+        created.contains(&format!("Trials run train.py in {}", folder.display())),
+        "{created}"
+    );
+    let id = created.split_whitespace().nth(2).unwrap().to_string();
+    assert!(id.starts_with("swp_"), "{created}");
+    let started = Instant::now();
+    let finished = loop {
+        let (_, shown) = api.get(&format!("/sweeps/{id}")).await.unwrap();
+        if shown["state"] == "FINISHED" {
+            break shown;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{shown:#}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let trials = finished["trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 6, "{finished:#}");
+    for trial in trials {
+        assert!(
+            ["SUCCEEDED", "CANCELLED"].contains(&trial["state"].as_str().unwrap()),
+            "{trial}"
+        );
+    }
+    let best = &finished["best"];
+    assert_eq!(best["state"], "SUCCEEDED", "{finished:#}");
+    let shown = gpuctl::stdout(&gpuctl::succeeds(
+        home.path(),
+        (&server.url, &token),
+        &["sweep", "list"],
+    ));
+    assert!(shown.contains(&id) && shown.contains("FINISHED"), "{shown}");
+}
