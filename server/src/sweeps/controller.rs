@@ -414,7 +414,7 @@ async fn propose(
                 break;
             }
         };
-        trials::insert(
+        let inserted = trials::insert(
             &server.db,
             &server.secret,
             &row.id,
@@ -423,7 +423,13 @@ async fn propose(
             &params,
             creator.as_deref(),
         )
-        .await?;
+        .await;
+        match inserted {
+            Ok(_) => {}
+            // Paused or stopped since this look began: no more trials now.
+            Err(Error::Conflict(_)) => break,
+            Err(error) => return Err(error),
+        }
         made += 1;
         observed.push(Observed {
             number,

@@ -283,7 +283,11 @@ pub async fn act(db: &Db, id: &str, action: SweepAction, by: &str) -> Result<Vec
         (SweepAction::Resume, _) => (SweepState::Running, None),
         (SweepAction::Stop, _) => (SweepState::Stopped, Some(format!("stopped by {by}"))),
     };
-    set_state(db, id, to, reason.as_deref()).await?;
+    if !set_state(db, id, to, reason.as_deref()).await? {
+        return Err(Error::Conflict(format!(
+            "sweep {id} ended meanwhile: create a new one"
+        )));
+    }
     let mut stopping = Vec::new();
     if to == SweepState::Stopped {
         for trial in trials(db, id).await?.iter().filter(|t| t.open()) {
@@ -300,28 +304,33 @@ pub async fn act(db: &Db, id: &str, action: SweepAction, by: &str) -> Result<Vec
     Ok(stopping)
 }
 
-/// Moves a sweep to `state` (with why); an ended one keeps its end time.
+/// Moves an open sweep to `state` (with why); returns false, changing
+/// nothing, when it has ended meanwhile: an ended sweep stays as it ended.
+/// A writer's transaction, so it and a trial's insert (`trials::insert`,
+/// which needs the sweep RUNNING) happen one after the other.
 pub(super) async fn set_state(
     db: &Db,
     id: &str,
     state: SweepState,
     reason: Option<&str>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let now = now_ms();
     let ended = state.is_terminal().then_some(now);
-    sql!(db, |pool| {
+    let mut tx = crate::store::write(db).await?;
+    let changed = sql!(tx, |conn| {
         sqlx::query(
-            "UPDATE sweeps SET state = $1, reason = $2, updated_at = $3, ended_at = coalesce(ended_at, $4)
-             WHERE id = $5",
+            "UPDATE sweeps SET state = $1, reason = $2, updated_at = $3, ended_at = $4
+             WHERE id = $5 AND state IN ('RUNNING', 'PAUSED')",
         )
         .bind(state.as_str())
         .bind(reason)
         .bind(now)
         .bind(ended)
         .bind(id)
-        .execute(pool)
+        .execute(conn)
         .await
-        .map(|_| ())
+        .map(|done| done.rows_affected())
     })?;
-    Ok(())
+    tx.commit().await?;
+    Ok(changed > 0)
 }

@@ -87,7 +87,8 @@ pub fn spec_of(
 
 /// Stores trial `number` of a sweep: its job (submitted by `user_id`), its
 /// run's config and its row, in one transaction. Fails with a conflict
-/// when the trial exists already.
+/// when the trial exists already or the sweep is no longer RUNNING (paused
+/// or stopped since the controller looked: no trial outlives a stop).
 pub async fn insert(
     db: &Db,
     secret: &SecretKey,
@@ -98,6 +99,18 @@ pub async fn insert(
     user_id: Option<&str>,
 ) -> Result<String, Error> {
     let mut tx = crate::store::write(db).await?;
+    let state: Option<String> = sql!(tx, |conn| {
+        sqlx::query_scalar("SELECT state FROM sweeps WHERE id = $1")
+            .bind(sweep_id)
+            .fetch_optional(conn)
+            .await
+    })?;
+    if state.as_deref() != Some("RUNNING") {
+        return Err(Error::Conflict(format!(
+            "sweep {sweep_id} is {}: no new trial",
+            state.as_deref().unwrap_or("gone")
+        )));
+    }
     let taken: Option<i64> = sql!(tx, |conn| {
         sqlx::query_scalar("SELECT number FROM sweep_trials WHERE sweep_id = $1 AND number = $2")
             .bind(sweep_id)

@@ -212,3 +212,48 @@ async fn the_manuals_example_sweep_runs_as_written() {
     ));
     assert!(shown.contains(&id) && shown.contains("FINISHED"), "{shown}");
 }
+
+/// Failed trials are recorded and the sweep goes on, until `max_failures`
+/// of them have failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sweep_goes_on_past_failed_trials_until_max_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, token, agent_tokens) = ServerProcess::bootstrap(dir.path(), 1).await;
+    let server = ServerProcess::start(&data, &[]).await;
+    let api = server.api(&token);
+    let _agent = AgentProcess::start(dir.path(), &server.url, "box", &agent_tokens[0]);
+    // Odd values fail, even ones succeed: in grid order 1, 2, 3, 4, 5, 6.
+    let file = json!({
+        "method": "grid",
+        "metric": {"name": "loss"},
+        "parameters": {"n": {"values": [1, 2, 3, 4, 5, 6]}},
+        "max_failures": 3,
+        "job": {"command": ["sh", "-c", "exit $(( ${n} % 2 ))"]},
+    });
+    let (status, created) = api.post("/sweeps", &file).await.unwrap();
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let started = Instant::now();
+    let failed = loop {
+        let (_, shown) = api.get(&format!("/sweeps/{id}")).await.unwrap();
+        if shown["state"] == "FAILED" {
+            break shown;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{shown:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(failed["reason"], "3 trials failed (max_failures 3)");
+    assert_eq!(failed["trial_states"]["FAILED"], json!(3), "{failed:#}");
+    // The sweep went on past the first two failures: the even trials ran.
+    assert!(
+        failed["trial_states"]["SUCCEEDED"].as_u64().unwrap() >= 2,
+        "{failed:#}"
+    );
+    for trial in failed["trials"].as_array().unwrap() {
+        let odd = trial["params"]["n"].as_i64().unwrap() % 2 == 1;
+        if trial["state"] == "FAILED" {
+            assert!(odd, "{trial}");
+            assert_eq!(trial["failure_reason"], "EXIT_CODE");
+        }
+    }
+}

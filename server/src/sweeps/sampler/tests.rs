@@ -103,6 +103,9 @@ fn tpe_beats_random_search_on_a_known_function_within_the_same_budget() {
         values[values.len() / 2]
     };
     let (tpe_median, random_median) = (median(&mut tpe), median(&mut random));
+    eprintln!(
+        "50 trials, 20 seeds: median best {tpe_median:.5} (TPE), {random_median:.5} (random); TPE won {wins}"
+    );
     assert!(
         tpe_median * 2.0 <= random_median && wins >= 15,
         "TPE median best {tpe_median:.5}, random {random_median:.5}; TPE won {wins} of 20"
