@@ -627,6 +627,16 @@ pub async fn retry(
     Ok(())
 }
 
+/// The id of a job's run.
+pub async fn run_of(conn: &mut Tx, job_id: &str) -> Result<String, Error> {
+    Ok(sql!(conn, |conn| {
+        sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
+            .bind(job_id)
+            .fetch_one(conn)
+            .await
+    })?)
+}
+
 pub async fn current_status(conn: &mut Tx, job_id: &str) -> Result<JobStatus, Error> {
     let status: Option<String> = sql!(conn, |conn| {
         sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")

@@ -328,12 +328,7 @@ pub async fn submit(
     crate::jobs::store::check_references(db, spec, principal).await?;
     let mut tx = crate::store::write(db).await?;
     let job_id = crate::jobs::store::insert(&mut tx, secret, spec, principal.user_id.as_deref()).await?;
-    let run_id: String = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-            .bind(&job_id)
-            .fetch_one(conn)
-            .await
-    })?;
+    let run_id = crate::jobs::store::run_of(&mut tx, &job_id).await?;
     crate::runs::details::update_config(&mut tx, &run_id, config).await?;
     crate::jobs::store::insert_folder(&mut tx, &job_id, folder).await?;
     tx.commit().await?;

@@ -124,12 +124,7 @@ pub async fn insert(
         )));
     }
     let job_id = crate::jobs::store::insert(&mut tx, secret, spec, user_id).await?;
-    let run_id: String = sql!(tx, |conn| {
-        sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-            .bind(&job_id)
-            .fetch_one(conn)
-            .await
-    })?;
+    let run_id = crate::jobs::store::run_of(&mut tx, &job_id).await?;
     crate::runs::details::update_config(&mut tx, &run_id, params).await?;
     let params_json = serde_json::to_string(params).map_err(anyhow::Error::from)?;
     sql!(tx, |conn| {

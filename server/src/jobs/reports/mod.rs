@@ -178,12 +178,12 @@ async fn apply_item(
             step,
             ..
         } => {
-            let run_id = run_of(conn, job_id).await?;
+            let run_id = crate::jobs::store::run_of(conn, job_id).await?;
             checkpoints::record(conn, &run_id, node.node_id, path, *size, *modified, *step).await?;
             Ok(false)
         }
         ReportItem::Config { config, .. } => {
-            let run_id = run_of(conn, job_id).await?;
+            let run_id = crate::jobs::store::run_of(conn, job_id).await?;
             match details::update_config(conn, &run_id, config).await {
                 Ok(()) => Ok(false),
                 // A bad key from a training script's files must not block the
@@ -585,7 +585,7 @@ async fn points_read(
             return Ok(false);
         }
     };
-    let run_id = run_of(conn, job_id).await?;
+    let run_id = crate::jobs::store::run_of(conn, job_id).await?;
     crate::metrics::store(conn, &run_id, &batch, &node.server.config.settings.loss_pattern).await?;
     Ok(true)
 }
@@ -631,13 +631,4 @@ async fn disk(
     )
     .await?;
     Ok(false)
-}
-
-async fn run_of(conn: &mut Tx, job_id: &str) -> Result<String, Error> {
-    Ok(sql!(conn, |conn| {
-        sqlx::query_scalar("SELECT run_id FROM jobs WHERE id = $1")
-            .bind(job_id)
-            .fetch_one(conn)
-            .await
-    })?)
 }
