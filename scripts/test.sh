@@ -128,8 +128,8 @@ cargo build --locked -p gpuplane-server -p gpuplane-agent -p gpuctl
 step "docs: commands, config keys and paths named in the docs exist"
 python3 scripts/check-docs.py --bin-dir "${CARGO_TARGET_DIR:-target}/debug"
 
-step "pytest (the Python SDK, MCP through the official client, the mlflow and wandb clients, alerts to real receivers, and Schemathesis, against the real server)"
-.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/mlflow testkit/wandb testkit/alerts testkit/fuzz
+step "pytest (the Python SDK, MCP through the official client, the mlflow and wandb clients, a sweep of trials logging through both judged as Optuna judges, alerts to real receivers, and Schemathesis, against the real server)"
+.venv/bin/python -m pytest -q sdk/python/tests testkit/mcp testkit/mlflow testkit/wandb testkit/sweeps testkit/alerts testkit/fuzz
 
 step "browser tests (Playwright, headless Chromium)"
 (cd end2end && npx playwright test)

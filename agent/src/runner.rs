@@ -37,8 +37,9 @@ fn shipped(dispatch: &Dispatch) -> bool {
 /// (`GPUCTL_WORK_DIR`), the job's folder kept across its attempts here
 /// (`GPUCTL_JOB_DIR`), the experiment folder shipped with it
 /// (`GPUCTL_EXP_DIR`), the attempt's token for the mlflow client when the
-/// server set it up (`MLFLOW_TRACKING_TOKEN`), `WANDB_MODE=offline` and
-/// `WANDB_DIR` when the spec asks for W&B offline, and for an evaluation
+/// server set it up (`MLFLOW_TRACKING_TOKEN`), `WANDB_MODE=offline`,
+/// `WANDB_DIR` and a flush every second (unless the job sets its own) when
+/// the spec asks for W&B offline, and for an evaluation
 /// `GPUCTL_EVAL_OUTPUT`.
 pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = dispatch.spec.env.clone().into_iter().collect();
@@ -83,6 +84,11 @@ pub fn job_env(dispatch: &Dispatch, attempt_dir: &Path) -> Vec<(String, String)>
         env.retain(|(key, _)| key != WANDB_MODE && key != WANDB_DIR);
         env.push((WANDB_MODE.to_string(), "offline".to_string()));
         env.push((WANDB_DIR.to_string(), dir.display().to_string()));
+        // The package writes its file every 15 s unless told; every second,
+        // the run page and a sweep's early stopping follow it live.
+        if !env.iter().any(|(key, _)| key == WANDB_FLUSH_INTERVAL) {
+            env.push((WANDB_FLUSH_INTERVAL.to_string(), "1".to_string()));
+        }
     }
     if dispatch.spec.kind == JobKind::Evaluate {
         env.push((
@@ -145,6 +151,8 @@ pub fn read_eval_result(attempt_dir: &Path) -> ResultFile {
 const EVAL_OUTPUT: &str = "GPUCTL_EVAL_OUTPUT";
 const WANDB_MODE: &str = "WANDB_MODE";
 const WANDB_DIR: &str = "WANDB_DIR";
+/// The `wandb` package's `x_transaction_log_flush_interval` (seconds).
+const WANDB_FLUSH_INTERVAL: &str = "WANDB__TRANSACTION_LOG_FLUSH_INTERVAL";
 const SPOOL_DIR: &str = "GPUCTL_SPOOL_DIR";
 /// The job's working directory (`GPUCTL_EXP_DIR` for an experiment's job
 /// whose recipe names none).

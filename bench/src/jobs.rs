@@ -14,10 +14,12 @@ use gpuplane_api::job::{Dependency, JobStatus};
 use gpuplane_api::job::{JobSpec, Runner};
 use gpuplane_api::log::LogStream;
 use gpuplane_api::project::NodePolicy;
+use gpuplane_server::identity::access::Principal;
 use gpuplane_server::jobs::dependencies::{Verdict, verdict};
 use gpuplane_server::jobs::fair_share::{self, Usage};
 use gpuplane_server::jobs::node_access::NodeAccess;
 use gpuplane_server::jobs::plan::{NodeCapacity, QueuedJob, Quota, Quotas, Rules, RunningAttempt, plan};
+use gpuplane_server::store::Db;
 use gpuplane_testkit::{simulated_gpu, start_server_with};
 use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet};
@@ -267,29 +269,8 @@ async fn scheduling_pass() -> anyhow::Result<()> {
     let server = start_server_with(dir.path(), |config| config.settings.cpu_slots_per_node = 4).await;
     let state = server.state.clone();
     let jobs = state.jobs();
-    let user = gpuplane_server::admin::create_user(&state.db, "bench", "bench-password", true).await?;
-    let user = gpuplane_server::identity::access::Principal {
-        user_id: Some(user),
-        user_name: Some("bench".into()),
-        is_admin: true,
-        project: None,
-    };
-    let mut tx = gpuplane_server::store::write(&state.db).await?;
-    for i in 0..node_count {
-        let hello = AgentHello {
-            name: format!("n{i:04}"),
-            hostname: format!("n{i:04}"),
-            labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 4))]),
-            gpus: (0..8).map(simulated_gpu).collect(),
-            agent_version: "bench".into(),
-            attempts: Vec::new(),
-            runners: Some(vec![gpuplane_api::job::Runner::Process]),
-            isolation: None,
-            advertise_addr: None,
-        };
-        gpuplane_server::nodes::register(&mut tx, &hello, None).await?;
-    }
-    tx.commit().await?;
+    let user = bench_admin(&state.db).await?;
+    register_nodes(&state.db, node_count).await?;
     // Fill every GPU and cpu slot first, so the 10,000 jobs all stay queued.
     let fillers = node_count * 8 / 8 + node_count * 4;
     for i in 0..fillers {
@@ -359,6 +340,38 @@ async fn scheduling_pass() -> anyhow::Result<()> {
         percentile(&steady, 0.5),
     );
     server.stop().await?;
+    Ok(())
+}
+
+/// An admin user for the benchmark's submissions.
+pub async fn bench_admin(db: &Db) -> anyhow::Result<Principal> {
+    let user = gpuplane_server::admin::create_user(db, "bench", "bench-password", true).await?;
+    Ok(Principal {
+        user_id: Some(user),
+        user_name: Some("bench".into()),
+        is_admin: true,
+        project: None,
+    })
+}
+
+/// Registers `count` nodes of 8 simulated GPUs (`n0000`, …, in zones z0–z3).
+pub async fn register_nodes(db: &Db, count: usize) -> anyhow::Result<()> {
+    let mut tx = gpuplane_server::store::write(db).await?;
+    for i in 0..count {
+        let hello = AgentHello {
+            name: format!("n{i:04}"),
+            hostname: format!("n{i:04}"),
+            labels: BTreeMap::from([("zone".to_string(), format!("z{}", i % 4))]),
+            gpus: (0..8).map(simulated_gpu).collect(),
+            agent_version: "bench".into(),
+            attempts: Vec::new(),
+            runners: Some(vec![gpuplane_api::job::Runner::Process]),
+            isolation: None,
+            advertise_addr: None,
+        };
+        gpuplane_server::nodes::register(&mut tx, &hello, None).await?;
+    }
+    tx.commit().await?;
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! `cargo run --release -p gpuplane-bench -- [jobs|metrics|console|compare|runs|telemetry|storage [FILE]|scale|cluster|slurm|all|tfevents FILE]`: measures and prints.
+//! `cargo run --release -p gpuplane-bench -- [jobs|sweeps|metrics|console|compare|runs|telemetry|storage [FILE]|scale|cluster|slurm|all|tfevents FILE]`: measures and prints.
 //! `gpuplane-bench report [--smoke] [--repeat N] [--peers PYTHON] [--out DIR]`
 //! runs them all with the peers and writes the report (see `report.rs`;
 //! `bench/report.sh` is the documented way).
@@ -15,6 +15,7 @@ mod process;
 mod telemetry;
 mod metrics;
 mod jobs;
+mod sweeps;
 mod runs;
 mod scale;
 mod storage;
@@ -25,6 +26,7 @@ mod slurm;
 /// Every suite of the report, in order.
 async fn report_suites() -> anyhow::Result<()> {
     jobs::run().await?;
+    sweeps::run().await?;
     metrics::run().await?;
     scale::run().await?;
     storage::run(None).await?;
@@ -65,6 +67,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     match which.as_str() {
         "jobs" => runtime.block_on(jobs::run()),
+        "sweeps" => runtime.block_on(sweeps::run()),
         "metrics" => runtime.block_on(metrics::run()),
         "console" => runtime.block_on(console::run()),
         "compare" => runtime.block_on(console::compare()),
@@ -89,6 +92,7 @@ fn main() -> anyhow::Result<()> {
         }
         "all" => runtime.block_on(async {
             jobs::run().await?;
+            sweeps::run().await?;
             metrics::run().await?;
             console::run().await?;
             runs::run().await?;
@@ -96,7 +100,7 @@ fn main() -> anyhow::Result<()> {
             storage::run(None).await
         }),
         other => anyhow::bail!(
-            "unknown benchmark `{other}`; expected jobs, metrics, console, compare, runs, telemetry, storage, scale, cluster, report or all"
+            "unknown benchmark `{other}`; expected jobs, sweeps, metrics, console, compare, runs, telemetry, storage, scale, cluster, report or all"
         ),
     }
 }

@@ -156,6 +156,16 @@ const SECTIONS: &[(&str, &[Row])] = &[
         ],
     ),
     (
+        "Sweep controller (1,000 trials running at once)",
+        &[
+            row("sweeps.decisions", &[], ""),
+            row("sweeps.look", &[], ""),
+            row("sweeps.proposals", &[], ""),
+            row("sweeps.pass_alone", &[], ""),
+            row("sweeps.pass_beside", &[], ""),
+        ],
+    ),
+    (
         "Logs",
         &[
             row("logs.ingest", &[], ""),

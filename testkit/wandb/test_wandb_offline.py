@@ -19,6 +19,8 @@ from gpuplane_testkit import Server, free_port  # noqa: E402
 TRAIN = textwrap.dedent("""
     import math, os, time, wandb
     assert os.environ["WANDB_MODE"] == "offline", os.environ.get("WANDB_MODE")
+    # The package writes its file every second, not every 15 s.
+    assert os.environ["WANDB__TRANSACTION_LOG_FLUSH_INTERVAL"] == "1"
     run = wandb.init(project="demo", config={"lr": 0.1, "model": {"layers": 4}})
     for step in range(40):
         run.log({"train/loss": math.nan if step == 13 else 1.0 / (step + 1), "eval": {"acc": step / 40},

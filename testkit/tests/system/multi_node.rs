@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// The two agents of these tests: `n1` at 127.0.0.1, `n2` at 127.0.0.2.
-fn two_agents(cluster: &Cluster) -> (Agent, Agent) {
+pub(crate) fn two_agents(cluster: &Cluster) -> (Agent, Agent) {
     let first = cluster.agent("n1", 1, &["--advertise-addr", "127.0.0.1"]);
     let second = cluster.agent("n2", 1, &["--advertise-addr", "127.0.0.2"]);
     (first, second)

@@ -3,8 +3,12 @@
 //! the poor ones (CANCELLED, SWEEP_PRUNED) while they run, the server is
 //! killed mid-sweep and comes back, and the sweep still runs each grid
 //! value exactly once and names the optimum as its best trial, in the API
-//! and in `gpuctl sweep show`.
+//! and in `gpuctl sweep show`. Also: the manual's example as written, a
+//! sweep going on past failed trials, and trials that are two-node
+//! `torchrun` jobs, one preempted and resumed with its rungs kept.
 
+use gpuplane_api::job::JobStatus;
+use gpuplane_testkit::cluster::Cluster;
 use gpuplane_testkit::gpuctl;
 use gpuplane_testkit::process::{AgentProcess, ServerProcess};
 use serde_json::{Value, json};
@@ -256,4 +260,161 @@ async fn a_sweep_goes_on_past_failed_trials_until_max_failures() {
             assert_eq!(trial["failure_reason"], "EXIT_CODE");
         }
     }
+}
+
+/// A trial that is a two-node torchrun job (Debian's torch, gloo): every
+/// step is an all-reduce of both ranks, rank 0 logs `loss` with the SDK and
+/// saves a checkpoint at step 5; an attempt that resumes goes on after the
+/// step `gpuplane.resume_step()` names.
+const TWO_NODE_TRIAL_PY: &str = r#"
+import os, sys, time
+import torch
+import torch.distributed as dist
+import gpuplane
+lr = float(sys.argv[1].split("=", 1)[1])
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+resumed = gpuplane.resume_step()
+start = resumed + 1 if resumed is not None else 0
+run = gpuplane.init() if rank == 0 else None
+for step in range(start, 20):
+    value = torch.tensor([1.0])
+    dist.all_reduce(value)
+    assert value.item() == 2.0, value
+    if rank == 0:
+        run.log({"loss": (lr - 0.3) ** 2 + 1.0 / (step + 1)}, step=step)
+        if step == 5:
+            open(os.path.join(os.environ["GPUCTL_JOB_DIR"], "step_5.pt"), "w").write("weights")
+    time.sleep(0.5 if start == 0 else 0.1)
+if rank == 0:
+    run.finish()
+    time.sleep(2)
+dist.barrier()
+"#;
+
+/// A sweep's trials may be jobs across several hosts, and a trial that is
+/// preempted keeps its rung history: the first trial (lr 0.3) runs on both
+/// agents, is preempted after its checkpoint, resumes from it on both and
+/// reaches every rung with the values it logged; the second (lr 0.9) is
+/// judged against those rungs and stopped early on both nodes at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_two_node_trial_preempted_and_resumed_keeps_its_rungs_and_the_next_is_pruned_on_both_nodes() {
+    let cluster = Cluster::start_with(|config| {
+        config.settings.preempt_priority = Some(100);
+        config.settings.preemption_grace_s = 5;
+    })
+    .await;
+    let _agents = crate::multi_node::two_agents(&cluster);
+    cluster.wait_for_nodes(2).await;
+    let work = cluster.workdir("two-node-sweep");
+    std::fs::write(work.join("train.py"), TWO_NODE_TRIAL_PY).unwrap();
+    let sdk = concat!(env!("CARGO_MANIFEST_DIR"), "/../sdk/python");
+    let (status, created) = cluster
+        .post(
+            "/sweeps",
+            json!({
+                "name": "two-node",
+                "method": "grid",
+                "metric": {"name": "loss", "goal": "minimize"},
+                "parameters": {"lr": {"values": [0.3, 0.9]}},
+                "max_concurrent": 1,
+                "early_terminate": {"type": "asha", "min_step": 2, "reduction_factor": 2},
+                "job": {
+                    "command": ["torchrun", "train.py", "--lr=${lr}"],
+                    "working_dir": work,
+                    "resources": {"gpu": 1, "nodes": 2},
+                    "env": {"PET_REDIRECTS": "1", "PET_TEE": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": sdk},
+                },
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    let first = gpuplane_testkit::eventually("the first trial", Duration::from_secs(30), || {
+        let (cluster, id) = (&cluster, &id);
+        async move {
+            let shown = sweep_of(cluster, id).await;
+            shown["trials"][0]["job_id"].as_str().map(str::to_string)
+        }
+    })
+    .await;
+    let job = cluster.job(&first).await;
+    eventually_checkpoint(&cluster, &job.run_id).await;
+    let urgent = cluster
+        .submit(
+            json!({"name": "urgent", "command": ["sleep", "1"], "resources": {"gpu": 1}, "priority": 100}),
+        )
+        .await;
+    // The rungs it reached before it was preempted.
+    let preempted = cluster
+        .wait_until(&first, "its first attempt preempted", |job| {
+            job.attempts.first().is_some_and(|a| a.ended_at.is_some())
+        })
+        .await;
+    assert_eq!(
+        preempted.attempts[0].failure_reason.map(|r| r.as_str()),
+        Some("PREEMPTED"),
+        "{preempted:?}"
+    );
+    let shown = sweep_of(&cluster, &id).await;
+    let before: Vec<f64> = serde_json::from_value(shown["trials"][0]["rungs"].clone()).unwrap();
+    assert!(!before.is_empty(), "{shown:#}");
+    cluster.wait_for(&urgent.id, JobStatus::Succeeded).await;
+
+    let finished = gpuplane_testkit::eventually("the sweep to finish", Duration::from_secs(120), || {
+        let (cluster, id) = (&cluster, &id);
+        async move {
+            let shown = sweep_of(cluster, id).await;
+            (shown["state"] == "FINISHED").then_some(shown)
+        }
+    })
+    .await;
+    let trials = finished["trials"].as_array().unwrap();
+    let (resumed, pruned) = (&trials[0], &trials[1]);
+    let job = cluster.job(&first).await;
+    assert_eq!(job.status, JobStatus::Succeeded, "{job:?}");
+    assert_eq!((job.preemptions, job.attempts.len()), (1, 2), "{job:?}");
+    assert_eq!(job.attempts[1].resume_step, Some(5), "{job:?}");
+    // Every rung (2, 4, 8, 16) once, with the value logged at its step; the
+    // rungs from before the preemption kept as they were.
+    let expected: Vec<f64> = [2.0, 4.0, 8.0, 16.0].iter().map(|s| 1.0 / (s + 1.0)).collect();
+    let rungs: Vec<f64> = serde_json::from_value(resumed["rungs"].clone()).unwrap();
+    assert_eq!(rungs, expected, "{finished:#}");
+    assert_eq!(rungs[..before.len()], before[..], "{finished:#}");
+    assert_eq!(resumed["step"], json!(19), "{finished:#}");
+    // The second trial is stopped at its first rung, on both nodes.
+    assert_eq!(pruned["failure_reason"], "SWEEP_PRUNED", "{finished:#}");
+    let job = cluster.job(pruned["job_id"].as_str().unwrap()).await;
+    assert_eq!(job.status, JobStatus::Cancelled, "{job:?}");
+    assert!(
+        job.failure_detail
+            .as_deref()
+            .unwrap_or_default()
+            .starts_with("stopped early at step 2"),
+        "{job:?}"
+    );
+    let members = &job.attempts.last().unwrap().members;
+    assert_eq!(members.len(), 2, "{job:?}");
+    assert!(
+        members.iter().all(|m| m.state == JobStatus::Cancelled),
+        "{members:?}"
+    );
+    assert_eq!(finished["best"]["params"]["lr"], json!(0.3), "{finished:#}");
+}
+
+async fn sweep_of(cluster: &Cluster, id: &str) -> Value {
+    cluster.get(&format!("/sweeps/{id}")).await.1
+}
+
+/// Waits until the run has the checkpoint of step 5.
+async fn eventually_checkpoint(cluster: &Cluster, run_id: &str) {
+    gpuplane_testkit::eventually(
+        "the checkpoint at step 5",
+        Duration::from_secs(60),
+        || async move {
+            let (_, body) = cluster.get(&format!("/runs/{run_id}/checkpoints")).await;
+            body.to_string().contains("step_5.pt").then_some(())
+        },
+    )
+    .await;
 }
