@@ -151,6 +151,8 @@ async fn judge_new_points(
         .max()
         .map(|s| s.max(0) as u64);
     let mut auto_min_step = row.auto_min_step.map(|s| s.max(0) as u64);
+    let mut fixed_min_step = None;
+    let mut changed = Vec::new();
     for i in 0..trials.len() {
         let trial = &trials[i];
         let Some(&newest) = latest.get(&trial.run_id) else {
@@ -188,7 +190,7 @@ async fn judge_new_points(
             looked.judged += 1;
             if let Some(fixed) = verdict.fixed_min_step {
                 auto_min_step = Some(fixed);
-                fix_min_step(&server.db, &row.id, fixed).await?;
+                fixed_min_step = Some(fixed);
             }
             if verdict.prune {
                 pruned = Some(step);
@@ -199,12 +201,12 @@ async fn judge_new_points(
         let trial = &mut trials[i];
         trial.rungs = serde_json::to_string(&rungs[i].rungs).map_err(anyhow::Error::from)?;
         (trial.last_step, trial.value, trial.pruned_step) = (last_step, value, pruned.or(trial.pruned_step));
-        save(&server.db, &row.id, trial).await?;
+        changed.push(i);
         if pruned.is_some() {
             looked.pruned += 1;
         }
     }
-    Ok(())
+    save(&server.db, &row.id, trials, &changed, fixed_min_step).await
 }
 
 /// The newest step of the metric in each trial's run that has it.
@@ -249,34 +251,47 @@ async fn new_points(db: &Db, run_id: &str, key: &str, from: i64, to: i64) -> Res
     Ok(points)
 }
 
-async fn save(db: &Db, sweep_id: &str, trial: &TrialRow) -> Result<(), Error> {
-    sql!(db, |pool| {
-        sqlx::query(
-            "UPDATE sweep_trials SET rungs = $1, last_step = $2, value = $3, pruned_step = $4
-             WHERE sweep_id = $5 AND number = $6",
-        )
-        .bind(&trial.rungs)
-        .bind(trial.last_step)
-        .bind(trial.value.filter(|v| !v.is_nan()))
-        .bind(trial.pruned_step)
-        .bind(sweep_id)
-        .bind(trial.number)
-        .execute(pool)
-        .await
-        .map(|_| ())
-    })?;
-    Ok(())
-}
-
-async fn fix_min_step(db: &Db, sweep_id: &str, min_step: u64) -> Result<(), Error> {
-    sql!(db, |pool| {
-        sqlx::query("UPDATE sweeps SET auto_min_step = $1 WHERE id = $2 AND auto_min_step IS NULL")
-            .bind(min_step as i64)
+/// Stores what one look learnt of the `changed` trials, and ASHA's first
+/// rung once fixed, in one short write (the points were read before it).
+async fn save(
+    db: &Db,
+    sweep_id: &str,
+    trials: &[TrialRow],
+    changed: &[usize],
+    fixed_min_step: Option<u64>,
+) -> Result<(), Error> {
+    if changed.is_empty() && fixed_min_step.is_none() {
+        return Ok(());
+    }
+    let mut tx = crate::store::write(db).await?;
+    for trial in changed.iter().map(|&i| &trials[i]) {
+        sql!(tx, |conn| {
+            sqlx::query(
+                "UPDATE sweep_trials SET rungs = $1, last_step = $2, value = $3, pruned_step = $4
+                 WHERE sweep_id = $5 AND number = $6",
+            )
+            .bind(&trial.rungs)
+            .bind(trial.last_step)
+            .bind(trial.value.filter(|v| !v.is_nan()))
+            .bind(trial.pruned_step)
             .bind(sweep_id)
-            .execute(pool)
+            .bind(trial.number)
+            .execute(conn)
             .await
             .map(|_| ())
-    })?;
+        })?;
+    }
+    if let Some(min_step) = fixed_min_step {
+        sql!(tx, |conn| {
+            sqlx::query("UPDATE sweeps SET auto_min_step = $1 WHERE id = $2 AND auto_min_step IS NULL")
+                .bind(min_step as i64)
+                .bind(sweep_id)
+                .execute(conn)
+                .await
+                .map(|_| ())
+        })?;
+    }
+    tx.commit().await?;
     Ok(())
 }
 
