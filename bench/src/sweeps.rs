@@ -6,7 +6,8 @@
 //! - decisions: every trial logs 10 steps of `loss` (and of `acc`, which
 //!   the controller does not read) between looks, as a fast training loop
 //!   logging 10 steps a second would; a look reads each trial's new points
-//!   and lets ASHA judge each one. Decisions per second = points judged /
+//!   and ASHA decides on each one (a report before the trial's next rung
+//!   goes on without being read). Decisions per second = reports logged /
 //!   time in the looks before the first rung, while all 1,000 trials log;
 //!   the looks after it go on to step 300, and a trial stopped early logs
 //!   no more (its job is cancelled);
@@ -69,19 +70,19 @@ pub async fn run() -> anyhow::Result<()> {
     let runs = run_ids(&state, &admin, &sweep_id).await?;
     // Every trial logs until the first rung (step 30, the third look);
     // from then on ASHA stops most of them.
-    let (mut judged_all, mut pruned, mut all_ms) = (0, 0, Vec::new());
+    let (mut decided, mut pruned, mut all_ms) = (0, 0, Vec::new());
     for round in 0..looks {
-        log_round(&state, &sweep_id, &runs, round).await?;
+        let reports = log_round(&state, &sweep_id, &runs, round).await?;
         let started = Instant::now();
         let one = controller::look(&server).await?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         if round < FULL_LOOKS {
-            judged_all += one.judged;
+            decided += reports;
             all_ms.push(ms);
         }
         pruned += one.pruned;
     }
-    let decisions_per_s = judged_all as f64 / (all_ms.iter().sum::<f64>() / 1000.0);
+    let decisions_per_s = decided as f64 / (all_ms.iter().sum::<f64>() / 1000.0);
     all_ms.sort_by(f64::total_cmp);
     let look_ms = percentile(&all_ms, 0.5);
     println!(
@@ -188,13 +189,14 @@ async fn run_ids(state: &AppState, admin: &Principal, sweep_id: &str) -> anyhow:
 }
 
 /// Every trial not stopped early logs its next `STEPS_PER_LOOK` steps of
-/// `loss` and `acc`, all at once, as through the ingest route.
+/// `loss` and `acc`, all at once, as through the ingest route; returns the
+/// reports of `loss` logged, each one the controller decides on.
 async fn log_round(
     state: &AppState,
     sweep_id: &str,
     runs: &[(String, f64)],
     round: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<usize> {
     let pruned = controller_pruned(&state.db, sweep_id).await?;
     let mut sends = tokio::task::JoinSet::new();
     for (run_id, lr) in runs {
@@ -219,10 +221,11 @@ async fn log_round(
         let run_id = run_id.clone();
         sends.spawn(async move { writer.store((run_id, prepared)).await });
     }
+    let reports = sends.len() * STEPS_PER_LOOK as usize;
     while let Some(sent) = sends.join_next().await {
         sent??;
     }
-    Ok(())
+    Ok(reports)
 }
 
 /// The runs of trials the controller stopped early (their jobs may still

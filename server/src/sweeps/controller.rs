@@ -1,9 +1,13 @@
 //! The sweep controller, run by the leading server only: every second, for
 //! each open sweep, it
 //!
-//! 1. reads the metric's new points of each trial in step order and, for
-//!    running trials, lets the pruner judge each (a stopped trial's job is
-//!    cancelled with reason `SWEEP_PRUNED`, so its GPUs go to the next);
+//! 1. reads each trial's newest value of the metric and, for an open
+//!    trial (running, or queued again after a preemption: what its last
+//!    attempt logged still counts) that passed its next rung, its points
+//!    from that rung on, in step order, for the pruner to judge (a report
+//!    before a rung is judged "go on" without being read; a stopped trial's
+//!    job is cancelled with reason `SWEEP_PRUNED`, so its GPUs go to the
+//!    next);
 //! 2. ends the sweep when a trial reached the metric's `target`, when
 //!    `max_failures` trials failed, or when every trial of its budget ended;
 //! 3. while it runs, proposes new trials: up to `max_concurrent` open at
@@ -42,7 +46,7 @@ const MAX_POINTS_PER_LOOK: usize = 100_000;
 /// What one look did, summed over the sweeps.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Looked {
-    /// Metric points judged by the pruner.
+    /// Metric points the pruner judged (at or past a trial's next rung).
     pub judged: usize,
     /// Trials stopped early.
     pub pruned: usize,
@@ -126,7 +130,7 @@ async fn look_at(server: &Handles, id: &str) -> Result<Looked, Error> {
 }
 
 /// Reads each trial's new points of the metric and, when `judge`, lets
-/// the pruner judge those of running trials.
+/// the pruner judge those of open trials.
 async fn judge_new_points(
     server: &Handles,
     row: &SweepRow,
@@ -155,27 +159,50 @@ async fn judge_new_points(
     let mut changed = Vec::new();
     for i in 0..trials.len() {
         let trial = &trials[i];
-        let Some(&newest) = latest.get(&trial.run_id) else {
+        let Some(&(newest, newest_value)) = latest.get(&trial.run_id) else {
             continue;
         };
         if trial.last_step.is_some_and(|s| s >= newest) {
             continue;
         }
-        let from = trial.last_step.map_or(i64::MIN, |s| s + 1);
-        let points = new_points(&server.db, &trial.run_id, &metric.name, from, newest).await?;
         let judging = checked.early_stop.filter(|_| {
-            judge
-                && trial.status == "RUNNING"
-                && trial.cancel_requested_at.is_none()
-                && trial.pruned_step.is_none()
+            judge && trial.open() && trial.cancel_requested_at.is_none() && trial.pruned_step.is_none()
         });
+        // Reports before the trial's next rung are judged "go on" without
+        // being read: only those from the rung on are.
+        let mut read_from = None;
+        if let Some(stop) = judging.as_ref() {
+            let sweep = pruner::Sweep {
+                key: &row.id,
+                goal: metric.goal,
+                trials: &rungs,
+                auto_min_step,
+                longest_finished,
+            };
+            let next = pruner::next_rung(stop, &sweep, &rungs[i]);
+            if let Some(fixed) = next.fixed_min_step {
+                auto_min_step = Some(fixed);
+                fixed_min_step = Some(fixed);
+            }
+            let from = trial.last_step.map_or(i64::MIN, |s| s + 1);
+            read_from = next
+                .step
+                .and_then(|step| i64::try_from(step).ok())
+                .filter(|&step| step <= newest)
+                .map(|step| step.max(from));
+        }
+        let points = match read_from {
+            Some(from) => new_points(&server.db, &trial.run_id, &metric.name, from, newest).await?,
+            None => Vec::new(),
+        };
         let mut mine = rungs[i].clone();
-        let (mut last_step, mut value, mut pruned) = (trial.last_step, trial.value, None);
+        let mut judged_up_to = trial.last_step;
+        let mut pruned = None;
         for (step, point) in points {
-            if last_step.is_some_and(|s| step <= s) {
+            if judged_up_to.is_some_and(|s| step <= s) {
                 continue; // A repeated step keeps its first value, as Optuna's report does.
             }
-            (last_step, value) = (Some(step), Some(point));
+            judged_up_to = Some(step);
             let Some(stop) = judging.as_ref() else {
                 continue;
             };
@@ -193,14 +220,18 @@ async fn judge_new_points(
                 fixed_min_step = Some(fixed);
             }
             if verdict.prune {
-                pruned = Some(step);
+                pruned = Some((step, point));
                 break;
             }
         }
+        // A stopped trial keeps the step and value it was stopped at; any
+        // other, the metric's newest.
+        let (last_step, value) = pruned.unwrap_or((newest, newest_value));
         rungs[i] = mine;
         let trial = &mut trials[i];
         trial.rungs = serde_json::to_string(&rungs[i].rungs).map_err(anyhow::Error::from)?;
-        (trial.last_step, trial.value, trial.pruned_step) = (last_step, value, pruned.or(trial.pruned_step));
+        (trial.last_step, trial.value) = (Some(last_step), Some(value));
+        trial.pruned_step = pruned.map(|(step, _)| step).or(trial.pruned_step);
         changed.push(i);
         if pruned.is_some() {
             looked.pruned += 1;
@@ -209,17 +240,18 @@ async fn judge_new_points(
     save(&server.db, &row.id, trials, &changed, fixed_min_step).await
 }
 
-/// The newest step of the metric in each trial's run that has it.
-async fn latest_steps(db: &Db, key: &str, trials: &[TrialRow]) -> Result<HashMap<String, i64>, Error> {
+/// The newest step of the metric in each trial's run that has it, with
+/// its value.
+async fn latest_steps(db: &Db, key: &str, trials: &[TrialRow]) -> Result<HashMap<String, (i64, f64)>, Error> {
     if trials.is_empty() {
         return Ok(HashMap::new());
     }
     let run_ids: Vec<&str> = trials.iter().map(|t| t.run_id.as_str()).collect();
     let run_ids = serde_json::to_string(&run_ids).map_err(anyhow::Error::from)?;
     let listed = db.dialect().json_values("$2");
-    let rows: Vec<(String, i64)> = sql!(db, |pool| {
+    let rows: Vec<(String, i64, i64)> = sql!(db, |pool| {
         sqlx::query_as(&format!(
-            "SELECT run_id, latest_step FROM metric_series
+            "SELECT run_id, latest_step, latest_bits FROM metric_series
              WHERE key = $1 AND run_id IN (SELECT value FROM {listed})"
         ))
         .bind(key)
@@ -227,7 +259,10 @@ async fn latest_steps(db: &Db, key: &str, trials: &[TrialRow]) -> Result<HashMap
         .fetch_all(pool)
         .await
     })?;
-    Ok(rows.into_iter().collect())
+    Ok(rows
+        .into_iter()
+        .map(|(run_id, step, bits)| (run_id, (step, f64::from_bits(bits as u64))))
+        .collect())
 }
 
 /// A run's points of `key` from step `from` to `to`, in step order.

@@ -51,38 +51,46 @@ pub struct Verdict {
     pub fixed_min_step: Option<u64>,
 }
 
-/// Judges `trial`'s latest report, `value` at `step` (its highest step so
-/// far), recording the rungs it reaches in `trial.rungs`.
-pub fn judge(stop: &EarlyStop, sweep: &Sweep<'_>, trial: &mut TrialRungs, step: u64, value: f64) -> Verdict {
-    let mut verdict = Verdict {
-        prune: false,
-        fixed_min_step: None,
-    };
-    let (min_step, eta, rate, bootstrap, bracket) = match *stop {
+/// The rungs one trial climbs: where they are and whom it meets there.
+struct Ladder {
+    min_step: u64,
+    eta: u32,
+    /// ASHA's `min_early_stopping_rate`, or the trial's Hyperband bracket.
+    rate: u32,
+    bootstrap: u32,
+    /// Hyperband's brackets: a trial competes only within its own.
+    brackets: Option<Brackets>,
+}
+
+/// Trial `number`'s ladder, and ASHA's automatic first rung when this
+/// fixes it; no ladder while nothing can be judged (an automatic first
+/// rung before any trial finished).
+fn ladder(stop: &EarlyStop, sweep: &Sweep<'_>, number: u64) -> (Option<Ladder>, Option<u64>) {
+    match *stop {
         EarlyStop::Asha {
             min_step,
             reduction_factor,
             min_early_stopping_rate,
             bootstrap_count,
         } => {
-            let min_step = match min_step.or(sweep.auto_min_step) {
-                Some(min_step) => min_step,
+            let (min_step, fixed) = match min_step.or(sweep.auto_min_step) {
+                Some(min_step) => (min_step, None),
                 None => match sweep.longest_finished {
                     Some(longest) => {
                         let fixed = (longest / 100).max(1);
-                        verdict.fixed_min_step = Some(fixed);
-                        fixed
+                        (fixed, Some(fixed))
                     }
-                    None => return verdict,
+                    None => return (None, None),
                 },
             };
-            (
+            let ladder = Ladder {
                 min_step,
-                reduction_factor,
-                min_early_stopping_rate,
-                bootstrap_count,
-                None,
-            )
+                eta: reduction_factor,
+                rate: min_early_stopping_rate,
+                bootstrap: bootstrap_count,
+                brackets: None,
+            };
+            (Some(ladder), fixed)
         }
         EarlyStop::Hyperband {
             min_step,
@@ -91,15 +99,48 @@ pub fn judge(stop: &EarlyStop, sweep: &Sweep<'_>, trial: &mut TrialRungs, step: 
             bootstrap_count,
         } => {
             let brackets = Brackets::new(min_step, max_step, reduction_factor);
-            let bracket = brackets.of(sweep.key, trial.number);
-            (
+            let ladder = Ladder {
                 min_step,
-                reduction_factor,
-                bracket,
-                bootstrap_count,
-                Some(brackets),
-            )
+                eta: reduction_factor,
+                rate: brackets.of(sweep.key, number),
+                bootstrap: bootstrap_count,
+                brackets: Some(brackets),
+            };
+            (Some(ladder), None)
         }
+    }
+}
+
+/// Where a report of `trial` can next change anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NextRung {
+    /// The step of its next rung: a report before it is judged "go on"
+    /// without being looked at. None while no report can be judged.
+    pub step: Option<u64>,
+    /// ASHA's automatic first rung, if it was fixed by asking.
+    pub fixed_min_step: Option<u64>,
+}
+
+/// Where `trial`'s next rung is, so that only the reports from there on
+/// need reading: judging those alone decides as judging every one would.
+pub fn next_rung(stop: &EarlyStop, sweep: &Sweep<'_>, trial: &TrialRungs) -> NextRung {
+    let (ladder, fixed_min_step) = ladder(stop, sweep, trial.number);
+    NextRung {
+        step: ladder.and_then(|l| rung_step(l.min_step, l.eta, l.rate, trial.rungs.len())),
+        fixed_min_step,
+    }
+}
+
+/// Judges `trial`'s latest report, `value` at `step` (its highest step so
+/// far), recording the rungs it reaches in `trial.rungs`.
+pub fn judge(stop: &EarlyStop, sweep: &Sweep<'_>, trial: &mut TrialRungs, step: u64, value: f64) -> Verdict {
+    let (ladder, fixed_min_step) = ladder(stop, sweep, trial.number);
+    let mut verdict = Verdict {
+        prune: false,
+        fixed_min_step,
+    };
+    let Some(ladder) = ladder else {
+        return verdict;
     };
     let competitors = |rung: usize| -> Vec<f64> {
         sweep
@@ -107,16 +148,17 @@ pub fn judge(stop: &EarlyStop, sweep: &Sweep<'_>, trial: &mut TrialRungs, step: 
             .iter()
             .filter(|other| other.number != trial.number)
             .filter(|other| {
-                bracket
+                ladder
+                    .brackets
                     .as_ref()
-                    .is_none_or(|b| b.of(sweep.key, other.number) == rate)
+                    .is_none_or(|b| b.of(sweep.key, other.number) == ladder.rate)
             })
             .filter_map(|other| other.rungs.get(rung).copied())
             .collect()
     };
     loop {
         let rung = trial.rungs.len();
-        let Some(rung_step) = rung_step(min_step, eta, rate, rung) else {
+        let Some(rung_step) = rung_step(ladder.min_step, ladder.eta, ladder.rate, rung) else {
             return verdict;
         };
         if step < rung_step {
@@ -129,7 +171,9 @@ pub fn judge(stop: &EarlyStop, sweep: &Sweep<'_>, trial: &mut TrialRungs, step: 
         trial.rungs.push(value);
         let mut competing = competitors(rung);
         competing.push(value);
-        if competing.len() <= bootstrap as usize || !promotable(value, competing, eta, sweep.goal) {
+        if competing.len() <= ladder.bootstrap as usize
+            || !promotable(value, competing, ladder.eta, sweep.goal)
+        {
             verdict.prune = true;
             return verdict;
         }
@@ -261,6 +305,88 @@ mod tests {
         assert_eq!(verdict.fixed_min_step, Some(12));
         // Rungs at 12, 36, 108 and 324 are behind step 500.
         assert_eq!(trial.rungs, vec![1.0; 4]);
+    }
+
+    #[test]
+    fn judging_only_the_reports_from_the_next_rung_on_decides_as_judging_every_one() {
+        use rand::{Rng, SeedableRng};
+        let stops = [
+            asha(3, 3),
+            EarlyStop::Asha {
+                min_step: None,
+                reduction_factor: 2,
+                min_early_stopping_rate: 1,
+                bootstrap_count: 2,
+            },
+            EarlyStop::Hyperband {
+                min_step: 2,
+                max_step: 60,
+                reduction_factor: 3,
+                bootstrap_count: 0,
+            },
+        ];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for stop in &stops {
+            for _ in 0..200 {
+                let others: Vec<TrialRungs> = (0..rng.random_range(0..12))
+                    .map(|n| TrialRungs {
+                        number: n,
+                        rungs: (0..rng.random_range(0..5)).map(|_| rng.random::<f64>()).collect(),
+                    })
+                    .collect();
+                let sweep = Sweep {
+                    key: "swp_same",
+                    goal: if rng.random() { Goal::Min } else { Goal::Max },
+                    trials: &others,
+                    auto_min_step: None,
+                    longest_finished: rng.random_bool(0.7).then(|| rng.random_range(1..2_000)),
+                };
+                let reports: Vec<(u64, f64)> = (1..rng.random_range(2..150))
+                    .map(|step| {
+                        (
+                            step,
+                            if rng.random_bool(0.02) {
+                                f64::NAN
+                            } else {
+                                rng.random()
+                            },
+                        )
+                    })
+                    .collect();
+                let number = 100;
+                // Every report judged, in order.
+                let mut every = TrialRungs {
+                    number,
+                    rungs: vec![],
+                };
+                let stopped_every = reports
+                    .iter()
+                    .find(|(step, value)| judge(stop, &sweep, &mut every, *step, *value).prune)
+                    .map(|(step, _)| *step);
+                // In looks of a few reports each, only those from the next rung on.
+                let mut skipping = TrialRungs {
+                    number,
+                    rungs: vec![],
+                };
+                let mut stopped_skipping = None;
+                for look in reports.chunks(rng.random_range(1..20)) {
+                    let next = next_rung(stop, &sweep, &skipping).step;
+                    if let Some((step, _)) = look
+                        .iter()
+                        .filter(|(step, _)| next.is_some_and(|n| *step >= n))
+                        .find(|(step, value)| judge(stop, &sweep, &mut skipping, *step, *value).prune)
+                    {
+                        stopped_skipping = Some(*step);
+                        break;
+                    }
+                }
+                assert_eq!(
+                    (stopped_skipping, &skipping.rungs),
+                    (stopped_every, &every.rungs),
+                    "{stop:?}"
+                );
+            }
+        }
     }
 
     #[test]
