@@ -5,6 +5,7 @@ import json
 import math
 import os
 import queue
+import signal
 import threading
 import time
 import uuid
@@ -32,6 +33,34 @@ MAX_NAME_LEN = 200
 MAX_ALERT_TITLE = 200
 MAX_ALERT_TEXT = 4000
 ALERT_LEVELS = ("info", "warning", "critical")
+
+
+def _flush_on_sigterm(run):
+    """A job is stopped (cancelled, preempted, out of time) with SIGTERM,
+    which Python's default answers by dying without its exit handlers: the
+    points of the last second would be lost, and a resumed job would miss
+    them. The run sends what it holds first (at most 5 s), then the process
+    ends as SIGTERM would have ended it, or the script's own handler (one
+    installed before ``init``) runs. Only from the main thread, and not
+    when SIGTERM is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN or previous is None:
+        return
+
+    def flush_then_stop(signum, frame):
+        try:
+            run.flush(timeout=5.0)
+        except Exception:  # noqa: BLE001 - stopping matters more than the flush
+            pass
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, flush_then_stop)
 
 
 def flatten_config(values, prefix=""):
@@ -147,6 +176,7 @@ class Run:
         self._thread = threading.Thread(target=self._loop, name="gpuplane-sender", daemon=True)
         self._thread.start()
         atexit.register(self.finish)
+        _flush_on_sigterm(self)
 
     def _resume(self):
         """Checks that this token can write the run, goes on after its highest

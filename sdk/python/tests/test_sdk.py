@@ -362,3 +362,25 @@ def test_history_of_more_points_than_asked_is_buckets_and_says_so(server, monkey
             assert "buckets" in str(error)
         else:
             raise AssertionError("values of buckets must not pass for points")
+
+
+def test_points_logged_just_before_sigterm_are_sent_and_the_process_still_ends_by_it(server):
+    """Jobs are stopped with SIGTERM (cancel, preemption, time limit): what
+    the script logged in its last second reaches the server first."""
+    import signal
+    import subprocess
+    script = (
+        "import os, signal, sys, gpuplane\n"
+        "run = gpuplane.init(project='default', name='stopped', server=sys.argv[1], token=sys.argv[2])\n"
+        "print(run.run_id, flush=True)\n"
+        "for step in range(50):\n"
+        "    run.log({'train/loss': 1.0 / (step + 1)}, step=step)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "signal.pause()\n"
+    )
+    sdk = os.path.dirname(os.path.dirname(os.path.abspath(gpuplane.__file__)))
+    done = subprocess.run([sys.executable, "-c", script, server.url, server.token], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": sdk}, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    run_id = done.stdout.split()[0]
+    assert series(server, run_id, "train/loss") == [(s, 1.0 / (s + 1)) for s in range(50)]

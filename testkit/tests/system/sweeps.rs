@@ -384,7 +384,18 @@ async fn a_two_node_trial_preempted_and_resumed_keeps_its_rungs_and_the_next_is_
     assert_eq!(resumed["step"], json!(19), "{finished:#}");
     // The second trial is stopped at its first rung, on both nodes.
     assert_eq!(pruned["failure_reason"], "SWEEP_PRUNED", "{finished:#}");
-    let job = cluster.job(pruned["job_id"].as_str().unwrap()).await;
+    // The job ends with its first member's exit; the other follows within seconds.
+    let job = cluster
+        .wait_until(
+            pruned["job_id"].as_str().unwrap(),
+            "both members stopped",
+            |job| {
+                job.attempts
+                    .last()
+                    .is_some_and(|a| a.members.iter().all(|m| m.ended_at.is_some()))
+            },
+        )
+        .await;
     assert_eq!(job.status, JobStatus::Cancelled, "{job:?}");
     assert!(
         job.failure_detail
