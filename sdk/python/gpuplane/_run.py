@@ -39,10 +39,11 @@ def _flush_on_sigterm(run):
     """A job is stopped (cancelled, preempted, out of time) with SIGTERM,
     which Python's default answers by dying without its exit handlers: the
     points of the last second would be lost, and a resumed job would miss
-    them. The run sends what it holds first (at most 5 s), then the process
-    ends as SIGTERM would have ended it, or the script's own handler (one
-    installed before ``init``) runs. Only from the main thread, and not
-    when SIGTERM is ignored."""
+    them. The run sends what it holds first (at most 5 s, from another
+    thread, so a lock the interrupted code holds can delay it but not hang
+    it), then the process ends as SIGTERM would have ended it, or the
+    script's own handler (one installed before ``init``) runs. Only from the main thread, and not when SIGTERM is
+    ignored."""
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
@@ -50,10 +51,11 @@ def _flush_on_sigterm(run):
         return
 
     def flush_then_stop(signum, frame):
-        try:
-            run.flush(timeout=5.0)
-        except Exception:  # noqa: BLE001 - stopping matters more than the flush
-            pass
+        # From another thread: this one may have been stopped inside the
+        # queue's lock, which the flush needs.
+        flusher = threading.Thread(target=run.flush, kwargs={"timeout": 5.0}, daemon=True)
+        flusher.start()
+        flusher.join(5.0)
         if callable(previous):
             previous(signum, frame)
             return

@@ -384,3 +384,12 @@ def test_points_logged_just_before_sigterm_are_sent_and_the_process_still_ends_b
     assert done.returncode == -signal.SIGTERM, done.stderr
     run_id = done.stdout.split()[0]
     assert series(server, run_id, "train/loss") == [(s, 1.0 / (s + 1)) for s in range(50)]
+
+    # A handler the script installed first still runs, after the flush.
+    own = script.replace("import os, signal, sys, gpuplane\n",
+                         "import os, signal, sys, gpuplane\n"
+                         "signal.signal(signal.SIGTERM, lambda *_: (print('saved', flush=True), sys.exit(3)))\n")
+    done = subprocess.run([sys.executable, "-c", own, server.url, server.token], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": sdk}, timeout=60)
+    assert done.returncode == 3 and done.stdout.split()[1] == "saved", (done.stdout, done.stderr)
+    assert len(series(server, done.stdout.split()[0], "train/loss")) == 50
