@@ -131,12 +131,14 @@ async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_
     let done = maintain(db, now + 2 * day, retention).await.unwrap();
     assert!(done.downsampled_points >= utilization.len(), "{done:?}");
     let (_, aged) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
-    // A minute's mean is over all the GPU's samples in it: when the job's
-    // few seconds straddle a minute boundary, the minute it began in may
-    // hold mostly the idle samples from before it started.
+    // A minute's mean is over all the GPU's samples in it, the idle ones
+    // from before the job started and after it ended too: 6 busy seconds
+    // share a minute with at most the seconds since the agent started
+    // (more than the job's own on a loaded machine, as on CI under the
+    // PostgreSQL run) and until now. Idle reads 0 %: a fifth is the load.
     let minutes = values(&aged, "utilization_percent", Some(busy_gpu));
     assert!(minutes.len() <= 2, "{minutes:?}");
-    assert!(minutes.iter().any(|&minute| minute > 50.0), "{minutes:?}");
+    assert!(minutes.iter().any(|&minute| minute > 20.0), "{minutes:?}");
     maintain(db, now + 60 * day, retention).await.unwrap();
     let (_, gone) = cluster.get(&format!("/runs/{}/system", busy.run_id)).await;
     assert!(
