@@ -42,8 +42,8 @@ def _flush_on_sigterm(run):
     them. The run sends what it holds first (at most 5 s, from another
     thread, so a lock the interrupted code holds can delay it but not hang
     it), then the process ends as SIGTERM would have ended it, or the
-    script's own handler (one installed before ``init``) runs. Only from the main thread, and not when SIGTERM is
-    ignored."""
+    script's own handler (one installed before ``init``) runs. Only from
+    the main thread, and not when SIGTERM is ignored."""
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
