@@ -170,16 +170,17 @@ async fn judge_new_points(
         });
         // Reports before the trial's next rung are judged "go on" without
         // being read: only those from the rung on are.
+        // The sweep as the pruner sees it, with the first rung known so far.
+        let sweep = |auto_min_step| pruner::Sweep {
+            key: &row.id,
+            goal: metric.goal,
+            trials: &rungs,
+            auto_min_step,
+            longest_finished,
+        };
         let mut read_from = None;
         if let Some(stop) = judging.as_ref() {
-            let sweep = pruner::Sweep {
-                key: &row.id,
-                goal: metric.goal,
-                trials: &rungs,
-                auto_min_step,
-                longest_finished,
-            };
-            let next = pruner::next_rung(stop, &sweep, &rungs[i]);
+            let next = pruner::next_rung(stop, &sweep(auto_min_step), &rungs[i]);
             if let Some(fixed) = next.fixed_min_step {
                 auto_min_step = Some(fixed);
                 fixed_min_step = Some(fixed);
@@ -206,14 +207,7 @@ async fn judge_new_points(
             let Some(stop) = judging.as_ref() else {
                 continue;
             };
-            let sweep = pruner::Sweep {
-                key: &row.id,
-                goal: metric.goal,
-                trials: &rungs,
-                auto_min_step,
-                longest_finished,
-            };
-            let verdict = pruner::judge(stop, &sweep, &mut mine, step.max(0) as u64, point);
+            let verdict = pruner::judge(stop, &sweep(auto_min_step), &mut mine, step.max(0) as u64, point);
             looked.judged += 1;
             if let Some(fixed) = verdict.fixed_min_step {
                 auto_min_step = Some(fixed);
