@@ -215,14 +215,15 @@ sys.exit(3)
     cluster
         .wait_for(created["job_id"].as_str().unwrap(), JobStatus::Succeeded)
         .await;
-    // A job on two nodes: its members, one per node.
-    let mut second = cluster.agent("box2", 1, &[]);
+    // A job on two nodes: its members, one per node. The second agent stays
+    // up to the end: a job placed on it after a kill would wait out the
+    // server's heartbeat and end LOST.
+    let _second = cluster.agent("box2", 1, &[]);
     cluster.wait_for_nodes(2).await;
     let pair = cluster
         .submit(json!({"name": "pair", "command": sh("echo rank $GPUCTL_NODE_RANK"), "resources": {"gpu": 1, "nodes": 2}}))
         .await;
     cluster.wait_for(&pair.id, JobStatus::Succeeded).await;
-    second.kill();
     // A job array of two tasks.
     let array = cluster
         .submit(json!({"name": "tasks", "command": sh("echo task $GPUCTL_ARRAY_INDEX"), "array": "0-1%1"}))
