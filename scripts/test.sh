@@ -80,6 +80,9 @@ fi
 lean_missing=()
 [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/slurmctld ] || lean_missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || lean_missing+=(munge)
+# Prometheus: the operations tests start one that scrapes a server and an
+# agent and answer PromQL about jobs that ran (testkit/src/prometheus.rs).
+[ -x /usr/bin/prometheus ] || lean_missing+=(prometheus)
 # Debian's PyTorch (CPU, gloo): the multi-node tests run real torchrun
 # (testkit/tests/system/multi_node.rs) with it: the system Python, whatever
 # python3 is first on PATH (pyenv, a venv). PyPI's wheel would pull in CUDA.

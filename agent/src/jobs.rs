@@ -67,6 +67,7 @@ struct Handle {
     /// cancel for it, not take it for a dispatch never received.
     in_slurm: Arc<AtomicBool>,
     gpus: Vec<u32>,
+    project: String,
 }
 
 /// A running job's process group and GPUs, for telemetry.
@@ -75,6 +76,8 @@ pub struct RunningProcess {
     pub attempt: AttemptRef,
     pub process_group: u32,
     pub gpus: Vec<u32>,
+    /// Its job's project (a label of its GPUs' series on `--metrics-addr`).
+    pub project: String,
 }
 
 enum Message {
@@ -173,6 +176,7 @@ impl Manager {
                     attempt: key.clone(),
                     process_group,
                     gpus: handle.gpus.clone(),
+                    project: handle.project.clone(),
                 })
             })
             .collect()
@@ -395,6 +399,7 @@ impl Manager {
                 process: process.clone(),
                 in_slurm: in_slurm.clone(),
                 gpus: dispatch.gpus.clone(),
+                project: dispatch.spec.project.clone(),
             },
         );
         let manager = self.clone();

@@ -17,6 +17,7 @@ pub mod slurm;
 pub mod spool;
 pub mod tail;
 pub mod telemetry;
+pub mod exporter;
 pub mod watch;
 
 use anyhow::Context;
@@ -84,6 +85,12 @@ pub struct Args {
     /// Simulate N GPUs instead of asking NVML (development and CI).
     #[arg(long, env = "GPUPLANE_FAKE_GPUS", value_name = "N")]
     pub fake_gpus: Option<u32>,
+
+    /// Serve this host's GPUs for Prometheus at http://ADDR/metrics, under
+    /// dcgm-exporter's names (no token: bind an address only the scraper
+    /// reaches). Off by default.
+    #[arg(long, env = "GPUPLANE_METRICS_ADDR", value_name = "HOST:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 
     /// Where job output and state live (default: ~/.gpuctl/jobs).
     #[arg(long, env = "GPUPLANE_JOBS_DIR", value_name = "DIR")]
@@ -274,6 +281,24 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         let client = client.clone();
         tokio::spawn(async move { reporter.run(&client).await })
     };
+    let exporter = match args.metrics_addr {
+        Some(address) => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .with_context(|| format!("--metrics-addr: cannot listen on {address}"))?;
+            let exporter = Arc::new(exporter::Exporter::new(hostname.clone(), probe.read()));
+            tracing::info!("serving GPU metrics at http://{}/metrics", listener.local_addr()?);
+            if args.telemetry_interval <= 0.0 {
+                tracing::warn!("--telemetry-interval 0: --metrics-addr shows no GPU readings");
+            }
+            Some((
+                exporter.clone(),
+                tokio::spawn(exporter::serve(listener, exporter)),
+            ))
+        }
+        None => None,
+    };
+    let published = exporter.as_ref().map(|(exporter, _)| exporter.clone());
     let sampler = (args.telemetry_interval > 0.0).then(|| {
         let interval = Duration::from_secs_f64(args.telemetry_interval.max(0.1));
         tokio::spawn(telemetry::run(
@@ -283,6 +308,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
             client.clone(),
             interval,
             jobs_dir.clone(),
+            published.clone(),
         ))
     });
     let hello = |gpus| AgentHello {
@@ -307,6 +333,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 Err(error) => return error,
             };
             connected.store(true, Ordering::Relaxed);
+            if let Some(exporter) = &published {
+                exporter.connected.store(true, Ordering::Relaxed);
+            }
             tracing::info!(
                 node_id = welcome.node_id,
                 server_id = welcome.server_id,
@@ -326,6 +355,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
                 break Ok(());
             }
         };
+        if let Some(exporter) = &published {
+            exporter.connected.store(false, Ordering::Relaxed);
+        }
         match error {
             ClientError::Refused { .. } => break Err(error.into()),
             ClientError::UnknownNode => {
@@ -352,6 +384,9 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
     sender.abort();
     if let Some(sampler) = sampler {
         sampler.abort();
+    }
+    if let Some((_, scrapes)) = exporter {
+        scrapes.abort();
     }
     result
 }

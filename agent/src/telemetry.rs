@@ -5,6 +5,7 @@
 //! taken yet wait in memory, at most [`MAX_WAITING`] (the oldest go first).
 
 use crate::client::{Client, ClientError};
+use crate::exporter::{Exporter, Reading};
 use crate::gpus::{FaultQueue, GpuProbe, SimulatedLoad};
 use crate::jobs::{Manager, RunningProcess};
 use crate::reporter::Reporter;
@@ -34,6 +35,7 @@ pub async fn run(
     client: Arc<Client>,
     interval: Duration,
     jobs_dir: PathBuf,
+    exporter: Option<Arc<Exporter>>,
 ) {
     let faults: FaultQueue = Arc::default();
     probe.watch_faults(faults.clone());
@@ -66,6 +68,16 @@ pub async fn run(
             })
         };
         let gpus = probe.sample(wall_time, load);
+        if let Some(exporter) = &exporter {
+            exporter.publish(Reading {
+                gpus: gpus.clone(),
+                running: running.clone(),
+                processes: used.clone(),
+            });
+            exporter
+                .samples_waiting
+                .store(waiting.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         if !gpus.is_empty() || !used.is_empty() {
             waiting.push_back(TelemetrySample {
                 wall_time,
@@ -256,6 +268,7 @@ mod tests {
             },
             process_group: child.id(),
             gpus: vec![0],
+            project: "default".into(),
         }];
         let mut reader = ProcessReader::new();
         reader.read(&running);

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 /// What a bearer token may do. `write` includes `read`; `sdk` may only ingest
-/// metrics; `agent` is held by `gpuplane-agent` processes only.
+/// metrics; `agent` is held by `gpuplane-agent` processes only; `metrics` may
+/// only scrape `GET /metrics` (a server admin's, for Prometheus).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
@@ -12,6 +13,7 @@ pub enum Scope {
     Write,
     Sdk,
     Agent,
+    Metrics,
 }
 
 impl Scope {
@@ -21,7 +23,7 @@ impl Scope {
     }
 }
 
-names!("scope", Scope { Read => "read", Write => "write", Sdk => "sdk", Agent => "agent" });
+names!("scope", Scope { Read => "read", Write => "write", Sdk => "sdk", Agent => "agent", Metrics => "metrics" });
 
 /// Who a token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,7 +72,8 @@ pub struct TokenInfo {
 #[serde(deny_unknown_fields)]
 pub struct CreateToken {
     pub name: String,
-    /// read, write or sdk; at most what the creating token may do.
+    /// read, write or sdk, at most what the creating token may do; metrics
+    /// for a server admin's `write` token.
     pub scope: Scope,
     #[serde(default)]
     pub project: Option<String>,

@@ -7,6 +7,7 @@ pub mod store;
 pub mod paging;
 pub mod http;
 pub mod wake;
+pub mod observe;
 pub mod config;
 // The domain.
 pub mod events;
@@ -26,6 +27,7 @@ pub mod sweeps;
 // What the server shares, and which replica leads.
 pub mod state;
 pub mod replicas;
+pub mod scrape;
 // The ways in: the admin commands, the HTTP API, the console, MCP, the manual.
 pub mod admin;
 pub mod api;
@@ -56,6 +58,7 @@ pub fn app(state: AppState) -> Router {
         .merge(console::router(&state, in_process))
         .merge(manual::router(&state.config.site_root))
         .merge(api::shared::router())
+        .route("/metrics", axum::routing::get(api::scrape::with_token))
         .merge(api::mlflow::router())
         .merge(api::mlflow_artifacts::router())
         .route("/login", axum::routing::post(api::sessions::login))
@@ -79,6 +82,10 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(move |request, next| {
             http::limit_body_time(body_timeout, request, next)
         }))
+        .layer(axum::middleware::from_fn_with_state(
+            state.observed.clone(),
+            observe::time_request,
+        ))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let route = request
                 .extensions()
@@ -90,10 +97,24 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// Where the server listens: `bind`, and `metrics_bind` when it is set.
+pub struct Listeners {
+    pub main: TcpListener,
+    /// Serves `GET /metrics` only, without a token (`scrape_app`).
+    pub metrics: Option<TcpListener>,
+}
+
+/// The separate listener's whole surface: `GET /metrics`, nothing else.
+fn scrape_app(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", axum::routing::get(api::scrape::unauthenticated))
+        .with_state(state)
+}
+
 /// Serves until `shutdown` completes, then drains connections for at most
 /// [`DRAIN_TIMEOUT`] and stops the background tasks.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -109,7 +130,15 @@ pub async fn serve(
     let leader = tokio::spawn(replicas::lead(state.clone(), run_once_per_database));
     let stopper = state.clone();
     let (limits, stop) = (state.config.http_limits, state.shutdown.clone());
-    let server = http::serve(listener, app(state), limits, stop);
+    let scraped = listeners.metrics.map(|listener| {
+        tokio::spawn(http::serve(
+            listener,
+            scrape_app(state.clone()),
+            limits,
+            stop.clone(),
+        ))
+    });
+    let server = http::serve(listeners.main, app(state), limits, stop);
     tokio::pin!(server);
     tokio::select! {
         () = &mut server => {},
@@ -122,6 +151,9 @@ pub async fn serve(
         }
     }
     stopper.begin_shutdown();
+    if let Some(scraped) = scraped {
+        let _ = scraped.await;
+    }
     let _ = leader.await;
     let _ = heartbeats.await;
     if let Some(listener) = wakes_from_replicas {
@@ -268,10 +300,10 @@ impl Drop for RunningServer {
 /// serves in the background.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     config::prepare_data_dir(&config.data_dir)?;
-    let (listener, state) = bind_and_open(config).await?;
+    let (listeners, state) = bind_and_open(config).await?;
     let url = state.config.public_url();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve(listener, state.clone(), async move {
+    let task = tokio::spawn(serve(listeners, state.clone(), async move {
         let _ = stop_rx.await;
     }));
     Ok(RunningServer {
@@ -282,17 +314,31 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
 }
 
-/// Binds the listener (recording the real port) and opens the database.
-async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(TcpListener, AppState)> {
+/// Binds the listeners (recording the real ports) and opens the database.
+async fn bind_and_open(mut config: ServerConfig) -> anyhow::Result<(Listeners, AppState)> {
     let listener = TcpListener::bind(config.settings.bind)
         .await
         .with_context(|| format!("cannot listen on {}", config.settings.bind))?;
     config.settings.bind = listener.local_addr()?;
+    let metrics = match config.settings.metrics_bind {
+        Some(address) => {
+            let listener = TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on metrics_bind {address}"))?;
+            config.settings.metrics_bind = Some(listener.local_addr()?);
+            Some(listener)
+        }
+        None => None,
+    };
     let db = store::open_configured(&config.data_dir, config.settings.database_url.as_deref()).await?;
     let secret = identity::secrets::SecretKey::load_or_create(&config.data_dir)?;
     let artifacts = mlflow::artifacts::ArtifactStore::open(&config.artifact_location)
         .with_context(|| format!("cannot open the artifact store {}", config.artifact_location))?;
-    Ok((listener, AppState::new(db, config, secret, artifacts)))
+    let listeners = Listeners {
+        main: listener,
+        metrics,
+    };
+    Ok((listeners, AppState::new(db, config, secret, artifacts)))
 }
 
 /// What `gpuplane-server` does with its command line.
@@ -326,7 +372,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             config::prepare_data_dir(&data_dir)?;
             let file = config::load_file(cli.config.as_deref(), &data_dir)?;
             let config = ServerConfig::resolve(data_dir, file.overlaid(*args)?)?;
-            let (listener, state) = bind_and_open(config).await?;
+            let (listeners, state) = bind_and_open(config).await?;
             let limits = state.config.http_limits;
             match http::raise_open_file_limit() {
                 Some(files) if (files as usize) < limits.max_connections + 256 => tracing::warn!(
@@ -343,6 +389,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 "GPUPlane server listening on http://{}",
                 state.config.settings.bind
             );
+            if let Some(address) = state.config.settings.metrics_bind {
+                tracing::info!(
+                    "serving GET /metrics without a token on http://{address}/metrics (metrics_bind)"
+                );
+            }
             if !console::EMBEDDED.is_empty() {
                 tracing::info!(
                     files = console::EMBEDDED.len(),
@@ -356,7 +407,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             } else {
                 tracing::info!(site_root = %state.config.site_root.display(), "serving the console's files from the site root");
             }
-            serve(listener, state, shutdown).await
+            serve(listeners, state, shutdown).await
         }
     }
 }

@@ -58,6 +58,8 @@ pub struct Shared {
     pub run_alert_limiter: Arc<Limiter>,
     /// Requests through share links per client address.
     pub share_view_limiter: Arc<Limiter>,
+    /// What this server counts and times, for `GET /metrics`.
+    pub observed: Arc<crate::observe::Observed>,
     /// Live streams open per user and token.
     pub streams: Arc<crate::identity::streams::StreamCounts>,
     /// The Hugging Face Hub that experiments' ids are checked against.
@@ -106,6 +108,7 @@ impl AppState {
             run_alert_limiter: Arc::new(Limiter::new(&db, "run_alert", 30, Duration::from_secs(60))),
             share_view_limiter: Arc::new(Limiter::new(&db, "share_view", 300, Duration::from_secs(60))),
             streams: Arc::default(),
+            observed: Arc::default(),
             heartbeats: Arc::new(Heartbeats::new(db.clone(), wakes.clone())),
             telemetry_writer: crate::nodes::telemetry::start_writer(db.clone()),
             metric_writer: crate::metrics::group::start(db.clone(), config.settings.loss_pattern.clone()),
@@ -134,6 +137,7 @@ impl AppState {
             secret: self.secret.clone(),
             wakes: self.wakes.clone(),
             agents: self.agents.clone(),
+            observed: self.observed.clone(),
             window_clock_offset_ms: self.window_clock_offset_ms.clone(),
         }
     }
@@ -156,6 +160,12 @@ impl AppState {
 impl FromRef<AppState> for LeptosOptions {
     fn from_ref(state: &AppState) -> Self {
         state.leptos.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<crate::observe::Observed> {
+    fn from_ref(state: &AppState) -> Self {
+        state.observed.clone()
     }
 }
 

@@ -4,7 +4,8 @@
 //! HTTP client that speaks `/api/v1`), and [`cluster::Cluster`] — the
 //! server plus real agent processes running real jobs, and
 //! [`process::ServerProcess`] — the server binary as a process to kill, and
-//! [`postgres::Postgres`] — a real PostgreSQL server of its own. No mocks.
+//! [`postgres::Postgres`] — a real PostgreSQL server of its own, and
+//! [`prometheus::Prometheus`] — Debian's Prometheus scraping them. No mocks.
 //!
 //! The cross-process system tests (scheduling, diagnosis, gpuctl against
 //! real agents, faults) are this crate's own tests, in `tests/system/`.
@@ -29,6 +30,7 @@ pub mod hub;
 pub mod netcut;
 pub mod postgres;
 pub mod process;
+pub mod prometheus;
 pub mod slurm;
 
 pub use http::TestServer;
@@ -184,4 +186,20 @@ pub fn simulated_gpu(index: u32) -> Gpu {
         utilization_percent: Some(0),
         temperature_c: None,
     }
+}
+
+/// Whether the tests run as root (the daemons they start then run as
+/// their own users, through `runuser`).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A TCP port free on 127.0.0.1 at this moment.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }

@@ -5,6 +5,7 @@
 //! with anything. Each caller of [`Postgres::fresh_database`] gets its own
 //! empty database. The server stops when the value is dropped.
 
+use crate::is_root;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -214,9 +215,4 @@ fn bin_dir() -> PathBuf {
         .max()
         .map(|version| PathBuf::from(format!("/usr/lib/postgresql/{version}/bin")))
         .expect("no version under /usr/lib/postgresql")
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
 }

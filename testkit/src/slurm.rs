@@ -12,6 +12,7 @@
 //! [`Slurm::env`] to every process that runs them. Everything stops when
 //! the value is dropped.
 
+use crate::{free_port, is_root};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -270,11 +271,6 @@ impl Drop for Slurm {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn set_mode(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -288,12 +284,4 @@ fn give(path: &Path, user: &str) {
         .status()
         .unwrap();
     assert!(status.success(), "chown {user} {}", path.display());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }

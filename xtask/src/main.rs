@@ -20,7 +20,8 @@
 //!    `GPUPLANE_EMBED_SITE` pointing there, so the server carries the
 //!    console inside it (`server/build.rs`);
 //! 3. `gpuplane-VERSION-ARCH-linux/` with `bin/` (the binaries stripped of
-//!    their symbols), the systemd units, the container recipe and
+//!    their symbols), the systemd units, the container recipe, the
+//!    Prometheus scrape config and Grafana dashboard (`monitoring/`) and
 //!    `SHA256SUMS`, then its `.tar.gz` and the tarball's own `.sha256`.
 //!
 //! `cargo xtask layers`: the server's and the bench's modules import only
@@ -220,6 +221,7 @@ fn dist(release: bool) -> anyhow::Result<()> {
         }
     }
     copy_dir(&root.join("dist/systemd"), &package.join("systemd"))?;
+    copy_dir(&root.join("dist/monitoring"), &package.join("monitoring"))?;
     std::fs::copy(root.join("dist/container/Dockerfile"), package.join("Dockerfile"))?;
     std::fs::copy(
         root.join("dist/container/compose.yaml"),

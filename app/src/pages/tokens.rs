@@ -34,7 +34,8 @@ pub fn Tokens() -> impl IntoView {
                     <select name="scope">
                         <option value="read">"read"</option>
                         <option value="write">"write"</option>
-                        <option value="sdk">"sdk (metrics only)"</option>
+                        <option value="sdk">"sdk (logs a run's metrics only)"</option>
+                        <option value="metrics">"metrics (Prometheus scrape; server admins)"</option>
                     </select>
                 </label>
                 <label>"Project (optional)" <input name="project" placeholder="all my projects" /></label>

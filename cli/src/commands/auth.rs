@@ -222,7 +222,7 @@ pub enum TokenCommand {
     Create {
         #[arg(long)]
         name: String,
-        /// read, write or sdk.
+        /// read, write or sdk; metrics (a server admin's, for Prometheus's scrape).
         #[arg(long)]
         scope: Scope,
         /// Limit it to one project.

@@ -79,6 +79,8 @@ pub async fn poll(
     ApiJson(mut poll): ApiJson<Poll>,
 ) -> Result<Json<PollAnswer>, ApiError> {
     require_own_node(&state, &auth.caller, &poll.node_id).await?;
+    // Counted as a connected agent while it waits (`/metrics`).
+    let _open = state.observed.open_poll();
     dispatch::forgotten(&jobs, &poll.node_id, &poll.forgotten).await?;
     // Written with other nodes' heartbeats within a moment (`nodes::heartbeats`).
     state

@@ -63,8 +63,10 @@ pub async fn ingest(
     // there are cores; stored with the batches of other requests waiting at
     // the same moment, in one transaction (`metrics::group`).
     let prepared = batch.prepare()?;
+    let bytes = prepared.encoded_bytes() as u64;
     let result = state.metric_writer.store((run_id, prepared)).await?;
     if !result.duplicate {
+        state.observed.ingested(result.accepted, bytes);
         state.wakes.wake(crate::wake::Wake::Events);
     }
     Ok(Json(result))

@@ -28,6 +28,7 @@ pub mod projects;
 mod quotas;
 mod recipes;
 mod runs;
+pub mod scrape;
 pub mod sessions;
 pub mod shared;
 mod shares;

@@ -212,6 +212,11 @@ settings! {
         #[arg(long, env = "GPUPLANE_DATABASE_URL", value_name = "URL", hide_env_values = true)]
         database_url: String,
 
+        /// A second address that serves only `GET /metrics`, without a token, for a
+        /// Prometheus inside the network (unset: `/metrics` on `bind` with a `metrics` token only).
+        #[arg(long, env = "GPUPLANE_METRICS_BIND", value_name = "HOST:PORT")]
+        metrics_bind: SocketAddr,
+
         /// URL users and jobs reach this server at (default: http://BIND).
         #[arg(long, env = "GPUPLANE_PUBLIC_URL", value_name = "URL")]
         public_url: String,

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 #[derive(Default)]
 pub struct StreamCounts {
     open: Mutex<HashMap<String, u32>>,
+    /// Streams open on this server, all callers together (`/metrics`).
+    total: std::sync::atomic::AtomicU32,
 }
 
 /// One open stream; dropping it (the stream ended or the client left) frees its place.
@@ -20,6 +22,9 @@ pub struct StreamPermit {
 
 impl Drop for StreamPermit {
     fn drop(&mut self) {
+        self.counts
+            .total
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         let mut open = self.counts.open.lock().unwrap_or_else(|e| e.into_inner());
         for key in &self.keys {
             if let Some(count) = open.get_mut(key) {
@@ -33,6 +38,11 @@ impl Drop for StreamPermit {
 }
 
 impl StreamCounts {
+    /// Streams open now, all callers together.
+    pub fn open(&self) -> u32 {
+        self.total.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A place for one more stream of `caller`, or 429 when its user or its
     /// token already holds `max`.
     pub fn acquire(self: &Arc<Self>, caller: &Caller, max: u32) -> Result<StreamPermit, Error> {
@@ -58,6 +68,7 @@ impl StreamCounts {
         for key in &keys {
             *open.entry(key.clone()).or_insert(0) += 1;
         }
+        self.total.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(StreamPermit {
             counts: self.clone(),
             keys,

@@ -84,6 +84,19 @@ pub async fn create(
             "scope",
             "agent tokens are made with `gpuplane-server admin create-agent-token`".into(),
         );
+    } else if request.scope == Scope::Metrics {
+        // What `/metrics` shows spans every project: a server admin's to give.
+        if !(principal.is_server_admin() && ceiling == Scope::Write) {
+            bad(
+                "scope",
+                "metrics tokens are made by a server admin with a write token".into(),
+            );
+        } else if request.project.is_some() {
+            bad(
+                "project",
+                "a metrics token covers the whole server; it takes no project".into(),
+            );
+        }
     } else if !ceiling.grants(request.scope) && request.scope != Scope::Sdk {
         bad(
             "scope",

@@ -59,6 +59,8 @@ pub struct Handles {
     pub secret: SecretKey,
     pub wakes: Wakes,
     pub agents: Arc<AgentLink>,
+    /// What `/metrics` shows of passes, dispatches and starts.
+    pub observed: Arc<crate::observe::Observed>,
     /// Added to the time scheduling windows are judged at (ms). Always 0 in
     /// service; tests move it to see a window open or close.
     pub window_clock_offset_ms: Arc<AtomicI64>,

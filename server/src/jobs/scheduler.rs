@@ -24,7 +24,10 @@ use tokio::sync::watch;
 
 pub async fn run(server: Handles, mut shutdown: watch::Receiver<bool>) {
     loop {
-        let next = match pass(&server).await {
+        let started = std::time::Instant::now();
+        let outcome = pass(&server).await;
+        server.observed.scheduling_pass(started.elapsed().as_secs_f64());
+        let next = match outcome {
             Ok(Some(wake_at)) => Duration::from_millis((wake_at - now_ms()).max(1) as u64),
             Ok(None) => Duration::from_secs(3600),
             Err(error) => {
@@ -705,6 +708,8 @@ pub async fn apply(
         })?;
     }
     tx.commit().await?;
+    // One entry per attempt placed (its rank 0's node).
+    server.observed.dispatched(dispatched_to.len());
     dispatched_to.dedup();
     for node_id in dispatched_to {
         server.wakes.wake(Wake::Agent(node_id));

@@ -56,6 +56,16 @@ impl PreparedBatch {
     pub fn points(&self) -> usize {
         self.points
     }
+
+    /// The bytes of its encoded chunks and their summaries: what storing it
+    /// adds to the store, before the database's own overhead.
+    pub fn encoded_bytes(&self) -> usize {
+        self.series
+            .iter()
+            .flat_map(|(_, chunks, _)| chunks)
+            .map(|chunk| chunk.points.len() + chunk.summaries.iter().map(Vec::len).sum::<usize>())
+            .sum()
+    }
 }
 
 /// What a batch changes in a key's summary row.

@@ -212,6 +212,8 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
     let read = user_token(db, "reader", Scope::Read, false).await;
     let sdk = user_token(db, "sdk-user", Scope::Sdk, false).await;
     let agent = agent_token(db).await;
+    // A server admin's scrape token: it must open no route but whoami.
+    let metrics = user_token(db, "scraper", Scope::Metrics, true).await;
     let (status, _, doc) = f.get("/api/v1/openapi.json", None).await;
     assert_eq!(status, StatusCode::OK);
 
@@ -276,6 +278,14 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
                     status,
                     StatusCode::FORBIDDEN,
                     "{method} {path} with a {held} token"
+                );
+            }
+            if path != "/api/v1/auth/whoami" {
+                let (status, _, _) = split(call(Some(&metrics)).await.unwrap()).await;
+                assert_eq!(
+                    status,
+                    StatusCode::FORBIDDEN,
+                    "{method} {path} with a metrics token"
                 );
             }
         }

@@ -20,6 +20,7 @@ mod mlflow;
 mod multi_node;
 mod nodes;
 mod project_rights;
+mod prometheus;
 mod recipes;
 mod schema;
 mod security;

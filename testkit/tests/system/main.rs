@@ -18,6 +18,7 @@ mod recipes;
 mod migrate;
 mod multi_node;
 mod partition;
+mod prometheus;
 mod replicas;
 mod scheduling;
 mod security;

@@ -73,8 +73,10 @@ async fn store_metrics(
     prepared: Option<metrics::PreparedBatch>,
 ) -> Result<(), MlflowError> {
     if let Some(prepared) = prepared {
+        let bytes = prepared.encoded_bytes() as u64;
         let result = state.metric_writer.store((run_id.to_string(), prepared)).await?;
         if !result.duplicate {
+            state.observed.ingested(result.accepted, bytes);
             state.wakes.wake(crate::wake::Wake::Events);
         }
     }

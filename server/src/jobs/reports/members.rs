@@ -39,7 +39,8 @@ pub(super) async fn apply_item(
             if let Some(port) = master_port {
                 members::set_master_port(conn, job_id, attempt, *port).await?;
             }
-            let attempt_started = started(conn, job_id, attempt, *pid, *time, git_commit.as_deref()).await?;
+            let attempt_started =
+                started(conn, node, job_id, attempt, *pid, *time, git_commit.as_deref()).await?;
             Ok(changed || attempt_started)
         }
         // Multi-node jobs do not run through an engine that queues them.

@@ -127,7 +127,7 @@ async fn apply_item(
             time,
             git_commit,
             ..
-        } => started(conn, job_id, attempt, *pid, *time, git_commit.as_deref()).await,
+        } => started(conn, node, job_id, attempt, *pid, *time, git_commit.as_deref()).await,
         ReportItem::Waiting { reason, .. } => waiting(conn, job_id, attempt, status, reason).await,
         ReportItem::DispatchFailed { detail, .. } if status == JobStatus::Dispatching => {
             dispatch_failed(conn, node, job_id, attempt, detail).await
@@ -233,9 +233,11 @@ async fn apply_item(
     }
 }
 
-/// The process started: the attempt and its job turn RUNNING.
+/// The process started: the attempt and its job turn RUNNING. The time
+/// since it was placed is the dispatch latency `/metrics` shows.
 async fn started(
     conn: &mut Tx,
+    node: &Reporter<'_>,
     job_id: &str,
     attempt: i64,
     pid: u32,
@@ -243,23 +245,27 @@ async fn started(
     git_commit: Option<&str>,
 ) -> Result<bool, Error> {
     let git_commit = git_commit.filter(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_hexdigit()));
-    let started = sql!(conn, |conn| {
-        sqlx::query(
+    let dispatched_at: Option<i64> = sql!(conn, |conn| {
+        sqlx::query_scalar(
             "UPDATE attempts SET status = 'RUNNING', started_at = $1, pid = $2, git_commit = $3
-         WHERE job_id = $4 AND n = $5 AND status = 'DISPATCHING'",
+         WHERE job_id = $4 AND n = $5 AND status = 'DISPATCHING'
+         RETURNING dispatched_at",
         )
         .bind(time)
         .bind(pid as i64)
         .bind(git_commit)
         .bind(job_id)
         .bind(attempt)
-        .execute(conn)
+        .fetch_optional(conn)
         .await
-        .map(|done| done.rows_affected())
     })?;
-    if started == 0 {
+    let Some(dispatched_at) = dispatched_at else {
         return Ok(false);
-    }
+    };
+    // On the server's clock: the agent's may differ.
+    node.server
+        .observed
+        .started_after((now_ms() - dispatched_at) as f64 / 1000.0);
     sql!(conn, |conn| {
         sqlx::query(
             "UPDATE jobs SET status = 'RUNNING', queued_reason = NULL, updated_at = $1
