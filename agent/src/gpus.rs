@@ -19,18 +19,26 @@ const SIMULATED_MEMORY_MIB: u64 = 81_920;
 
 pub enum GpuProbe {
     Nvml(Box<Nvml>),
-    Simulated { count: u32, node: String },
+    /// `utilization`: what a GPU a job holds reads (`--fake-gpu-util`),
+    /// instead of its job's CPU.
+    Simulated {
+        count: u32,
+        node: String,
+        utilization: Option<f64>,
+    },
     None,
 }
 
 impl GpuProbe {
-    /// Simulated GPUs when `fake_gpus` is set, else NVML if it loads, else none.
-    pub fn detect(fake_gpus: Option<u32>, node: &str) -> GpuProbe {
+    /// Simulated GPUs when `fake_gpus` is set (reading `fake_utilization`
+    /// while a job holds them, when set), else NVML if it loads, else none.
+    pub fn detect(fake_gpus: Option<u32>, fake_utilization: Option<f64>, node: &str) -> GpuProbe {
         if let Some(count) = fake_gpus {
             tracing::info!(count, "simulating GPUs (--fake-gpus); they run no CUDA code");
             return GpuProbe::Simulated {
                 count,
                 node: node.to_string(),
+                utilization: fake_utilization,
             };
         }
         match Nvml::init() {
@@ -63,7 +71,7 @@ impl GpuProbe {
     pub fn read(&self) -> Vec<Gpu> {
         match self {
             GpuProbe::Nvml(nvml) => read_nvml(nvml),
-            GpuProbe::Simulated { count, node } => (0..*count)
+            GpuProbe::Simulated { count, node, .. } => (0..*count)
                 .map(|index| Gpu {
                     index,
                     uuid: format!("GPU-SIMULATED-{node}-{index}"),
@@ -81,8 +89,9 @@ impl GpuProbe {
 }
 
 /// What a simulated GPU reads: it follows the CPU of the job that holds
-/// it (a job that computes reads busy, one that sleeps reads idle), so
-/// telemetry and the idle-GPU rule can be tried without a GPU.
+/// it (a job that computes reads busy, one that sleeps reads idle), or
+/// reads `--fake-gpu-util` while held, so telemetry and the idle-GPU rule
+/// can be tried without a GPU.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SimulatedLoad {
     pub cpu_percent: f64,
@@ -95,8 +104,16 @@ impl GpuProbe {
     pub fn sample(&self, wall_time: f64, load: impl Fn(u32) -> Option<SimulatedLoad>) -> Vec<GpuSample> {
         match self {
             GpuProbe::Nvml(nvml) => sample_nvml(nvml),
-            GpuProbe::Simulated { count, .. } => (0..*count)
-                .map(|index| simulated_sample(index, wall_time, load(index).unwrap_or_default()))
+            GpuProbe::Simulated {
+                count, utilization, ..
+            } => (0..*count)
+                .map(|index| {
+                    let held = load(index).map(|load| SimulatedLoad {
+                        cpu_percent: utilization.unwrap_or(load.cpu_percent),
+                        ..load
+                    });
+                    simulated_sample(index, wall_time, held.unwrap_or_default())
+                })
                 .collect(),
             GpuProbe::None => Vec::new(),
         }

@@ -92,6 +92,16 @@ pub struct Args {
     #[arg(long, env = "GPUPLANE_METRICS_ADDR", value_name = "HOST:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
 
+    /// With --fake-gpus: a GPU a job holds reads this utilisation (percent)
+    /// instead of following the job's CPU (to try GPU_IDLE and dashboards).
+    #[arg(
+        long,
+        env = "GPUPLANE_FAKE_GPU_UTIL",
+        value_name = "PERCENT",
+        requires = "fake_gpus"
+    )]
+    pub fake_gpu_util: Option<f64>,
+
     /// Where job output and state live (default: ~/.gpuctl/jobs).
     #[arg(long, env = "GPUPLANE_JOBS_DIR", value_name = "DIR")]
     pub jobs_dir: Option<PathBuf>,
@@ -241,7 +251,7 @@ pub async fn run(args: Args, shutdown: impl Future<Output = ()>) -> anyhow::Resu
         }),
         None => args.fake_gpus,
     };
-    let probe = Arc::new(GpuProbe::detect(fake_gpus, &name));
+    let probe = Arc::new(GpuProbe::detect(fake_gpus, args.fake_gpu_util, &name));
     let isolation = if slurm.is_some() {
         isolation::Isolation::Advisory(
             "jobs run through Slurm, whose cgroup.conf (ConstrainDevices=yes) decides".into(),

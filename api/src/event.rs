@@ -59,6 +59,9 @@ pub enum EventKind {
     /// A running job's steps stopped advancing for many times its usual
     /// wait while its processes live; the message quotes its last output.
     JobHung,
+    /// A running job's GPUs stayed under `gpu_idle_threshold_percent` for
+    /// `gpu_idle_after_s`; the message gives the figures and what follows.
+    GpuIdle,
 }
 
 names!("event kind", EventKind {
@@ -80,6 +83,7 @@ names!("event kind", EventKind {
     MetricsSpooled => "METRICS_SPOOLED",
     MetricsRefused => "METRICS_REFUSED",
     JobHung => "JOB_HUNG",
+    GpuIdle => "GPU_IDLE",
 });
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -74,6 +74,10 @@ pub enum FailureReason {
     /// A sweep's early stopping (ASHA or Hyperband) stopped this trial: its
     /// metric was not among the best at a rung. Ends it CANCELLED.
     SweepPruned,
+    /// Its GPUs stayed under `gpu_idle_threshold_percent` for
+    /// `gpu_idle_after_s` and its project's `idle_action` is `stop`: it was
+    /// stopped to free them. Ends it CANCELLED; never retried.
+    Idle,
 }
 
 names!("failure reason", FailureReason {
@@ -88,6 +92,7 @@ names!("failure reason", FailureReason {
     Preempted => "PREEMPTED",
     Hung => "HUNG",
     SweepPruned => "SWEEP_PRUNED",
+    Idle => "IDLE",
 });
 
 impl FailureReason {

@@ -19,6 +19,20 @@ pub enum Role {
 
 names!("role", Role { Viewer => "viewer", Editor => "editor", Admin => "admin" });
 
+/// What happens to a job whose GPUs sit idle (`gpu_idle_threshold_percent`
+/// for `gpu_idle_after_s`): a GPU_IDLE event either way; `stop` also ends
+/// it (CANCELLED, reason IDLE) and frees its GPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum IdleAction {
+    #[default]
+    Warn,
+    Stop,
+}
+
+names!("idle action", IdleAction { Warn => "warn", Stop => "stop" });
+
 /// A project as a caller sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -40,6 +54,9 @@ pub struct Project {
     /// admins set it); none: nodes no policy reserves, process runner only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_policy: Option<NodePolicy>,
+    /// What happens to its jobs whose GPUs sit idle (project admins set it).
+    #[serde(default)]
+    pub idle_action: IdleAction,
 }
 
 /// A project's node policy (`PUT /api/v1/projects/{name}/node-policy`,

@@ -88,6 +88,10 @@ pub struct ProjectChanges {
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
     pub max_priority: Option<Option<i64>>,
+    /// `warn` or `stop`: what happens to its jobs whose GPUs sit idle
+    /// (project admins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_action: Option<crate::project::IdleAction>,
 }
 
 /// A field that is present, `null` included, as `Some`.

@@ -61,3 +61,27 @@ test('a project admin removes a member from the Projects page', async ({ page, b
   const after = await request.get(url() + '/api/v1/runs', { headers: { Authorization: `Bearer ${limited}` } });
   expect(after.status()).toBe(401);
 });
+
+test('a project admin sets what happens to jobs whose GPUs sit idle', async ({ page, request }) => {
+  for (const name of [LEAD]) {
+    const created = await request.post(url() + '/api/v1/users', { headers: asAdmin(), data: { name, password: PASSWORD } });
+    expect([201, 409], await created.text()).toContain(created.status());
+  }
+  const project = await request.post(url() + '/api/v1/projects', { headers: asAdmin(), data: { name: PROJECT } });
+  expect([201, 409], await project.text()).toContain(project.status());
+  const member = await request.post(url() + `/api/v1/projects/${PROJECT}/members`, { headers: asAdmin(), data: { user: LEAD, role: 'admin' } });
+  expect(member.status(), await member.text()).toBe(200);
+
+  await signIn(page, `/projects?project=${PROJECT}`, LEAD, PASSWORD);
+  await hydrated(page);
+  const row = page.locator(`tr[data-project="${PROJECT}"]`);
+  const form = page.getByTestId('set-idle-action');
+  await form.locator('select[name="idle_action"]').selectOption('stop');
+  await form.getByRole('button', { name: 'Save' }).click();
+  await expect(row.getByTestId('idle-action')).toHaveText('stop');
+  const listed = await (await request.get(url() + '/api/v1/projects', { headers: asAdmin() })).json();
+  expect(listed.items.find((p: { name: string }) => p.name === PROJECT).idle_action).toBe('stop');
+  await form.locator('select[name="idle_action"]').selectOption('warn');
+  await form.getByRole('button', { name: 'Save' }).click();
+  await expect(row.getByTestId('idle-action')).toHaveText('warn');
+});

@@ -163,8 +163,8 @@ pub async fn serve(
 }
 
 /// The background work only one server may run (`replicas::lead` runs it
-/// while this server leads): the scheduler, the liveness monitor, the
-/// sweep controller, compaction, alert delivery and housekeeping; until
+/// while this server leads): the scheduler, the liveness monitor, the hang
+/// and idle-GPU monitors, the sweep controller, compaction, alert delivery and housekeeping; until
 /// `stop` turns true.
 async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let monitor = tokio::spawn(jobs::liveness::monitor(
@@ -182,6 +182,16 @@ async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Re
     let hangs = tokio::spawn(jobs::hangs::monitor(
         state.db.clone(),
         hang_rule,
+        state.wakes.clone(),
+        stop.clone(),
+    ));
+    let idle_rule = jobs::idle::Rule {
+        threshold_percent: state.config.settings.gpu_idle_threshold_percent,
+        after_ms: state.config.settings.gpu_idle_after_s.saturating_mul(1000) as i64,
+    };
+    let idle = tokio::spawn(jobs::idle::monitor(
+        state.db.clone(),
+        idle_rule,
         state.wakes.clone(),
         stop.clone(),
     ));
@@ -205,6 +215,7 @@ async fn run_once_per_database(state: AppState, mut stop: tokio::sync::watch::Re
     let _ = monitor.await;
     let _ = scheduler.await;
     let _ = hangs.await;
+    let _ = idle.await;
     let _ = compactor.await;
     let _ = sweeps.await;
     sweeper.abort();

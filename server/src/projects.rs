@@ -9,7 +9,7 @@ use crate::store::sql;
 use crate::store::time::now_ms;
 use crate::store::{Db, Error};
 use gpuplane_api::error::FieldError;
-use gpuplane_api::project::{Membership, Project, Role};
+use gpuplane_api::project::{IdleAction, Membership, Project, Role};
 
 /// Every project's name, in order.
 pub async fn all_names(db: &Db) -> Result<Vec<String>, Error> {
@@ -67,13 +67,13 @@ pub async fn create(db: &Db, name: &str, admin: Option<&str>) -> Result<(), Erro
 
 /// A project as a member with `role` sees it.
 pub async fn project(db: &Db, name: String, role: Role) -> Result<Project, Error> {
-    let share_links: bool = sql!(db, |pool| {
-        sqlx::query_scalar("SELECT share_links FROM projects WHERE name = $1")
+    let settings: Option<(bool, String)> = sql!(db, |pool| {
+        sqlx::query_as("SELECT share_links, idle_action FROM projects WHERE name = $1")
             .bind(&name)
             .fetch_optional(pool)
             .await
-    })?
-    .unwrap_or(true);
+    })?;
+    let (share_links, idle_action) = settings.unwrap_or((true, String::new()));
     Ok(Project {
         primary_metric: crate::runs::primary::of_project(db, &name).await?,
         max_priority: crate::jobs::priorities::max_priority(db, &name).await?,
@@ -81,7 +81,21 @@ pub async fn project(db: &Db, name: String, role: Role) -> Result<Project, Error
         name,
         role,
         share_links,
+        idle_action: IdleAction::parse(&idle_action).unwrap_or_default(),
     })
+}
+
+/// Sets what happens to the project's jobs whose GPUs sit idle.
+pub async fn set_idle_action(db: &Db, project: &str, action: IdleAction) -> Result<(), Error> {
+    sql!(db, |pool| {
+        sqlx::query("UPDATE projects SET idle_action = $1 WHERE name = $2")
+            .bind(action.as_str())
+            .bind(project)
+            .execute(pool)
+            .await
+            .map(|_| ())
+    })?;
+    Ok(())
 }
 
 /// Adds the user named in `membership` to the project, or changes their

@@ -1,7 +1,8 @@
 //! `/projects`: the projects the signed-in user can see, with their role in
 //! each, and the members of the one chosen (`?project=`). A project's
 //! admins add members, change roles and remove members there (removing
-//! revokes their tokens limited to it and their share links of its runs);
+//! revokes their tokens limited to it and their share links of its runs)
+//! and choose what happens to jobs whose GPUs sit idle;
 //! server admins also create projects and set a project's priority
 //! ceiling. Every change goes through the API as the signed-in user.
 
@@ -52,7 +53,7 @@ pub fn Projects() -> impl IntoView {
         <section class="card" data-testid="projects">
             {loaded(projects, move |page: Page<Project>| view! {
                 <table>
-                    <thead><tr><th>"Project"</th><th>"Your role"</th><th>"Max priority"</th><th>"Share links"</th></tr></thead>
+                    <thead><tr><th>"Project"</th><th>"Your role"</th><th>"Max priority"</th><th>"Share links"</th><th>"Idle GPUs"</th></tr></thead>
                     <tbody>{page.items.into_iter().map(|project| {
                         let href = link("/projects", &query.read_untracked(), &[("project", Some(&project.name))]);
                         let name = project.name.clone();
@@ -62,6 +63,7 @@ pub fn Projects() -> impl IntoView {
                                 <td>{project.role.as_str()}</td>
                                 <td>{project.max_priority.map_or("none".to_string(), |max| max.to_string())}</td>
                                 <td>{if project.share_links { "allowed" } else { "off" }}</td>
+                                <td data-testid="idle-action">{project.idle_action.as_str()}</td>
                             </tr>
                         }
                     }).collect_view()}</tbody>
@@ -78,6 +80,7 @@ pub fn Projects() -> impl IntoView {
             <Transition fallback=|| ()>
                 <ShowLoaded when=is_project_admin>
                     <SetMember project=chosen changes=changes />
+                    <SetIdleAction project=chosen changes=changes />
                 </ShowLoaded>
             </Transition>
             <Outcome changes=changes done="Saved." />
@@ -130,6 +133,29 @@ fn MemberRow(
                 </span>
             </Show>
         </li>
+    }
+}
+
+/// What happens to the project's jobs whose GPUs sit idle (the project's
+/// admins): `warn` raises GPU_IDLE, `stop` also stops them (reason IDLE).
+#[component]
+fn SetIdleAction(project: Signal<String>, changes: Changes) -> impl IntoView {
+    let action = RwSignal::new("warn".to_string());
+    let save = move |event: leptos::ev::SubmitEvent| {
+        event.prevent_default();
+        let path = format!("{}/{}", paths::projects(), project.get_untracked());
+        send(changes, "PATCH", path, Some(json!({"idle_action": action.get_untracked()})));
+    };
+    view! {
+        <form class="inline-form" data-testid="set-idle-action" on:submit=save>
+            <label>"Jobs whose GPUs sit idle"
+                <select name="idle_action" bind:value=action>
+                    <option value="warn">"warn (GPU_IDLE event)"</option>
+                    <option value="stop">"stop them (reason IDLE)"</option>
+                </select>
+            </label>
+            <button type="submit">"Save"</button>
+        </form>
     }
 }
 

@@ -1,11 +1,11 @@
-//! `gpuctl project list|create|set-primary|usage|share-links|max-priority|member`.
+//! `gpuctl project list|create|set-primary|usage|share-links|idle-action|max-priority|member`.
 
 use crate::Output;
 use crate::client::{CliError, Client};
 use gpuplane_api::Page;
 use gpuplane_api::experiment::{ProjectUsage, format_bytes};
 use gpuplane_api::metric::{Goal, SetPrimaryMetric};
-use gpuplane_api::project::{Membership, NewProject, Project, Role};
+use gpuplane_api::project::{IdleAction, Membership, NewProject, Project, Role};
 use gpuplane_api::share::ProjectChanges;
 use std::fmt::Write;
 
@@ -32,6 +32,14 @@ pub enum ProjectCommand {
         /// on or off.
         #[arg(value_parser = ["on", "off"])]
         state: String,
+    },
+    /// What happens to the project's jobs whose GPUs sit idle (project
+    /// admins): `warn` raises GPU_IDLE; `stop` also stops them (reason IDLE)
+    /// to free the GPUs.
+    IdleAction {
+        project: String,
+        /// warn or stop.
+        action: IdleAction,
     },
     /// Cap the priority the project's members may give a job (server
     /// admins), so one team cannot put itself ahead of everyone for good.
@@ -125,6 +133,23 @@ pub async fn run(client: &Client, command: ProjectCommand, out: &Output) -> Resu
                     project.name
                 ),
                 None => format!("Project {} has no priority ceiling.", project.name),
+            });
+        }
+        ProjectCommand::IdleAction { project, action } => {
+            let changes = ProjectChanges {
+                idle_action: Some(action),
+                ..ProjectChanges::default()
+            };
+            let changed: Project = client.patch(&format!("projects/{project}"), &changes).await?;
+            out.emit(&changed, |project| match project.idle_action {
+                IdleAction::Warn => format!(
+                    "Jobs of project {} whose GPUs sit idle raise GPU_IDLE and keep running.",
+                    project.name
+                ),
+                IdleAction::Stop => format!(
+                    "Jobs of project {} whose GPUs sit idle raise GPU_IDLE and are stopped (reason IDLE).",
+                    project.name
+                ),
             });
         }
         ProjectCommand::ShareLinks { project, state } => {

@@ -95,8 +95,9 @@ pub async fn set_project_primary_metric(
 }
 
 /// Changes a project's settings: whether its runs may be shared by link
-/// (`share_links`, project admins), its priority ceiling (`max_priority`,
-/// server admins).
+/// (`share_links`, project admins), what happens to its jobs whose GPUs sit
+/// idle (`idle_action`, project admins), its priority ceiling
+/// (`max_priority`, server admins).
 #[utoipa::path(patch, path = "/projects/{name}", tag = "projects",
     security(("bearer" = ["write"])),
     params(("name" = String, Path)),
@@ -124,6 +125,10 @@ pub async fn change_project(
     if let Some(allow) = changes.share_links {
         shares::set_allowed(&state.db, &name, allow).await?;
         changed.push(format!("share_links {allow}"));
+    }
+    if let Some(action) = changes.idle_action {
+        projects::set_idle_action(&state.db, &name, action).await?;
+        changed.push(format!("idle_action {action}"));
     }
     if !changed.is_empty() {
         let detail = changed.join(", ");

@@ -166,6 +166,15 @@ settings! {
         #[arg(long, env = "GPUPLANE_HANG_FACTOR", value_name = "N")]
         hang_factor: u64,
 
+        /// A GPU under this utilisation (percent) is idle (GPU_IDLE, with gpu_idle_after_s).
+        #[arg(long, env = "GPUPLANE_GPU_IDLE_THRESHOLD_PERCENT", value_name = "PERCENT")]
+        gpu_idle_threshold_percent: f64,
+
+        /// A running job whose every GPU stayed idle this long raises GPU_IDLE
+        /// once (its project's idle_action may stop it), in seconds; 0 turns it off.
+        #[arg(long, env = "GPUPLANE_GPU_IDLE_AFTER_S", value_name = "S")]
+        gpu_idle_after_s: u64,
+
         /// The output lines the server keeps of a job are deleted this many days
         /// after it ended (the agent's files are not touched); 0 keeps them.
         #[arg(long, env = "GPUPLANE_LOG_RETENTION_DAYS", value_name = "DAYS")]

@@ -5,7 +5,8 @@
 //! `order` (who goes first among equal priorities; its `usage` reads the
 //! database); a node pool's daily scheduling window is a setting
 //! (`config::windows`), which `plan` judges.
-//! Storage and transactions: `store` (submit, read, list, cancel, retry),
+//! Storage and transactions: `idle` (GPU_IDLE: running jobs whose GPUs
+//! sit idle, stopped when their project says so), `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
 //! what agents report), `hangs` (JOB_HUNG: running jobs whose steps
@@ -26,6 +27,7 @@ pub mod evaluations;
 pub mod failure;
 pub mod fair_share;
 pub mod hangs;
+pub mod idle;
 pub mod lifecycle;
 pub mod liveness;
 pub mod maintenance;

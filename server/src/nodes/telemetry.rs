@@ -287,6 +287,35 @@ pub async fn series(
     metrics::query(db, node_id, &query).await
 }
 
+/// A node's series over a time range, in brief.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub max: f64,
+    pub mean: f64,
+    /// The first and the last sample's time (seconds since the epoch).
+    pub first: f64,
+    pub last: f64,
+}
+
+/// The highest and the mean value of a node's series over a time range
+/// (seconds since the epoch), and when its samples begin and end; `None`
+/// without samples.
+pub async fn spread(db: &Db, node_id: &str, key: &str, from: f64, to: f64) -> Result<Option<Spread>, Error> {
+    let points = raw_points(db, node_id, key, from, to).await?;
+    if points.is_empty() {
+        return Ok(None);
+    }
+    let fold = |pick: fn(f64, f64) -> f64, value: fn(&RawPoint) -> f64| {
+        points.iter().map(value).reduce(pick).unwrap_or_default()
+    };
+    Ok(Some(Spread {
+        max: fold(f64::max, |p| p.value),
+        mean: points.iter().map(|p| p.value).sum::<f64>() / points.len() as f64,
+        first: fold(f64::min, |p| p.wall),
+        last: fold(f64::max, |p| p.wall),
+    }))
+}
+
 /// The mean of a node's series over a time range (seconds since the epoch)
 /// and the seconds its samples span; `None` without samples.
 pub async fn mean(

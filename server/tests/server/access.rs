@@ -163,7 +163,7 @@ async fn other_projects_are_invisible_and_roles_are_enforced() {
     let (_, projects) = f.call("GET", "/projects", &alice, None).await;
     assert_eq!(
         projects["items"],
-        json!([{"name": "default", "role": "editor", "share_links": true}])
+        json!([{"name": "default", "role": "editor", "share_links": true, "idle_action": "warn"}])
     );
 
     // Carol may look but not touch.

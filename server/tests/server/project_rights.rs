@@ -1,6 +1,7 @@
 //! Attacks on what a project grants: an admin's project token, the priority
-//! cap, a removed member, node policies.
+//! cap, a removed member, node policies, the idle-GPU action.
 
+use crate::People;
 use gpuplane_api::auth::Scope;
 use gpuplane_testkit::sql;
 use gpuplane_testkit::{TestServer, user_token};
@@ -578,4 +579,64 @@ async fn node_policies_are_set_by_server_admins_and_refuse_what_could_never_run(
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_projects_idle_action_is_its_admins_to_set_and_nobody_elses() {
+    let f = TestServer::start().await;
+    let people = People::of_vision(&f).await;
+    let editor = user_token(f.db(), "ed", Scope::Write, false).await;
+    let (status, body) = f
+        .post(
+            "/projects/vision/members",
+            &people.admin,
+            json!({"user": "ed", "role": "editor"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let sdk = user_token(f.db(), "job", Scope::Sdk, true).await;
+    let set = |token: String, value: Value| {
+        let f = &f;
+        async move {
+            f.call(
+                "PATCH",
+                "/projects/vision",
+                &token,
+                Some(json!({"idle_action": value})),
+            )
+            .await
+        }
+    };
+    // A viewer and an editor may not; another project's editor and a token
+    // limited to another project do not see the project; a job's token has
+    // no scope for it.
+    for (token, expected) in [
+        (&people.viewer, StatusCode::FORBIDDEN),
+        (&editor, StatusCode::FORBIDDEN),
+        (&people.outsider, StatusCode::NOT_FOUND),
+        (&people.limited, StatusCode::NOT_FOUND),
+        (&sdk, StatusCode::FORBIDDEN),
+    ] {
+        let (status, body) = set(token.clone(), json!("stop")).await;
+        assert_eq!(status, expected, "{body}");
+    }
+    // Hostile text is refused naming the field, and changes nothing.
+    let (status, body) = set(people.admin.clone(), json!("stop\u{1b}[2J; rm -rf /")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body.to_string().contains("idle_action"), "{body}");
+    let (_, projects) = f.get("/projects", &people.admin).await;
+    let vision = projects["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "vision")
+        .unwrap();
+    assert_eq!(vision["idle_action"], "warn", "{vision}");
+    // Its admin may, and it is audited.
+    let (status, body) = set(people.admin.clone(), json!("stop")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["idle_action"], "stop");
+    let (status, audit) = f.get("/audit", &people.admin).await;
+    assert_eq!(status, StatusCode::OK, "{audit}");
+    assert!(audit.to_string().contains("idle_action stop"), "{audit}");
 }

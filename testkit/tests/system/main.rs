@@ -11,6 +11,7 @@ mod evaluations;
 mod faults;
 mod gpuctl;
 mod hostile;
+mod idle;
 mod imports;
 mod jobs;
 mod lifecycle;
