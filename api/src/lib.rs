@@ -72,6 +72,7 @@ pub mod spec;
 pub mod sweep;
 pub mod telemetry;
 pub mod terminal;
+pub mod usage;
 pub mod user;
 
 /// The largest integer the API accepts for priorities and cursors (2^62):

@@ -168,6 +168,11 @@ pub fn projects() -> String {
     format!("{PREFIX}/projects")
 }
 
+/// `GET /usage` (its query: `by`, `since`).
+pub fn usage() -> String {
+    format!("{PREFIX}/usage")
+}
+
 pub fn project_members(project: &str) -> String {
     format!("{PREFIX}/projects/{project}/members")
 }

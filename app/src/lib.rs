@@ -76,6 +76,7 @@ pub fn App() -> impl IntoView {
                     <A href="/events">"Events"</A>
                     <A href="/alerts">"Alerts"</A>
                     <A href="/projects">"Projects"</A>
+                    <A href="/usage">"Usage"</A>
                     <A href="/tokens">"Tokens"</A>
                     <Suspense fallback=|| ()>
                         {move || {
@@ -112,6 +113,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/events") ssr=SsrMode::Async view=|| view! { <Protected><pages::Events /></Protected> } />
                     <Route path=path!("/alerts") ssr=SsrMode::Async view=|| view! { <Protected><pages::Alerts /></Protected> } />
                     <Route path=path!("/projects") ssr=SsrMode::Async view=|| view! { <Protected><pages::Projects /></Protected> } />
+                    <Route path=path!("/usage") ssr=SsrMode::Async view=|| view! { <Protected><pages::Usage /></Protected> } />
                     <Route path=path!("/tokens") ssr=SsrMode::Async view=|| view! { <Protected><pages::Tokens /></Protected> } />
                     <Route path=path!("/sweeps") ssr=SsrMode::Async view=|| view! { <Protected><pages::Sweeps /></Protected> } />
                     <Route path=path!("/sweeps/:sweep_id") ssr=SsrMode::Async view=|| view! { <Protected><pages::SweepPage /></Protected> } />

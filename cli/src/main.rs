@@ -51,6 +51,9 @@ enum Command {
     /// Nodes and their GPUs.
     #[command(subcommand)]
     Node(NodeCommand),
+    /// GPU-hours allocated to jobs and GPU-hours their GPUs worked (from
+    /// telemetry), by project, user, node or GPU model.
+    Usage(commands::usage::UsageArgs),
     /// Submit, list, show, cancel and retry jobs.
     #[command(subcommand)]
     Job(commands::jobs::JobCommand),
@@ -200,6 +203,7 @@ async fn run(cli: Cli, out: &Output) -> Result<(), CliError> {
         }
         Command::Hf(command) => commands::hub::run(&Client::new(cli.server, cli.token)?, command, out).await,
         Command::Logs(args) => commands::logs::run(&Client::new(cli.server, cli.token)?, args, out).await,
+        Command::Usage(args) => commands::usage::run(&Client::new(cli.server, cli.token)?, args, out).await,
         Command::Run(command) => {
             commands::runs::run(&Client::new(cli.server, cli.token)?, command, out).await
         }

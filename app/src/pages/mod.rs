@@ -17,6 +17,7 @@ mod runs;
 mod shares;
 mod sweeps;
 mod tokens;
+mod usage;
 
 pub use admin::{Admin, Audit};
 pub use alerts::Alerts;
@@ -33,3 +34,4 @@ pub use run::RunPage;
 pub use runs::Runs;
 pub use sweeps::{SweepPage, Sweeps};
 pub use tokens::Tokens;
+pub use usage::Usage;

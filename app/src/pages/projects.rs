@@ -144,7 +144,12 @@ fn SetIdleAction(project: Signal<String>, changes: Changes) -> impl IntoView {
     let save = move |event: leptos::ev::SubmitEvent| {
         event.prevent_default();
         let path = format!("{}/{}", paths::projects(), project.get_untracked());
-        send(changes, "PATCH", path, Some(json!({"idle_action": action.get_untracked()})));
+        send(
+            changes,
+            "PATCH",
+            path,
+            Some(json!({"idle_action": action.get_untracked()})),
+        );
     };
     view! {
         <form class="inline-form" data-testid="set-idle-action" on:submit=save>

@@ -18,6 +18,7 @@ pub mod runs;
 pub mod status;
 pub mod sweeps;
 pub mod sync;
+pub mod usage;
 pub mod validate;
 
 /// `max` or `min`, for `--goal`.
@@ -32,5 +33,19 @@ pub fn parse_sort(text: &str) -> Result<String, String> {
         "newest" => Ok("newest".into()),
         "primary" | "primary_metric" | "primary-metric" => Ok("primary_metric".into()),
         other => Err(format!("`{other}` is not a sort: use newest or primary_metric")),
+    }
+}
+
+/// One RFC 4180 CSV field: quoted when it holds a comma, quote or line
+/// break; a cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`
+/// first) is made text, and control characters are shown, never sent to a
+/// terminal.
+pub fn csv_field(text: &str) -> String {
+    let text = gpuplane_api::terminal::visible(text);
+    let text = gpuplane_api::terminal::csv_text(&text);
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
     }
 }

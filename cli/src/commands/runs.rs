@@ -440,17 +440,7 @@ fn render_columns(runs: &[Run], columns: &[RunColumn]) -> String {
 /// RFC 4180: a header, then one line per run; fields with commas, quotes or
 /// line breaks quoted, and formulas (`=`, `+`, `-`, `@` first) neutralised.
 fn render_csv(runs: &[Run], columns: &[RunColumn]) -> String {
-    let field = |text: &str| {
-        // A cell a spreadsheet would run as a formula is text, and its
-        // control characters are shown, never sent to a terminal.
-        let text = gpuplane_api::terminal::visible(text);
-        let text = gpuplane_api::terminal::csv_text(&text);
-        if text.contains([',', '"', '\n', '\r']) {
-            format!("\"{}\"", text.replace('"', "\"\""))
-        } else {
-            text.to_string()
-        }
-    };
+    let field = super::csv_field;
     let mut header: Vec<String> = ["run", "name", "project", "status", "tags"]
         .map(String::from)
         .into();

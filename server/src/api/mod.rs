@@ -36,6 +36,7 @@ pub mod sso;
 mod sweeps;
 mod telemetry;
 mod tokens;
+mod usage;
 mod users;
 
 use crate::api::error::ApiError;
@@ -135,6 +136,7 @@ pub fn router() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(projects::list_projects, projects::create_project))
         .routes(routes!(projects::list_members, projects::set_member))
         .routes(routes!(projects::remove_member))
+        .routes(routes!(usage::usage))
         .routes(routes!(projects::set_project_primary_metric))
         .routes(routes!(projects::change_project))
         .routes(routes!(projects::set_node_policy, projects::clear_node_policy))

@@ -5,7 +5,8 @@
 //! `order` (who goes first among equal priorities; its `usage` reads the
 //! database); a node pool's daily scheduling window is a setting
 //! (`config::windows`), which `plan` judges.
-//! Storage and transactions: `idle` (GPU_IDLE: running jobs whose GPUs
+//! Storage and transactions: `usage` (GPU-hours allocated and used),
+//! `idle` (GPU_IDLE: running jobs whose GPUs
 //! sit idle, stopped when their project says so), `store` (submit, read, list, cancel, retry),
 //! `scheduler` (its loop and the transaction that applies a plan),
 //! `dispatch` (what agents are told on hello and poll), `reports` (applying
@@ -41,6 +42,7 @@ pub mod reports;
 pub mod resume;
 pub mod scheduler;
 pub mod store;
+pub mod usage;
 
 use crate::config::ServerConfig;
 use crate::identity::secrets::SecretKey;

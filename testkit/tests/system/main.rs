@@ -27,3 +27,4 @@ mod slurm;
 mod sweeps;
 mod telemetry;
 mod tensorboard;
+mod usage;
