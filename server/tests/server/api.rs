@@ -397,6 +397,7 @@ async fn every_documented_route_exists_and_enforces_its_scope() {
         get    /api/v1/tokens  bearer ["read"]
         post   /api/v1/tokens  bearer ["write"]
         delete /api/v1/tokens/{token_id}  bearer ["write"]
+        get    /api/v1/usage  bearer ["read"]
         get    /api/v1/users  bearer ["read"]
         post   /api/v1/users  bearer ["write"]
         patch  /api/v1/users/{name}  bearer ["write"]
