@@ -58,7 +58,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked --version "$NEXTEST_VERSION"
 fi
 
-step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL, Slurm, munge, PyTorch), then npm packages"
+step "install: Debian packages (Chromium, a font for its pages, npm, Python venv, git, PostgreSQL, Slurm, munge, PyTorch, Prometheus), then npm packages"
 missing=()
 # git: the traceability tests make real checkouts (gpuctl and the browser test).
 command -v git >/dev/null 2>&1 || missing+=(git)
