@@ -67,8 +67,19 @@ async fn usage_agrees_with_the_attempts_records_across_preemption_and_restart() 
     assert_eq!(low.attempts.len(), 2, "preempted once: {low:?}");
     let recorded = held_seconds(&low) + held_seconds(&urgent);
 
-    let (status, report) = cluster.get("/usage?by=project&since=1h").await;
-    assert_eq!(status, 200, "{report}");
+    // The agent sends its samples in batches: the figures are final once
+    // the batch holding the last job's end has come (the same two reads in a row).
+    let mut report = Value::Null;
+    for _ in 0..30 {
+        let (status, now) = cluster.get("/usage?by=project&since=1h").await;
+        assert_eq!(status, 200, "{now}");
+        let settled = now["rows"] == report["rows"];
+        report = now;
+        if settled {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    }
     let project = row(&report, "default");
     let allocated = project["allocated_gpu_hours"].as_f64().unwrap() * 3600.0;
     assert!(
